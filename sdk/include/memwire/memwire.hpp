@@ -1,0 +1,10 @@
+#pragma once
+
+// Umbrella header: everything a worker needs to hand memory to, and take it from, a peer.
+#include "memwire/connector.hpp"
+#include "memwire/descriptor.hpp"
+#include "memwire/device.hpp"
+#include "memwire/error.hpp"
+#include "memwire/metadata.hpp"
+#include "memwire/operation.hpp"
+#include "memwire/status.hpp"

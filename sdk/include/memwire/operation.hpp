@@ -1,0 +1,97 @@
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memwire/descriptor.hpp"
+#include "memwire/metadata.hpp"
+#include "memwire/status.hpp"
+
+namespace memwire {
+
+class Connector;
+namespace detail {
+class OperationCore;
+}
+
+// What the four operations share: status, waiting, cancelling, completion callbacks.
+// Move-only. Destroying an unfinished operation cancels it (a passive one revokes remote access).
+class Operation {
+ public:
+  using Callback = std::function<void(OperationStatus)>;
+
+  Operation(Operation&&) noexcept;
+  Operation& operator=(Operation&&) noexcept;
+  Operation(const Operation&) = delete;
+  Operation& operator=(const Operation&) = delete;
+  virtual ~Operation();
+
+  OperationKind kind() const;
+  OperationStatus status() const;
+
+  // Blocks until the operation ends. Returns Complete or Cancelled; throws the failure's Error
+  // when it errored, and Error{Timeout} when the deadline passes first.
+  OperationStatus wait_for_completion();
+  OperationStatus wait_for_completion(std::chrono::milliseconds timeout);
+
+  // Cancelling an errored operation throws; cancelling a finished one changes nothing.
+  void cancel();
+
+  // Runs `callback` once with the final status (at once when already final), on memwire's
+  // progress thread: keep it short and never block in it.
+  void on_complete(Callback callback);
+
+  // The transport that moves (or moved) the bytes: "tcp", "shm", "verbs"; empty before known.
+  std::string transport() const;
+
+  // Why it errored or was cancelled; empty otherwise.
+  std::string error_message() const;
+
+ protected:
+  explicit Operation(std::shared_ptr<detail::OperationCore> core);
+  const detail::OperationCore& core() const;
+  std::shared_ptr<detail::OperationCore> core_;
+};
+
+// Passive: local memory that a remote may read. Hand `metadata()` to the reader.
+class ReadableOperation : public Operation {
+ public:
+  RdmaMetadata metadata() const;
+
+ private:
+  friend class Connector;
+  using Operation::Operation;
+};
+
+// Passive: local memory that a remote may write. Hand `metadata()` to the writer.
+class WritableOperation : public Operation {
+ public:
+  RdmaMetadata metadata() const;
+
+ private:
+  friend class Connector;
+  using Operation::Operation;
+};
+
+// Active: reads remote readable memory into local descriptors.
+class ReadOperation : public Operation {
+ public:
+  // The local descriptors, filled; throws Error{InvalidArgument} before the read completed.
+  const std::vector<Descriptor>& results() const;
+
+ private:
+  friend class Connector;
+  using Operation::Operation;
+};
+
+// Active: writes local descriptors into remote writable memory.
+class WriteOperation : public Operation {
+ private:
+  friend class Connector;
+  using Operation::Operation;
+};
+
+}  // namespace memwire

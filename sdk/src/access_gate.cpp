@@ -1,0 +1,44 @@
+#include "access_gate.hpp"
+
+#include <vector>
+
+namespace memwire {
+
+void AccessGate::Pin::release() noexcept {
+  if (gate_ == nullptr) return;
+  std::lock_guard lock(gate_->mutex_);
+  if (--gate_->pins_ == 0) gate_->released_.notify_all();
+  gate_ = nullptr;
+}
+
+std::optional<AccessGate::Pin> AccessGate::pin() {
+  std::lock_guard lock(mutex_);
+  if (!open_) return std::nullopt;
+  ++pins_;
+  return Pin(this);
+}
+
+bool AccessGate::is_open() const {
+  std::lock_guard lock(mutex_);
+  return open_;
+}
+
+void AccessGate::add_breaker(std::uintptr_t holder, std::function<void()> breaker) {
+  std::lock_guard lock(mutex_);
+  if (open_) breakers_.try_emplace(holder, std::move(breaker));
+}
+
+void AccessGate::close(std::chrono::milliseconds grace) {
+  std::unique_lock lock(mutex_);
+  open_ = false;
+  if (!released_.wait_for(lock, grace, [&] { return pins_ == 0; })) {
+    auto breakers = std::move(breakers_);
+    lock.unlock();
+    for (auto& [holder, breaker] : breakers) breaker();
+    lock.lock();
+    released_.wait(lock, [&] { return pins_ == 0; });
+  }
+  breakers_.clear();
+}
+
+}  // namespace memwire

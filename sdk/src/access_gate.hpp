@@ -1,0 +1,54 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+
+namespace memwire {
+
+// Guards memory that transport threads touch on behalf of a remote peer. A transport pins the
+// gate for as long as it reads or writes the memory; closing the gate refuses new pins and
+// waits until the last pin is gone, so the owner may free the memory once close() returns.
+class AccessGate {
+ public:
+  class Pin {
+   public:
+    explicit Pin(AccessGate* gate) : gate_(gate) {}
+    Pin(Pin&& other) noexcept : gate_(std::exchange(other.gate_, nullptr)) {}
+    Pin& operator=(Pin&& other) noexcept {
+      if (this != &other) {
+        release();
+        gate_ = std::exchange(other.gate_, nullptr);
+      }
+      return *this;
+    }
+    ~Pin() { release(); }
+
+   private:
+    void release() noexcept;
+    AccessGate* gate_;
+  };
+
+  // Empty once the gate is closed. A pin may be released on another thread.
+  std::optional<Pin> pin();
+  bool is_open() const;
+
+  // Something that makes a holder let go at once (e.g. shuts its socket), used when pins are
+  // still held `grace` after close() began: a stalled peer must not hold memory hostage.
+  void add_breaker(std::uintptr_t holder, std::function<void()> breaker);
+
+  void close(std::chrono::milliseconds grace);
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable released_;
+  bool open_ = true;
+  std::size_t pins_ = 0;
+  std::map<std::uintptr_t, std::function<void()>> breakers_;
+};
+
+}  // namespace memwire

@@ -1,0 +1,55 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "access_gate.hpp"
+#include "ids.hpp"
+#include "memwire/descriptor.hpp"
+#include "memwire/metadata.hpp"
+#include "operation_core.hpp"
+
+namespace memwire::detail {
+
+// The core of an active operation: local descriptors paired by index with the remote ones.
+// A transport moves the bytes from its own threads, then calls succeed() or fail().
+class ActiveTransfer final : public OperationCore {
+ public:
+  ActiveTransfer(OperationKind kind, std::vector<Descriptor> local, RdmaMetadata remote,
+                 std::chrono::milliseconds grace);
+  ~ActiveTransfer() override;
+
+  const std::vector<Descriptor>& local() const noexcept { return local_; }
+  const RdmaMetadata& remote() const noexcept { return remote_; }
+  const Id128& key() const noexcept { return key_; }
+  const Id128& token() const noexcept { return token_; }
+  // Guards the local buffers: a transport pins it while it moves bytes in or out of them.
+  AccessGate& gate() noexcept { return gate_; }
+
+  // How the transport tells the passive side that this transfer failed or was cancelled.
+  void set_failure_notifier(std::function<void(const Error&)> notifier);
+
+  void succeed();
+  // Errors the operation, stops all access to the local buffers and tells the passive side.
+  void fail(Error error);
+
+  void cancel() override;
+  void abandon() override;
+
+ private:
+  void stop(OperationStatus status, Error error);
+
+  const std::vector<Descriptor> local_;
+  const RdmaMetadata remote_;
+  const Id128 key_;
+  const Id128 token_;
+  const std::chrono::milliseconds grace_;
+  AccessGate gate_;
+  std::mutex notifier_mutex_;
+  std::function<void(const Error&)> notify_failure_;
+};
+
+}  // namespace memwire::detail

@@ -1,0 +1,88 @@
+#include "registration.hpp"
+
+#include "clock.hpp"
+#include "registration_table.hpp"
+
+namespace memwire::detail {
+
+Registration::Registration(OperationKind kind, std::vector<Descriptor> descriptors,
+                           std::int64_t expires_at_ms, std::weak_ptr<RegistrationTable> table,
+                           std::chrono::milliseconds grace)
+    : OperationCore(kind, OperationStatus::Initialized),
+      descriptors_(std::move(descriptors)),
+      expires_at_ms_(expires_at_ms),
+      table_(std::move(table)),
+      grace_(grace) {}
+
+Registration::~Registration() { revoke(); }
+
+void Registration::check_token(const Id128& token) const {
+  if (!equal_in_constant_time(token, token_))
+    throw Error(ErrorCode::AccessDenied, "wrong access token");
+}
+
+Registration::Access Registration::check_access(const Id128& token, OperationKind kind,
+                                                std::uint32_t index, std::uint64_t offset,
+                                                std::uint64_t length, std::string_view transport) {
+  check_token(token);
+  if (kind != this->kind())
+    throw Error(ErrorCode::AccessDenied, "operation allows remote " +
+                                             std::string(to_string(this->kind())) + " only");
+  if (expires_at_ms_ != 0 && unix_now_ms() > expires_at_ms_)
+    throw Error(ErrorCode::Expired, "metadata expired");
+  if (index >= descriptors_.size())
+    throw Error(ErrorCode::AccessDenied, "descriptor index " + std::to_string(index) +
+                                             " out of range");
+  const auto size = descriptors_[index].size();
+  if (length == 0 || offset > size || length > size - offset)
+    throw Error(ErrorCode::AccessDenied, "range [" + std::to_string(offset) + ", +" +
+                                             std::to_string(length) + ") outside descriptor of " +
+                                             std::to_string(size) + " bytes");
+  auto pin = gate_.pin();
+  if (!pin) throw Error(ErrorCode::Cancelled, "operation no longer accepts remote access");
+  if (status() == OperationStatus::Initialized) {
+    set_transport(std::string(transport));
+    mark_in_progress();
+  }
+  return Access{std::move(*pin), static_cast<std::byte*>(descriptors_[index].ptr()) + offset};
+}
+
+void Registration::complete_from_remote(const Id128& token) {
+  check_token(token);
+  if (!gate_.is_open() || !finish(OperationStatus::Complete))
+    throw Error(ErrorCode::Cancelled, "operation already ended on the owner's side");
+  revoke();
+}
+
+void Registration::fail(Error error) {
+  finish(OperationStatus::Errored, std::move(error));
+  revoke();
+}
+
+void Registration::attach(std::unique_ptr<TransportState> state) {
+  std::lock_guard lock(attachments_mutex_);
+  attachments_.push_back(std::move(state));
+}
+
+void Registration::revoke() {
+  if (auto table = table_.lock()) table->erase(key_);
+  gate_.close(grace_);
+  std::vector<std::unique_ptr<TransportState>> released;
+  {
+    std::lock_guard lock(attachments_mutex_);
+    released.swap(attachments_);
+  }
+}
+
+void Registration::cancel() {
+  if (!cancel_applies()) return;
+  finish(OperationStatus::Cancelled, Error(ErrorCode::Cancelled, "cancelled by its owner"));
+  revoke();
+}
+
+void Registration::abandon() {
+  finish(OperationStatus::Cancelled, Error(ErrorCode::Cancelled, "dropped by its owner"));
+  revoke();
+}
+
+}  // namespace memwire::detail

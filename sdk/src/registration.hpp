@@ -1,0 +1,75 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "access_gate.hpp"
+#include "ids.hpp"
+#include "memwire/descriptor.hpp"
+#include "operation_core.hpp"
+
+namespace memwire::detail {
+
+class RegistrationTable;
+
+// Per-registration state a transport keeps (e.g. verbs memory regions); released on revoke.
+class TransportState {
+ public:
+  virtual ~TransportState() = default;
+};
+
+// The core of a passive operation: local memory that remotes may read or write while they
+// present the token and stay inside the descriptors, until completed, cancelled or expired.
+class Registration final : public OperationCore {
+ public:
+  Registration(OperationKind kind, std::vector<Descriptor> descriptors, std::int64_t expires_at_ms,
+               std::weak_ptr<RegistrationTable> table, std::chrono::milliseconds grace);
+  ~Registration() override;
+
+  const Id128& key() const noexcept { return key_; }
+  const Id128& token() const noexcept { return token_; }
+  const std::vector<Descriptor>& descriptors() const noexcept { return descriptors_; }
+  std::int64_t expires_at_ms() const noexcept { return expires_at_ms_; }
+  AccessGate& gate() noexcept { return gate_; }
+
+  // A checked, pinned window into one descriptor. Memory stays valid while `pin` lives.
+  struct Access {
+    AccessGate::Pin pin;
+    std::byte* data;
+  };
+  // Throws AccessDenied (token, kind, bounds), Expired or Cancelled (revoked).
+  Access check_access(const Id128& token, OperationKind kind, std::uint32_t index,
+                      std::uint64_t offset, std::uint64_t length, std::string_view transport);
+
+  // The active side's completion notice; throws AccessDenied on a wrong token and
+  // Cancelled when the registration is no longer live.
+  void complete_from_remote(const Id128& token);
+  // The active side reported a failure, or its connection died.
+  void fail(Error error);
+
+  void attach(std::unique_ptr<TransportState> state);
+  // Withdraws remote access at once: out of the table, gate closed, transport state released.
+  void revoke();
+
+  void cancel() override;
+  void abandon() override;
+
+ private:
+  void check_token(const Id128& token) const;
+
+  const Id128 key_ = random_id();
+  const Id128 token_ = random_id();
+  const std::vector<Descriptor> descriptors_;
+  const std::int64_t expires_at_ms_;
+  const std::weak_ptr<RegistrationTable> table_;
+  const std::chrono::milliseconds grace_;
+  AccessGate gate_;
+  std::mutex attachments_mutex_;
+  std::vector<std::unique_ptr<TransportState>> attachments_;
+};
+
+}  // namespace memwire::detail

@@ -1,0 +1,52 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memwire/connector.hpp"
+#include "memwire/metadata.hpp"
+
+namespace memwire::detail {
+
+class ActiveTransfer;
+class Registration;
+class RegistrationTable;
+
+// What every transport of one connector shares.
+struct TransportContext {
+  std::string connector_name;
+  std::string hostname;
+  ConnectorOptions options;
+  std::shared_ptr<RegistrationTable> registrations;
+};
+
+// The seam between the connector and the ways bytes move. One folder per implementation.
+//
+// Passive side: offer() makes a registration reachable over this transport (and may attach
+// per-registration state to it, e.g. memory regions, released when it is revoked). Remote
+// requests are served from the transport's own threads, which look registrations up in the
+// context's table and must call Registration::check_access() before touching memory.
+//
+// Active side: start() begins moving the bytes of a transfer at once; the transport then calls
+// transfer.succeed() after the passive side acknowledged the completion notice, or
+// transfer.fail(); it installs a failure notifier that sends the passive side an error notice.
+// Transport threads pin transfer.gate() while they touch local buffers, and never call
+// succeed()/fail() while holding such a pin.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string_view name() const = 0;
+  virtual TransportOffer offer(Registration& registration) = 0;
+  // Whether this end can use the peer's offer (e.g. same host for shm).
+  virtual bool can_reach(const TransportOffer& /*offer*/) const { return true; }
+  virtual void start(const std::shared_ptr<ActiveTransfer>& transfer,
+                     const TransportOffer& offer) = 0;
+};
+
+// Builds the named transport; throws Error{Transport} when it cannot run here (no RDMA device,
+// ...) and Error{InvalidArgument} for an unknown name.
+std::unique_ptr<Transport> make_transport(std::string_view name, const TransportContext& context);
+
+}  // namespace memwire::detail

@@ -1,0 +1,51 @@
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memwire/metadata.hpp"
+
+namespace memwire::sideband {
+
+// Throws Error{InvalidArgument} unless `name` is 1..200 characters of [A-Za-z0-9_-] tokens
+// separated by single dots: what both NATS subject tokens and URL path segments accept.
+void validate_name(std::string_view name);
+
+// Ends a serve() registration when destroyed.
+class Subscription {
+ public:
+  virtual ~Subscription() = default;
+};
+
+// The seam between workers and the ways metadata travels by name (HTTP, NATS).
+// Errors: Error{NotFound} for an unknown or withdrawn name, Error{Timeout} for a slow owner or
+// server, Error{InvalidMetadata} for a stored document that does not parse, Error{AccessDenied}
+// for refused credentials, Error{Transport} for anything else on the wire.
+class Channel {
+ public:
+  virtual ~Channel() = default;
+
+  // Publishes `metadata` under `name` for `ttl` (zero = until withdrawn); replaces an old value.
+  virtual void publish(std::string_view name, const RdmaMetadata& metadata,
+                       std::chrono::milliseconds ttl) = 0;
+  virtual RdmaMetadata fetch(std::string_view name, std::chrono::milliseconds timeout) = 0;
+  virtual void withdraw(std::string_view name) = 0;
+  // Like fetch, but waits (without polling sleeps) until the name is published.
+  virtual RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout) = 0;
+  virtual std::vector<std::string> list() = 0;
+
+  // Request/reply: the owner of names under `prefix` is asked to write the named data into a
+  // requester's writable memory. The handler returns once the data is written (or throws).
+  using RequestHandler = std::function<void(const std::string& name, const RdmaMetadata& writable)>;
+  virtual std::unique_ptr<Subscription> serve(std::string_view prefix, RequestHandler handler) = 0;
+  // Sends `writable` to the owner of `name` and returns when the owner reports it written;
+  // throws the owner's error, Error{NotFound} when nobody serves `name`, Error{Timeout}.
+  virtual void request(std::string_view name, const RdmaMetadata& writable,
+                       std::chrono::milliseconds timeout) = 0;
+};
+
+}  // namespace memwire::sideband
