@@ -54,6 +54,11 @@ void Registration::complete_from_remote(const Id128& token) {
   revoke();
 }
 
+void Registration::fail_from_remote(const Id128& token, Error error) {
+  check_token(token);
+  fail(std::move(error));
+}
+
 void Registration::fail(Error error) {
   finish(OperationStatus::Errored, std::move(error));
   revoke();

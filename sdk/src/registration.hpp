@@ -4,12 +4,14 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <vector>
 
 #include "access_gate.hpp"
 #include "ids.hpp"
 #include "memwire/descriptor.hpp"
+#include "memwire/metadata.hpp"
 #include "operation_core.hpp"
 
 namespace memwire::detail {
@@ -35,6 +37,9 @@ class Registration final : public OperationCore {
   const std::vector<Descriptor>& descriptors() const noexcept { return descriptors_; }
   std::int64_t expires_at_ms() const noexcept { return expires_at_ms_; }
   AccessGate& gate() noexcept { return gate_; }
+  // What the owner hands out; set once by the connector after every transport made its offer.
+  const RdmaMetadata& metadata() const { return *metadata_; }
+  void set_metadata(RdmaMetadata metadata) { metadata_ = std::move(metadata); }
 
   // A checked, pinned window into one descriptor. Memory stays valid while `pin` lives.
   struct Access {
@@ -48,7 +53,8 @@ class Registration final : public OperationCore {
   // The active side's completion notice; throws AccessDenied on a wrong token and
   // Cancelled when the registration is no longer live.
   void complete_from_remote(const Id128& token);
-  // The active side reported a failure, or its connection died.
+  // The active side reported a failure (its token is checked), or its connection died.
+  void fail_from_remote(const Id128& token, Error error);
   void fail(Error error);
 
   void attach(std::unique_ptr<TransportState> state);
@@ -67,6 +73,7 @@ class Registration final : public OperationCore {
   const std::int64_t expires_at_ms_;
   const std::weak_ptr<RegistrationTable> table_;
   const std::chrono::milliseconds grace_;
+  std::optional<RdmaMetadata> metadata_;
   AccessGate gate_;
   std::mutex attachments_mutex_;
   std::vector<std::unique_ptr<TransportState>> attachments_;

@@ -2,8 +2,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memwire/descriptor.hpp"
@@ -30,12 +32,15 @@ struct ConnectorOptions {
   unsigned tcp_connections_per_peer = 2;
   // Connect timeout; also bounds how long a stalled peer may hold a revoked registration.
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(5);
+  // Where memwire says what it decided (transports skipped, fallbacks). Empty = silent.
+  std::function<void(std::string_view)> log;
 
   // Applies the documented MEMWIRE_* environment overrides (MEMWIRE_TRANSPORTS=verbs,tcp,
   // MEMWIRE_BIND_ADDRESS, MEMWIRE_PORT, MEMWIRE_RDMA_DEVICE, MEMWIRE_GID_INDEX,
-  // MEMWIRE_TCP_CHUNK_SIZE, MEMWIRE_TCP_CONNECTIONS). The only place memwire reads the
+  // MEMWIRE_TCP_CHUNK_SIZE, MEMWIRE_TCP_CONNECTIONS, MEMWIRE_LOG=1 logs to stderr). The only place memwire reads the
   // environment; call it at your program's edge if you want them.
-  static ConnectorOptions from_environment(ConnectorOptions defaults = {});
+  static ConnectorOptions from_environment(ConnectorOptions defaults);
+  static ConnectorOptions from_environment();
 };
 
 // One per worker: owns the transports' endpoints, one listener per transport, the table of

@@ -1,0 +1,47 @@
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+#include "memwire/connector.hpp"
+#include "memwire/error.hpp"
+
+namespace memwire {
+namespace {
+
+template <typename Number>
+Number number_from(const char* variable, const char* text) {
+  std::istringstream in(text);
+  long long value = -1;
+  if (!(in >> value) || !in.eof() || value < 0)
+    throw Error(ErrorCode::InvalidArgument, std::string(variable) + "='" + text + "' is not a number");
+  return static_cast<Number>(value);
+}
+
+}  // namespace
+
+// The one place memwire reads the environment.
+ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
+  if (const char* text = std::getenv("MEMWIRE_TRANSPORTS")) {
+    options.transports.clear();
+    std::istringstream in(text);
+    for (std::string name; std::getline(in, name, ',');)
+      if (!name.empty()) options.transports.push_back(name);
+  }
+  if (const char* text = std::getenv("MEMWIRE_BIND_ADDRESS")) options.bind_address = text;
+  if (const char* text = std::getenv("MEMWIRE_PORT"))
+    options.port = number_from<std::uint16_t>("MEMWIRE_PORT", text);
+  if (const char* text = std::getenv("MEMWIRE_RDMA_DEVICE")) options.rdma_device = text;
+  if (const char* text = std::getenv("MEMWIRE_GID_INDEX"))
+    options.gid_index = number_from<int>("MEMWIRE_GID_INDEX", text);
+  if (const char* text = std::getenv("MEMWIRE_TCP_CHUNK_SIZE"))
+    options.tcp_chunk_size = number_from<std::size_t>("MEMWIRE_TCP_CHUNK_SIZE", text);
+  if (const char* text = std::getenv("MEMWIRE_TCP_CONNECTIONS"))
+    options.tcp_connections_per_peer = number_from<unsigned>("MEMWIRE_TCP_CONNECTIONS", text);
+  if (const char* text = std::getenv("MEMWIRE_LOG"); text && std::string_view(text) == "1")
+    options.log = [](std::string_view line) { std::clog << "memwire: " << line << '\n'; };
+  return options;
+}
+
+ConnectorOptions ConnectorOptions::from_environment() { return from_environment(ConnectorOptions{}); }
+
+}  // namespace memwire

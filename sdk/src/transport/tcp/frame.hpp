@@ -1,0 +1,55 @@
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <optional>
+
+#include "ids.hpp"
+#include "memwire/error.hpp"
+
+namespace memwire::detail {
+
+// The TCP data plane's wire format: a fixed 72-byte header, then `length` payload bytes.
+// Requests carry the notification key, the token, the descriptor index, offset and length, so
+// the passive side can check every access against its registration before touching memory.
+static_assert(std::endian::native == std::endian::little, "the wire format is little-endian");
+
+enum class FrameType : std::uint8_t {
+  Hello = 1,           // payload: the dialling connector's name
+  ReadRequest = 2,     // no payload; `length` bytes wanted at (index, offset)
+  ReadResponse = 3,    // payload: the bytes, or the error text when code != 0
+  WriteRequest = 4,    // payload: the bytes for (index, offset)
+  WriteResponse = 5,   // payload: error text when code != 0
+  Notice = 6,          // completion (code 0) or failure notice; payload: error text
+  NoticeResponse = 7,  // payload: error text when code != 0
+};
+
+struct FrameHeader {
+  static constexpr std::uint32_t kMagic = 0x5257'4d4d;  // "MMWR"
+  static constexpr std::uint8_t kVersion = 1;
+  static constexpr std::uint64_t kMaxText = 4096;  // names and error texts
+
+  std::uint32_t magic = kMagic;
+  std::uint8_t version = kVersion;
+  FrameType type{};
+  std::uint8_t code = 0;  // 0 = ok, else ErrorCode + 1
+  std::uint8_t reserved = 0;
+  std::uint32_t index = 0;
+  std::uint32_t reserved2 = 0;
+  std::uint64_t request_id = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  Id128 key{};
+  Id128 token{};
+};
+static_assert(sizeof(FrameHeader) == 72);
+
+inline std::uint8_t wire_code(ErrorCode code) { return static_cast<std::uint8_t>(code) + 1; }
+
+inline ErrorCode error_code_from_wire(std::uint8_t code) {
+  if (code == 0 || code > static_cast<std::uint8_t>(ErrorCode::Expired) + 1)
+    return ErrorCode::Protocol;
+  return static_cast<ErrorCode>(code - 1);
+}
+
+}  // namespace memwire::detail

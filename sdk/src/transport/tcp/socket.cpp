@@ -1,0 +1,154 @@
+#include "transport/tcp/socket.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include "memwire/error.hpp"
+
+namespace memwire::detail {
+
+FileDescriptor& FileDescriptor::operator=(FileDescriptor&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+FileDescriptor::~FileDescriptor() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+HostPort parse_host_port(std::string_view text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size())
+    throw Error(ErrorCode::InvalidMetadata, "address '" + std::string(text) + "' is not host:port");
+  unsigned port = 0;
+  auto digits = text.substr(colon + 1);
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+  if (ec != std::errc() || end != digits.data() + digits.size() || port == 0 || port > 65535)
+    throw Error(ErrorCode::InvalidMetadata, "address '" + std::string(text) + "' has a bad port");
+  return {std::string(text.substr(0, colon)), static_cast<std::uint16_t>(port)};
+}
+
+namespace {
+
+sockaddr_in resolve_ipv4(const std::string& host, std::uint16_t port, ErrorCode code) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  if (inet_pton(AF_INET, host.c_str(), &address.sin_addr) == 1) return address;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr)
+    throw Error(code, "cannot resolve host '" + host + "'");
+  address.sin_addr = reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr;
+  freeaddrinfo(found);
+  return address;
+}
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+}  // namespace
+
+FileDescriptor listen_tcp(const std::string& host, std::uint16_t port) {
+  auto address = resolve_ipv4(host, port, ErrorCode::Transport);
+  FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw Error(ErrorCode::Transport, errno_text("socket"));
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0)
+    throw Error(ErrorCode::Transport, errno_text(("bind " + host + ":" + std::to_string(port)).c_str()));
+  if (::listen(fd.get(), 512) != 0) throw Error(ErrorCode::Transport, errno_text("listen"));
+  return fd;
+}
+
+std::uint16_t local_port(int fd) {
+  sockaddr_in address{};
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  return ntohs(address.sin_port);
+}
+
+FileDescriptor connect_tcp(const HostPort& peer, std::chrono::milliseconds timeout) {
+  auto address = resolve_ipv4(peer.host, peer.port, ErrorCode::PeerLost);
+  FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) throw Error(ErrorCode::Transport, errno_text("socket"));
+  const auto where = " " + peer.to_string();
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    if (errno != EINPROGRESS) throw Error(ErrorCode::PeerLost, errno_text(("connect" + where).c_str()));
+    pollfd waiting{fd.get(), POLLOUT, 0};
+    int ready = ::poll(&waiting, 1, static_cast<int>(timeout.count()));
+    if (ready == 0) throw Error(ErrorCode::PeerLost, "connect" + where + ": timed out");
+    int error = 0;
+    socklen_t length = sizeof error;
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &length);
+    if (ready < 0 || error != 0) {
+      errno = ready < 0 ? errno : error;
+      throw Error(ErrorCode::PeerLost, errno_text(("connect" + where).c_str()));
+    }
+  }
+  ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+void tune_data_socket(int fd) {
+  int one = 1, idle = 5, interval = 1, probes = 3;
+  unsigned user_timeout_ms = 10000;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+}
+
+bool send_all(int fd, iovec* parts, int count) {
+  while (count > 0) {
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = static_cast<std::size_t>(count);
+    ssize_t sent = ::sendmsg(fd, &message, MSG_NOSIGNAL);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    auto remaining = static_cast<std::size_t>(sent);
+    while (count > 0 && remaining >= parts->iov_len) {
+      remaining -= parts->iov_len;
+      ++parts;
+      --count;
+    }
+    if (count > 0) {
+      parts->iov_base = static_cast<char*>(parts->iov_base) + remaining;
+      parts->iov_len -= remaining;
+    }
+  }
+  return true;
+}
+
+bool receive_all(int fd, void* data, std::size_t length) {
+  auto* cursor = static_cast<char*>(data);
+  while (length > 0) {
+    ssize_t received = ::recv(fd, cursor, length, MSG_WAITALL);
+    if (received < 0 && errno == EINTR) continue;
+    if (received <= 0) return false;
+    cursor += received;
+    length -= static_cast<std::size_t>(received);
+  }
+  return true;
+}
+
+}  // namespace memwire::detail

@@ -1,0 +1,52 @@
+#pragma once
+
+#include <sys/uio.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace memwire::detail {
+
+// Owns one file descriptor.
+class FileDescriptor {
+ public:
+  FileDescriptor() = default;
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept;
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor();
+
+  int get() const noexcept { return fd_; }
+  explicit operator bool() const noexcept { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+struct HostPort {
+  std::string host;
+  std::uint16_t port = 0;
+  std::string to_string() const { return host + ":" + std::to_string(port); }
+};
+// "host:port"; throws Error{InvalidMetadata} when malformed.
+HostPort parse_host_port(std::string_view text);
+
+// A listening TCP socket; throws Error{Transport} with the reason.
+FileDescriptor listen_tcp(const std::string& address, std::uint16_t port);
+std::uint16_t local_port(int fd);
+// Connects within `timeout`; throws Error{PeerLost} when the peer cannot be reached.
+FileDescriptor connect_tcp(const HostPort& peer, std::chrono::milliseconds timeout);
+// Low latency and fast detection of dead peers on a data connection.
+void tune_data_socket(int fd);
+
+// Blocking I/O that either moves every byte or reports the connection broken (false).
+bool send_all(int fd, iovec* parts, int count);
+bool receive_all(int fd, void* data, std::size_t length);
+
+}  // namespace memwire::detail

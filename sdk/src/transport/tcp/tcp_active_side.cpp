@@ -1,0 +1,95 @@
+#include "transport/tcp/tcp_active_side.hpp"
+
+namespace memwire::detail {
+
+std::uint64_t TcpActiveSide::expect(std::shared_ptr<TcpTransfer> transfer, std::byte* destination,
+                                    std::uint64_t length) {
+  std::lock_guard lock(mutex_);
+  if (closed_) return 0;
+  auto id = next_id_++;
+  pending_.emplace(id, Pending{std::move(transfer), destination, length});
+  return id;
+}
+
+std::optional<TcpActiveSide::Pending> TcpActiveSide::take(std::uint64_t request_id) {
+  std::lock_guard lock(mutex_);
+  auto it = pending_.find(request_id);
+  if (it == pending_.end()) return std::nullopt;
+  auto pending = std::move(it->second);
+  pending_.erase(it);
+  return pending;
+}
+
+void send_completion_notice(const std::shared_ptr<TcpTransfer>& transfer) {
+  auto connection = transfer->notice_connection.lock();
+  std::uint64_t id = 0;
+  if (connection)
+    id = static_cast<TcpActiveSide&>(connection->handler()).expect(transfer, nullptr, 0);
+  OutFrame frame;
+  frame.header.type = FrameType::Notice;
+  frame.header.request_id = id;
+  frame.header.key = transfer->transfer->key();
+  frame.header.token = transfer->transfer->token();
+  if (id == 0 || !connection->send(std::move(frame)))
+    transfer->transfer->fail(Error(ErrorCode::PeerLost, "connection lost before the completion notice"));
+}
+
+void TcpActiveSide::chunk_done(TcpConnection&, const std::shared_ptr<TcpTransfer>& transfer) {
+  if (transfer->chunks_left.fetch_sub(1) == 1 &&
+      transfer->transfer->status() == OperationStatus::InProgress)
+    send_completion_notice(transfer);
+}
+
+void TcpActiveSide::on_frame(TcpConnection& connection, const FrameHeader& header) {
+  if (header.type != FrameType::ReadResponse && header.type != FrameType::WriteResponse &&
+      header.type != FrameType::NoticeResponse) {
+    connection.shutdown("protocol error: unexpected frame for the active side");
+    return;
+  }
+  auto pending = take(header.request_id);
+  if (header.code != 0) {
+    auto text = connection.receive_text(header.length);
+    if (text && pending)
+      pending->transfer->transfer->fail(
+          Error(error_code_from_wire(header.code),
+                "the passive side refused: " +
+                    (text->empty() ? "its operation ended during the transfer" : *text)));
+    return;
+  }
+  if (!pending) {  // a response for a request we gave up on (e.g. an error notice)
+    connection.discard(header.length);
+    return;
+  }
+  auto& transfer = *pending->transfer->transfer;
+  switch (header.type) {
+    case FrameType::ReadResponse: {
+      if (pending->destination == nullptr || header.length != pending->length) {
+        connection.shutdown("protocol error: read response of the wrong length");
+        return;
+      }
+      // Pinned while the bytes land in the caller's buffer; a cancelled transfer drains them.
+      if (auto pin = transfer.gate().pin()) {
+        if (!connection.receive(pending->destination, header.length)) return;
+      } else if (!connection.discard(header.length)) {
+        return;
+      }
+      return chunk_done(connection, pending->transfer);
+    }
+    case FrameType::WriteResponse:
+      return chunk_done(connection, pending->transfer);
+    default:  // NoticeResponse: the passive side accepted the completion notice
+      transfer.succeed();
+  }
+}
+
+void TcpActiveSide::on_closed(TcpConnection&, const Error& reason) {
+  std::unordered_map<std::uint64_t, Pending> lost;
+  {
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+    lost.swap(pending_);
+  }
+  for (auto& [id, pending] : lost) pending.transfer->transfer->fail(reason);
+}
+
+}  // namespace memwire::detail

@@ -1,0 +1,85 @@
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "access_gate.hpp"
+#include "memwire/error.hpp"
+#include "transport/tcp/frame.hpp"
+#include "transport/tcp/socket.hpp"
+
+namespace memwire::detail {
+
+class TcpConnection;
+
+// What one side of the protocol does with incoming frames (the passive server or the active
+// client). Runs on the connection's reader thread.
+class FrameHandler {
+ public:
+  virtual ~FrameHandler() = default;
+  // May consume the frame's payload with receive()/discard(); must consume all of it.
+  virtual void on_frame(TcpConnection& connection, const FrameHeader& header) = 0;
+  virtual void on_closed(TcpConnection& connection, const Error& reason) = 0;
+};
+
+// A frame to send. `data` points into registered memory guarded by `gate`: it is pinned right
+// before it goes out, and if the gate has closed meanwhile the frame goes out as an empty
+// Cancelled frame instead, so the peer's request accounting still balances.
+struct OutFrame {
+  FrameHeader header;
+  std::string text;
+  const std::byte* data = nullptr;
+  AccessGate* gate = nullptr;
+  std::shared_ptr<const void> keep_alive;  // owner of `gate` and `data`
+};
+
+// One TCP connection with a reader thread (payload goes straight from the socket into
+// registered memory) and a writer thread (straight from registered memory into the socket).
+class TcpConnection {
+ public:
+  TcpConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler, std::string peer);
+  ~TcpConnection();  // shuts down and joins
+  TcpConnection(const TcpConnection&) = delete;
+  TcpConnection& operator=(const TcpConnection&) = delete;
+
+  // Threads start here, once the owner holds the connection, not in the constructor.
+  void run();
+
+  // Queues a frame; false when the connection is closed (the frame is dropped).
+  bool send(OutFrame frame);
+  // Reader thread only: moves payload bytes into `data`, or skips them.
+  bool receive(void* data, std::size_t length);
+  bool discard(std::size_t length);
+  // Receives a short text payload (names, error messages); closes on an oversized one.
+  std::optional<std::string> receive_text(std::uint64_t length);
+
+  // Breaks the connection at once: blocked reads and writes return, both threads end.
+  void shutdown(const std::string& reason);
+  bool alive() const;
+  const std::string& peer() const noexcept { return peer_; }
+  FrameHandler& handler() noexcept { return *handler_; }
+
+ private:
+  void read_loop();
+  void write_loop();
+  bool write_frame(OutFrame& frame);
+
+  FileDescriptor socket_;
+  std::unique_ptr<FrameHandler> handler_;
+  const std::string peer_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable queued_;
+  std::deque<OutFrame> queue_;
+  bool closing_ = false;
+  std::string close_reason_;
+
+  std::thread reader_;
+  std::thread writer_;
+};
+
+}  // namespace memwire::detail
