@@ -122,7 +122,7 @@ bool TcpConnection::write_frame(OutFrame& frame) {
       frame.header.code = wire_code(ErrorCode::Cancelled);
       frame.header.length = 0;
     }
-  } else {
+  } else if (!frame.text.empty()) {
     frame.header.length = frame.text.size();
   }
   iovec parts[2] = {{&frame.header, sizeof frame.header}, {nullptr, 0}};

@@ -1,0 +1,175 @@
+#include "transport/verbs/verbs_connection.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "memwire/error.hpp"
+
+namespace memwire::detail::verbs {
+namespace {
+
+constexpr unsigned kSendDepth = 256;
+constexpr unsigned kReceiveSlots = 64;
+constexpr unsigned kReservedForNotices = 64;
+
+[[noreturn]] void fail(const std::string& what) {
+  throw Error(ErrorCode::Transport, what + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+Connection::Connection(std::shared_ptr<const VerbsDevice> device, ibv_comp_channel* channel,
+                       CmId id, bool outgoing_, std::string peer_, std::string address_)
+    : outgoing(outgoing_),
+      peer(std::move(peer_)),
+      address(std::move(address_)),
+      device_(std::move(device)),
+      channel_(channel),
+      send_depth_(std::min<unsigned>(kSendDepth, static_cast<unsigned>(
+                                                     std::max(device_->max_queue_depth(), 4)))),
+      reserved_(std::min(kReservedForNotices, send_depth_ / 2)),
+      credits_(send_depth_),
+      id_(std::move(id)) {}
+
+Connection::~Connection() {
+  // The QP goes before its CQ: close() first, then the members in reverse order.
+  close();
+}
+
+void Connection::create_queue_pair() {
+  if (id_->verbs != device_->context())
+    throw Error(ErrorCode::Transport, "peer " + address + " is not reachable through " +
+                                          device_->name());
+  const unsigned slots = kReceiveSlots + reserved_;
+  buffers_ = std::make_unique<std::byte[]>(slots * kNoticeBytes);
+  buffers_mr_ = device_->register_memory(buffers_.get(), slots * kNoticeBytes,
+                                         IBV_ACCESS_LOCAL_WRITE);
+  const int entries = std::min<int>(static_cast<int>(send_depth_ + kReceiveSlots),
+                                    device_->max_cq_entries());
+  cq_.reset(ibv_create_cq(device_->context(), entries, this, channel_, 0));
+  if (!cq_) fail("ibv_create_cq");
+  if (ibv_req_notify_cq(cq_.get(), 0) != 0) fail("ibv_req_notify_cq");
+
+  ibv_qp_init_attr attributes{};
+  attributes.qp_context = this;
+  attributes.send_cq = cq_.get();
+  attributes.recv_cq = cq_.get();
+  attributes.qp_type = IBV_QPT_RC;
+  attributes.sq_sig_all = 0;
+  attributes.cap.max_send_wr = send_depth_;
+  attributes.cap.max_recv_wr = kReceiveSlots;
+  attributes.cap.max_send_sge = 1;
+  attributes.cap.max_recv_sge = 1;
+  if (rdma_create_qp(id_.get(), device_->pd(), &attributes) != 0) fail("rdma_create_qp");
+
+  for (unsigned slot = 0; slot < kReceiveSlots; ++slot)
+    if (!repost_receive(wr_id(Tag::Receive, slot))) fail("ibv_post_recv");
+  for (unsigned slot = kReceiveSlots; slot < slots; ++slot) free_send_slots_.push_back(slot);
+}
+
+bool Connection::repost_receive(std::uint64_t id) {
+  const auto slot = value_of(id);
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<std::uintptr_t>(buffers_.get() + slot * kNoticeBytes);
+  sge.length = static_cast<std::uint32_t>(kNoticeBytes);
+  sge.lkey = buffers_mr_->lkey;
+  ibv_recv_wr wr{};
+  wr.wr_id = id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  return ibv_post_recv(id_->qp, &wr, &bad) == 0;
+}
+
+std::span<const std::byte> Connection::received(std::uint64_t id, std::uint32_t length) const {
+  const auto slot = value_of(id);
+  if (slot >= kReceiveSlots) return {};
+  return {buffers_.get() + slot * kNoticeBytes, std::min<std::size_t>(length, kNoticeBytes)};
+}
+
+bool Connection::send(const Notice& notice) {
+  Waiting message{};
+  message.size = encode(notice, std::span<std::byte, kNoticeBytes>(message.bytes));
+  waiting_.push_back(message);
+  return flush();
+}
+
+bool Connection::establish() {
+  state = State::Established;
+  return flush();
+}
+
+bool Connection::flush() {
+  while (state == State::Established && !waiting_.empty() && !free_send_slots_.empty() &&
+         credits_ > 0) {
+    const auto& message = waiting_.front();
+    if (!post_control({message.bytes.data(), message.size})) return false;
+    waiting_.pop_front();
+  }
+  return true;
+}
+
+bool Connection::post_control(std::span<const std::byte> bytes) {
+  const auto slot = free_send_slots_.front();
+  std::byte* buffer = buffers_.get() + slot * kNoticeBytes;
+  std::memcpy(buffer, bytes.data(), bytes.size());
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<std::uintptr_t>(buffer);
+  sge.length = static_cast<std::uint32_t>(bytes.size());
+  sge.lkey = buffers_mr_->lkey;
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id(Tag::Control, slot);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  if (ibv_post_send(id_->qp, &wr, &bad) != 0) return false;
+  free_send_slots_.pop_front();
+  --credits_;
+  in_flight_.push_back({wr.wr_id, 1});
+  return true;
+}
+
+unsigned Connection::data_credits() const noexcept {
+  return credits_ > reserved_ ? credits_ - reserved_ : 0;
+}
+
+bool Connection::post_data(ibv_send_wr* first, unsigned count) {
+  ibv_send_wr* bad = nullptr;
+  if (count == 0 || count > data_credits() || ibv_post_send(id_->qp, first, &bad) != 0)
+    return false;
+  credits_ -= count;
+  auto* last = first;
+  while (last->next != nullptr) last = last->next;
+  in_flight_.push_back({last->wr_id, count});
+  return true;
+}
+
+bool Connection::on_send_completion(std::uint64_t id) {
+  // Send completions arrive in posting order; a signalled one also retires the unsignalled
+  // requests posted before it.
+  while (!in_flight_.empty()) {
+    const auto entry = in_flight_.front();
+    in_flight_.pop_front();
+    credits_ += entry.work_requests;
+    if (tag_of(entry.id) == Tag::Control) free_send_slots_.push_back(value_of(entry.id));
+    if (entry.id == id) break;
+  }
+  return flush();
+}
+
+void Connection::close() {
+  if (state == State::Closed) return;
+  const bool connected = state == State::Established || state == State::Connecting;
+  state = State::Closed;
+  if (!id_) return;
+  // Tells the peer at once (it sees DISCONNECTED) and moves the QP to the error state.
+  if (connected) rdma_disconnect(id_.get());
+  // Destroying the QP guarantees the device touches no memory for it any more.
+  if (id_->qp != nullptr) rdma_destroy_qp(id_.get());
+  waiting_.clear();
+}
+
+}  // namespace memwire::detail::verbs

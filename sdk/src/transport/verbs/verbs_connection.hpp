@@ -1,0 +1,110 @@
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "ids.hpp"
+#include "transport/verbs/outbound_transfer.hpp"
+#include "transport/verbs/verbs_device.hpp"
+#include "transport/verbs/verbs_handles.hpp"
+#include "transport/verbs/verbs_wire.hpp"
+
+namespace memwire::detail {
+class Registration;
+}
+
+namespace memwire::detail::verbs {
+
+// One RC queue pair to a peer connector, shared by every operation between the two: its own
+// CQ on the transport's completion channel, a ring of receive buffers for notices, a pool of
+// send buffers, and send-queue credits so that posting never overflows the queue. Used from
+// the progress thread only.
+class Connection {
+ public:
+  enum class State { Resolving, Connecting, Established, Closed };
+  enum class Tag : std::uint64_t { Receive = 1, Control = 2, Data = 3 };
+  static std::uint64_t wr_id(Tag tag, std::uint64_t value) {
+    return (static_cast<std::uint64_t>(tag) << 56) | value;
+  }
+  static Tag tag_of(std::uint64_t id) { return static_cast<Tag>(id >> 56); }
+  static std::uint64_t value_of(std::uint64_t id) { return id & ((std::uint64_t{1} << 56) - 1); }
+
+  Connection(std::shared_ptr<const VerbsDevice> device, ibv_comp_channel* channel, CmId id,
+             bool outgoing, std::string peer, std::string address);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Creates the CQ and the QP on the id (once its address is resolved, or on a connect
+  // request) and posts every receive buffer. Throws Error{Transport}.
+  void create_queue_pair();
+
+  rdma_cm_id* id() const noexcept { return id_.get(); }
+  ibv_cq* cq() const noexcept { return cq_.get(); }
+  bool has_queue_pair() const noexcept { return id_ && id_->qp != nullptr; }
+
+  // Sends `notice` at once, or when the QP is established and a send buffer and a credit are
+  // free. False when posting failed: the connection is broken.
+  bool send(const Notice& notice);
+  // The QP can send now: flushes what waited. False on a post failure.
+  bool establish();
+  // Stops the connection for good: disconnects and destroys the QP, after which the device no
+  // longer touches any memory on its behalf.
+  void close();
+
+  // Send-queue slots data work requests may use now (some stay reserved for notices).
+  unsigned data_credits() const noexcept;
+  // Posts a chain of `count` work requests whose last one is signalled. False on failure.
+  bool post_data(ibv_send_wr* first, unsigned count);
+  // A successful signalled send completion: returns its credits; a control send also frees
+  // its buffer and lets a waiting notice go. False when that post failed.
+  bool on_send_completion(std::uint64_t id);
+  // The bytes of a completed receive; valid until repost_receive().
+  std::span<const std::byte> received(std::uint64_t id, std::uint32_t length) const;
+  bool repost_receive(std::uint64_t id);
+
+  // Book-keeping of the transport (progress thread only).
+  State state = State::Resolving;
+  const bool outgoing;
+  std::string peer;           // the peer connector's name, as it said in its hello
+  const std::string address;  // "ip:port" dialled (outgoing only)
+  std::chrono::steady_clock::time_point deadline{};
+  std::map<std::uint64_t, OutboundTransfer> outbound;  // active transfers, by seq
+  std::deque<std::uint64_t> ready;                     // seqs with data left to post
+  std::map<Id128, std::weak_ptr<Registration>> inbound;  // registrations a peer began here
+
+ private:
+  bool post_control(std::span<const std::byte> bytes);
+  bool flush();
+
+  struct Signalled {
+    std::uint64_t id;
+    unsigned work_requests;
+  };
+
+  std::shared_ptr<const VerbsDevice> device_;
+  ibv_comp_channel* channel_;
+  unsigned send_depth_;
+  unsigned reserved_;  // credits kept for notices; also the number of send buffers
+  unsigned credits_;
+  std::unique_ptr<std::byte[]> buffers_;
+  Mr buffers_mr_;
+  Cq cq_;
+  CmId id_;
+  std::deque<std::uint64_t> free_send_slots_;
+  std::deque<Signalled> in_flight_;
+  struct Waiting {
+    std::array<std::byte, kNoticeBytes> bytes;
+    std::size_t size;
+  };
+  std::deque<Waiting> waiting_;
+};
+
+}  // namespace memwire::detail::verbs

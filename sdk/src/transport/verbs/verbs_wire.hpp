@@ -1,0 +1,49 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ids.hpp"
+#include "memwire/error.hpp"
+#include "memwire/status.hpp"
+
+namespace memwire::detail::verbs {
+
+// The control messages of the verbs transport, carried as SENDs on the data QP. An active
+// transfer announces itself (Begin: the passive side checks key, token and kind before a byte
+// moves, and remembers which connection uses the registration), moves its bytes with RDMA
+// READ/WRITE, then sends Done; the passive side completes the registration and answers with
+// Result, and only then does the active side succeed. Abort is the active side's error notice.
+enum class NoticeType : std::uint8_t { Begin = 1, Accept = 2, Done = 3, Result = 4, Abort = 5 };
+
+struct Notice {
+  NoticeType type = NoticeType::Begin;
+  std::uint64_t seq = 0;  // the active side's transfer number on this connection
+  Id128 key{};
+  Id128 token{};
+  OperationKind kind = OperationKind::Unspecified;  // Begin
+  std::optional<ErrorCode> error;                   // Accept, Result, Abort; empty = success
+  std::string text;                                 // why, when `error` is set
+
+  static constexpr std::size_t kMaxText = 200;
+};
+
+// Every notice fits one receive buffer of this size.
+inline constexpr std::size_t kNoticeBytes = 256;
+
+// Writes `notice` (text cut at kMaxText) into `out`; returns the bytes used.
+std::size_t encode(const Notice& notice, std::span<std::byte, kNoticeBytes> out);
+// Throws Error{Protocol} on anything malformed: the peer is not speaking this protocol.
+Notice decode(std::span<const std::byte> in);
+
+// rdma_cm private data of a connect request and of its accept: who is on the other end.
+inline constexpr std::size_t kConnectPrivateData = 56;  // RDMA_MAX_PRIVATE_DATA for RC connect
+std::vector<std::byte> encode_hello(std::string_view connector, std::size_t limit);
+std::optional<std::string> decode_hello(const void* data, std::size_t length);
+
+}  // namespace memwire::detail::verbs

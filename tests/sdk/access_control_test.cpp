@@ -1,0 +1,218 @@
+// A hostile or confused peer speaking the TCP wire protocol directly: every access that does
+// not present the right key and token, or leaves the registration, is refused and memory stays
+// untouched.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "ids.hpp"
+#include "memwire/memwire.hpp"
+#include "transport/tcp/frame.hpp"
+#include "transport/tcp/socket.hpp"
+
+using namespace memwire;
+using namespace memwire::detail;
+using namespace std::chrono_literals;
+
+namespace {
+
+class RawPeer {
+ public:
+  explicit RawPeer(const RdmaMetadata& metadata)
+      : socket_(connect_tcp(parse_host_port(metadata.endpoint().transports.at(0).address), 2s)),
+        key_(*parse_id(metadata.notification_key())),
+        token_(*parse_id(metadata.token())) {}
+
+  FrameHeader request(FrameType type, std::uint32_t index, std::uint64_t offset,
+                      std::uint64_t length) const {
+    FrameHeader header;
+    header.type = type;
+    header.request_id = 42;
+    header.index = index;
+    header.offset = offset;
+    header.length = length;
+    header.key = key_;
+    header.token = token_;
+    return header;
+  }
+
+  void send(FrameHeader header, const std::vector<std::byte>& payload = {}) {
+    iovec parts[2] = {{&header, sizeof header},
+                      {const_cast<std::byte*>(payload.data()), payload.size()}};
+    ASSERT_TRUE(send_all(socket_.get(), parts, 2));
+  }
+
+  // The answer's error code (0 = ok) and payload.
+  std::pair<std::uint8_t, std::vector<std::byte>> answer() {
+    FrameHeader header;
+    EXPECT_TRUE(receive_all(socket_.get(), &header, sizeof header));
+    std::vector<std::byte> payload(header.length);
+    EXPECT_TRUE(receive_all(socket_.get(), payload.data(), payload.size()));
+    EXPECT_EQ(header.request_id, 42u);
+    return {header.code, payload};
+  }
+
+  bool hung_up() {
+    FrameHeader header;
+    return !receive_all(socket_.get(), &header, sizeof header);
+  }
+
+ private:
+  FileDescriptor socket_;
+  Id128 key_, token_;
+};
+
+ConnectorOptions tcp_only() {
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  return options;
+}
+
+struct AccessControl : ::testing::Test {
+  Connector owner{tcp_only()};
+  std::vector<std::byte> memory = std::vector<std::byte>(4096, std::byte{0x5a});
+  std::vector<std::byte> untouched = memory;
+  std::vector<std::byte> payload = std::vector<std::byte>(16, std::byte{0xee});
+  std::vector<Descriptor> view{Descriptor(std::span(memory))};
+};
+
+}  // namespace
+
+TEST_F(AccessControl, TheRightTokenReads) {
+  auto readable = owner.create_readable(view);
+  RawPeer peer(readable.metadata());
+  peer.send(peer.request(FrameType::ReadRequest, 0, 100, 16));
+  auto [code, bytes] = peer.answer();
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(bytes, std::vector<std::byte>(16, std::byte{0x5a}));
+}
+
+TEST_F(AccessControl, ForgedTokenIsRefused) {
+  auto writable = owner.create_writable(view);
+  RawPeer peer(writable.metadata());
+  auto forged = peer.request(FrameType::WriteRequest, 0, 0, 16);
+  forged.token[3] ^= 1;
+  peer.send(forged, payload);
+  EXPECT_EQ(peer.answer().first, wire_code(ErrorCode::AccessDenied));
+  auto read = peer.request(FrameType::ReadRequest, 0, 0, 16);
+  read.token = random_id();
+  peer.send(read);
+  EXPECT_EQ(peer.answer().first, wire_code(ErrorCode::AccessDenied));
+  EXPECT_EQ(memory, untouched);
+  EXPECT_EQ(writable.status(), OperationStatus::Initialized);
+}
+
+TEST_F(AccessControl, WrongKeyIsNotFound) {
+  auto writable = owner.create_writable(view);
+  RawPeer peer(writable.metadata());
+  auto request = peer.request(FrameType::WriteRequest, 0, 0, 16);
+  request.key = random_id();
+  peer.send(request, payload);
+  EXPECT_EQ(peer.answer().first, wire_code(ErrorCode::NotFound));
+  EXPECT_EQ(memory, untouched);
+}
+
+TEST_F(AccessControl, OutOfBoundsIsRefused) {
+  auto writable = owner.create_writable(view);
+  RawPeer peer(writable.metadata());
+  struct Case {
+    std::uint32_t index;
+    std::uint64_t offset;
+  };
+  for (auto [index, offset] :
+       {Case{0, 4090}, Case{0, 4096}, Case{1, 0}, Case{0, ~0ull - 4}, Case{7, 0}}) {
+    peer.send(peer.request(FrameType::WriteRequest, index, offset, 16), payload);
+    EXPECT_EQ(peer.answer().first, wire_code(ErrorCode::AccessDenied)) << index << " " << offset;
+  }
+  // Lengths that wrap around or are empty.
+  for (auto length : {~0ull - 4, 0ull}) {
+    peer.send(peer.request(FrameType::ReadRequest, 0, 8, length));
+    EXPECT_EQ(peer.answer().first, wire_code(ErrorCode::AccessDenied)) << length;
+  }
+  // A read past the end is refused just the same.
+  peer.send(peer.request(FrameType::ReadRequest, 0, 4000, 200));
+  EXPECT_EQ(peer.answer().first, wire_code(ErrorCode::AccessDenied));
+  EXPECT_EQ(memory, untouched);
+}
+
+TEST_F(AccessControl, LeastPrivilegeReadableCannotBeWritten) {
+  auto readable = owner.create_readable(view);
+  RawPeer peer(readable.metadata());
+  peer.send(peer.request(FrameType::WriteRequest, 0, 0, 16), payload);
+  EXPECT_EQ(peer.answer().first, wire_code(ErrorCode::AccessDenied));
+  EXPECT_EQ(memory, untouched);
+  auto writable = owner.create_writable(view);
+  RawPeer writer(writable.metadata());
+  writer.send(writer.request(FrameType::ReadRequest, 0, 0, 16));
+  EXPECT_EQ(writer.answer().first, wire_code(ErrorCode::AccessDenied));
+}
+
+TEST_F(AccessControl, AccessAfterCancelIsRefused) {
+  auto writable = owner.create_writable(view);
+  RawPeer peer(writable.metadata());
+  writable.cancel();
+  peer.send(peer.request(FrameType::WriteRequest, 0, 0, 16), payload);
+  EXPECT_EQ(peer.answer().first, wire_code(ErrorCode::NotFound));
+  EXPECT_EQ(memory, untouched);
+}
+
+TEST_F(AccessControl, AccessAfterCompletionIsRefused) {
+  auto writable = owner.create_writable(view);
+  RawPeer peer(writable.metadata());
+  peer.send(peer.request(FrameType::WriteRequest, 0, 0, 16), payload);
+  EXPECT_EQ(peer.answer().first, 0);
+  peer.send(peer.request(FrameType::Notice, 0, 0, 0));
+  EXPECT_EQ(peer.answer().first, 0);
+  EXPECT_EQ(writable.wait_for_completion(2s), OperationStatus::Complete);
+  auto after = memory;
+  peer.send(peer.request(FrameType::WriteRequest, 0, 100, 16), payload);
+  EXPECT_EQ(peer.answer().first, wire_code(ErrorCode::NotFound));
+  EXPECT_EQ(memory, after);
+  // A second completion notice changes nothing either.
+  peer.send(peer.request(FrameType::Notice, 0, 0, 0));
+  EXPECT_EQ(peer.answer().first, wire_code(ErrorCode::NotFound));
+}
+
+TEST_F(AccessControl, ForgedCompletionNoticeIsRefused) {
+  auto writable = owner.create_writable(view);
+  RawPeer peer(writable.metadata());
+  auto notice = peer.request(FrameType::Notice, 0, 0, 0);
+  notice.token = random_id();
+  peer.send(notice);
+  EXPECT_EQ(peer.answer().first, wire_code(ErrorCode::AccessDenied));
+  EXPECT_EQ(writable.status(), OperationStatus::Initialized);
+}
+
+TEST_F(AccessControl, ErrorNoticeReachesThePassiveSide) {
+  auto writable = owner.create_writable(view);
+  RawPeer peer(writable.metadata());
+  auto notice = peer.request(FrameType::Notice, 0, 0, 0);
+  notice.code = wire_code(ErrorCode::Transport);
+  const std::string reason = "disk on fire";
+  std::vector<std::byte> text(reason.size());
+  std::memcpy(text.data(), reason.data(), reason.size());
+  notice.length = text.size();
+  peer.send(notice, text);
+  EXPECT_EQ(peer.answer().first, 0);
+  try {
+    writable.wait_for_completion(2s);
+    FAIL() << "the passive side did not learn of the failure";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::Transport);
+    EXPECT_NE(std::string(error.what()).find("disk on fire"), std::string::npos);
+  }
+}
+
+TEST_F(AccessControl, GarbageClosesTheConnectionWithoutHarm) {
+  auto writable = owner.create_writable(view);
+  RawPeer peer(writable.metadata());
+  FrameHeader garbage;
+  garbage.magic = 0xdeadbeef;
+  peer.send(garbage);
+  EXPECT_TRUE(peer.hung_up()) << "the server answered garbage instead of hanging up";
+  EXPECT_EQ(memory, untouched);
+  // And keeps serving others.
+  RawPeer other(writable.metadata());
+  other.send(other.request(FrameType::WriteRequest, 0, 0, 16), payload);
+  EXPECT_EQ(other.answer().first, 0);
+}

@@ -1,0 +1,159 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "memwire/memwire.hpp"
+
+using namespace memwire;
+using nlohmann::json;
+
+namespace {
+
+json valid_document() {
+  return json::parse(R"({
+    "version": 1, "operation_kind": 1,
+    "descriptors": [{"device": "cpu", "ptr": 4096, "size": 100}, {"device": "cpu", "ptr": 8192, "size": 5}],
+    "notification_key": "0123456789abcdef0123456789abcdef",
+    "endpoint": {"connector": "c1", "host": "h", "transports": [
+      {"name": "verbs", "address": "10.0.0.1:7000", "keys": [17, 18]},
+      {"name": "tcp", "address": "127.0.0.1:4000", "attributes": {"x": "y"}}]},
+    "token": "fedcba9876543210fedcba9876543210",
+    "expires_at": 0})");
+}
+
+// Expects Error{InvalidMetadata} whose message names `field`.
+void expect_rejected(const json& document, const std::string& field) {
+  try {
+    RdmaMetadata::from_json(document.dump());
+    FAIL() << "accepted a document with a bad " << field;
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::InvalidMetadata);
+    EXPECT_NE(std::string(error.what()).find(field), std::string::npos)
+        << "message '" << error.what() << "' does not name " << field;
+  }
+}
+
+}  // namespace
+
+TEST(Metadata, RoundTripsThroughJson) {
+  auto metadata = RdmaMetadata::from_json(valid_document().dump());
+  EXPECT_EQ(metadata.operation_kind(), OperationKind::Read);
+  ASSERT_EQ(metadata.descriptors().size(), 2u);
+  EXPECT_EQ(metadata.descriptors()[0].ptr, 4096u);
+  EXPECT_EQ(metadata.total_size(), 105u);
+  EXPECT_EQ(metadata.endpoint().transports[0].keys, (std::vector<std::uint64_t>{17, 18}));
+  EXPECT_EQ(metadata.endpoint().transports[1].attributes.at("x"), "y");
+  EXPECT_EQ(RdmaMetadata::from_json(metadata.to_json()), metadata);
+}
+
+TEST(Metadata, KeepsNixlConnectFieldNames) {
+  auto document = json::parse(RdmaMetadata::from_json(valid_document().dump()).to_json());
+  for (const char* field : {"descriptors", "notification_key", "operation_kind"})
+    EXPECT_TRUE(document.contains(field)) << field;
+  EXPECT_TRUE(document["descriptors"][0].contains("device"));
+  EXPECT_EQ(document["descriptors"][0]["device"], "cpu");
+}
+
+TEST(Metadata, RejectsWhatIsNotJson) {
+  for (const char* text : {"", "{", "[]", "null", "42", "\"x\""}) {
+    try {
+      RdmaMetadata::from_json(text);
+      FAIL() << "accepted '" << text << "'";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::InvalidMetadata);
+    }
+  }
+}
+
+TEST(Metadata, RejectsUnknownFields) {
+  auto document = valid_document();
+  document["surprise"] = 1;
+  expect_rejected(document, "surprise");
+  document = valid_document();
+  document["descriptors"][0]["stride"] = 1;
+  expect_rejected(document, "stride");
+  document = valid_document();
+  document["endpoint"]["transports"][0]["rkey"] = 1;
+  expect_rejected(document, "rkey");
+}
+
+TEST(Metadata, RejectsMissingFields) {
+  for (const char* field :
+       {"version", "operation_kind", "descriptors", "notification_key", "endpoint", "token", "expires_at"}) {
+    auto document = valid_document();
+    document.erase(field);
+    expect_rejected(document, field);
+  }
+  auto document = valid_document();
+  document["descriptors"][0].erase("size");
+  expect_rejected(document, "size");
+}
+
+TEST(Metadata, RejectsWrongTypes) {
+  auto document = valid_document();
+  document["operation_kind"] = "read";
+  expect_rejected(document, "operation_kind");
+  document = valid_document();
+  document["descriptors"][0]["ptr"] = "0x1000";
+  expect_rejected(document, "ptr");
+  document = valid_document();
+  document["descriptors"][0]["size"] = -5;
+  expect_rejected(document, "size");
+  document = valid_document();
+  document["descriptors"] = json::object();
+  expect_rejected(document, "descriptors");
+  document = valid_document();
+  document["endpoint"]["transports"][0]["keys"] = {"a"};
+  expect_rejected(document, "keys");
+}
+
+TEST(Metadata, RejectsNonsenseValues) {
+  auto document = valid_document();
+  document["descriptors"] = json::array();
+  expect_rejected(document, "descriptors");
+  document = valid_document();
+  document["descriptors"][0]["ptr"] = 0;
+  expect_rejected(document, "ptr");
+  document = valid_document();
+  document["descriptors"][0]["size"] = 0;
+  expect_rejected(document, "size");
+  document = valid_document();
+  document["operation_kind"] = 3;
+  expect_rejected(document, "operation_kind");
+  document = valid_document();
+  document["operation_kind"] = 0;
+  expect_rejected(document, "operation_kind");
+  document = valid_document();
+  document["notification_key"] = "";
+  expect_rejected(document, "notification_key");
+  document = valid_document();
+  document["token"] = "not-hex";
+  expect_rejected(document, "token");
+  document = valid_document();
+  document["version"] = 2;
+  expect_rejected(document, "version");
+  document = valid_document();
+  document["descriptors"][1]["device"] = "cuda:0";
+  expect_rejected(document, "descriptors");
+  document = valid_document();
+  document["descriptors"][0]["device"] = "tpu";
+  expect_rejected(document, "device");
+  document = valid_document();
+  document["descriptors"][0]["ptr"] = 0xffffffffffffffc0ull;  // + 100 bytes wraps
+  expect_rejected(document, "descriptors[0]");
+}
+
+TEST(Metadata, RejectsMalformedEndpoint) {
+  auto document = valid_document();
+  document["endpoint"] = "tcp://x";
+  expect_rejected(document, "endpoint");
+  document = valid_document();
+  document["endpoint"]["transports"] = json::array();
+  expect_rejected(document, "transports");
+  document = valid_document();
+  document["endpoint"]["connector"] = "";
+  expect_rejected(document, "connector");
+  document = valid_document();
+  document["endpoint"]["transports"][1].erase("name");
+  expect_rejected(document, "name");
+}

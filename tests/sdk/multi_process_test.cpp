@@ -1,0 +1,142 @@
+// Two OS processes over loopback; metadata travels over the peer's stdin/stdout.
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+#include "memwire/memwire.hpp"
+#include "support/child_process.hpp"
+#include "support/pattern.hpp"
+
+using namespace memwire;
+using namespace std::chrono_literals;
+using memwire::test_support::ChildProcess;
+
+namespace {
+
+ConnectorOptions tcp_options(std::size_t chunk = 4u << 20) {
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  options.tcp_chunk_size = chunk;
+  return options;
+}
+
+ChildProcess peer(std::initializer_list<std::string> arguments) {
+  std::vector<std::string> argv{MEMWIRE_PEER_BINARY};
+  argv.insert(argv.end(), arguments);
+  return ChildProcess(argv);
+}
+
+std::string expect_line(ChildProcess& child, std::chrono::milliseconds timeout = 30s) {
+  auto line = child.read_line(timeout);
+  EXPECT_TRUE(line.has_value()) << "the peer said nothing";
+  return line.value_or("");
+}
+
+ErrorCode failure_code(Operation& operation, std::chrono::milliseconds timeout) {
+  try {
+    operation.wait_for_completion(timeout);
+  } catch (const Error& error) {
+    return error.code();
+  }
+  ADD_FAILURE() << "the operation did not fail; status " << to_string(operation.status());
+  return ErrorCode::Protocol;
+}
+
+}  // namespace
+
+TEST(MultiProcess, ReadFromAnotherProcess) {
+  constexpr std::size_t kSize = 64u << 20;
+  auto child = peer({"publish", "readable", std::to_string(kSize), "5"});
+  auto metadata = RdmaMetadata::from_json(expect_line(child));
+  Connector connector(tcp_options());
+  std::vector<std::byte> target(kSize);
+  auto read = connector.begin_read(metadata, {Descriptor(std::span(target))});
+  EXPECT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
+  EXPECT_EQ(memwire::test_support::first_mismatch(target, 5), kSize);
+  EXPECT_EQ(expect_line(child), "complete tcp");
+  EXPECT_EQ(child.wait(10s), 0);
+}
+
+TEST(MultiProcess, WriteIntoAnotherProcess) {
+  constexpr std::size_t kSize = 16u << 20;
+  auto child = peer({"publish", "writable", std::to_string(kSize), "9"});
+  auto metadata = RdmaMetadata::from_json(expect_line(child));
+  Connector connector(tcp_options());
+  std::vector<std::byte> source(kSize);
+  memwire::test_support::fill_pattern(source, 9);
+  auto write = connector.begin_write({Descriptor(std::span(source))}, metadata);
+  EXPECT_EQ(write.wait_for_completion(30s), OperationStatus::Complete);
+  EXPECT_EQ(expect_line(child), "complete tcp");  // the child verified every byte
+  EXPECT_EQ(child.wait(10s), 0);
+}
+
+TEST(MultiProcess, AnotherProcessReadsAndWritesUs) {
+  Connector connector(tcp_options());
+  std::vector<std::byte> readable_memory(1u << 20), writable_memory(1u << 20);
+  memwire::test_support::fill_pattern(readable_memory, 3);
+  auto readable = connector.create_readable({Descriptor(std::span(readable_memory))});
+  auto writable = connector.create_writable({Descriptor(std::span(writable_memory))});
+  auto reader = peer({"active", "read", std::to_string(readable_memory.size()), "3"});
+  auto writer = peer({"active", "write", std::to_string(writable_memory.size()), "4"});
+  reader.write_line(readable.metadata().to_json());
+  writer.write_line(writable.metadata().to_json());
+  EXPECT_EQ(readable.wait_for_completion(30s), OperationStatus::Complete);
+  EXPECT_EQ(writable.wait_for_completion(30s), OperationStatus::Complete);
+  EXPECT_EQ(memwire::test_support::first_mismatch(writable_memory, 4), writable_memory.size());
+  EXPECT_EQ(expect_line(reader), "begun");
+  EXPECT_EQ(expect_line(reader), "complete tcp");
+  EXPECT_EQ(reader.wait(10s), 0);
+  EXPECT_EQ(writer.wait(10s), 0);
+}
+
+TEST(MultiProcess, PassivePeerKilledMidTransferFailsTheReader) {
+  constexpr std::size_t kSize = 512u << 20;
+  auto child = peer({"publish", "readable", std::to_string(kSize), "1"});
+  auto metadata = RdmaMetadata::from_json(expect_line(child, 60s));
+  Connector connector(tcp_options(4096));
+  std::vector<std::byte> target(kSize);
+  // Stopped first, so the read is certainly in flight when the peer dies.
+  child.kill(SIGSTOP);
+  auto read = connector.begin_read(metadata, {Descriptor(std::span(target))});
+  child.kill(SIGKILL);
+  auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(failure_code(read, 10s), ErrorCode::PeerLost);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 10s);
+  EXPECT_EQ(read.status(), OperationStatus::Errored);
+  EXPECT_NE(read.error_message().find("connection"), std::string::npos) << read.error_message();
+}
+
+TEST(MultiProcess, ActivePeerKilledMidTransferFailsTheOwner) {
+  constexpr std::size_t kSize = 512u << 20;
+  Connector connector(tcp_options());
+  std::vector<std::byte> memory(kSize);
+  auto readable = connector.create_readable({Descriptor(std::span(memory))});
+  // 4 KiB requests: a 512 MiB read takes long enough to be killed in the middle.
+  auto child = peer({"active", "read", std::to_string(kSize), "0", "4096"});
+  child.write_line(readable.metadata().to_json());
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (readable.status() == OperationStatus::Initialized && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();  // until the first request arrived
+  ASSERT_EQ(readable.status(), OperationStatus::InProgress);
+  child.kill(SIGKILL);
+  EXPECT_EQ(failure_code(readable, 10s), ErrorCode::PeerLost);
+  EXPECT_NE(readable.error_message().find("active side is gone"), std::string::npos)
+      << readable.error_message();
+}
+
+TEST(MultiProcess, DroppedReadStopsWritingIntoLocalMemory) {
+  constexpr std::size_t kSize = 8u << 20;
+  auto child = peer({"publish", "readable", std::to_string(kSize), "2"});
+  auto metadata = RdmaMetadata::from_json(expect_line(child));
+  Connector connector(tcp_options(65536));
+  std::vector<std::byte> target(kSize, std::byte{0x11});
+  child.kill(SIGSTOP);  // requests queue up at the stopped owner
+  {
+    auto read = connector.begin_read(metadata, {Descriptor(std::span(target))});
+  }  // dropped unfinished: cancelled, local memory no longer written
+  child.kill(SIGCONT);
+  // The owner learns the reader gave up, and its late answers were drained, not written.
+  EXPECT_EQ(expect_line(child), "error cancelled: the active side reported: cancelled: dropped by the active side");
+  EXPECT_EQ(child.wait(10s), 1);
+  EXPECT_EQ(target, std::vector<std::byte>(kSize, std::byte{0x11}));
+}

@@ -1,0 +1,243 @@
+#include "nats_server.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+extern char** environ;
+
+namespace memwire::test {
+namespace {
+
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error("nats-server: " + what); }
+
+std::string errno_text(const char* call) { return std::string(call) + ": " + std::strerror(errno); }
+
+bool executable(const std::filesystem::path& path) {
+  std::error_code error;
+  return std::filesystem::is_regular_file(path, error) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// Asks the kernel for a free loopback port. Another process could take it before the server
+// binds; the server then exits with "address already in use" and start() reports it.
+std::uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) fail(errno_text("socket"));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    auto text = errno_text("bind");
+    ::close(fd);
+    fail(text);
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// Config file strings are double-quoted; keep test-made secrets from breaking out.
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string NatsServer::find_binary() {
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream entries(path);
+    std::string entry;
+    while (std::getline(entries, entry, ':')) {
+      if (!entry.empty() && executable(std::filesystem::path(entry) / "nats-server")) {
+        return (std::filesystem::path(entry) / "nats-server").string();
+      }
+    }
+  }
+  for (const char* candidate :
+       {"/usr/bin/nats-server", "/usr/sbin/nats-server", "/usr/local/bin/nats-server"}) {
+    if (executable(candidate)) return candidate;
+  }
+  fail("not found on PATH, /usr/bin, /usr/sbin or /usr/local/bin (install the nats-server "
+       "package)");
+}
+
+NatsServer::NatsServer(NatsServerOptions options)
+    : options_(std::move(options)), binary_(find_binary()) {
+  std::string pattern = (std::filesystem::temp_directory_path() / "memwire-nats-XXXXXX").string();
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  if (::mkdtemp(buffer.data()) == nullptr) fail(errno_text("mkdtemp"));
+  dir_ = buffer.data();
+  store_dir_ = dir_ / "store";
+  config_ = dir_ / "server.conf";
+  try {
+    std::filesystem::create_directories(store_dir_);
+    port_ = free_port();
+    write_config();
+    start();
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+    throw;
+  }
+}
+
+NatsServer::~NatsServer() {
+  try {
+    stop();
+  } catch (...) {
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+std::string NatsServer::url() const { return "nats://127.0.0.1:" + std::to_string(port_); }
+
+std::string NatsServer::log() const {
+  std::lock_guard lock(mutex_);
+  return log_;
+}
+
+void NatsServer::write_config() const {
+  std::ofstream config(config_);
+  config << "listen: \"127.0.0.1:" << port_ << "\"\n";
+  config << "server_name: memwire_test_" << port_ << "\n";
+  if (options_.jetstream) config << "jetstream { store_dir: " << quoted(store_dir_) << " }\n";
+  if (options_.max_payload > 0) config << "max_payload: " << options_.max_payload << "\n";
+  if (!options_.token.empty()) {
+    config << "authorization { token: " << quoted(options_.token) << " }\n";
+  } else if (!options_.user.empty()) {
+    config << "authorization { user: " << quoted(options_.user)
+           << ", password: " << quoted(options_.password) << " }\n";
+  }
+  if (!config) fail("cannot write " + config_.string());
+}
+
+void NatsServer::start() {
+  if (running()) return;
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) fail(errno_text("pipe2"));
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDERR_FILENO);
+  std::string config = config_.string();
+  std::vector<char*> argv = {binary_.data(), const_cast<char*>("-c"), config.data(), nullptr};
+  pid_t pid = -1;
+  int error = ::posix_spawn(&pid, binary_.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_fds[1]);
+  if (error != 0) {
+    ::close(pipe_fds[0]);
+    fail("cannot start " + binary_ + ": " + std::strerror(error));
+  }
+  pid_ = pid;
+  {
+    std::lock_guard lock(mutex_);
+    output_closed_ = false;
+    log_ += "--- started " + binary_ + " -c " + config + "\n";
+  }
+  reader_ = std::thread([this, fd = pipe_fds[0]] { read_output(fd); });
+  try {
+    wait_until_ready();
+  } catch (...) {
+    stop(false);
+    throw;
+  }
+}
+
+void NatsServer::read_output(int fd) {
+  char buffer[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    std::lock_guard lock(mutex_);
+    if (n <= 0) {
+      output_closed_ = true;  // the server exited (it holds the only write end)
+      output_.notify_all();
+      break;
+    }
+    log_.append(buffer, static_cast<std::size_t>(n));
+    output_.notify_all();
+  }
+  ::close(fd);
+}
+
+bool NatsServer::accepts_connections() const {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port_);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  // Loopback connects complete or fail at once: no waiting here.
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+void NatsServer::wait_until_ready() {
+  const auto deadline = std::chrono::steady_clock::now() + options_.start_timeout;
+  std::unique_lock lock(mutex_);
+  const std::size_t from = log_.size();
+  for (;;) {
+    // "Server is ready" comes after JetStream has restored its streams and the client listener
+    // is up; the connect proves it.
+    const bool ready = log_.find("Server is ready", from) != std::string::npos;
+    if (ready) {
+      lock.unlock();
+      if (accepts_connections()) return;
+      lock.lock();
+    }
+    if (output_closed_) {
+      fail("exited during start-up on port " + std::to_string(port_) + ":\n" + log_.substr(from));
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      fail("not ready within " + std::to_string(options_.start_timeout.count()) + " ms:\n" +
+           log_.substr(from));
+    }
+    // Woken by the server's next line of output (or its exit); the bound only matters if the
+    // log line was missed and we are retrying the connect.
+    output_.wait_until(lock,
+                       std::min(deadline, std::chrono::steady_clock::now() +
+                                              std::chrono::milliseconds(ready ? 10 : 1000)));
+  }
+}
+
+void NatsServer::stop(bool graceful) {
+  if (!running()) return;
+  ::kill(pid_, graceful ? SIGTERM : SIGKILL);
+  {
+    std::unique_lock lock(mutex_);
+    if (!output_.wait_for(lock, std::chrono::seconds(20), [&] { return output_closed_; })) {
+      ::kill(pid_, SIGKILL);
+    }
+  }
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+  if (reader_.joinable()) reader_.join();
+}
+
+}  // namespace memwire::test

@@ -1,0 +1,78 @@
+#pragma once
+
+// A real nats-server for tests: free loopback port, JetStream in a temporary store folder,
+// optional token or user/password authentication. No mocks.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace memwire::test {
+
+struct NatsServerOptions {
+  std::string token;     // set: clients must present this token
+  std::string user;      // set (with password): clients must log in
+  std::string password;
+  bool jetstream = true;
+  std::size_t max_payload = 0;  // 0 = the server's default (1 MiB)
+  std::chrono::milliseconds start_timeout = std::chrono::seconds(15);
+};
+
+class NatsServer {
+ public:
+  // Starts the server and returns once it accepts connections. Throws std::runtime_error when
+  // nats-server is not installed, exits early or is not ready in time (the test then fails:
+  // CI installs nats-server, so its absence is a broken environment, not a reason to skip).
+  explicit NatsServer(NatsServerOptions options = {});
+  ~NatsServer();  // stops the server and removes its folder
+  NatsServer(const NatsServer&) = delete;
+  NatsServer& operator=(const NatsServer&) = delete;
+
+  std::string url() const;  // "nats://127.0.0.1:PORT"
+  std::uint16_t port() const noexcept { return port_; }
+  const std::filesystem::path& store_dir() const noexcept { return store_dir_; }
+
+  // SIGTERM (graceful) or SIGKILL (a crash); waits until the process is gone.
+  void stop(bool graceful = true);
+  // Starts again on the same port with the same store folder; waits until it accepts.
+  void start();
+  void restart() {
+    stop();
+    start();
+  }
+  bool running() const noexcept { return pid_ > 0; }
+  std::string log() const;  // everything the server printed, for failure messages
+
+  // Path of the nats-server executable: PATH, then /usr/bin, /usr/sbin, /usr/local/bin.
+  // Throws std::runtime_error when there is none.
+  static std::string find_binary();
+
+ private:
+  void write_config() const;
+  void wait_until_ready();
+  void read_output(int fd);
+  bool accepts_connections() const;
+
+  NatsServerOptions options_;
+  std::string binary_;
+  std::filesystem::path dir_;
+  std::filesystem::path store_dir_;
+  std::filesystem::path config_;
+  std::uint16_t port_ = 0;
+  pid_t pid_ = -1;
+
+  mutable std::mutex mutex_;
+  std::condition_variable output_;  // new output arrived, or the server closed its output
+  std::string log_;
+  bool output_closed_ = true;
+  std::thread reader_;
+};
+
+}  // namespace memwire::test

@@ -1,0 +1,78 @@
+// The other OS process in multi-process tests. Metadata travels over its stdin/stdout.
+//   memwire_test_peer publish readable|writable SIZE SEED   prints metadata, waits, verifies
+//   memwire_test_peer active read|write SIZE SEED [CHUNK]   reads metadata from stdin
+// Prints "complete" or "error <reason>" as its last line; exit code 0 only on success.
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "memwire/memwire.hpp"
+#include "support/pattern.hpp"
+
+using namespace memwire;
+
+namespace {
+
+int finish(Operation& operation, std::vector<std::byte>& buffer, bool verify, std::uint64_t seed) {
+  try {
+    operation.wait_for_completion(std::chrono::seconds(60));
+  } catch (const Error& error) {
+    std::cout << "error " << error.what() << std::endl;
+    return 1;
+  }
+  if (verify) {
+    auto bad = test_support::first_mismatch(buffer, seed);
+    if (bad != buffer.size()) {
+      std::cout << "error byte " << bad << " differs" << std::endl;
+      return 1;
+    }
+  }
+  std::cout << "complete " << operation.transport() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::cerr << "usage: memwire_test_peer publish|active KIND SIZE SEED [CHUNK]\n";
+    return 2;
+  }
+  const std::string role = argv[1], kind = argv[2];
+  const auto size = std::strtoull(argv[3], nullptr, 10);
+  const auto seed = std::strtoull(argv[4], nullptr, 10);
+  ConnectorOptions options;
+  if (argc > 5) options.tcp_chunk_size = std::strtoull(argv[5], nullptr, 10);
+  Connector connector(options);
+  std::vector<std::byte> buffer(size);
+  std::vector<Descriptor> descriptors{Descriptor(std::span(buffer))};
+  try {
+    if (role == "publish") {
+      if (kind == "readable") {
+        test_support::fill_pattern(buffer, seed);
+        auto operation = connector.create_readable(descriptors);
+        std::cout << operation.metadata().to_json() << std::endl;
+        return finish(operation, buffer, false, seed);
+      }
+      auto operation = connector.create_writable(descriptors);
+      std::cout << operation.metadata().to_json() << std::endl;
+      return finish(operation, buffer, true, seed);
+    }
+    std::string line;
+    std::getline(std::cin, line);
+    auto remote = RdmaMetadata::from_json(line);
+    if (kind == "read") {
+      auto operation = connector.begin_read(remote, descriptors);
+      std::cout << "begun" << std::endl;
+      return finish(operation, buffer, true, seed);
+    }
+    test_support::fill_pattern(buffer, seed);
+    auto operation = connector.begin_write(descriptors, remote);
+    std::cout << "begun" << std::endl;
+    return finish(operation, buffer, false, seed);
+  } catch (const Error& error) {
+    std::cout << "error " << error.what() << std::endl;
+    return 1;
+  }
+}
