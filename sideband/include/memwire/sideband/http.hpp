@@ -1,0 +1,122 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memwire/sideband/channel.hpp"
+
+namespace memwire::sideband {
+
+// One served HTTP request, for access logs.
+struct HttpAccessRecord {
+  std::string method;
+  std::string path;
+  int status = 0;
+  std::chrono::microseconds duration{0};
+  std::string remote;
+};
+
+struct HttpEndpointOptions {
+  std::string bind_address = "127.0.0.1";
+  std::uint16_t port = 0;  // 0 = any free port; see HttpEndpoint::port()
+  // Bearer token every request but GET /healthz must present; empty = no authentication.
+  std::string token;
+  // Both set = HTTPS with this PEM certificate chain and private key.
+  std::string cert_file;
+  std::string key_file;
+  // How often expired names and dead request servers are swept away.
+  std::chrono::milliseconds ttl_sweep_interval = std::chrono::seconds(1);
+  // Upper bound of one long poll; clients that want longer poll again.
+  std::chrono::milliseconds max_wait = std::chrono::minutes(5);
+  // Non-empty: names are written to this file on every change and reloaded at start, so a
+  // restarted endpoint still knows them.
+  std::string state_file;
+  // Server threads. An idle keep-alive connection and every long poll each hold one.
+  std::size_t threads = 128;
+  // Called after each request (on a server thread): keep it short.
+  std::function<void(const HttpAccessRecord&)> access_log;
+};
+
+// The HTTP metadata endpoint, embeddable in any process and run standalone by memwire-registry.
+//   PUT    /v1/metadata/{name}[?ttl_ms=N]   body: metadata JSON (checked); or X-Memwire-TTL-Ms
+//   GET    /v1/metadata/{name}[?wait_ms=N]  404 when unknown; with wait_ms, a long poll (504 when
+//                                           the wait ends first)
+//   DELETE /v1/metadata/{name}
+//   GET    /v1/metadata                     {"names": [...]}
+//   GET    /healthz, GET /metrics (Prometheus text)
+//   Request/reply, see docs in src/http/request_broker.hpp:
+//   POST   /v1/servers {"prefix": P} -> {"id": S};  DELETE /v1/servers/{S}
+//   GET    /v1/servers/{S}/requests?wait_ms=N -> {"requests":[{"id","name","metadata"}]}
+//   POST   /v1/requests/{name}?wait_ms=N  body: writable metadata -> {"status":"done"} or
+//                                         {"status":"error","code":...,"message":...}
+//   POST   /v1/requests/{id}/reply          body: {"status":"done"} or the error form
+class HttpEndpoint {
+ public:
+  // Binds at once (so port() is known); throws Error{Transport} when it cannot.
+  explicit HttpEndpoint(HttpEndpointOptions options = {});
+  ~HttpEndpoint();
+  HttpEndpoint(const HttpEndpoint&) = delete;
+  HttpEndpoint& operator=(const HttpEndpoint&) = delete;
+
+  // Serves on a background thread until stop(). Idempotent.
+  void start();
+  // Ends long polls, stops accepting, joins. Idempotent; the destructor calls it.
+  void stop();
+
+  std::uint16_t port() const noexcept;
+  // "http://127.0.0.1:PORT" (https when TLS is on).
+  std::string url() const;
+  std::size_t size() const;  // names currently published
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct HttpChannelOptions {
+  std::string url;    // the endpoint: "http://host:port" or "https://host:port"
+  std::string token;  // sent as "Authorization: Bearer ..."
+  std::string user;   // HTTP basic auth (for endpoints behind a proxy); empty = none
+  std::string password;
+  std::string ca_file;      // HTTPS: trust this CA bundle in addition to the system's
+  bool verify_peer = true;  // HTTPS: check the server's certificate and host name
+  std::chrono::milliseconds connect_timeout = std::chrono::seconds(2);
+  // Total time for calls that take no timeout of their own (publish, withdraw, list).
+  std::chrono::milliseconds request_timeout = std::chrono::seconds(10);
+  // Retries on connection failures and 500/502/503, doubling the backoff each time.
+  int max_retries = 3;
+  std::chrono::milliseconds retry_backoff = std::chrono::milliseconds(20);
+  // Requests one serve() answers at once (one poller each).
+  unsigned serve_concurrency = 4;
+};
+
+// Channel over an HttpEndpoint, on libcurl. Keeps its connections open between calls; safe to
+// use from several threads (each call takes an idle connection or opens one).
+class HttpChannel final : public Channel {
+ public:
+  explicit HttpChannel(HttpChannelOptions options);
+  ~HttpChannel() override;
+  HttpChannel(const HttpChannel&) = delete;
+  HttpChannel& operator=(const HttpChannel&) = delete;
+
+  void publish(std::string_view name, const RdmaMetadata& metadata,
+               std::chrono::milliseconds ttl) override;
+  RdmaMetadata fetch(std::string_view name, std::chrono::milliseconds timeout) override;
+  void withdraw(std::string_view name) override;
+  RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout) override;
+  std::vector<std::string> list() override;
+  std::unique_ptr<Subscription> serve(std::string_view prefix, RequestHandler handler) override;
+  void request(std::string_view name, const RdmaMetadata& writable,
+               std::chrono::milliseconds timeout) override;
+
+ private:
+  class Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace memwire::sideband

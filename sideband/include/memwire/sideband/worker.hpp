@@ -1,0 +1,90 @@
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memwire/connector.hpp"
+#include "memwire/descriptor.hpp"
+#include "memwire/operation.hpp"
+#include "memwire/sideband/channel.hpp"
+
+namespace memwire::sideband {
+
+// Memory published under a name by Worker::publish. Ending the lease (destruction or release())
+// withdraws the name and revokes remote access; the operation completes when a reader is done.
+class Lease {
+ public:
+  Lease(Lease&&) noexcept;
+  Lease& operator=(Lease&&) noexcept;
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  ~Lease();
+
+  const std::string& name() const noexcept { return name_; }
+  ReadableOperation& operation();
+  // Waits until the data was read: Complete (or Cancelled); throws like wait_for_completion.
+  OperationStatus wait(std::chrono::milliseconds timeout);
+  // Withdraws the name and cancels the operation now. Idempotent.
+  void release();
+
+ private:
+  friend class Worker;
+  Lease(Channel& channel, std::string name, ReadableOperation operation);
+
+  Channel* channel_ = nullptr;
+  std::string name_;
+  std::optional<ReadableOperation> operation_;
+};
+
+// What a serve() handler hands back for a name: the descriptors to write from, and whatever
+// keeps their memory alive until the write is done (may be null when the caller owns it).
+struct ServedData {
+  std::vector<Descriptor> descriptors;
+  std::shared_ptr<const void> owner;
+};
+
+// A worker in a graph: a connector to move bytes and a channel to find peers' memory by name.
+// Both must outlive the worker and everything it hands out.
+class Worker {
+ public:
+  Worker(Connector& connector, Channel& channel);
+
+  // Publishes `local` for remote reads under `name`. ttl zero = until the lease ends or the
+  // operation's metadata expires, whichever is first.
+  Lease publish(std::string_view name, std::vector<Descriptor> local,
+                std::chrono::milliseconds ttl = std::chrono::milliseconds(0));
+
+  enum class Lookup {
+    Fetch,               // an unknown name is Error{NotFound} at once
+    WaitUntilPublished,  // wait (within the timeout) for the name to appear
+  };
+  // Reads the memory published under `name` into `local`; returns the completed operation
+  // (see transport()). `timeout` bounds the lookup and the transfer together.
+  ReadOperation read(std::string_view name, std::vector<Descriptor> local,
+                     std::chrono::milliseconds timeout, Lookup lookup = Lookup::Fetch);
+
+  // Answers requests for names under `prefix` by writing handler(name) into the requester's
+  // memory. The handler throws (e.g. Error{NotFound}) to refuse; the requester gets the error.
+  using ServeHandler = std::function<ServedData(const std::string& name)>;
+  std::unique_ptr<Subscription> serve(
+      std::string_view prefix, ServeHandler handler,
+      std::chrono::milliseconds write_timeout = std::chrono::seconds(30));
+
+  // Asks the owner of `name` to write it into `local`; returns the completed operation.
+  WritableOperation request(std::string_view name, std::vector<Descriptor> local,
+                            std::chrono::milliseconds timeout);
+
+  Connector& connector() noexcept { return *connector_; }
+  Channel& channel() noexcept { return *channel_; }
+
+ private:
+  Connector* connector_;
+  Channel* channel_;
+};
+
+}  // namespace memwire::sideband

@@ -1,0 +1,288 @@
+#include <algorithm>
+#include <condition_variable>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "http/curl_client.hpp"
+#include "memwire/error.hpp"
+#include "memwire/sideband/http.hpp"
+
+namespace memwire::sideband {
+namespace {
+
+using json = nlohmann::json;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// Slack on top of a long poll's wait so that the server's own "not yet" (504) arrives first.
+constexpr milliseconds kPollSlack{2000};
+constexpr milliseconds kServePoll{20000};
+
+std::string server_message(const http::HttpReply& reply) {
+  auto body = json::parse(reply.body, nullptr, false);
+  if (body.is_object() && body.contains("error") && body["error"].is_string()) {
+    return body["error"].get<std::string>();
+  }
+  return "HTTP " + std::to_string(reply.status);
+}
+
+// Maps the endpoint's statuses onto memwire's errors; returns for 2xx.
+void check(const http::HttpReply& reply, const std::string& what) {
+  if (reply.status >= 200 && reply.status < 300) return;
+  auto message = what + ": " + server_message(reply);
+  switch (reply.status) {
+    case 404:
+      throw Error(ErrorCode::NotFound, message);
+    case 401:
+    case 403:
+      throw Error(ErrorCode::AccessDenied, message);
+    case 400:
+      throw Error(ErrorCode::InvalidMetadata, message);
+    case 408:
+    case 504:
+      throw Error(ErrorCode::Timeout, message);
+    default:
+      throw Error(ErrorCode::Transport, message + " (HTTP " + std::to_string(reply.status) + ")");
+  }
+}
+
+ErrorCode code_from_string(std::string_view text) {
+  for (int i = 0; i <= static_cast<int>(ErrorCode::Expired); ++i) {
+    auto code = static_cast<ErrorCode>(i);
+    if (to_string(code) == text) return code;
+  }
+  return ErrorCode::Transport;
+}
+
+// Error::what() is "<code>: <message>"; the code travels separately.
+std::string bare_message(const Error& e) {
+  std::string_view what = e.what();
+  auto prefix = std::string(to_string(e.code())) + ": ";
+  if (what.starts_with(prefix)) what.remove_prefix(prefix.size());
+  return std::string(what);
+}
+
+RdmaMetadata parse_metadata(const std::string& body, std::string_view name) {
+  try {
+    return RdmaMetadata::from_json(body);
+  } catch (const Error& e) {
+    throw Error(ErrorCode::InvalidMetadata,
+                "metadata under '" + std::string(name) + "': " + bare_message(e));
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::InvalidMetadata,
+                "metadata under '" + std::string(name) + "': " + e.what());
+  }
+}
+
+std::string path_of(std::string_view name) { return "/v1/metadata/" + std::string(name); }
+
+// What a channel and its serve() subscriptions share; they may outlive each other.
+struct ChannelCore {
+  explicit ChannelCore(HttpChannelOptions options_in)
+      : options(std::move(options_in)), client(options) {}
+  HttpChannelOptions options;
+  http::CurlClient client;
+};
+
+// One serve(): a server registered at the endpoint and `concurrency` long-pollers answering
+// its requests. Re-registers when the endpoint forgets it (restarted or swept).
+class HttpServeSubscription final : public Subscription {
+ public:
+  HttpServeSubscription(std::shared_ptr<ChannelCore> channel, std::string prefix,
+                        Channel::RequestHandler handler)
+      : channel_(std::move(channel)), prefix_(std::move(prefix)), handler_(std::move(handler)) {
+    server_id_ = register_server();  // errors (refused token, no endpoint) reach the caller
+    auto count = std::max(1u, channel_->options.serve_concurrency);
+    for (unsigned i = 0; i < count; ++i) pollers_.emplace_back([this] { poll_loop(); });
+  }
+
+  ~HttpServeSubscription() override {
+    std::string id;
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+      id = server_id_;
+    }
+    wake_.notify_all();
+    // Unregistering ends the pollers' long polls at once.
+    try {
+      check(
+          client().perform({"DELETE", "/v1/servers/" + id, {}, channel_->options.connect_timeout}),
+          "unregister");
+    } catch (const std::exception&) {
+      // The endpoint is gone or forgot us already: the pollers find out by themselves.
+    }
+    for (auto& poller : pollers_) poller.join();
+  }
+
+ private:
+  http::CurlClient& client() { return channel_->client; }
+
+  std::string register_server() {
+    auto reply = client().perform({"POST", "/v1/servers", json{{"prefix", prefix_}}.dump(),
+                                   channel_->options.request_timeout});
+    check(reply, "serve '" + prefix_ + "'");
+    auto body = json::parse(reply.body, nullptr, false);
+    if (!body.is_object() || !body.contains("id") || !body["id"].is_string()) {
+      throw Error(ErrorCode::Protocol, "serve: the endpoint answered without a server id");
+    }
+    return body["id"].get<std::string>();
+  }
+
+  // After the endpoint forgot `stale`: registers again, once for all pollers.
+  void reregister(const std::string& stale) {
+    std::lock_guard lock(mutex_);
+    if (stopping_ || server_id_ != stale) return;
+    server_id_ = register_server();
+  }
+
+  void answer(const json& request) {
+    auto id = request.at("id").get<std::string>();
+    auto name = request.at("name").get<std::string>();
+    json result{{"status", "done"}};
+    try {
+      handler_(name, parse_metadata(request.at("metadata").get<std::string>(), name));
+    } catch (const Error& e) {
+      result = {{"status", "error"}, {"code", to_string(e.code())}, {"message", bare_message(e)}};
+    } catch (const std::exception& e) {
+      result = {{"status", "error"}, {"code", "transport"}, {"message", e.what()}};
+    }
+    // A 404 here means the requester gave up meanwhile: nothing left to tell.
+    client().perform({"POST", "/v1/requests/" + id + "/reply", result.dump(),
+                      channel_->options.request_timeout});
+  }
+
+  void poll_loop() {
+    auto backoff = channel_->options.retry_backoff;
+    for (;;) {
+      std::string id;
+      {
+        std::lock_guard lock(mutex_);
+        if (stopping_) return;
+        id = server_id_;
+      }
+      try {
+        auto reply = client().perform(
+            {"GET",
+             "/v1/servers/" + id + "/requests?wait_ms=" + std::to_string(kServePoll.count()),
+             {},
+             kServePoll + kPollSlack});
+        if (reply.status == 404) {
+          reregister(id);
+          continue;
+        }
+        check(reply, "poll for requests");
+        auto body = json::parse(reply.body);
+        for (const auto& request : body.at("requests")) answer(request);
+        backoff = channel_->options.retry_backoff;
+      } catch (const std::exception&) {
+        // The endpoint is down or restarting: wait a little (or for the end), then poll again.
+        std::unique_lock lock(mutex_);
+        wake_.wait_for(lock, backoff, [this] { return stopping_; });
+        backoff = std::min<milliseconds>(backoff * 2, milliseconds(1000));
+      }
+    }
+  }
+
+  std::shared_ptr<ChannelCore> channel_;
+  std::string prefix_;
+  Channel::RequestHandler handler_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::string server_id_;
+  std::vector<std::thread> pollers_;
+};
+
+}  // namespace
+
+class HttpChannel::Impl : public ChannelCore {
+ public:
+  using ChannelCore::ChannelCore;
+};
+
+HttpChannel::HttpChannel(HttpChannelOptions options)
+    : impl_(std::make_shared<Impl>(std::move(options))) {}
+HttpChannel::~HttpChannel() = default;
+
+void HttpChannel::publish(std::string_view name, const RdmaMetadata& metadata,
+                          std::chrono::milliseconds ttl) {
+  validate_name(name);
+  auto target = path_of(name);
+  if (ttl.count() > 0) target += "?ttl_ms=" + std::to_string(ttl.count());
+  check(impl_->client.perform({"PUT", target, metadata.to_json(), impl_->options.request_timeout}),
+        "publish '" + std::string(name) + "'");
+}
+
+RdmaMetadata HttpChannel::fetch(std::string_view name, std::chrono::milliseconds timeout) {
+  validate_name(name);
+  auto reply = impl_->client.perform({"GET", path_of(name), {}, timeout});
+  check(reply, "fetch '" + std::string(name) + "'");
+  return parse_metadata(reply.body, name);
+}
+
+void HttpChannel::withdraw(std::string_view name) {
+  validate_name(name);
+  auto reply = impl_->client.perform({"DELETE", path_of(name), {}, impl_->options.request_timeout});
+  if (reply.status == 404) return;  // already gone: withdrawing is idempotent
+  check(reply, "withdraw '" + std::string(name) + "'");
+}
+
+RdmaMetadata HttpChannel::wait_for(std::string_view name, std::chrono::milliseconds timeout) {
+  validate_name(name);
+  auto deadline = Clock::now() + timeout;
+  for (;;) {
+    // One long poll per round; the endpoint caps a round's length, so long waits take several.
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (left.count() < 0) left = milliseconds(0);
+    auto reply = impl_->client.perform(
+        {"GET", path_of(name) + "?wait_ms=" + std::to_string(left.count()), {}, left + kPollSlack});
+    if (reply.status == 504 && Clock::now() < deadline) continue;
+    check(reply, "wait for '" + std::string(name) + "'");
+    return parse_metadata(reply.body, name);
+  }
+}
+
+std::vector<std::string> HttpChannel::list() {
+  auto reply = impl_->client.perform({"GET", "/v1/metadata", {}, impl_->options.request_timeout});
+  check(reply, "list");
+  auto body = json::parse(reply.body, nullptr, false);
+  if (!body.is_object() || !body.contains("names") || !body["names"].is_array()) {
+    throw Error(ErrorCode::Protocol, "list: unexpected answer from " + impl_->client.url());
+  }
+  std::vector<std::string> names;
+  for (const auto& name : body["names"]) {
+    if (name.is_string()) names.push_back(name.get<std::string>());
+  }
+  return names;
+}
+
+std::unique_ptr<Subscription> HttpChannel::serve(std::string_view prefix, RequestHandler handler) {
+  if (!prefix.empty()) validate_name(prefix);
+  if (!handler) throw Error(ErrorCode::InvalidArgument, "serve: no handler");
+  return std::make_unique<HttpServeSubscription>(impl_, std::string(prefix), std::move(handler));
+}
+
+void HttpChannel::request(std::string_view name, const RdmaMetadata& writable,
+                          std::chrono::milliseconds timeout) {
+  validate_name(name);
+  if (writable.operation_kind() != OperationKind::Write) {
+    throw Error(ErrorCode::Pairing, "request: the metadata must be a writable operation's");
+  }
+  // Not idempotent: a repeated request could make the owner write twice.
+  http::HttpCall call{"POST",
+                      "/v1/requests/" + std::string(name) +
+                          "?wait_ms=" + std::to_string(std::max<long long>(0, timeout.count())),
+                      writable.to_json(), timeout + kPollSlack, false};
+  auto reply = impl_->client.perform(call);
+  check(reply, "request '" + std::string(name) + "'");
+  auto body = json::parse(reply.body, nullptr, false);
+  if (!body.is_object() || !body.contains("status")) {
+    throw Error(ErrorCode::Protocol, "request '" + std::string(name) + "': unexpected answer");
+  }
+  if (body["status"] == "done") return;
+  throw Error(code_from_string(body.value("code", "transport")),
+              "owner of '" + std::string(name) + "': " + body.value("message", "failed"));
+}
+
+}  // namespace memwire::sideband

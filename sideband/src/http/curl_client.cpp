@@ -1,0 +1,170 @@
+#include "http/curl_client.hpp"
+
+#include <algorithm>
+#include <thread>
+
+#include "memwire/error.hpp"
+
+namespace memwire::sideband::http {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr std::size_t kMaxIdleHandles = 16;
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+      throw Error(ErrorCode::Transport, "curl_global_init failed");
+    }
+  });
+}
+
+std::size_t append_body(char* data, std::size_t size, std::size_t count, void* user) {
+  static_cast<std::string*>(user)->append(data, size * count);
+  return size * count;
+}
+
+bool is_connect_failure(CURLcode code) {
+  return code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST;
+}
+
+// Failures after the request may have been sent: only idempotent calls are repeated.
+bool is_broken_exchange(CURLcode code) {
+  return code == CURLE_SEND_ERROR || code == CURLE_RECV_ERROR || code == CURLE_GOT_NOTHING;
+}
+
+bool is_retryable_status(long status) { return status == 500 || status == 502 || status == 503; }
+
+}  // namespace
+
+CurlClient::CurlClient(const HttpChannelOptions& options) : options_(options) {
+  global_init();
+  base_url_ = options_.url;
+  while (!base_url_.empty() && base_url_.back() == '/') base_url_.pop_back();
+  if (!base_url_.starts_with("http://") && !base_url_.starts_with("https://")) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        "HTTP endpoint URL must start with http:// or https://, got '" + options_.url + "'");
+  }
+  auto add = [this](const std::string& header) {
+    auto* list = curl_slist_append(headers_.get(), header.c_str());
+    if (!list) throw Error(ErrorCode::Transport, "out of memory building HTTP headers");
+    (void)headers_.release();
+    headers_.reset(list);
+  };
+  add("Content-Type: application/json");
+  add("Expect:");  // no 100-continue round trip before small bodies
+  if (!options_.token.empty()) add("Authorization: Bearer " + options_.token);
+}
+
+CurlEasy CurlClient::acquire() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!idle_.empty()) {
+      auto handle = std::move(idle_.back());
+      idle_.pop_back();
+      return handle;
+    }
+  }
+  CurlEasy handle(curl_easy_init());
+  if (!handle) throw Error(ErrorCode::Transport, "curl_easy_init failed");
+  return handle;
+}
+
+void CurlClient::release(CurlEasy handle) {
+  std::lock_guard lock(mutex_);
+  if (idle_.size() < kMaxIdleHandles) idle_.push_back(std::move(handle));
+}
+
+CURLcode CurlClient::attempt(CURL* h, const HttpCall& call, milliseconds budget, HttpReply& reply,
+                             char* error_buffer) {
+  // Reset keeps the handle's open connection; every option is set afresh below.
+  curl_easy_reset(h);
+  std::string url = base_url_ + call.target;
+  auto connect = std::min(options_.connect_timeout, budget);
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error_buffer);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(std::max<long>(1, connect.count())));
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<long>(1, budget.count())));
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers_.get());
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, append_body);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &reply.body);
+  if (!options_.user.empty()) {
+    curl_easy_setopt(h, CURLOPT_USERNAME, options_.user.c_str());
+    curl_easy_setopt(h, CURLOPT_PASSWORD, options_.password.c_str());
+  }
+  if (!options_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, options_.ca_file.c_str());
+  curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, options_.verify_peer ? 1L : 0L);
+  curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, options_.verify_peer ? 2L : 0L);
+  std::string_view method = call.method;
+  if (method == "GET") {
+    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+  } else {
+    if (method != "POST") curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, call.method);
+    if (method != "DELETE" || !call.body.empty()) {
+      curl_easy_setopt(h, CURLOPT_POSTFIELDS, call.body.data());
+      curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(call.body.size()));
+    }
+  }
+  reply.body.clear();
+  error_buffer[0] = '\0';
+  CURLcode code = curl_easy_perform(h);
+  if (code == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &reply.status);
+  return code;
+}
+
+HttpReply CurlClient::perform(const HttpCall& call) {
+  auto deadline = Clock::now() + call.timeout;
+  auto backoff = options_.retry_backoff;
+  auto handle = acquire();
+  char error_buffer[CURL_ERROR_SIZE];
+  std::string last_error;
+  auto where = [&] { return std::string(call.method) + " " + base_url_ + call.target; };
+  for (int tries = 0;; ++tries) {
+    auto budget = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (budget.count() <= 0) {
+      throw Error(ErrorCode::Timeout, where() + ": no answer in time" +
+                                          (last_error.empty() ? "" : " (" + last_error + ")"));
+    }
+    HttpReply reply;
+    CURLcode code = attempt(handle.get(), call, budget, reply, error_buffer);
+    bool retry;
+    if (code == CURLE_OK) {
+      retry = call.idempotent && is_retryable_status(reply.status);
+      if (!retry || tries >= options_.max_retries) {
+        release(std::move(handle));
+        return reply;
+      }
+      last_error = "HTTP " + std::to_string(reply.status);
+    } else {
+      last_error = error_buffer[0] ? error_buffer : curl_easy_strerror(code);
+      // A timeout with budget left was the connect timeout: the server was never reached.
+      // Without budget left, the loop's head reports the timeout.
+      retry = is_connect_failure(code) || code == CURLE_OPERATION_TIMEDOUT ||
+              (call.idempotent && is_broken_exchange(code));
+      // A handle whose exchange broke may hold a dead connection: the next try starts afresh.
+      handle.reset(curl_easy_init());
+      if (!handle) throw Error(ErrorCode::Transport, "curl_easy_init failed");
+      if (code == CURLE_OPERATION_TIMEDOUT &&
+          (Clock::now() >= deadline || tries >= options_.max_retries)) {
+        throw Error(ErrorCode::Timeout, where() + ": " + last_error);
+      }
+      if (!retry || tries >= options_.max_retries) {
+        throw Error(ErrorCode::Transport, "cannot reach " + where() + ": " + last_error);
+      }
+    }
+    // A deliberate pause between tries, not a wait for a state change.
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    auto pause = std::min(backoff, left);
+    if (pause.count() > 0) std::this_thread::sleep_for(pause);
+    backoff *= 2;
+  }
+}
+
+}  // namespace memwire::sideband::http

@@ -1,0 +1,62 @@
+#pragma once
+
+#include <curl/curl.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "memwire/sideband/http.hpp"
+
+namespace memwire::sideband::http {
+
+struct CurlEasyDeleter {
+  void operator()(CURL* handle) const noexcept { curl_easy_cleanup(handle); }
+};
+using CurlEasy = std::unique_ptr<CURL, CurlEasyDeleter>;
+
+struct CurlSlistDeleter {
+  void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
+};
+using CurlSlist = std::unique_ptr<curl_slist, CurlSlistDeleter>;
+
+struct HttpCall {
+  const char* method = "GET";
+  std::string target;  // path and query, e.g. "/v1/metadata/x?wait_ms=10"
+  std::string body;
+  std::chrono::milliseconds timeout{0};
+  // Safe to send twice: only these are retried after the request may have reached the server.
+  bool idempotent = true;
+};
+
+struct HttpReply {
+  long status = 0;
+  std::string body;
+};
+
+// libcurl easy handles kept open between calls (each holds its connection), lent one per call
+// so that a long poll on one thread never holds up a fetch on another.
+class CurlClient {
+ public:
+  explicit CurlClient(const HttpChannelOptions& options);
+  // Any HTTP status comes back; wire failures throw Error{Timeout} or Error{Transport} once the
+  // retries (connection failures, 500/502/503) are spent.
+  HttpReply perform(const HttpCall& call);
+  const std::string& url() const noexcept { return base_url_; }
+
+ private:
+  CurlEasy acquire();
+  void release(CurlEasy handle);
+  CURLcode attempt(CURL* handle, const HttpCall& call, std::chrono::milliseconds budget,
+                   HttpReply& reply, char* error_buffer);
+
+  HttpChannelOptions options_;
+  std::string base_url_;
+  CurlSlist headers_;
+  std::mutex mutex_;
+  std::vector<CurlEasy> idle_;
+};
+
+}  // namespace memwire::sideband::http
