@@ -22,7 +22,9 @@ extern char** environ;
 namespace memwire::test {
 namespace {
 
-[[noreturn]] void fail(const std::string& what) { throw std::runtime_error("nats-server: " + what); }
+[[noreturn]] void fail(const std::string& what) {
+  throw std::runtime_error("nats-server: " + what);
+}
 
 std::string errno_text(const char* call) { return std::string(call) + ": " + std::strerror(errno); }
 
@@ -76,8 +78,9 @@ std::string NatsServer::find_binary() {
        {"/usr/bin/nats-server", "/usr/sbin/nats-server", "/usr/local/bin/nats-server"}) {
     if (executable(candidate)) return candidate;
   }
-  fail("not found on PATH, /usr/bin, /usr/sbin or /usr/local/bin (install the nats-server "
-       "package)");
+  fail(
+      "not found on PATH, /usr/bin, /usr/sbin or /usr/local/bin (install the nats-server "
+      "package)");
 }
 
 NatsServer::NatsServer(NatsServerOptions options)
@@ -218,9 +221,8 @@ void NatsServer::wait_until_ready() {
     }
     // Woken by the server's next line of output (or its exit); the bound only matters if the
     // log line was missed and we are retrying the connect.
-    output_.wait_until(lock,
-                       std::min(deadline, std::chrono::steady_clock::now() +
-                                              std::chrono::milliseconds(ready ? 10 : 1000)));
+    output_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() +
+                                                    std::chrono::milliseconds(ready ? 10 : 1000)));
   }
 }
 

@@ -17,8 +17,8 @@
 namespace memwire::test {
 
 struct NatsServerOptions {
-  std::string token;     // set: clients must present this token
-  std::string user;      // set (with password): clients must log in
+  std::string token;  // set: clients must present this token
+  std::string user;   // set (with password): clients must log in
   std::string password;
   bool jetstream = true;
   std::size_t max_payload = 0;  // 0 = the server's default (1 MiB)

@@ -1,0 +1,128 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memwire/sideband/channel.hpp"
+
+namespace memwire::sideband {
+
+struct NatsOptions {
+  // One or more server URLs ("nats://host:4222", "tls://host:4222"); tried in this order.
+  std::vector<std::string> servers{"nats://127.0.0.1:4222"};
+  std::string connection_name;  // shown by the server's monitoring; empty = none
+
+  // Credentials: set at most one kind. user/password may also be given in the URL.
+  std::string user;
+  std::string password;
+  std::string token;
+  std::string nkey_public;     // NKey public key ("U..."), together with nkey_seed_file
+  std::string nkey_seed_file;  // file holding the NKey seed ("SU...")
+  std::string creds_file;      // decentralised auth: JWT + seed in one .creds file
+
+  // TLS: on when `tls` is set or any file is given (a "tls://" URL also turns it on).
+  bool tls = false;
+  std::string ca_file;    // PEM CA bundle the server's certificate must chain to
+  std::string cert_file;  // client certificate chain (mutual TLS), with key_file
+  std::string key_file;
+
+  // The JetStream key/value bucket that is the durable registry; created if absent.
+  std::string kv_bucket = "memwire";
+  // Upper bound on how long any entry stays in the bucket (its MaxAge), applied only when this
+  // channel creates the bucket. 0 = none: entries without a TTL stay until withdrawn.
+  std::chrono::milliseconds kv_max_age{0};
+
+  // Connecting, and every JetStream/KV call, give up after this long (Error{Timeout}).
+  std::chrono::milliseconds connect_timeout = std::chrono::seconds(2);
+  std::chrono::milliseconds request_timeout = std::chrono::seconds(5);
+
+  // After a lost connection: attempts (-1 = forever), the wait between rounds, and how many
+  // bytes of outgoing messages are buffered meanwhile (past that, publishing fails).
+  int max_reconnect = -1;
+  std::chrono::milliseconds reconnect_wait = std::chrono::milliseconds(250);
+  int reconnect_buffer_bytes = 8 * 1024 * 1024;
+
+  // Called on a nats.c thread when the connection drops and when it is back (subscriptions
+  // already resent). Keep them short; they must not call back into the channel.
+  std::function<void()> on_disconnected;
+  std::function<void()> on_reconnected;
+};
+
+// Channel over NATS (nats.c).
+//
+// Subjects and storage:
+//   memwire.md.<name>   core request/reply: the live publisher of <name> answers with its entry.
+//   memwire.get.<name>  request/reply service (serve/request), queue group "memwire".
+//   KV bucket <kv_bucket>, key <name>: the durable registry (list, wait_for, fallback of fetch).
+//   KV bucket <kv_bucket>_parts: pieces of entries larger than one NATS message.
+//
+// An entry (KV value and md reply) is a JSON object, either
+//   {"expires_at_ms": E, "metadata": {...}}                      inline, or
+//   {"expires_at_ms": E, "parts": N, "part_key": K, "size": S}   metadata JSON split into N
+//                                                                pieces under K.0 .. K.N-1
+// with E the unix time in ms when the TTL runs out (0 = never). Any other object is taken as
+// bare metadata without expiry, so `nats kv put memwire NAME "$(cat md.json)"` works too.
+//
+// fetch(name, timeout): a core request on memwire.md.<name> first (lowest latency, answered by
+// the live publisher). No responders (no live publisher), or an entry already expired at the
+// publisher, falls back to one KV get; a missing, deleted or expired key there is
+// Error{NotFound}. A request that gets no reply within `timeout` is Error{Timeout} (someone
+// subscribes but does not answer: a slow owner); KV is not consulted then.
+//
+// TTL: nats.c 3.4 / nats-server 2.9 have no per-key TTL, so each entry carries its expiry E and
+// readers treat an expired entry as absent; the publisher's responder stops answering then.
+// The bucket's MaxAge (kv_max_age) bounds how long any entry, expired or orphaned by a
+// publisher that died without withdraw(), occupies the store. Clocks of publisher and reader
+// are assumed to agree to well under the TTL.
+//
+// Large metadata: when an entry does not fit in one message (the server's max payload, 1 MiB by
+// default), publish() stores the metadata JSON in pieces in the parts bucket and the entry
+// refers to them; fetch/wait_for reassemble them. request() does the same for a large writable
+// metadata. Pieces are removed by withdraw() and by a later publish() of the same name.
+//
+// serve(prefix): a prefix "a.b" serves the name "a.b" and every name below it ("a.b.c", ...);
+// an empty prefix serves every name. Each serve() owns one thread per subscribed subject, so
+// a slow handler never delays metadata responders; run several serve() calls (here or in other
+// processes) to answer requests in parallel: the queue group spreads requests among them.
+//
+// withdraw() of a name that is not published is not an error. Thread-safe: all methods may be
+// called from several threads at once.
+class NatsChannel final : public Channel {
+ public:
+  // Connects at once. Throws Error{AccessDenied} when the server refuses the credentials,
+  // Error{Transport} when no server can be reached or JetStream is not enabled,
+  // Error{InvalidArgument} for contradictory options.
+  explicit NatsChannel(NatsOptions options);
+  ~NatsChannel() override;
+  NatsChannel(const NatsChannel&) = delete;
+  NatsChannel& operator=(const NatsChannel&) = delete;
+
+  void publish(std::string_view name, const RdmaMetadata& metadata,
+               std::chrono::milliseconds ttl) override;
+  RdmaMetadata fetch(std::string_view name, std::chrono::milliseconds timeout) override;
+  void withdraw(std::string_view name) override;
+  RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout) override;
+  std::vector<std::string> list() override;
+  std::unique_ptr<Subscription> serve(std::string_view prefix, RequestHandler handler) override;
+  void request(std::string_view name, const RdmaMetadata& writable,
+               std::chrono::milliseconds timeout) override;
+
+  // Round trip to the server: everything sent before (subscriptions included) has been
+  // processed when it returns. Error{Timeout} or Error{Transport} otherwise.
+  void flush(std::chrono::milliseconds timeout);
+  // The server's limit on one message, in bytes.
+  std::size_t max_payload() const;
+  // The URL of the server currently connected to (empty while disconnected).
+  std::string connected_url() const;
+
+ private:
+  class Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace memwire::sideband
