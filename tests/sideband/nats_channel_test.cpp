@@ -267,6 +267,38 @@ TEST_F(NatsChannelTest, InvalidNamesAreRejected) {
             ErrorCode::InvalidArgument);
 }
 
+TEST_F(NatsChannelTest, BucketPrefixAndMaxAgeComeFromOptions) {
+  auto tenant_options = options_for(server_);
+  tenant_options.subject_prefix = "tenant-b.memwire";
+  tenant_options.kv_bucket = "tenant-b";
+  tenant_options.kv_max_age = 90s;
+  NatsChannel tenant(tenant_options);
+  NatsChannel plain(options_for(server_));
+  tenant.publish("shared.name", make_metadata(60), 0ms);
+  {
+    NatsChannel orphan(tenant_options);
+    orphan.publish("tenant.orphan", make_metadata(61), 0ms);
+  }
+  // Separate subjects and buckets: the other channel sees none of it.
+  EXPECT_EQ(error_of([&] { plain.fetch("shared.name", 1s); }), ErrorCode::NotFound);
+  EXPECT_EQ(plain.list(), std::vector<std::string>{});
+  EXPECT_EQ(tenant.fetch("shared.name", 1s), make_metadata(60));
+  EXPECT_EQ(tenant.fetch("tenant.orphan", 1s), make_metadata(61));
+
+  // kv_max_age becomes the bucket's MaxAge: the bound on every entry's life in the store.
+  RawClient raw(server_.url());
+  kvStore* store = nullptr;
+  ASSERT_EQ(js_KeyValue(&store, raw.js, "tenant-b"), NATS_OK);
+  kvStatus* status = nullptr;
+  ASSERT_EQ(kvStore_Status(&status, store), NATS_OK);
+  EXPECT_EQ(kvStatus_TTL(status), 90'000'000'000);  // nanoseconds
+  kvStatus_Destroy(status);
+  kvStore_Destroy(store);
+
+  tenant_options.subject_prefix = "bad prefix";
+  EXPECT_EQ(error_of([&] { NatsChannel channel(tenant_options); }), ErrorCode::InvalidArgument);
+}
+
 TEST(NatsChannelAuth, WrongTokenIsAccessDenied) {
   NatsServerOptions server_options;
   server_options.token = "s3cret";

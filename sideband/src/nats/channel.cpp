@@ -18,8 +18,6 @@ using namespace nats_detail;
 
 namespace {
 
-constexpr std::string_view kMetadataSubject = "memwire.md.";
-constexpr std::string_view kServiceSubject = "memwire.get.";
 constexpr const char* kQueueGroup = "memwire";
 // Room left in a message for the entry's own fields and for headers nats.c or JetStream add.
 constexpr std::size_t kHeadroom = 4096;
@@ -267,6 +265,12 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
     if (options_.kv_bucket.empty()) {
       throw Error(ErrorCode::InvalidArgument, "nats: kv_bucket must not be empty");
     }
+    if (options_.kv_max_age.count() != 0 && options_.kv_max_age < std::chrono::milliseconds(100)) {
+      throw Error(ErrorCode::InvalidArgument, "nats: kv_max_age must be 0 or at least 100 ms");
+    }
+    validate_name(options_.subject_prefix);
+    metadata_subject_ = options_.subject_prefix + ".md.";
+    service_subject_ = options_.subject_prefix + ".get.";
     connect();
     try {
       open_registry();
@@ -326,7 +330,7 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
 
   RdmaMetadata fetch(std::string_view name, std::chrono::milliseconds timeout) {
     validate_name(name);
-    const std::string subject = std::string(kMetadataSubject) + std::string(name);
+    const std::string subject = metadata_subject_ + std::string(name);
     natsMsg* raw = nullptr;
     auto status =
         natsConnection_Request(&raw, connection_.get(), subject.c_str(), "", 0, to_millis(timeout));
@@ -357,26 +361,29 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
     auto published = remove_responder(name);
     const std::string key(name);
 
-    // Pieces of whatever the registry holds now, which another process may have written.
+    // What the registry holds now (another process may have written it), for its pieces.
+    std::string registry_parts;
     kvEntry* raw = nullptr;
     auto status = kvStore_Get(&raw, kv_.get(), key.c_str());
     EntryPtr current(raw);
     if (status == NATS_OK) {
       try {
-        auto entry = decode_entry(value_of(raw), name);
-        if (entry.parts > 0) delete_parts(entry.part_key, entry.parts);
+        registry_parts = decode_entry(value_of(raw), name).part_key;
       } catch (const Error&) {
         // A malformed entry is removed all the same.
+      }
+      // A KV delete leaves the usual tombstone, so other KV watchers see the name go.
+      status = kvStore_Delete(kv_.get(), key.c_str());
+      if (status != NATS_OK) {
+        fail(status, "nats: deleting " + in_quotes(name) + " from the registry");
       }
     } else if (status != NATS_NOT_FOUND) {
       fail(status, "nats: reading " + in_quotes(name) + " from the registry");
     }
-    if (status == NATS_OK) {
-      status = kvStore_Delete(kv_.get(), key.c_str());
-      if (status != NATS_OK)
-        fail(status, "nats: deleting " + in_quotes(name) + " from the registry");
+    if (!registry_parts.empty()) delete_parts(registry_parts);
+    if (published && !published->part_key.empty() && published->part_key != registry_parts) {
+      delete_parts(published->part_key);
     }
-    if (published && !published->part_key.empty()) delete_parts(published->part_key);
   }
 
   RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout) {
@@ -461,7 +468,7 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
       }
     } cleanup{this, part_key};
 
-    const std::string subject = std::string(kServiceSubject) + std::string(name);
+    const std::string subject = service_subject_ + std::string(name);
     natsMsg* raw = nullptr;
     auto status = natsConnection_Request(&raw, connection_.get(), subject.c_str(), payload.data(),
                                          static_cast<int>(payload.size()), to_millis(timeout));
@@ -484,11 +491,11 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
     if (!handler) throw Error(ErrorCode::InvalidArgument, "nats: serve() needs a handler");
     std::vector<std::string> subjects;
     if (prefix.empty()) {
-      subjects.push_back(std::string(kServiceSubject) + ">");
+      subjects.push_back(service_subject_ + ">");
     } else {
       validate_name(prefix);
-      subjects.push_back(std::string(kServiceSubject) + std::string(prefix));
-      subjects.push_back(std::string(kServiceSubject) + std::string(prefix) + ".>");
+      subjects.push_back(service_subject_ + std::string(prefix));
+      subjects.push_back(service_subject_ + std::string(prefix) + ".>");
     }
     auto subscription = std::make_unique<ServeSubscription>();
     for (const auto& subject : subjects) {
@@ -515,7 +522,7 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
     std::string name;
     try {
       std::string_view subject = natsMsg_GetSubject(message);
-      subject.remove_prefix(std::min(subject.size(), kServiceSubject.size()));
+      subject.remove_prefix(std::min(subject.size(), service_subject_.size()));
       name = subject;
       auto entry =
           decode_entry(std::string_view(natsMsg_GetData(message),
@@ -668,12 +675,21 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
       kvConfig_Init(&config);
       config.Bucket = bucket.c_str();
       config.History = 1;
-      config.TTL = options_.kv_max_age.count();
+      // nats.c 3.4 passes TTL on as the stream's MaxAge: nanoseconds.
+      config.TTL =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(options_.kv_max_age).count();
       config.StorageType = js_FileStorage;
       config.Replicas = 1;
       status = js_CreateKeyValue(&raw, js_.get(), &config);
-      // Another client may have created it in between.
-      if (status != NATS_OK) status = js_KeyValue(&raw, js_.get(), bucket.c_str());
+      if (status != NATS_OK) {
+        const std::string why = describe(status);
+        // Another client may have created it in between.
+        if (js_KeyValue(&raw, js_.get(), bucket.c_str()) != NATS_OK) {
+          throw Error(status == NATS_TIMEOUT ? ErrorCode::Timeout : ErrorCode::Transport,
+                      "nats: creating KV bucket '" + bucket + "': " + why);
+        }
+        status = NATS_OK;
+      }
     }
     KvPtr store(raw);
     if (status == NATS_NO_RESPONDERS) {
@@ -714,31 +730,35 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
       auto status = kvStore_Put(&revision, store, key.c_str(), json.data() + offset,
                                 static_cast<int>(length));
       if (status != NATS_OK) {
-        delete_parts(part_key, i);
+        delete_parts(part_key);
         fail(status, "nats: storing part " + std::to_string(i) + " of a large metadata");
       }
     }
     return parts;
   }
 
-  // Best effort: pieces left behind only take room until the bucket's MaxAge.
-  void delete_parts(const std::string& part_key, std::size_t parts = 0) noexcept {
+  // Best effort: pieces left behind only take room until the bucket's MaxAge. One purge of the
+  // parts stream filtered by subject removes every piece of `part_key` and, unlike a KV delete,
+  // leaves no tombstone per piece behind.
+  void delete_parts(const std::string& part_key) noexcept {
     try {
       kvStore* store = parts_store();
-      if (parts == 0) {
-        // Count unknown (an old entry of ours): pieces are numbered densely from 0.
-        for (std::size_t i = 0;; ++i) {
-          const std::string key = part_key + "." + std::to_string(i);
-          kvEntry* raw = nullptr;
-          auto status = kvStore_Get(&raw, store, key.c_str());
-          EntryPtr entry(raw);
-          if (status != NATS_OK) break;
-          kvStore_Purge(store, key.c_str(), nullptr);
-        }
+      const std::string bucket = options_.kv_bucket + "_parts";
+      const std::string subject = "$KV." + bucket + "." + part_key + ".>";
+      jsOptions purge;
+      jsOptions_Init(&purge);
+      purge.Stream.Purge.Subject = subject.c_str();
+      jsErrCode error_code{};
+      if (js_PurgeStream(js_.get(), ("KV_" + bucket).c_str(), &purge, &error_code) == NATS_OK) {
         return;
       }
-      for (std::size_t i = 0; i < parts; ++i) {
+      // Not allowed to purge streams (restricted account): delete piece by piece.
+      for (std::size_t i = 0;; ++i) {
         const std::string key = part_key + "." + std::to_string(i);
+        kvEntry* raw = nullptr;
+        auto status = kvStore_Get(&raw, store, key.c_str());
+        EntryPtr entry(raw);
+        if (status != NATS_OK) break;
         kvStore_Purge(store, key.c_str(), nullptr);
       }
     } catch (...) {
@@ -822,7 +842,7 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
     published->responder->expires_at_ms = expires_at;
     published->part_key = part_key;
 
-    const std::string subject = std::string(kMetadataSubject) + std::string(name);
+    const std::string subject = metadata_subject_ + std::string(name);
     auto* closure = new std::shared_ptr<Responder>(published->responder);
     natsSubscription* raw = nullptr;
     auto status = natsConnection_Subscribe(&raw, connection_.get(), subject.c_str(),
@@ -876,6 +896,8 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
   }
 
   NatsOptions options_;
+  std::string metadata_subject_;  // "<prefix>.md."
+  std::string service_subject_;   // "<prefix>.get."
   std::shared_ptr<ConnectionEvents> events_;
   ConnectionPtr connection_;
   JsPtr js_;

@@ -31,6 +31,9 @@ struct NatsOptions {
   std::string cert_file;  // client certificate chain (mutual TLS), with key_file
   std::string key_file;
 
+  // First subject token(s): "<subject_prefix>.md.<name>" and "<subject_prefix>.get.<name>".
+  // Channels with different prefixes and buckets do not see each other's names.
+  std::string subject_prefix = "memwire";
   // The JetStream key/value bucket that is the durable registry; created if absent.
   std::string kv_bucket = "memwire";
   // Upper bound on how long any entry stays in the bucket (its MaxAge), applied only when this
@@ -55,7 +58,7 @@ struct NatsOptions {
 
 // Channel over NATS (nats.c).
 //
-// Subjects and storage:
+// Subjects (with the default subject_prefix "memwire") and storage:
 //   memwire.md.<name>   core request/reply: the live publisher of <name> answers with its entry.
 //   memwire.get.<name>  request/reply service (serve/request), queue group "memwire".
 //   KV bucket <kv_bucket>, key <name>: the durable registry (list, wait_for, fallback of fetch).
