@@ -87,17 +87,32 @@ void Lease::release() {
 Worker::Worker(Connector& connector, Channel& channel)
     : connector_(&connector), channel_(&channel) {}
 
-Lease Worker::publish(std::string_view name, std::vector<Descriptor> local, milliseconds ttl) {
-  validate_name(name);
-  auto operation = connector_->create_readable(std::move(local));
+// The name should not outlive the metadata behind it.
+milliseconds Worker::publish_operation(std::string_view name, const ReadableOperation& operation,
+                                       milliseconds ttl) {
   auto metadata = operation.metadata();
-  // The name should not outlive the metadata behind it.
   if (metadata.expires_at_ms() != 0) {
     milliseconds remaining(std::max<std::int64_t>(1, metadata.expires_at_ms() - unix_now_ms()));
     ttl = ttl.count() > 0 ? std::min(ttl, remaining) : remaining;
   }
   channel_->publish(name, metadata, ttl);
+  return ttl;
+}
+
+Lease Worker::publish(std::string_view name, std::vector<Descriptor> local, milliseconds ttl) {
+  validate_name(name);
+  auto operation = connector_->create_readable(std::move(local));
+  publish_operation(name, operation, ttl);
   return Lease(*channel_, std::string(name), std::move(operation));
+}
+
+void Worker::republish(Lease& lease, std::vector<Descriptor> local, milliseconds ttl) {
+  if (!lease.channel_) throw Error(ErrorCode::InvalidArgument, "republish: the lease was released");
+  auto operation = connector_->create_readable(std::move(local));
+  publish_operation(lease.name_, operation, ttl);
+  // The old operation ends here (its remote access with it); the name points at the new one.
+  lease.operation_.reset();
+  lease.operation_.emplace(std::move(operation));
 }
 
 ReadOperation Worker::read(std::string_view name, std::vector<Descriptor> local,
@@ -113,16 +128,18 @@ ReadOperation Worker::read(std::string_view name, std::vector<Descriptor> local,
 }
 
 std::unique_ptr<Subscription> Worker::serve(std::string_view prefix, ServeHandler handler,
-                                            milliseconds write_timeout) {
+                                            ServeOptions options) {
   if (!handler) throw Error(ErrorCode::InvalidArgument, "serve: no handler");
   auto* connector = connector_;
-  return channel_->serve(prefix, [connector, handler = std::move(handler), write_timeout](
-                                     const std::string& name, const RdmaMetadata& writable) {
-    auto data = handler(name);
-    auto operation = connector->begin_write(data.descriptors, writable);
-    require_complete(operation.wait_for_completion(write_timeout), operation,
-                     "writing '" + name + "'");
-  });
+  return channel_->serve(prefix,
+                         [connector, handler = std::move(handler), options = std::move(options)](
+                             const std::string& name, const RdmaMetadata& writable) {
+                           auto data = handler(name);
+                           auto operation = connector->begin_write(data.descriptors, writable);
+                           require_complete(operation.wait_for_completion(options.write_timeout),
+                                            operation, "writing '" + name + "'");
+                           if (options.on_written) options.on_written(name, operation);
+                         });
 }
 
 WritableOperation Worker::request(std::string_view name, std::vector<Descriptor> local,

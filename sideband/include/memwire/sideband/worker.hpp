@@ -63,6 +63,11 @@ class Worker {
     Fetch,               // an unknown name is Error{NotFound} at once
     WaitUntilPublished,  // wait (within the timeout) for the name to appear
   };
+  // Publishes `local` under the lease's name in place of its current memory (whose remote
+  // access ends): for serving a name again after each read without a moment of NotFound.
+  void republish(Lease& lease, std::vector<Descriptor> local,
+                 std::chrono::milliseconds ttl = std::chrono::milliseconds(0));
+
   // Reads the memory published under `name` into `local`; returns the completed operation
   // (see transport()). `timeout` bounds the lookup and the transfer together.
   ReadOperation read(std::string_view name, std::vector<Descriptor> local,
@@ -71,9 +76,16 @@ class Worker {
   // Answers requests for names under `prefix` by writing handler(name) into the requester's
   // memory. The handler throws (e.g. Error{NotFound}) to refuse; the requester gets the error.
   using ServeHandler = std::function<ServedData(const std::string& name)>;
-  std::unique_ptr<Subscription> serve(
-      std::string_view prefix, ServeHandler handler,
-      std::chrono::milliseconds write_timeout = std::chrono::seconds(30));
+  struct ServeOptions {
+    std::chrono::milliseconds write_timeout = std::chrono::seconds(30);
+    // Called after each completed write (on the channel's thread), e.g. to log transport().
+    std::function<void(const std::string& name, const WriteOperation& write)> on_written;
+  };
+  std::unique_ptr<Subscription> serve(std::string_view prefix, ServeHandler handler,
+                                      ServeOptions options);
+  std::unique_ptr<Subscription> serve(std::string_view prefix, ServeHandler handler) {
+    return serve(prefix, std::move(handler), ServeOptions{});
+  }
 
   // Asks the owner of `name` to write it into `local`; returns the completed operation.
   WritableOperation request(std::string_view name, std::vector<Descriptor> local,
@@ -83,6 +95,10 @@ class Worker {
   Channel& channel() noexcept { return *channel_; }
 
  private:
+  std::chrono::milliseconds publish_operation(std::string_view name,
+                                              const ReadableOperation& operation,
+                                              std::chrono::milliseconds ttl);
+
   Connector* connector_;
   Channel* channel_;
 };
