@@ -94,7 +94,6 @@ TEST_F(OperationTest, ReadCompletesBothSidesAndReportsTheTransport) {
   std::promise<OperationStatus> passive_done;
   readable.on_complete([&](OperationStatus status) { passive_done.set_value(status); });
   auto read = peer.begin_read(readable.metadata(), target_view);
-  EXPECT_EQ(error_code_of([&] { read.results(); }), ErrorCode::InvalidArgument);
   EXPECT_EQ(read.wait_for_completion(5s), OperationStatus::Complete);
   EXPECT_EQ(readable.wait_for_completion(5s), OperationStatus::Complete);
   EXPECT_EQ(passive_done.get_future().get(), OperationStatus::Complete);
@@ -106,6 +105,16 @@ TEST_F(OperationTest, ReadCompletesBothSidesAndReportsTheTransport) {
   OperationStatus late = OperationStatus::Uninitialized;
   read.on_complete([&](OperationStatus status) { late = status; });
   EXPECT_EQ(late, OperationStatus::Complete);
+}
+
+TEST_F(OperationTest, ResultsOnlyOnceComplete) {
+  auto readable = owner.create_readable(source_view);
+  auto metadata = readable.metadata();
+  readable.cancel();  // the read can never complete: in progress, then errored
+  auto read = peer.begin_read(metadata, target_view);
+  EXPECT_EQ(error_code_of([&] { read.results(); }), ErrorCode::InvalidArgument);
+  EXPECT_THROW(read.wait_for_completion(5s), Error);
+  EXPECT_EQ(error_code_of([&] { read.results(); }), ErrorCode::InvalidArgument);
 }
 
 TEST_F(OperationTest, WaitTimesOutWithTimeoutError) {
