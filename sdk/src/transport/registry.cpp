@@ -4,6 +4,7 @@
 #include "memwire/error.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 #include "transport/transport.hpp"
+#include "transport/verbs/verbs_transport.hpp"
 
 namespace memwire::detail {
 
@@ -11,6 +12,7 @@ std::unique_ptr<Transport> make_transport(std::string_view name, const Transport
   using Factory = std::unique_ptr<Transport> (*)(const TransportContext&);
   static constexpr std::pair<std::string_view, Factory> kFactories[] = {
       {"tcp", make_tcp_transport},
+      {"verbs", make_verbs_transport},
   };
   for (const auto& [known, factory] : kFactories)
     if (known == name) return factory(context);

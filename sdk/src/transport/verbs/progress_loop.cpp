@@ -55,7 +55,14 @@ void ProgressLoop::stop() {
   }
   const std::uint64_t one = 1;
   [[maybe_unused]] auto written = ::write(wake_.get(), &one, sizeof one);
-  if (thread_.joinable() && !on_loop_thread()) thread_.join();
+  if (thread_.joinable()) {
+    // Stopping from a handler (e.g. a completion callback dropping the last connector handle)
+    // cannot join itself; the thread sees stopping_ as soon as that handler returns.
+    if (on_loop_thread())
+      thread_.detach();
+    else
+      thread_.join();
+  }
   std::lock_guard lock(mutex_);
   commands_.clear();
 }

@@ -46,7 +46,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void listen();
 
   // Runs `work` on the progress thread, then frees connections that died meanwhile.
-  void run_on_loop(std::function<void()> work);
+  bool run_on_loop(std::function<void()> work);
   void bury() { graveyard_.clear(); }
 
   // rdma_cm
@@ -59,7 +59,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // completions
   void on_completions();
   void drain(Connection& connection);
-  bool handle(Connection& connection, const ibv_wc& completion);
+  void handle(Connection& connection, const ibv_wc& completion);
   void on_work_error(Connection& connection, const ibv_wc& completion);
 
   // timer: connections that take too long to establish
@@ -69,7 +69,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // active side
   void begin(const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer,
              std::uint64_t seq);
-  void send_begin(Connection& connection, OutboundTransfer& outbound);
+  Notice begin_notice(const OutboundTransfer& outbound) const;
   void on_accept(Connection& connection, const Notice& notice);
   void on_batch_done(Connection& connection, std::uint64_t seq);
   void on_result(Connection& connection, const Notice& notice);

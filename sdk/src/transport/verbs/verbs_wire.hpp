@@ -42,7 +42,9 @@ std::size_t encode(const Notice& notice, std::span<std::byte, kNoticeBytes> out)
 Notice decode(std::span<const std::byte> in);
 
 // rdma_cm private data of a connect request and of its accept: who is on the other end.
-inline constexpr std::size_t kConnectPrivateData = 56;  // RDMA_MAX_PRIVATE_DATA for RC connect
+// Private data limits of an RC connect request and of its accept on rdma_cm over IB/RoCE.
+inline constexpr std::size_t kConnectPrivateData = 56;
+inline constexpr std::size_t kAcceptPrivateData = 196;
 std::vector<std::byte> encode_hello(std::string_view connector, std::size_t limit);
 std::optional<std::string> decode_hello(const void* data, std::size_t length);
 

@@ -1,0 +1,786 @@
+#include "transport/verbs/verbs_engine.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/timerfd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "registration.hpp"
+#include "transport/verbs/ipv4_endpoint.hpp"
+
+namespace memwire::detail::verbs {
+namespace {
+
+// Work requests are cut at the port's max message size, and at 1 MiB: many requests in flight
+// keep the device busy, and a cancelled transfer drains quickly.
+constexpr std::uint64_t kMaxChunk = std::uint64_t{1} << 20;
+// Work requests per post; only the last one of a batch is signalled.
+constexpr unsigned kBatch = 16;
+constexpr int kBacklog = 128;
+// RC retries (transport and receiver-not-ready); 7 = retry RNR forever, a slow peer is no error.
+constexpr std::uint8_t kRetries = 7;
+
+[[noreturn]] void throw_errno(ErrorCode code, const std::string& what) {
+  throw Error(code, what + ": " + std::strerror(errno));
+}
+
+void set_nonblocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
+    throw_errno(ErrorCode::Transport, "fcntl");
+}
+
+int timeout_ms(std::chrono::milliseconds timeout) {
+  return static_cast<int>(std::clamp<std::int64_t>(timeout.count(), 1, 3'600'000));
+}
+
+sockaddr_in ipv4_address(const std::string& ip, std::uint16_t port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  if (::inet_pton(AF_INET, ip.c_str(), &address.sin_addr) != 1)
+    throw Error(ErrorCode::Transport, "bad IPv4 address " + ip);
+  return address;
+}
+
+rdma_conn_param connection_parameters(const std::vector<std::byte>& hello) {
+  rdma_conn_param parameters{};
+  parameters.private_data = hello.data();
+  parameters.private_data_len = static_cast<std::uint8_t>(hello.size());
+  // As many outstanding RDMA READs as both devices allow.
+  parameters.initiator_depth = RDMA_MAX_INIT_DEPTH;
+  parameters.responder_resources = RDMA_MAX_RESP_RES;
+  parameters.retry_count = kRetries;
+  parameters.rnr_retry_count = kRetries;
+  return parameters;
+}
+
+}  // namespace
+
+std::shared_ptr<Engine> Engine::create(const TransportContext& context) {
+  std::shared_ptr<Engine> engine(new Engine(context));
+  engine->loop_.start();
+  return engine;
+}
+
+Engine::Engine(const TransportContext& context)
+    : connector_name_(context.connector_name),
+      connect_timeout_(context.options.connect_timeout),
+      registrations_(context.registrations),
+      device_(std::make_shared<const VerbsDevice>(context.options.rdma_device,
+                                                  context.options.gid_index)),
+      chunk_bytes_(std::min<std::uint64_t>(kMaxChunk, device_->max_message_size())),
+      local_regions_(device_),
+      events_(rdma_create_event_channel()),
+      completions_(ibv_create_comp_channel(device_->context())),
+      timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
+  if (!events_) throw_errno(ErrorCode::Transport, "rdma_create_event_channel");
+  if (!completions_) throw_errno(ErrorCode::Transport, "ibv_create_comp_channel");
+  if (!timer_) throw_errno(ErrorCode::Transport, "timerfd_create");
+  if (chunk_bytes_ == 0) chunk_bytes_ = kMaxChunk;
+  set_nonblocking(events_->fd);
+  set_nonblocking(completions_->fd);
+  listen();
+  loop_.watch(events_->fd, [this] {
+    on_cm_events();
+    bury();
+  });
+  loop_.watch(completions_->fd, [this] {
+    on_completions();
+    bury();
+  });
+  loop_.watch(timer_.get(), [this] {
+    on_timer();
+    bury();
+  });
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::listen() {
+  rdma_cm_id* raw = nullptr;
+  if (rdma_create_id(events_.get(), &raw, nullptr, RDMA_PS_TCP) != 0)
+    throw_errno(ErrorCode::Transport, "rdma_create_id");
+  listener_.reset(raw);
+  auto address = ipv4_address(device_->ipv4(), 0);
+  if (rdma_bind_addr(raw, reinterpret_cast<sockaddr*>(&address)) != 0)
+    throw_errno(ErrorCode::Transport, "rdma_bind_addr " + device_->ipv4());
+  if (raw->verbs != device_->context())
+    throw Error(ErrorCode::Transport,
+                device_->ipv4() + " does not belong to RDMA device " + device_->name());
+  if (rdma_listen(raw, kBacklog) != 0) throw_errno(ErrorCode::Transport, "rdma_listen");
+  address_ = device_->ipv4() + ":" + std::to_string(ntohs(rdma_get_src_port(raw)));
+}
+
+void Engine::shutdown() {
+  loop_.stop();
+  // The progress thread is gone: what it owned is ours now.
+  std::vector<std::shared_ptr<Connection>> all;
+  for (const auto& [id, connection] : connections_) all.push_back(connection);
+  for (const auto& connection : all)
+    fail_connection(*connection, Error(ErrorCode::Cancelled, "the connector is shutting down"));
+  bury();
+  listener_.reset();
+}
+
+bool Engine::run_on_loop(std::function<void()> work) {
+  return loop_.post([this, work = std::move(work)] {
+    work();
+    bury();
+  });
+}
+
+void Engine::start(const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer) {
+  const auto seq = next_seq_++;
+  // The failure notifier may run on any thread (a cancel, a drop); the abort runs on ours.
+  transfer->set_failure_notifier([weak = weak_from_this(), seq](const Error& error) {
+    if (auto engine = weak.lock())
+      engine->run_on_loop([raw = engine.get(), seq, error] { raw->abort(seq, error); });
+  });
+  if (!run_on_loop([this, transfer, offer, seq] { begin(transfer, offer, seq); }))
+    transfer->fail(Error(ErrorCode::Cancelled, "the verbs transport is shutting down"));
+}
+
+// ---- rdma_cm ------------------------------------------------------------------------------
+
+void Engine::on_cm_events() {
+  for (;;) {
+    rdma_cm_event* event = nullptr;
+    if (rdma_get_cm_event(events_.get(), &event) != 0) return;  // drained (EAGAIN)
+    // Copy what we need and acknowledge at once: destroying an id waits for its events to be
+    // acknowledged, and private data lives only until then.
+    const auto type = event->event;
+    rdma_cm_id* id = event->id;
+    const int status = event->status;
+    const rdma_conn_param parameters = event->param.conn;
+    std::optional<std::string> hello;
+    if (type == RDMA_CM_EVENT_CONNECT_REQUEST || type == RDMA_CM_EVENT_ESTABLISHED)
+      hello = decode_hello(parameters.private_data, parameters.private_data_len);
+    rdma_ack_cm_event(event);
+
+    if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+      on_connect_request(id, hello, parameters);
+      continue;
+    }
+    auto found = connections_.find(id);
+    if (found == connections_.end()) continue;  // the listener, or a connection we closed
+    const auto keep = found->second;
+    Connection& connection = *keep;
+    if (connection.state == Connection::State::Closed) continue;
+    const auto why = std::string(rdma_event_str(type)) + " (status " + std::to_string(status) + ")";
+    try {
+      switch (type) {
+        case RDMA_CM_EVENT_ADDR_RESOLVED:
+          connection.create_queue_pair();
+          if (rdma_resolve_route(id, timeout_ms(connect_timeout_)) != 0)
+            throw_errno(ErrorCode::PeerLost, "rdma_resolve_route to " + connection.address);
+          break;
+        case RDMA_CM_EVENT_ROUTE_RESOLVED: {
+          const auto ours = encode_hello(connector_name_, kConnectPrivateData);
+          auto parameters_out = connection_parameters(ours);
+          if (rdma_connect(id, &parameters_out) != 0)
+            throw_errno(ErrorCode::PeerLost, "rdma_connect to " + connection.address);
+          connection.state = Connection::State::Connecting;
+          break;
+        }
+        case RDMA_CM_EVENT_ESTABLISHED:
+          on_established(connection, hello);
+          break;
+        case RDMA_CM_EVENT_REJECTED:
+          fail_connection(connection,
+                          Error(ErrorCode::PeerLost, "verbs: " + describe(connection) +
+                                                         " refused the connection (no memwire "
+                                                         "listener there any more?)"));
+          break;
+        case RDMA_CM_EVENT_ADDR_ERROR:
+        case RDMA_CM_EVENT_ROUTE_ERROR:
+        case RDMA_CM_EVENT_UNREACHABLE:
+        case RDMA_CM_EVENT_CONNECT_ERROR:
+          fail_connection(connection, Error(ErrorCode::PeerLost, "verbs: cannot reach " +
+                                                                     describe(connection) + ": " +
+                                                                     why));
+          break;
+        case RDMA_CM_EVENT_DISCONNECTED:
+          fail_connection(connection,
+                          Error(ErrorCode::PeerLost, "verbs: " + describe(connection) +
+                                                         " disconnected (process gone?)"));
+          break;
+        case RDMA_CM_EVENT_DEVICE_REMOVAL:
+          fail_connection(connection, Error(ErrorCode::Transport, "verbs: RDMA device " +
+                                                                      device_->name() +
+                                                                      " was removed"));
+          break;
+        default:
+          break;  // TIMEWAIT_EXIT, ADDR_CHANGE, ...: nothing to do
+      }
+    } catch (const Error& error) {
+      fail_connection(connection, error);
+    }
+  }
+}
+
+void Engine::on_connect_request(rdma_cm_id* id, const std::optional<std::string>& peer,
+                                const rdma_conn_param&) {
+  CmId owned(id);  // destroyed (so refused) unless accepted below
+  if (!peer) {
+    rdma_reject(id, nullptr, 0);
+    return;
+  }
+  auto connection = std::make_shared<Connection>(device_, completions_.get(), std::move(owned),
+                                                 false, *peer,
+                                                 format_endpoint(rdma_get_peer_addr(id)));
+  try {
+    connection->create_queue_pair();
+    const auto ours = encode_hello(connector_name_, kAcceptPrivateData);
+    auto parameters = connection_parameters(ours);
+    if (rdma_accept(id, &parameters) != 0) throw_errno(ErrorCode::Transport, "rdma_accept");
+  } catch (const Error&) {
+    rdma_reject(id, nullptr, 0);
+    return;  // the connection's destructor destroys its QP and the id
+  }
+  connection->state = Connection::State::Connecting;
+  connection->deadline = std::chrono::steady_clock::now() + connect_timeout_;
+  connections_[id] = std::move(connection);
+  arm_timer();
+}
+
+std::shared_ptr<Connection> Engine::connection_to(const std::string& peer,
+                                                  const std::string& address) {
+  const auto key = peer + "@" + address;
+  if (auto found = pool_.find(key);
+      found != pool_.end() && found->second->state != Connection::State::Closed)
+    return found->second;
+
+  auto destination = parse_ipv4_endpoint(address);
+  if (!destination)
+    throw Error(ErrorCode::InvalidMetadata, "verbs offer address '" + address + "' is not ip:port");
+  rdma_cm_id* raw = nullptr;
+  if (rdma_create_id(events_.get(), &raw, nullptr, RDMA_PS_TCP) != 0)
+    throw_errno(ErrorCode::Transport, "rdma_create_id");
+  CmId id(raw);
+  // From our device's address, so that the route goes through our device.
+  auto source = ipv4_address(device_->ipv4(), 0);
+  if (rdma_resolve_addr(raw, reinterpret_cast<sockaddr*>(&source),
+                        reinterpret_cast<sockaddr*>(&*destination),
+                        timeout_ms(connect_timeout_)) != 0)
+    throw_errno(ErrorCode::PeerLost, "verbs: cannot resolve " + address);
+  auto connection = std::make_shared<Connection>(device_, completions_.get(), std::move(id), true,
+                                                 peer, address);
+  connection->deadline = std::chrono::steady_clock::now() + connect_timeout_;
+  connections_[raw] = connection;
+  pool_[key] = connection;
+  arm_timer();
+  return connection;
+}
+
+void Engine::on_established(Connection& connection, const std::optional<std::string>& peer) {
+  if (connection.outgoing) {
+    // The listener at that address must be the connector the metadata names: an address
+    // reused by another process must never see our keys or our bytes.
+    const auto expected = connection.peer.substr(0, kAcceptPrivateData - 6);
+    if (!peer || *peer != expected) {
+      fail_connection(connection,
+                      Error(ErrorCode::PeerLost,
+                            "verbs: " + connection.address + " is served by " +
+                                (peer ? "connector " + *peer : "something else") +
+                                ", not by connector " + connection.peer));
+      return;
+    }
+  }
+  connection.deadline = {};
+  bool posted = connection.establish();
+  for (auto& [seq, outbound] : connection.outbound)
+    if (posted && !outbound.begun) posted = connection.send(begin_notice(outbound));
+  for (auto& [seq, outbound] : connection.outbound) outbound.begun = true;
+  arm_timer();
+  if (!posted)
+    fail_connection(connection, Error(ErrorCode::Transport,
+                                      "verbs: cannot post to the QP of " + describe(connection)));
+}
+
+// ---- completions ----------------------------------------------------------------------------
+
+void Engine::on_completions() {
+  for (;;) {
+    ibv_cq* cq = nullptr;
+    void* context = nullptr;
+    if (ibv_get_cq_event(completions_.get(), &cq, &context) != 0) return;  // drained
+    // Acknowledged at once: destroying a CQ waits for its events to be acknowledged. A CQ's
+    // events cannot be read once it is destroyed, so `context` is a live connection.
+    ibv_ack_cq_events(cq, 1);
+    auto& connection = *static_cast<Connection*>(context);
+    if (connection.state == Connection::State::Closed) continue;
+    // Re-armed before polling, so nothing that completes meanwhile goes unnoticed.
+    if (ibv_req_notify_cq(cq, 0) != 0) {
+      fail_connection(connection, Error(ErrorCode::Transport, "verbs: ibv_req_notify_cq failed"));
+      continue;
+    }
+    drain(connection);
+  }
+}
+
+void Engine::drain(Connection& connection) {
+  ibv_wc completions[32];
+  while (connection.state != Connection::State::Closed) {
+    const int count = ibv_poll_cq(connection.cq(), 32, completions);
+    if (count < 0) {
+      fail_connection(connection, Error(ErrorCode::Transport, "verbs: ibv_poll_cq failed"));
+      return;
+    }
+    if (count == 0) return;
+    for (int i = 0; i < count && connection.state != Connection::State::Closed; ++i)
+      handle(connection, completions[i]);
+  }
+}
+
+void Engine::handle(Connection& connection, const ibv_wc& completion) {
+  if (completion.status != IBV_WC_SUCCESS) {
+    on_work_error(connection, completion);
+    return;
+  }
+  switch (Connection::tag_of(completion.wr_id)) {
+    case Connection::Tag::Receive: {
+      Notice notice;
+      try {
+        notice = decode(connection.received(completion.wr_id, completion.byte_len));
+      } catch (const Error& error) {
+        fail_connection(connection, Error(ErrorCode::Protocol, "verbs: " + describe(connection) +
+                                                                   " sent garbage: " +
+                                                                   error.what()));
+        return;
+      }
+      if (!connection.repost_receive(completion.wr_id)) {
+        fail_connection(connection, Error(ErrorCode::Transport, "verbs: ibv_post_recv failed"));
+        return;
+      }
+      on_notice(connection, notice);
+      return;
+    }
+    case Connection::Tag::Control:
+      if (!connection.on_send_completion(completion.wr_id))
+        fail_connection(connection, Error(ErrorCode::Transport, "verbs: ibv_post_send failed"));
+      return;
+    case Connection::Tag::Data:
+      if (!connection.on_send_completion(completion.wr_id)) {
+        fail_connection(connection, Error(ErrorCode::Transport, "verbs: ibv_post_send failed"));
+        return;
+      }
+      on_batch_done(connection, Connection::value_of(completion.wr_id));
+      return;
+  }
+  fail_connection(connection, Error(ErrorCode::Protocol, "verbs: unexpected work completion"));
+}
+
+void Engine::on_work_error(Connection& connection, const ibv_wc& completion) {
+  const std::string status = ibv_wc_status_str(completion.status);
+  const auto broken =
+      Error(ErrorCode::PeerLost, "verbs: connection to " + describe(connection) + " broke (" +
+                                     status + ")");
+  if (Connection::tag_of(completion.wr_id) != Connection::Tag::Data ||
+      completion.status == IBV_WC_WR_FLUSH_ERR) {
+    fail_connection(connection, broken);
+    return;
+  }
+  // This transfer's own request failed: it gets the precise reason, the others sharing the
+  // QP (which is now in the error state) get "connection broke".
+  const auto seq = Connection::value_of(completion.wr_id);
+  auto found = connection.outbound.find(seq);
+  const bool reading = found != connection.outbound.end() &&
+                       found->second.transfer->kind() == OperationKind::Read;
+  const std::string what = std::string("verbs: RDMA ") + (reading ? "READ" : "WRITE") +
+                           " from " + describe(connection) + " failed: " + status;
+  ErrorCode code = ErrorCode::Transport;
+  std::string hint;
+  if (completion.status == IBV_WC_REM_ACCESS_ERR) {
+    code = ErrorCode::AccessDenied;
+    hint = " (the owner's registration was revoked or the key is wrong)";
+  } else if (completion.status == IBV_WC_RETRY_EXC_ERR ||
+             completion.status == IBV_WC_RNR_RETRY_EXC_ERR) {
+    code = ErrorCode::PeerLost;
+    hint = " (the peer stopped answering)";
+  }
+  fail_connection(connection, broken, seq, Error(code, what + hint));
+}
+
+// ---- timer ----------------------------------------------------------------------------------
+
+void Engine::arm_timer() {
+  std::optional<std::chrono::steady_clock::time_point> next;
+  for (const auto& [id, connection] : connections_)
+    if (connection->state == Connection::State::Resolving ||
+        connection->state == Connection::State::Connecting)
+      if (!next || connection->deadline < *next) next = connection->deadline;
+  itimerspec spec{};
+  if (next) {
+    // steady_clock is CLOCK_MONOTONIC; an all-zero it_value would disarm instead.
+    const auto ns = std::max<std::int64_t>(
+        1, std::chrono::duration_cast<std::chrono::nanoseconds>(next->time_since_epoch()).count());
+    spec.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+    spec.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  }
+  ::timerfd_settime(timer_.get(), TFD_TIMER_ABSTIME, &spec, nullptr);
+}
+
+void Engine::on_timer() {
+  std::uint64_t expirations = 0;
+  [[maybe_unused]] auto drained = ::read(timer_.get(), &expirations, sizeof expirations);
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::shared_ptr<Connection>> late;
+  for (const auto& [id, connection] : connections_)
+    if ((connection->state == Connection::State::Resolving ||
+         connection->state == Connection::State::Connecting) &&
+        connection->deadline <= now)
+      late.push_back(connection);
+  for (const auto& connection : late)
+    fail_connection(*connection,
+                    Error(ErrorCode::Timeout, "verbs: connecting to " + describe(*connection) +
+                                                  " took more than " +
+                                                  std::to_string(connect_timeout_.count()) +
+                                                  " ms"));
+  arm_timer();
+}
+
+// ---- active side ----------------------------------------------------------------------------
+
+Notice Engine::begin_notice(const OutboundTransfer& outbound) const {
+  Notice notice;
+  notice.type = NoticeType::Begin;
+  notice.seq = outbound.seq;
+  notice.key = outbound.transfer->key();
+  notice.token = outbound.transfer->token();
+  notice.kind = outbound.transfer->kind();
+  return notice;
+}
+
+void Engine::begin(const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer,
+                   std::uint64_t seq) {
+  if (is_terminal(transfer->status())) return;
+  const auto& local = transfer->local();
+  const auto& remote = transfer->remote().descriptors();
+  if (local.size() != remote.size() || offer.keys.size() != local.size()) {
+    transfer->fail(Error(ErrorCode::InvalidMetadata,
+                         "verbs offer has " + std::to_string(offer.keys.size()) + " keys for " +
+                             std::to_string(remote.size()) + " remote and " +
+                             std::to_string(local.size()) + " local descriptors"));
+    return;
+  }
+  OutboundTransfer outbound;
+  outbound.seq = seq;
+  outbound.transfer = transfer;
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    if (local[i].size() != remote[i].size) {
+      transfer->fail(Error(ErrorCode::SizeMismatch,
+                           "descriptor " + std::to_string(i) + " differs in size"));
+      return;
+    }
+    if (offer.keys[i] > UINT32_MAX) {
+      transfer->fail(Error(ErrorCode::InvalidMetadata,
+                           "verbs key " + std::to_string(offer.keys[i]) + " is not an rkey"));
+      return;
+    }
+    outbound.rkeys.push_back(static_cast<std::uint32_t>(offer.keys[i]));
+  }
+  std::shared_ptr<Connection> connection;
+  try {
+    connection = connection_to(transfer->remote().endpoint().connector, offer.address);
+  } catch (const Error& error) {
+    transfer->fail(error);
+    return;
+  }
+  auto& entry = connection->outbound.emplace(seq, std::move(outbound)).first->second;
+  transfers_[seq] = connection.get();
+  if (connection->state == Connection::State::Established) {
+    entry.begun = true;
+    if (!connection->send(begin_notice(entry)))
+      fail_connection(*connection, Error(ErrorCode::Transport, "verbs: cannot post to the QP of " +
+                                                                   describe(*connection)));
+  }
+}
+
+void Engine::on_accept(Connection& connection, const Notice& notice) {
+  auto found = connection.outbound.find(notice.seq);
+  if (found == connection.outbound.end()) return;  // aborted meanwhile
+  auto& outbound = found->second;
+  if (notice.error) {
+    auto transfer = outbound.transfer;
+    transfers_.erase(notice.seq);
+    connection.outbound.erase(found);
+    transfer->fail(Error(*notice.error, "the owner refused the transfer: " + notice.text));
+    return;
+  }
+  if (outbound.aborted || is_terminal(outbound.transfer->status())) return;
+  auto pin = outbound.transfer->gate().pin();
+  if (!pin) return;  // being cancelled: its failure notifier (abort) comes next
+  // A device that still holds the buffers after the grace period is cut off: the QP goes.
+  outbound.transfer->gate().add_breaker(
+      reinterpret_cast<std::uintptr_t>(&outbound), [weak = weak_from_this(), seq = notice.seq] {
+        if (auto engine = weak.lock())
+          engine->run_on_loop([raw = engine.get(), seq] { raw->break_transfer(seq); });
+      });
+  const int access =
+      outbound.transfer->kind() == OperationKind::Read ? IBV_ACCESS_LOCAL_WRITE : 0;
+  try {
+    for (const auto& descriptor : outbound.transfer->local())
+      outbound.regions.push_back(
+          local_regions_.acquire(descriptor.ptr(), descriptor.size(), access));
+  } catch (const Error& error) {
+    outbound.regions.clear();
+    pin.reset();
+    outbound.transfer->fail(error);  // its abort tells the owner
+    return;
+  }
+  outbound.pin = std::move(pin);
+  connection.ready.push_back(notice.seq);
+  pump(connection);
+}
+
+void Engine::pump(Connection& connection) {
+  ibv_send_wr requests[kBatch];
+  ibv_sge elements[kBatch];
+  while (connection.state == Connection::State::Established && !connection.ready.empty()) {
+    const auto credits = std::min(connection.data_credits(), kBatch);
+    if (credits == 0) return;  // resumes when a batch completes
+    const auto seq = connection.ready.front();
+    connection.ready.pop_front();
+    auto found = connection.outbound.find(seq);
+    if (found == connection.outbound.end()) continue;
+    auto& outbound = found->second;
+    if (outbound.aborted || is_terminal(outbound.transfer->status())) {
+      if (outbound.batches_in_flight == 0) outbound.release_buffers();
+      continue;
+    }
+    const auto count = outbound.next_batch({requests, credits}, {elements, credits}, chunk_bytes_,
+                                           Connection::wr_id(Connection::Tag::Data, seq));
+    if (count == 0) continue;
+    if (!connection.post_data(requests, count)) {
+      fail_connection(connection, Error(ErrorCode::Transport, "verbs: cannot post RDMA to " +
+                                                                  describe(connection)));
+      return;
+    }
+    ++outbound.batches_in_flight;
+    // Round robin: transfers sharing the QP take turns batch by batch.
+    if (!outbound.all_posted()) connection.ready.push_back(seq);
+  }
+}
+
+void Engine::on_batch_done(Connection& connection, std::uint64_t seq) {
+  auto found = connection.outbound.find(seq);
+  if (found != connection.outbound.end()) {
+    auto& outbound = found->second;
+    --outbound.batches_in_flight;
+    if (outbound.aborted || is_terminal(outbound.transfer->status())) {
+      if (outbound.batches_in_flight == 0) {
+        outbound.release_buffers();
+        if (outbound.aborted) {
+          transfers_.erase(seq);
+          connection.outbound.erase(found);
+        }
+      }
+    } else if (outbound.all_posted() && outbound.batches_in_flight == 0 && !outbound.done_sent) {
+      // Every byte is in place: let go of the buffers, then ask the owner to complete.
+      outbound.release_buffers();
+      outbound.done_sent = true;
+      Notice done;
+      done.type = NoticeType::Done;
+      done.seq = seq;
+      done.key = outbound.transfer->key();
+      done.token = outbound.transfer->token();
+      done.kind = outbound.transfer->kind();
+      if (!connection.send(done)) {
+        fail_connection(connection, Error(ErrorCode::Transport, "verbs: cannot post to the QP of " +
+                                                                    describe(connection)));
+        return;
+      }
+    }
+  }
+  pump(connection);
+}
+
+void Engine::on_result(Connection& connection, const Notice& notice) {
+  auto found = connection.outbound.find(notice.seq);
+  if (found == connection.outbound.end()) return;
+  auto transfer = found->second.transfer;
+  transfers_.erase(notice.seq);
+  connection.outbound.erase(found);
+  if (!notice.error)
+    transfer->succeed();
+  else
+    transfer->fail(Error(*notice.error, "the owner did not complete the transfer: " + notice.text));
+}
+
+void Engine::abort(std::uint64_t seq, const Error& error) {
+  auto where = transfers_.find(seq);
+  if (where == transfers_.end()) return;
+  Connection& connection = *where->second;
+  auto found = connection.outbound.find(seq);
+  if (found == connection.outbound.end()) {
+    transfers_.erase(where);
+    return;
+  }
+  auto& outbound = found->second;
+  outbound.aborted = true;
+  bool sent = true;
+  if (outbound.begun) {
+    Notice notice;
+    notice.type = NoticeType::Abort;
+    notice.seq = seq;
+    notice.key = outbound.transfer->key();
+    notice.token = outbound.transfer->token();
+    notice.kind = outbound.transfer->kind();
+    notice.error = error.code();
+    notice.text = error.what();
+    sent = connection.send(notice);
+  }
+  // Work requests still in flight keep the entry (and the buffers' regions) until they end.
+  if (outbound.batches_in_flight == 0) {
+    outbound.release_buffers();
+    transfers_.erase(where);
+    connection.outbound.erase(found);
+  }
+  if (!sent)
+    fail_connection(connection, Error(ErrorCode::Transport, "verbs: cannot post to the QP of " +
+                                                                describe(connection)));
+}
+
+void Engine::break_transfer(std::uint64_t seq) {
+  auto where = transfers_.find(seq);
+  if (where == transfers_.end()) return;
+  fail_connection(*where->second,
+                  Error(ErrorCode::PeerLost, "verbs: a cancelled transfer's RDMA did not finish "
+                                             "within the grace period; connection to " +
+                                                 describe(*where->second) + " reset"));
+}
+
+// ---- passive side ---------------------------------------------------------------------------
+
+void Engine::on_notice(Connection& connection, const Notice& notice) {
+  switch (notice.type) {
+    case NoticeType::Begin:
+      on_begin(connection, notice);
+      return;
+    case NoticeType::Accept:
+      on_accept(connection, notice);
+      return;
+    case NoticeType::Done:
+      on_done(connection, notice);
+      return;
+    case NoticeType::Result:
+      on_result(connection, notice);
+      return;
+    case NoticeType::Abort:
+      on_abort(connection, notice);
+      return;
+  }
+}
+
+void Engine::reply(Connection& connection, NoticeType type, std::uint64_t seq,
+                   std::optional<ErrorCode> error, std::string text) {
+  Notice notice;
+  notice.type = type;
+  notice.seq = seq;
+  notice.error = error;
+  notice.text = std::move(text);
+  if (!connection.send(notice))
+    fail_connection(connection, Error(ErrorCode::Transport, "verbs: cannot post to the QP of " +
+                                                                describe(connection)));
+}
+
+void Engine::on_begin(Connection& connection, const Notice& notice) {
+  auto registration = registrations_->find(notice.key);
+  if (!registration) {
+    reply(connection, NoticeType::Accept, notice.seq, ErrorCode::NotFound,
+          "no live operation with this key (completed, cancelled or never offered)");
+    return;
+  }
+  try {
+    // Token, kind, expiry and liveness, before a byte moves. The pin is dropped at once: the
+    // device moves the bytes and the memory regions are what guards the memory.
+    const auto& descriptors = registration->descriptors();
+    registration->check_access(notice.token, notice.kind, 0, 0, descriptors.front().size(),
+                               "verbs");
+  } catch (const Error& error) {
+    reply(connection, NoticeType::Accept, notice.seq, error.code(), error.what());
+    return;
+  }
+  // Remembered so that losing this connection fails the operation.
+  connection.inbound[notice.key] = registration;
+  reply(connection, NoticeType::Accept, notice.seq);
+}
+
+void Engine::on_done(Connection& connection, const Notice& notice) {
+  connection.inbound.erase(notice.key);
+  auto registration = registrations_->find(notice.key);
+  if (!registration) {
+    reply(connection, NoticeType::Result, notice.seq, ErrorCode::Cancelled,
+          "the operation ended on the owner's side before the transfer completed");
+    return;
+  }
+  try {
+    registration->complete_from_remote(notice.token);
+  } catch (const Error& error) {
+    reply(connection, NoticeType::Result, notice.seq, error.code(), error.what());
+    return;
+  }
+  reply(connection, NoticeType::Result, notice.seq);
+}
+
+void Engine::on_abort(Connection& connection, const Notice& notice) {
+  // Only the connection that began the operation may fail it.
+  auto found = connection.inbound.find(notice.key);
+  if (found == connection.inbound.end()) return;
+  auto registration = found->second.lock();
+  connection.inbound.erase(found);
+  if (!registration) return;
+  try {
+    registration->fail_from_remote(
+        notice.token, Error(notice.error.value_or(ErrorCode::Protocol),
+                            "the active side failed: " + notice.text));
+  } catch (const Error&) {
+    // A wrong token changes nothing.
+  }
+}
+
+// ---- failure --------------------------------------------------------------------------------
+
+void Engine::fail_connection(Connection& connection, const Error& error,
+                             std::optional<std::uint64_t> culprit,
+                             std::optional<Error> culprit_error) {
+  if (connection.state == Connection::State::Closed) return;
+  // First the QP goes: from then on the device touches none of the buffers, so the pins and
+  // the regions may be released before the transfers learn about it.
+  connection.close();
+  auto outbound = std::move(connection.outbound);
+  auto inbound = std::move(connection.inbound);
+  connection.outbound.clear();
+  connection.inbound.clear();
+  connection.ready.clear();
+  for (auto& [seq, transfer] : outbound) {
+    transfers_.erase(seq);
+    transfer.release_buffers();
+  }
+  // Freed once the current handler returns: the caller may still hold a reference.
+  if (auto found = connections_.find(connection.id()); found != connections_.end()) {
+    graveyard_.push_back(found->second);
+    connections_.erase(found);
+  }
+  std::erase_if(pool_, [&](const auto& entry) { return entry.second.get() == &connection; });
+  arm_timer();
+
+  for (auto& [seq, transfer] : outbound)
+    if (!transfer.aborted)
+      transfer.transfer->fail(culprit && *culprit == seq && culprit_error ? *culprit_error
+                                                                          : error);
+  for (auto& [key, weak] : inbound)
+    if (auto registration = weak.lock())
+      registration->fail(Error(ErrorCode::PeerLost, error.what()));
+}
+
+std::string Engine::describe(const Connection& connection) const {
+  return "peer " + (connection.peer.empty() ? std::string("?") : connection.peer) + " at " +
+         connection.address;
+}
+
+}  // namespace memwire::detail::verbs
