@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -199,19 +200,27 @@ TEST(VerbsTransport, FallsBackToTcpWhenThePeerHasNoVerbs) {
   EXPECT_EQ(read.transport(), "tcp");
 }
 
-// RC QPs of this process, as the kernel's RDMA resource tracking lists them.
-std::optional<int> rc_queue_pairs_of_this_process() {
+// RC QPs of this process, as the kernel's RDMA resource tracking lists them ("... type RC ...
+// pid N ...", N being the thread that created the QP); nullopt when the `rdma` tool is
+// unavailable. `listing` gets the raw output.
+std::optional<int> rc_queue_pairs_of_this_process(std::string* listing = nullptr) {
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen("rdma resource show qp 2>/dev/null", "r"),
                                              ::pclose);
   if (!pipe) return std::nullopt;
-  const auto pid = "pid " + std::to_string(::getpid()) + " ";
+  std::vector<std::string> ours;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task"))
+    ours.push_back(" pid " + task.path().filename().string() + " ");
   int count = 0;
   bool any = false;
   char line[1024];
   while (std::fgets(line, sizeof line, pipe.get()) != nullptr) {
     any = true;
     const std::string text(line);
-    if (text.find("type RC") != std::string::npos && text.find(pid) != std::string::npos) ++count;
+    if (listing != nullptr) *listing += text;
+    if (text.find(" type RC ") != std::string::npos &&
+        std::any_of(ours.begin(), ours.end(),
+                    [&](const auto& pid) { return text.find(pid) != std::string::npos; }))
+      ++count;
   }
   if (!any) return std::nullopt;
   return count;
@@ -250,8 +259,9 @@ TEST(VerbsTransport, ManyConcurrentOperationsShareOneQueuePair) {
     EXPECT_EQ(first_mismatch(written[i], 1000 + i), kSize) << i;
   }
   // One connection between the two connectors: its two ends are the only RC QPs we own.
-  if (auto count = rc_queue_pairs_of_this_process()) {
-    EXPECT_EQ(*count, 2) << "operations did not share one pooled queue pair";
+  std::string listing;
+  if (auto count = rc_queue_pairs_of_this_process(&listing)) {
+    EXPECT_EQ(*count, 2) << "operations did not share one pooled queue pair:\n" << listing;
   } else {
     std::cout << "note: `rdma resource show qp` unavailable, QP count not checked\n";
   }
@@ -268,8 +278,9 @@ TEST(VerbsTransport, ConnectionIsReusedAcrossOperations) {
     ASSERT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
     ASSERT_EQ(first_mismatch(target, 50 + round), target.size()) << round;
   }
-  if (auto count = rc_queue_pairs_of_this_process()) {
-    EXPECT_EQ(*count, 2);
+  std::string listing;
+  if (auto count = rc_queue_pairs_of_this_process(&listing)) {
+    EXPECT_EQ(*count, 2) << listing;
   }
 }
 
