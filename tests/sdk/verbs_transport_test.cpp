@@ -603,3 +603,35 @@ TEST(VerbsProcesses, KilledOwnerFailsTheReader) {
 }
 
 }  // namespace
+
+// ---- throughput ----------------------------------------------------------------------------
+
+namespace {
+
+// Not a correctness test: the figure integration/rxe/run-tests puts next to ib_read_bw in the
+// same guest boot. MiB/s, as perftest counts. Each round is one whole operation (Begin,
+// READs, Done, Result), so the protocol's round trips are part of the figure.
+TEST(VerbsThroughput, Read) {
+  REQUIRE_RDMA();
+  constexpr std::size_t kSize = 64 * MiB;
+  constexpr int kRounds = 4;
+  Connector owner(verbs_options()), peer(verbs_options());
+  std::vector<std::byte> source(kSize), target(kSize);
+  fill_pattern(source, 77);
+  std::chrono::duration<double> spent{};
+  for (int round = 0; round < kRounds; ++round) {
+    auto readable = owner.create_readable({Descriptor(std::span(source))});
+    const auto metadata = readable.metadata();
+    const auto began = std::chrono::steady_clock::now();
+    auto read = peer.begin_read(metadata, {Descriptor(std::span(target))});
+    ASSERT_EQ(read.wait_for_completion(120s), OperationStatus::Complete);
+    spent += std::chrono::steady_clock::now() - began;
+  }
+  ASSERT_EQ(first_mismatch(target, 77), kSize);
+  const double mib_per_s = static_cast<double>(kSize) * kRounds / MiB / spent.count();
+  std::printf("memwire-verbs-read-bw: %.2f MiB/s (%d x %zu bytes in %.3f s)\n", mib_per_s,
+              kRounds, kSize, spent.count());
+  RecordProperty("read_mib_per_s", std::to_string(mib_per_s));
+}
+
+}  // namespace
