@@ -298,7 +298,8 @@ TEST(VerbsTransport, WrongTokenIsRefusedBeforeAByteMoves) {
   auto read = peer.begin_read(forged, {Descriptor(std::span(target))});
   EXPECT_EQ(failure_code(read, 30s), ErrorCode::AccessDenied);
   EXPECT_NE(read.error_message().find("refused"), std::string::npos) << read.error_message();
-  EXPECT_TRUE(std::all_of(target.begin(), target.end(), [](auto b) { return b == std::byte{0x5a}; }));
+  EXPECT_TRUE(
+      std::all_of(target.begin(), target.end(), [](auto b) { return b == std::byte{0x5a}; }));
   EXPECT_EQ(readable.status(), OperationStatus::Initialized);  // still available to the real one
 }
 
@@ -391,11 +392,10 @@ class RawVerbsPeer {
                        std::uint32_t rkey) {
     ibv_mr* mr = rdma_reg_msgs(id_, local.data(), local.size());
     if (mr == nullptr) throw std::runtime_error("rdma_reg_msgs");
-    const int posted =
-        read ? rdma_post_read(id_, nullptr, local.data(), local.size(), mr, IBV_SEND_SIGNALED,
-                              remote, rkey)
-             : rdma_post_write(id_, nullptr, local.data(), local.size(), mr, IBV_SEND_SIGNALED,
-                               remote, rkey);
+    const int posted = read ? rdma_post_read(id_, nullptr, local.data(), local.size(), mr,
+                                             IBV_SEND_SIGNALED, remote, rkey)
+                            : rdma_post_write(id_, nullptr, local.data(), local.size(), mr,
+                                              IBV_SEND_SIGNALED, remote, rkey);
     ibv_wc completion{};
     const int completed = posted == 0 ? rdma_get_send_comp(id_, &completion) : -1;
     rdma_dereg_mr(mr);
@@ -629,8 +629,8 @@ TEST(VerbsThroughput, Read) {
   }
   ASSERT_EQ(first_mismatch(target, 77), kSize);
   const double mib_per_s = static_cast<double>(kSize) * kRounds / MiB / spent.count();
-  std::printf("memwire-verbs-read-bw: %.2f MiB/s (%d x %zu bytes in %.3f s)\n", mib_per_s,
-              kRounds, kSize, spent.count());
+  std::printf("memwire-verbs-read-bw: %.2f MiB/s (%d x %zu bytes in %.3f s)\n", mib_per_s, kRounds,
+              kSize, spent.count());
   RecordProperty("read_mib_per_s", std::to_string(mib_per_s));
 }
 

@@ -4,8 +4,7 @@
 
 namespace memwire::detail::verbs {
 
-std::shared_ptr<const ibv_mr> LocalMrCache::acquire(void* address, std::size_t length,
-                                                    int access) {
+std::shared_ptr<const ibv_mr> LocalMrCache::acquire(void* address, std::size_t length, int access) {
   const auto begin = reinterpret_cast<std::uintptr_t>(address);
   const auto end = begin + length;
   std::lock_guard lock(mutex_);

@@ -26,8 +26,8 @@ Connection::Connection(std::shared_ptr<const VerbsDevice> device, ibv_comp_chann
       address(std::move(address_)),
       device_(std::move(device)),
       channel_(channel),
-      send_depth_(std::min<unsigned>(kSendDepth, static_cast<unsigned>(
-                                                     std::max(device_->max_queue_depth(), 4)))),
+      send_depth_(std::min<unsigned>(
+          kSendDepth, static_cast<unsigned>(std::max(device_->max_queue_depth(), 4)))),
       reserved_(std::min(kReservedForNotices, send_depth_ / 2)),
       credits_(send_depth_),
       id_(std::move(id)) {}
@@ -39,14 +39,14 @@ Connection::~Connection() {
 
 void Connection::create_queue_pair() {
   if (id_->verbs != device_->context())
-    throw Error(ErrorCode::Transport, "peer " + address + " is not reachable through " +
-                                          device_->name());
+    throw Error(ErrorCode::Transport,
+                "peer " + address + " is not reachable through " + device_->name());
   const unsigned slots = kReceiveSlots + reserved_;
   buffers_ = std::make_unique<std::byte[]>(slots * kNoticeBytes);
-  buffers_mr_ = device_->register_memory(buffers_.get(), slots * kNoticeBytes,
-                                         IBV_ACCESS_LOCAL_WRITE);
-  const int entries = std::min<int>(static_cast<int>(send_depth_ + kReceiveSlots),
-                                    device_->max_cq_entries());
+  buffers_mr_ =
+      device_->register_memory(buffers_.get(), slots * kNoticeBytes, IBV_ACCESS_LOCAL_WRITE);
+  const int entries =
+      std::min<int>(static_cast<int>(send_depth_ + kReceiveSlots), device_->max_cq_entries());
   cq_.reset(ibv_create_cq(device_->context(), entries, this, channel_, 0));
   if (!cq_) fail("ibv_create_cq");
   if (ibv_req_notify_cq(cq_.get(), 0) != 0) fail("ibv_req_notify_cq");

@@ -76,8 +76,8 @@ class Connection {
   std::string peer;           // the peer connector's name, as it said in its hello
   const std::string address;  // "ip:port" dialled (outgoing only)
   std::chrono::steady_clock::time_point deadline{};
-  std::map<std::uint64_t, OutboundTransfer> outbound;  // active transfers, by seq
-  std::deque<std::uint64_t> ready;                     // seqs with data left to post
+  std::map<std::uint64_t, OutboundTransfer> outbound;    // active transfers, by seq
+  std::deque<std::uint64_t> ready;                       // seqs with data left to post
   std::map<Id128, std::weak_ptr<Registration>> inbound;  // registrations a peer began here
 
  private:

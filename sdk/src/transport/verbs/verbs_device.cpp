@@ -95,7 +95,8 @@ VerbsDevice::VerbsDevice(const std::string& wanted, int gid_index) {
     }
   }
   if (!wanted.empty() && !any_active)
-    throw Error(ErrorCode::Transport, "RDMA device '" + wanted + "' not found or without an active port");
+    throw Error(ErrorCode::Transport,
+                "RDMA device '" + wanted + "' not found or without an active port");
   if (!any_active) throw Error(ErrorCode::Transport, "no RDMA device with an active port");
   throw Error(ErrorCode::Transport, "no usable RDMA port" + reasons);
 }
@@ -103,8 +104,8 @@ VerbsDevice::VerbsDevice(const std::string& wanted, int gid_index) {
 Mr VerbsDevice::register_memory(void* address, std::size_t length, int access) const {
   Mr mr(ibv_reg_mr(pd_.get(), address, length, access));
   if (!mr)
-    throw Error(ErrorCode::Transport, "cannot register " + std::to_string(length) +
-                                          " bytes with " + name_ + ": " + std::strerror(errno) +
+    throw Error(ErrorCode::Transport, "cannot register " + std::to_string(length) + " bytes with " +
+                                          name_ + ": " + std::strerror(errno) +
                                           (errno == ENOMEM ? " (RLIMIT_MEMLOCK too low?)" : ""));
   return mr;
 }

@@ -199,9 +199,9 @@ void Engine::on_cm_events() {
         case RDMA_CM_EVENT_ROUTE_ERROR:
         case RDMA_CM_EVENT_UNREACHABLE:
         case RDMA_CM_EVENT_CONNECT_ERROR:
-          fail_connection(connection, Error(ErrorCode::PeerLost, "verbs: cannot reach " +
-                                                                     describe(connection) + ": " +
-                                                                     why));
+          fail_connection(connection,
+                          Error(ErrorCode::PeerLost,
+                                "verbs: cannot reach " + describe(connection) + ": " + why));
           break;
         case RDMA_CM_EVENT_DISCONNECTED:
           fail_connection(connection,
@@ -209,9 +209,9 @@ void Engine::on_cm_events() {
                                                          " disconnected (process gone?)"));
           break;
         case RDMA_CM_EVENT_DEVICE_REMOVAL:
-          fail_connection(connection, Error(ErrorCode::Transport, "verbs: RDMA device " +
-                                                                      device_->name() +
-                                                                      " was removed"));
+          fail_connection(connection,
+                          Error(ErrorCode::Transport,
+                                "verbs: RDMA device " + device_->name() + " was removed"));
           break;
         default:
           break;  // TIMEWAIT_EXIT, ADDR_CHANGE, ...: nothing to do
@@ -229,9 +229,9 @@ void Engine::on_connect_request(rdma_cm_id* id, const std::optional<std::string>
     rdma_reject(id, nullptr, 0);
     return;
   }
-  auto connection = std::make_shared<Connection>(device_, completions_.get(), std::move(owned),
-                                                 false, *peer,
-                                                 format_endpoint(rdma_get_peer_addr(id)));
+  auto connection =
+      std::make_shared<Connection>(device_, completions_.get(), std::move(owned), false, *peer,
+                                   format_endpoint(rdma_get_peer_addr(id)));
   try {
     connection->create_queue_pair();
     const auto ours = encode_hello(connector_name_, kAcceptPrivateData);
@@ -267,8 +267,8 @@ std::shared_ptr<Connection> Engine::connection_to(const std::string& peer,
                         reinterpret_cast<sockaddr*>(&*destination),
                         timeout_ms(connect_timeout_)) != 0)
     throw_errno(ErrorCode::PeerLost, "verbs: cannot resolve " + address);
-  auto connection = std::make_shared<Connection>(device_, completions_.get(), std::move(id), true,
-                                                 peer, address);
+  auto connection =
+      std::make_shared<Connection>(device_, completions_.get(), std::move(id), true, peer, address);
   connection->deadline = std::chrono::steady_clock::now() + connect_timeout_;
   connections_[raw] = connection;
   pool_[key] = connection;
@@ -282,11 +282,10 @@ void Engine::on_established(Connection& connection, const std::optional<std::str
     // reused by another process must never see our keys or our bytes.
     const auto expected = connection.peer.substr(0, kAcceptPrivateData - 6);
     if (!peer || *peer != expected) {
-      fail_connection(connection,
-                      Error(ErrorCode::PeerLost,
-                            "verbs: " + connection.address + " is served by " +
-                                (peer ? "connector " + *peer : "something else") +
-                                ", not by connector " + connection.peer));
+      fail_connection(connection, Error(ErrorCode::PeerLost,
+                                        "verbs: " + connection.address + " is served by " +
+                                            (peer ? "connector " + *peer : "something else") +
+                                            ", not by connector " + connection.peer));
       return;
     }
   }
@@ -347,9 +346,9 @@ void Engine::handle(Connection& connection, const ibv_wc& completion) {
       try {
         notice = decode(connection.received(completion.wr_id, completion.byte_len));
       } catch (const Error& error) {
-        fail_connection(connection, Error(ErrorCode::Protocol, "verbs: " + describe(connection) +
-                                                                   " sent garbage: " +
-                                                                   error.what()));
+        fail_connection(connection,
+                        Error(ErrorCode::Protocol,
+                              "verbs: " + describe(connection) + " sent garbage: " + error.what()));
         return;
       }
       if (!connection.repost_receive(completion.wr_id)) {
@@ -376,9 +375,8 @@ void Engine::handle(Connection& connection, const ibv_wc& completion) {
 
 void Engine::on_work_error(Connection& connection, const ibv_wc& completion) {
   const std::string status = ibv_wc_status_str(completion.status);
-  const auto broken =
-      Error(ErrorCode::PeerLost, "verbs: connection to " + describe(connection) + " broke (" +
-                                     status + ")");
+  const auto broken = Error(ErrorCode::PeerLost, "verbs: connection to " + describe(connection) +
+                                                     " broke (" + status + ")");
   if (Connection::tag_of(completion.wr_id) != Connection::Tag::Data ||
       completion.status == IBV_WC_WR_FLUSH_ERR) {
     fail_connection(connection, broken);
@@ -388,10 +386,10 @@ void Engine::on_work_error(Connection& connection, const ibv_wc& completion) {
   // QP (which is now in the error state) get "connection broke".
   const auto seq = Connection::value_of(completion.wr_id);
   auto found = connection.outbound.find(seq);
-  const bool reading = found != connection.outbound.end() &&
-                       found->second.transfer->kind() == OperationKind::Read;
-  const std::string what = std::string("verbs: RDMA ") + (reading ? "READ" : "WRITE") +
-                           " from " + describe(connection) + " failed: " + status;
+  const bool reading =
+      found != connection.outbound.end() && found->second.transfer->kind() == OperationKind::Read;
+  const std::string what = std::string("verbs: RDMA ") + (reading ? "READ" : "WRITE") + " from " +
+                           describe(connection) + " failed: " + status;
   ErrorCode code = ErrorCode::Transport;
   std::string hint;
   if (completion.status == IBV_WC_REM_ACCESS_ERR) {
@@ -436,10 +434,9 @@ void Engine::on_timer() {
       late.push_back(connection);
   for (const auto& connection : late)
     fail_connection(*connection,
-                    Error(ErrorCode::Timeout, "verbs: connecting to " + describe(*connection) +
-                                                  " took more than " +
-                                                  std::to_string(connect_timeout_.count()) +
-                                                  " ms"));
+                    Error(ErrorCode::Timeout,
+                          "verbs: connecting to " + describe(*connection) + " took more than " +
+                              std::to_string(connect_timeout_.count()) + " ms"));
   arm_timer();
 }
 
@@ -472,8 +469,8 @@ void Engine::begin(const std::shared_ptr<ActiveTransfer>& transfer, const Transp
   outbound.transfer = transfer;
   for (std::size_t i = 0; i < local.size(); ++i) {
     if (local[i].size() != remote[i].size) {
-      transfer->fail(Error(ErrorCode::SizeMismatch,
-                           "descriptor " + std::to_string(i) + " differs in size"));
+      transfer->fail(
+          Error(ErrorCode::SizeMismatch, "descriptor " + std::to_string(i) + " differs in size"));
       return;
     }
     if (offer.keys[i] > UINT32_MAX) {
@@ -520,8 +517,7 @@ void Engine::on_accept(Connection& connection, const Notice& notice) {
         if (auto engine = weak.lock())
           engine->run_on_loop([raw = engine.get(), seq] { raw->break_transfer(seq); });
       });
-  const int access =
-      outbound.transfer->kind() == OperationKind::Read ? IBV_ACCESS_LOCAL_WRITE : 0;
+  const int access = outbound.transfer->kind() == OperationKind::Read ? IBV_ACCESS_LOCAL_WRITE : 0;
   try {
     for (const auto& descriptor : outbound.transfer->local())
       outbound.regions.push_back(
@@ -556,8 +552,8 @@ void Engine::pump(Connection& connection) {
                                            Connection::wr_id(Connection::Tag::Data, seq));
     if (count == 0) continue;
     if (!connection.post_data(requests, count)) {
-      fail_connection(connection, Error(ErrorCode::Transport, "verbs: cannot post RDMA to " +
-                                                                  describe(connection)));
+      fail_connection(connection, Error(ErrorCode::Transport,
+                                        "verbs: cannot post RDMA to " + describe(connection)));
       return;
     }
     ++outbound.batches_in_flight;
@@ -641,17 +637,17 @@ void Engine::abort(std::uint64_t seq, const Error& error) {
     connection.outbound.erase(found);
   }
   if (!sent)
-    fail_connection(connection, Error(ErrorCode::Transport, "verbs: cannot post to the QP of " +
-                                                                describe(connection)));
+    fail_connection(connection, Error(ErrorCode::Transport,
+                                      "verbs: cannot post to the QP of " + describe(connection)));
 }
 
 void Engine::break_transfer(std::uint64_t seq) {
   auto where = transfers_.find(seq);
   if (where == transfers_.end()) return;
-  fail_connection(*where->second,
-                  Error(ErrorCode::PeerLost, "verbs: a cancelled transfer's RDMA did not finish "
-                                             "within the grace period; connection to " +
-                                                 describe(*where->second) + " reset"));
+  fail_connection(*where->second, Error(ErrorCode::PeerLost,
+                                        "verbs: a cancelled transfer's RDMA did not finish "
+                                        "within the grace period; connection to " +
+                                            describe(*where->second) + " reset"));
 }
 
 // ---- passive side ---------------------------------------------------------------------------
@@ -684,8 +680,8 @@ void Engine::reply(Connection& connection, NoticeType type, std::uint64_t seq,
   notice.error = error;
   notice.text = std::move(text);
   if (!connection.send(notice))
-    fail_connection(connection, Error(ErrorCode::Transport, "verbs: cannot post to the QP of " +
-                                                                describe(connection)));
+    fail_connection(connection, Error(ErrorCode::Transport,
+                                      "verbs: cannot post to the QP of " + describe(connection)));
 }
 
 void Engine::on_begin(Connection& connection, const Notice& notice) {
@@ -735,9 +731,8 @@ void Engine::on_abort(Connection& connection, const Notice& notice) {
   connection.inbound.erase(found);
   if (!registration) return;
   try {
-    registration->fail_from_remote(
-        notice.token, Error(notice.error.value_or(ErrorCode::Protocol),
-                            "the active side failed: " + notice.text));
+    registration->fail_from_remote(notice.token, Error(notice.error.value_or(ErrorCode::Protocol),
+                                                       "the active side failed: " + notice.text));
   } catch (const Error&) {
     // A wrong token changes nothing.
   }
@@ -771,8 +766,7 @@ void Engine::fail_connection(Connection& connection, const Error& error,
 
   for (auto& [seq, transfer] : outbound)
     if (!transfer.aborted)
-      transfer.transfer->fail(culprit && *culprit == seq && culprit_error ? *culprit_error
-                                                                          : error);
+      transfer.transfer->fail(culprit && *culprit == seq && culprit_error ? *culprit_error : error);
   for (auto& [key, weak] : inbound)
     if (auto registration = weak.lock())
       registration->fail(Error(ErrorCode::PeerLost, error.what()));
