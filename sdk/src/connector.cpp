@@ -118,29 +118,44 @@ class Connector::Impl {
                                                        std::vector<Descriptor> local) {
     check_local(local);
     check_pairing(kind, remote, local);
-    auto [transport, offer] = choose(remote.endpoint());
     auto transfer = std::make_shared<detail::ActiveTransfer>(kind, std::move(local), remote,
                                                              context_.options.connect_timeout);
-    transfer->set_transport(std::string(transport->name()));
-    transport->start(transfer, *offer);
-    return transfer;
+    // Best shared transport first; one that cannot reach the peer after all (shm refused by the
+    // kernel, ...) gives way to the next, with the reason logged.
+    std::string refusals;
+    for (auto [transport, offer] : candidates(remote.endpoint())) {
+      try {
+        transfer->set_transport(std::string(transport->name()));
+        transport->start(transfer, *offer);
+        return transfer;
+      } catch (const Error& error) {
+        if (error.code() != ErrorCode::Transport) throw;
+        log("transport " + std::string(transport->name()) + " unusable, trying the next: " +
+            error.what());
+        refusals += std::string(refusals.empty() ? "" : "; ") + error.what();
+      }
+    }
+    throw Error(ErrorCode::Transport, no_shared_transport(remote.endpoint()) +
+                                          (refusals.empty() ? "" : " (" + refusals + ")"));
   }
 
  private:
-  // The first transport in the remote's list (best first) that this connector also runs.
-  std::pair<detail::Transport*, const TransportOffer*> choose(const Endpoint& remote) {
-    std::string offered;
-    for (const auto& offer : remote.transports) {
-      offered += (offered.empty() ? "" : ", ") + offer.name;
+  // Transports both ends run, in the remote's order of preference (best first).
+  std::vector<std::pair<detail::Transport*, const TransportOffer*>> candidates(const Endpoint& remote) {
+    std::vector<std::pair<detail::Transport*, const TransportOffer*>> shared;
+    for (const auto& offer : remote.transports)
       for (const auto& transport : transports_)
         if (transport->name() == offer.name && transport->can_reach(offer))
-          return {transport.get(), &offer};
-    }
-    std::string ours;
+          shared.emplace_back(transport.get(), &offer);
+    return shared;
+  }
+
+  std::string no_shared_transport(const Endpoint& remote) const {
+    std::string offered, ours;
+    for (const auto& offer : remote.transports) offered += (offered.empty() ? "" : ", ") + offer.name;
     for (const auto& name : transport_names()) ours += (ours.empty() ? "" : ", ") + name;
-    throw Error(ErrorCode::Transport,
-                "no transport in common: remote offers [" + offered + "], this connector runs [" +
-                    ours + "]");
+    return "no usable transport in common: remote offers [" + offered + "], this connector runs [" +
+           ours + "]";
   }
 
   void log(const std::string& line) const {

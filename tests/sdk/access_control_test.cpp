@@ -7,8 +7,8 @@
 
 #include "ids.hpp"
 #include "memwire/memwire.hpp"
-#include "transport/tcp/frame.hpp"
-#include "transport/tcp/socket.hpp"
+#include "transport/stream/frame.hpp"
+#include "transport/stream/socket.hpp"
 
 using namespace memwire;
 using namespace memwire::detail;
@@ -215,4 +215,15 @@ TEST_F(AccessControl, GarbageClosesTheConnectionWithoutHarm) {
   RawPeer other(writable.metadata());
   other.send(other.request(FrameType::WriteRequest, 0, 0, 16), payload);
   EXPECT_EQ(other.answer().first, 0);
+}
+
+TEST_F(AccessControl, CrossMemoryRequestsNeedAKnownLocalProcess) {
+  auto readable = owner.create_readable(view);
+  RawPeer peer(readable.metadata());  // over TCP: the kernel cannot vouch for our process
+  auto request = peer.request(FrameType::ReadRequest, 0, 0, 16);
+  request.flags = frame_flags::kCrossMemory;
+  request.peer_address = reinterpret_cast<std::uintptr_t>(payload.data());
+  peer.send(request);
+  EXPECT_EQ(peer.answer().first, wire_code(ErrorCode::Protocol));
+  EXPECT_EQ(payload, std::vector<std::byte>(16, std::byte{0xee}));
 }

@@ -1,6 +1,8 @@
 // Two OS processes over loopback; metadata travels over the peer's stdin/stdout.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <csignal>
 
 #include "memwire/memwire.hpp"
@@ -20,10 +22,11 @@ ConnectorOptions tcp_options(std::size_t chunk = 4u << 20) {
   return options;
 }
 
-ChildProcess peer(std::initializer_list<std::string> arguments) {
+ChildProcess peer(std::initializer_list<std::string> arguments,
+                  const std::vector<std::string>& environment = {}) {
   std::vector<std::string> argv{MEMWIRE_PEER_BINARY};
   argv.insert(argv.end(), arguments);
-  return ChildProcess(argv);
+  return ChildProcess(argv, environment);
 }
 
 std::string expect_line(ChildProcess& child, std::chrono::milliseconds timeout = 30s) {
@@ -139,4 +142,41 @@ TEST(MultiProcess, DroppedReadStopsWritingIntoLocalMemory) {
   EXPECT_EQ(expect_line(child), "error cancelled: the active side reported: cancelled: dropped by the active side");
   EXPECT_EQ(child.wait(10s), 1);
   EXPECT_EQ(target, std::vector<std::byte>(kSize, std::byte{0x11}));
+}
+
+TEST(MultiProcess, SameHostProcessesUseShm) {
+  constexpr std::size_t kSize = 64u << 20;
+  auto child = peer({"publish", "readable", std::to_string(kSize), "8"});
+  auto metadata = RdmaMetadata::from_json(expect_line(child));
+  ConnectorOptions options;
+  options.transports = {"shm", "tcp"};
+  Connector connector(options);
+  std::vector<std::byte> target(kSize);
+  auto read = connector.begin_read(metadata, {Descriptor(std::span(target))});
+  EXPECT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
+  EXPECT_EQ(read.transport(), "shm");
+  EXPECT_EQ(memwire::test_support::first_mismatch(target, 8), kSize);
+  EXPECT_EQ(expect_line(child), "complete shm");
+}
+
+TEST(MultiProcess, RefusedCrossMemoryAccessFallsBackToTcpAndSaysWhy) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to start a peer as another user";
+  constexpr std::size_t kSize = 4u << 20;
+  // The owner runs as nobody: the kernel will not let it copy into our (root's) memory.
+  auto child = peer({"publish", "readable", std::to_string(kSize), "6"}, {"MEMWIRE_PEER_AS_NOBODY=1"});
+  auto metadata = RdmaMetadata::from_json(expect_line(child));
+  std::vector<std::string> logged;
+  ConnectorOptions options;
+  options.transports = {"shm", "tcp"};
+  options.log = [&](std::string_view line) { logged.emplace_back(line); };
+  Connector connector(options);
+  std::vector<std::byte> target(kSize);
+  auto read = connector.begin_read(metadata, {Descriptor(std::span(target))});
+  EXPECT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
+  EXPECT_EQ(read.transport(), "tcp");
+  EXPECT_EQ(memwire::test_support::first_mismatch(target, 6), kSize);
+  ASSERT_EQ(logged.size(), 1u);
+  EXPECT_NE(logged[0].find("shm unusable"), std::string::npos) << logged[0];
+  EXPECT_NE(logged[0].find("refused"), std::string::npos) << logged[0];
+  EXPECT_EQ(expect_line(child), "complete tcp");
 }

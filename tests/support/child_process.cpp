@@ -14,7 +14,8 @@ extern char** environ;
 
 namespace memwire::test_support {
 
-ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
+ChildProcess::ChildProcess(const std::vector<std::string>& argv,
+                           const std::vector<std::string>& environment) {
   int in[2], out[2];
   if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
   posix_spawn_file_actions_t actions;
@@ -24,7 +25,11 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
-  int error = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ);
+  std::vector<char*> variables;
+  for (char** variable = environ; *variable != nullptr; ++variable) variables.push_back(*variable);
+  for (const auto& variable : environment) variables.push_back(const_cast<char*>(variable.c_str()));
+  variables.push_back(nullptr);
+  int error = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), variables.data());
   posix_spawn_file_actions_destroy(&actions);
   close(in[0]);
   close(out[1]);

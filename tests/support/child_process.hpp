@@ -10,7 +10,9 @@ namespace memwire::test_support {
 // Another OS process with its stdin and stdout on pipes: the peer in multi-process tests.
 class ChildProcess {
  public:
-  explicit ChildProcess(const std::vector<std::string>& argv);
+  // `environment`: extra NAME=value entries on top of ours.
+  explicit ChildProcess(const std::vector<std::string>& argv,
+                        const std::vector<std::string>& environment = {});
   ~ChildProcess();  // kills it if still running
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;

@@ -2,6 +2,8 @@
 //   memwire_test_peer publish readable|writable SIZE SEED   prints metadata, waits, verifies
 //   memwire_test_peer active read|write SIZE SEED [CHUNK]   reads metadata from stdin
 // Prints "complete" or "error <reason>" as its last line; exit code 0 only on success.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -42,6 +44,13 @@ int main(int argc, char** argv) {
   const std::string role = argv[1], kind = argv[2];
   const auto size = std::strtoull(argv[3], nullptr, 10);
   const auto seed = std::strtoull(argv[4], nullptr, 10);
+  // MEMWIRE_PEER_AS_NOBODY=1: run unprivileged, so the kernel refuses cross-memory access.
+  if (const char* drop = std::getenv("MEMWIRE_PEER_AS_NOBODY"); drop && drop[0] == '1') {
+    if (setgid(65534) != 0 || setuid(65534) != 0) {
+      std::cout << "error cannot drop privileges" << std::endl;
+      return 1;
+    }
+  }
   ConnectorOptions options;
   if (argc > 5) options.tcp_chunk_size = std::strtoull(argv[5], nullptr, 10);
   Connector connector(options);

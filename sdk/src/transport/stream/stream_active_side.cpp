@@ -1,17 +1,18 @@
-#include "transport/tcp/tcp_active_side.hpp"
+#include "transport/stream/stream_active_side.hpp"
 
 namespace memwire::detail {
 
-std::uint64_t TcpActiveSide::expect(std::shared_ptr<TcpTransfer> transfer, std::byte* destination,
-                                    std::uint64_t length) {
+std::uint64_t StreamActiveSide::expect(std::shared_ptr<StreamTransfer> transfer,
+                                       std::byte* destination, std::uint64_t length,
+                                       std::optional<AccessGate::Pin> pin) {
   std::lock_guard lock(mutex_);
   if (closed_) return 0;
   auto id = next_id_++;
-  pending_.emplace(id, Pending{std::move(transfer), destination, length});
+  pending_.emplace(id, Pending{std::move(transfer), destination, length, std::move(pin)});
   return id;
 }
 
-std::optional<TcpActiveSide::Pending> TcpActiveSide::take(std::uint64_t request_id) {
+std::optional<StreamActiveSide::Pending> StreamActiveSide::take(std::uint64_t request_id) {
   std::lock_guard lock(mutex_);
   auto it = pending_.find(request_id);
   if (it == pending_.end()) return std::nullopt;
@@ -20,11 +21,11 @@ std::optional<TcpActiveSide::Pending> TcpActiveSide::take(std::uint64_t request_
   return pending;
 }
 
-void send_completion_notice(const std::shared_ptr<TcpTransfer>& transfer) {
+void send_completion_notice(const std::shared_ptr<StreamTransfer>& transfer) {
   auto connection = transfer->notice_connection.lock();
   std::uint64_t id = 0;
   if (connection)
-    id = static_cast<TcpActiveSide&>(connection->handler()).expect(transfer, nullptr, 0);
+    id = static_cast<StreamActiveSide&>(connection->handler()).expect(transfer, nullptr, 0);
   OutFrame frame;
   frame.header.type = FrameType::Notice;
   frame.header.request_id = id;
@@ -34,19 +35,20 @@ void send_completion_notice(const std::shared_ptr<TcpTransfer>& transfer) {
     transfer->transfer->fail(Error(ErrorCode::PeerLost, "connection lost before the completion notice"));
 }
 
-void TcpActiveSide::chunk_done(TcpConnection&, const std::shared_ptr<TcpTransfer>& transfer) {
+void StreamActiveSide::chunk_done(StreamConnection&, const std::shared_ptr<StreamTransfer>& transfer) {
   if (transfer->chunks_left.fetch_sub(1) == 1 &&
       transfer->transfer->status() == OperationStatus::InProgress)
     send_completion_notice(transfer);
 }
 
-void TcpActiveSide::on_frame(TcpConnection& connection, const FrameHeader& header) {
+void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader& header) {
   if (header.type != FrameType::ReadResponse && header.type != FrameType::WriteResponse &&
       header.type != FrameType::NoticeResponse) {
     connection.shutdown("protocol error: unexpected frame for the active side");
     return;
   }
   auto pending = take(header.request_id);
+  if (pending) pending->pin.reset();  // never hold a pin while failing: fail() closes the gate
   if (header.code != 0) {
     auto text = connection.receive_text(header.length);
     if (text && pending)
@@ -63,6 +65,8 @@ void TcpActiveSide::on_frame(TcpConnection& connection, const FrameHeader& heade
   auto& transfer = *pending->transfer->transfer;
   switch (header.type) {
     case FrameType::ReadResponse: {
+      if (header.flags & frame_flags::kCrossMemory)  // the passive side copied it already
+        return chunk_done(connection, pending->transfer);
       if (pending->destination == nullptr || header.length != pending->length) {
         connection.shutdown("protocol error: read response of the wrong length");
         return;
@@ -82,13 +86,14 @@ void TcpActiveSide::on_frame(TcpConnection& connection, const FrameHeader& heade
   }
 }
 
-void TcpActiveSide::on_closed(TcpConnection&, const Error& reason) {
+void StreamActiveSide::on_closed(StreamConnection&, const Error& reason) {
   std::unordered_map<std::uint64_t, Pending> lost;
   {
     std::lock_guard lock(mutex_);
     closed_ = true;
     lost.swap(pending_);
   }
+  for (auto& [id, pending] : lost) pending.pin.reset();
   for (auto& [id, pending] : lost) pending.transfer->transfer->fail(reason);
 }
 

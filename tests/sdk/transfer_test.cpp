@@ -35,9 +35,10 @@ void expect_pattern(const Buffers& buffers, std::uint64_t seed) {
   }
 }
 
-ConnectorOptions tcp_options(std::size_t chunk, unsigned connections) {
+ConnectorOptions transport_options(const std::string& transport, std::size_t chunk,
+                                   unsigned connections) {
   ConnectorOptions options;
-  options.transports = {"tcp"};
+  options.transports = {transport};
   options.tcp_chunk_size = chunk;
   options.tcp_connections_per_peer = connections;
   return options;
@@ -53,54 +54,62 @@ void PrintTo(const Shape& shape, std::ostream* out) {
   *out << shape.sizes.size() << " descriptors";
 }
 
-std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
-  std::string name;
-  for (auto size : info.param.sizes) name += std::to_string(size) + "_";
-  return name + "chunk" + std::to_string(info.param.chunk) + "_conn" +
-         std::to_string(info.param.connections);
+using Case = std::tuple<std::string, Shape>;  // transport, shape
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const auto& [transport, shape] = info.param;
+  std::string name = transport + "_";
+  for (auto size : shape.sizes) name += std::to_string(size) + "_";
+  return name + "chunk" + std::to_string(shape.chunk) + "_conn" + std::to_string(shape.connections);
 }
 
-class TcpTransfer : public ::testing::TestWithParam<Shape> {};
+// Every transport that runs on this machine moves the same matrix of shapes.
+class Transfer : public ::testing::TestWithParam<Case> {};
 
 }  // namespace
 
-TEST_P(TcpTransfer, ReadMovesEveryByte) {
-  const auto& shape = GetParam();
-  Connector owner(tcp_options(shape.chunk, shape.connections));
-  Connector reader(tcp_options(shape.chunk, shape.connections));
+TEST_P(Transfer, ReadMovesEveryByte) {
+  const auto& [transport, shape] = GetParam();
+  Connector owner(transport_options(transport, shape.chunk, shape.connections));
+  Connector reader(transport_options(transport, shape.chunk, shape.connections));
   auto source = make_buffers(shape.sizes, 11);
   auto target = make_buffers(shape.sizes, std::nullopt);
   auto readable = owner.create_readable(source.view());
   auto read = reader.begin_read(readable.metadata(), target.view());
   EXPECT_EQ(read.wait_for_completion(60s), OperationStatus::Complete);
   EXPECT_EQ(readable.wait_for_completion(60s), OperationStatus::Complete);
+  EXPECT_EQ(read.transport(), transport);
+  EXPECT_EQ(readable.transport(), transport);
   expect_pattern(target, 11);
 }
 
-TEST_P(TcpTransfer, WriteMovesEveryByte) {
-  const auto& shape = GetParam();
-  Connector owner(tcp_options(shape.chunk, shape.connections));
-  Connector writer(tcp_options(shape.chunk, shape.connections));
+TEST_P(Transfer, WriteMovesEveryByte) {
+  const auto& [transport, shape] = GetParam();
+  Connector owner(transport_options(transport, shape.chunk, shape.connections));
+  Connector writer(transport_options(transport, shape.chunk, shape.connections));
   auto source = make_buffers(shape.sizes, 23);
   auto target = make_buffers(shape.sizes, std::nullopt);
   auto writable = owner.create_writable(target.view());
   auto write = writer.begin_write(source.view(), writable.metadata());
   EXPECT_EQ(write.wait_for_completion(60s), OperationStatus::Complete);
   EXPECT_EQ(writable.wait_for_completion(60s), OperationStatus::Complete);
+  EXPECT_EQ(write.transport(), transport);
   expect_pattern(target, 23);
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Sizes, TcpTransfer,
-    ::testing::Values(Shape{{1}, 4u << 20, 2}, Shape{{4095}, 4096, 1}, Shape{{4096}, 4096, 2},
+    Sizes, Transfer,
+    ::testing::Combine(::testing::Values("tcp", "shm"), ::testing::Values(Shape{{1}, 4u << 20, 2}, Shape{{4095}, 4096, 1}, Shape{{4096}, 4096, 2},
                       Shape{{(1u << 20) + 3}, 65536, 4}, Shape{{16u << 20}, 4u << 20, 2},
                       Shape{{256u << 20}, 4u << 20, 2},
-                      Shape{{1, 7, 4096, 65537, 1u << 20, 3, 100000, 5}, 8192, 3}),
-    shape_name);
+                      Shape{{1, 7, 4096, 65537, 1u << 20, 3, 100000, 5}, 8192, 3})),
+    case_name);
 
-TEST(TcpConcurrency, TwoHundredFiftySixOperationsOnOneConnectorPair) {
-  Connector owner(tcp_options(16384, 2));
-  Connector reader(tcp_options(16384, 2));
+class Concurrency : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Concurrency, TwoHundredFiftySixOperationsOnOneConnectorPair) {
+  Connector owner(transport_options(GetParam(), 16384, 2));
+  Connector reader(transport_options(GetParam(), 16384, 2));
   constexpr int kOperations = 256;
   std::vector<Buffers> sources, targets;
   std::vector<ReadableOperation> readables;
@@ -119,9 +128,9 @@ TEST(TcpConcurrency, TwoHundredFiftySixOperationsOnOneConnectorPair) {
   }
 }
 
-TEST(TcpConcurrency, ConnectionsArePooledAcrossOperations) {
-  Connector owner(tcp_options(4096, 2));
-  Connector reader(tcp_options(4096, 2));
+TEST_P(Concurrency, ConnectionsArePooledAcrossOperations) {
+  Connector owner(transport_options(GetParam(), 4096, 2));
+  Connector reader(transport_options(GetParam(), 4096, 2));
   for (int round = 0; round < 50; ++round) {
     auto source = make_buffers({10000}, round);
     auto target = make_buffers({10000}, std::nullopt);
@@ -134,4 +143,39 @@ TEST(TcpConcurrency, ConnectionsArePooledAcrossOperations) {
   auto fds = std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
                            std::filesystem::directory_iterator());
   EXPECT_LT(fds, 40);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Concurrency, ::testing::Values("tcp", "shm"));
+
+TEST(TransportChoice, SameHostPeersPreferShmAndSaySo) {
+  Connector owner, reader;  // default preference: verbs, shm, tcp
+  auto source = make_buffers({100000}, 77);
+  auto target = make_buffers({100000}, std::nullopt);
+  auto readable = owner.create_readable(source.view());
+  const auto metadata = readable.metadata();
+  const auto& offers = metadata.endpoint().transports;
+  ASSERT_GE(offers.size(), 2u);
+  EXPECT_EQ(offers[offers.size() - 2].name, "shm");
+  EXPECT_EQ(offers.back().name, "tcp");
+  auto read = reader.begin_read(metadata, target.view());
+  ASSERT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
+  if (offers.front().name != "verbs") {
+    EXPECT_EQ(read.transport(), "shm");
+  }
+  expect_pattern(target, 77);
+}
+
+TEST(TransportChoice, OtherBootIdMeansNoShm) {
+  Connector owner, reader;
+  auto source = make_buffers({1000}, 5);
+  auto target = make_buffers({1000}, std::nullopt);
+  auto readable = owner.create_readable(source.view());
+  auto json = readable.metadata().to_json();
+  auto at = json.find("\"boot_id\":\"");
+  ASSERT_NE(at, std::string::npos);
+  json[at + 11] = json[at + 11] == '0' ? '1' : '0';  // pretend another host
+  auto read = reader.begin_read(RdmaMetadata::from_json(json), target.view());
+  ASSERT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
+  EXPECT_EQ(read.transport(), "tcp");
+  expect_pattern(target, 5);
 }

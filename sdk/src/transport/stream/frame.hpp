@@ -9,9 +9,12 @@
 
 namespace memwire::detail {
 
-// The TCP data plane's wire format: a fixed 72-byte header, then `length` payload bytes.
-// Requests carry the notification key, the token, the descriptor index, offset and length, so
-// the passive side can check every access against its registration before touching memory.
+// The stream transports' wire format (TCP, and Unix sockets for shm): a fixed 80-byte header,
+// then `length` payload bytes. Requests carry the notification key, the token, the descriptor
+// index, offset and length, so the passive side can check every access against its
+// registration before touching memory. With kCrossMemory the payload does not travel on the
+// socket: the passive side copies it straight between its registration and `peer_address` in
+// the active process (process_vm_readv/writev).
 static_assert(std::endian::native == std::endian::little, "the wire format is little-endian");
 
 enum class FrameType : std::uint8_t {
@@ -22,7 +25,12 @@ enum class FrameType : std::uint8_t {
   WriteResponse = 5,   // payload: error text when code != 0
   Notice = 6,          // completion (code 0) or failure notice; payload: error text
   NoticeResponse = 7,  // payload: error text when code != 0
+  HelloResponse = 8,   // answers a cross-memory Hello; payload: error text when code != 0
 };
+
+namespace frame_flags {
+inline constexpr std::uint8_t kCrossMemory = 1;
+}
 
 struct FrameHeader {
   static constexpr std::uint32_t kMagic = 0x5257'4d4d;  // "MMWR"
@@ -33,16 +41,17 @@ struct FrameHeader {
   std::uint8_t version = kVersion;
   FrameType type{};
   std::uint8_t code = 0;  // 0 = ok, else ErrorCode + 1
-  std::uint8_t reserved = 0;
+  std::uint8_t flags = 0;
   std::uint32_t index = 0;
   std::uint32_t reserved2 = 0;
   std::uint64_t request_id = 0;
   std::uint64_t offset = 0;
   std::uint64_t length = 0;
+  std::uint64_t peer_address = 0;  // kCrossMemory: the active side's memory for this request
   Id128 key{};
   Id128 token{};
 };
-static_assert(sizeof(FrameHeader) == 72);
+static_assert(sizeof(FrameHeader) == 80);
 
 inline std::uint8_t wire_code(ErrorCode code) { return static_cast<std::uint8_t>(code) + 1; }
 

@@ -42,6 +42,12 @@ FileDescriptor listen_tcp(const std::string& address, std::uint16_t port);
 std::uint16_t local_port(int fd);
 // Connects within `timeout`; throws Error{PeerLost} when the peer cannot be reached.
 FileDescriptor connect_tcp(const HostPort& peer, std::chrono::milliseconds timeout);
+// A listening Unix socket in the abstract namespace ("@name": no file to clean up).
+FileDescriptor listen_unix(const std::string& abstract_name);
+FileDescriptor connect_unix(const std::string& abstract_name);
+// The process at the other end of a Unix socket, as the kernel vouches for it; 0 otherwise.
+int peer_process(int fd);
+
 // Low latency and fast detection of dead peers on a data connection.
 void tune_data_socket(int fd);
 

@@ -1,4 +1,4 @@
-#include "transport/tcp/tcp_connection.hpp"
+#include "transport/stream/stream_connection.hpp"
 
 #include <sys/socket.h>
 
@@ -6,29 +6,29 @@
 
 namespace memwire::detail {
 
-TcpConnection::TcpConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler,
+StreamConnection::StreamConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler,
                              std::string peer)
     : socket_(std::move(socket)), handler_(std::move(handler)), peer_(std::move(peer)) {
   tune_data_socket(socket_.get());
 }
 
-TcpConnection::~TcpConnection() {
+StreamConnection::~StreamConnection() {
   shutdown("connection closed");
   if (reader_.joinable()) reader_.join();
   if (writer_.joinable()) writer_.join();
 }
 
-void TcpConnection::run() {
+void StreamConnection::run() {
   reader_ = std::thread([this] { read_loop(); });
   writer_ = std::thread([this] { write_loop(); });
 }
 
-bool TcpConnection::alive() const {
+bool StreamConnection::alive() const {
   std::lock_guard lock(mutex_);
   return !closing_;
 }
 
-void TcpConnection::shutdown(const std::string& reason) {
+void StreamConnection::shutdown(const std::string& reason) {
   {
     std::lock_guard lock(mutex_);
     if (closing_) return;
@@ -39,7 +39,7 @@ void TcpConnection::shutdown(const std::string& reason) {
   queued_.notify_all();
 }
 
-bool TcpConnection::send(OutFrame frame) {
+bool StreamConnection::send(OutFrame frame) {
   {
     std::lock_guard lock(mutex_);
     if (closing_) return false;
@@ -49,11 +49,11 @@ bool TcpConnection::send(OutFrame frame) {
   return true;
 }
 
-bool TcpConnection::receive(void* data, std::size_t length) {
+bool StreamConnection::receive(void* data, std::size_t length) {
   return receive_all(socket_.get(), data, length);
 }
 
-bool TcpConnection::discard(std::size_t length) {
+bool StreamConnection::discard(std::size_t length) {
   std::array<std::byte, 64 * 1024> sink;
   while (length > 0) {
     auto piece = std::min(length, sink.size());
@@ -63,7 +63,7 @@ bool TcpConnection::discard(std::size_t length) {
   return true;
 }
 
-std::optional<std::string> TcpConnection::receive_text(std::uint64_t length) {
+std::optional<std::string> StreamConnection::receive_text(std::uint64_t length) {
   if (length > FrameHeader::kMaxText) {
     shutdown("protocol error: oversized text payload");
     return std::nullopt;
@@ -73,7 +73,7 @@ std::optional<std::string> TcpConnection::receive_text(std::uint64_t length) {
   return text;
 }
 
-void TcpConnection::read_loop() {
+void StreamConnection::read_loop() {
   std::string reason = "peer closed the connection";
   for (;;) {
     FrameHeader header;
@@ -93,7 +93,7 @@ void TcpConnection::read_loop() {
   handler_->on_closed(*this, Error(ErrorCode::PeerLost, "connection to " + peer_ + ": " + why));
 }
 
-void TcpConnection::write_loop() {
+void StreamConnection::write_loop() {
   for (;;) {
     OutFrame frame;
     {
@@ -114,7 +114,7 @@ void TcpConnection::write_loop() {
   dropped.swap(queue_);
 }
 
-bool TcpConnection::write_frame(OutFrame& frame) {
+bool StreamConnection::write_frame(OutFrame& frame) {
   std::optional<AccessGate::Pin> pin;
   if (frame.data != nullptr) {
     pin = frame.gate->pin();

@@ -1,16 +1,17 @@
-#include "transport/tcp/tcp_passive_side.hpp"
+#include "transport/stream/stream_passive_side.hpp"
 
 #include "registration.hpp"
+#include "transport/stream/cross_memory.hpp"
 
 namespace memwire::detail {
 
-std::shared_ptr<Registration> TcpPassiveSide::find(const Id128& key) const {
+std::shared_ptr<Registration> StreamPassiveSide::find(const Id128& key) const {
   auto registration = registrations_->find(key);
   if (!registration) throw Error(ErrorCode::NotFound, "no live operation with that notification key");
   return registration;
 }
 
-void TcpPassiveSide::answer(TcpConnection& connection, FrameType type, const FrameHeader& request,
+void StreamPassiveSide::answer(StreamConnection& connection, FrameType type, const FrameHeader& request,
                             const Error* error) {
   OutFrame frame;
   frame.header.type = type;
@@ -22,7 +23,7 @@ void TcpPassiveSide::answer(TcpConnection& connection, FrameType type, const Fra
   connection.send(std::move(frame));
 }
 
-void TcpPassiveSide::touch(const std::shared_ptr<Registration>& registration) {
+void StreamPassiveSide::touch(const std::shared_ptr<Registration>& registration) {
   // A pooled connection lives long: forget registrations that ended elsewhere.
   if (touched_.size() >= 256)
     std::erase_if(touched_, [](const auto& entry) {
@@ -38,11 +39,10 @@ void TcpPassiveSide::touch(const std::shared_ptr<Registration>& registration) {
   }
 }
 
-void TcpPassiveSide::on_frame(TcpConnection& connection, const FrameHeader& header) {
+void StreamPassiveSide::on_frame(StreamConnection& connection, const FrameHeader& header) {
   switch (header.type) {
     case FrameType::Hello:
-      connection.receive_text(header.length);
-      return;
+      return serve_hello(connection, header);
     case FrameType::ReadRequest:
       return serve_read(connection, header);
     case FrameType::WriteRequest:
@@ -54,13 +54,48 @@ void TcpPassiveSide::on_frame(TcpConnection& connection, const FrameHeader& head
   }
 }
 
-void TcpPassiveSide::serve_read(TcpConnection& connection, const FrameHeader& header) {
+void StreamPassiveSide::check_cross_memory() const {
+  if (peer_process_ == 0)
+    throw Error(ErrorCode::Protocol, "cross-memory request from a peer of unknown process");
+}
+
+void StreamPassiveSide::serve_hello(StreamConnection& connection, const FrameHeader& header) {
+  if (!connection.receive_text(header.length)) return;
+  if ((header.flags & frame_flags::kCrossMemory) == 0) return;
+  // The dialler proves we may copy from it: a word at peer_address must read as `offset`.
+  std::optional<Error> refused;
+  try {
+    check_cross_memory();
+    std::uint64_t probe = 0;
+    if (auto failure = copy_from_process(peer_process_, header.peer_address,
+                                         reinterpret_cast<std::byte*>(&probe), sizeof probe))
+      throw Error(ErrorCode::AccessDenied, "cross-memory attach refused: " + *failure);
+    if (probe != header.offset)
+      throw Error(ErrorCode::AccessDenied, "cross-memory probe read the wrong value");
+  } catch (const Error& error) {
+    refused = error;
+  }
+  answer(connection, FrameType::HelloResponse, header, refused ? &*refused : nullptr);
+}
+
+void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHeader& header) {
   try {
     auto registration = find(header.key);
-    // The check's pin is dropped at once: the writer pins again right before sending.
-    registration->check_access(header.token, OperationKind::Read, header.index, header.offset,
-                               header.length, "tcp");
+    auto access = registration->check_access(header.token, OperationKind::Read, header.index,
+                                             header.offset, header.length, transport_);
     touch(registration);
+    if (header.flags & frame_flags::kCrossMemory) {
+      check_cross_memory();
+      if (auto failure = copy_to_process(peer_process_, header.peer_address, access.data, header.length))
+        throw Error(ErrorCode::Transport, *failure);
+      OutFrame done;
+      done.header.type = FrameType::ReadResponse;
+      done.header.flags = frame_flags::kCrossMemory;
+      done.header.request_id = header.request_id;
+      connection.send(std::move(done));
+      return;
+    }
+    // Over the socket the check's pin is dropped here: the writer pins again right before sending.
     const auto& descriptor = registration->descriptors()[header.index];
     OutFrame frame;
     frame.header.type = FrameType::ReadResponse;
@@ -75,22 +110,29 @@ void TcpPassiveSide::serve_read(TcpConnection& connection, const FrameHeader& he
   }
 }
 
-void TcpPassiveSide::serve_write(TcpConnection& connection, const FrameHeader& header) {
+void StreamPassiveSide::serve_write(StreamConnection& connection, const FrameHeader& header) {
   std::shared_ptr<Registration> registration;
   try {
     registration = find(header.key);
     auto access = registration->check_access(header.token, OperationKind::Write, header.index,
-                                             header.offset, header.length, "tcp");
+                                             header.offset, header.length, transport_);
     touch(registration);
-    if (!connection.receive(access.data, header.length)) return;
+    if (header.flags & frame_flags::kCrossMemory) {
+      check_cross_memory();
+      if (auto failure = copy_from_process(peer_process_, header.peer_address, access.data, header.length))
+        throw Error(ErrorCode::Transport, *failure);
+    } else if (!connection.receive(access.data, header.length)) {
+      return;
+    }
   } catch (const Error& error) {
-    if (connection.discard(header.length)) answer(connection, FrameType::WriteResponse, header, &error);
+    const auto on_socket = (header.flags & frame_flags::kCrossMemory) ? 0 : header.length;
+    if (connection.discard(on_socket)) answer(connection, FrameType::WriteResponse, header, &error);
     return;
   }
   answer(connection, FrameType::WriteResponse, header, nullptr);
 }
 
-void TcpPassiveSide::serve_notice(TcpConnection& connection, const FrameHeader& header) {
+void StreamPassiveSide::serve_notice(StreamConnection& connection, const FrameHeader& header) {
   auto text = connection.receive_text(header.length);
   if (!text) return;
   try {
@@ -109,7 +151,7 @@ void TcpPassiveSide::serve_notice(TcpConnection& connection, const FrameHeader& 
   answer(connection, FrameType::NoticeResponse, header, nullptr);
 }
 
-void TcpPassiveSide::on_closed(TcpConnection&, const Error& reason) {
+void StreamPassiveSide::on_closed(StreamConnection&, const Error& reason) {
   auto touched = std::move(touched_);
   for (auto& [key, weak] : touched)
     if (auto registration = weak.lock(); registration && !is_terminal(registration->status()))

@@ -1,4 +1,4 @@
-#include "transport/tcp/socket.hpp"
+#include "transport/stream/socket.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -7,10 +7,12 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
+#include <cstddef>
 #include <cstring>
 
 #include "memwire/error.hpp"
@@ -102,6 +104,49 @@ FileDescriptor connect_tcp(const HostPort& peer, std::chrono::milliseconds timeo
   }
   ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
   return fd;
+}
+
+namespace {
+
+sockaddr_un abstract_address(const std::string& name, socklen_t& length) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (name.size() + 1 > sizeof address.sun_path)
+    throw Error(ErrorCode::InvalidMetadata, "unix socket name too long");
+  // sun_path[0] == '\0' marks the abstract namespace.
+  std::memcpy(address.sun_path + 1, name.data(), name.size());
+  length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return address;
+}
+
+}  // namespace
+
+FileDescriptor listen_unix(const std::string& name) {
+  socklen_t length = 0;
+  auto address = abstract_address(name, length);
+  FileDescriptor fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw Error(ErrorCode::Transport, errno_text("socket"));
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), length) != 0)
+    throw Error(ErrorCode::Transport, errno_text(("bind @" + name).c_str()));
+  if (::listen(fd.get(), 512) != 0) throw Error(ErrorCode::Transport, errno_text("listen"));
+  return fd;
+}
+
+FileDescriptor connect_unix(const std::string& name) {
+  socklen_t length = 0;
+  auto address = abstract_address(name, length);
+  FileDescriptor fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw Error(ErrorCode::Transport, errno_text("socket"));
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), length) != 0)
+    throw Error(ErrorCode::PeerLost, errno_text(("connect @" + name).c_str()));
+  return fd;
+}
+
+int peer_process(int fd) {
+  ucred credentials{};
+  socklen_t length = sizeof credentials;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return 0;
+  return credentials.pid;
 }
 
 void tune_data_socket(int fd) {

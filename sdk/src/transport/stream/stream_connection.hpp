@@ -9,12 +9,12 @@
 
 #include "access_gate.hpp"
 #include "memwire/error.hpp"
-#include "transport/tcp/frame.hpp"
-#include "transport/tcp/socket.hpp"
+#include "transport/stream/frame.hpp"
+#include "transport/stream/socket.hpp"
 
 namespace memwire::detail {
 
-class TcpConnection;
+class StreamConnection;
 
 // What one side of the protocol does with incoming frames (the passive server or the active
 // client). Runs on the connection's reader thread.
@@ -22,8 +22,8 @@ class FrameHandler {
  public:
   virtual ~FrameHandler() = default;
   // May consume the frame's payload with receive()/discard(); must consume all of it.
-  virtual void on_frame(TcpConnection& connection, const FrameHeader& header) = 0;
-  virtual void on_closed(TcpConnection& connection, const Error& reason) = 0;
+  virtual void on_frame(StreamConnection& connection, const FrameHeader& header) = 0;
+  virtual void on_closed(StreamConnection& connection, const Error& reason) = 0;
 };
 
 // A frame to send. `data` points into registered memory guarded by `gate`: it is pinned right
@@ -39,12 +39,12 @@ struct OutFrame {
 
 // One TCP connection with a reader thread (payload goes straight from the socket into
 // registered memory) and a writer thread (straight from registered memory into the socket).
-class TcpConnection {
+class StreamConnection {
  public:
-  TcpConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler, std::string peer);
-  ~TcpConnection();  // shuts down and joins
-  TcpConnection(const TcpConnection&) = delete;
-  TcpConnection& operator=(const TcpConnection&) = delete;
+  StreamConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler, std::string peer);
+  ~StreamConnection();  // shuts down and joins
+  StreamConnection(const StreamConnection&) = delete;
+  StreamConnection& operator=(const StreamConnection&) = delete;
 
   // Threads start here, once the owner holds the connection, not in the constructor.
   void run();

@@ -1,0 +1,83 @@
+#include "transport/shm/shm_transport.hpp"
+
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "ids.hpp"
+#include "memwire/error.hpp"
+#include "transport/stream/frame.hpp"
+#include "transport/stream/stream_transport.hpp"
+
+namespace memwire::detail {
+namespace {
+
+std::string boot_id() {
+  std::ifstream file("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(file, id);
+  if (id.empty()) throw Error(ErrorCode::Transport, "no boot id: cannot tell which peers share this host");
+  return id;
+}
+
+// Connects and proves the peer may copy from us: it reads a random word of ours by address.
+FileDescriptor dial_and_probe(const std::string& address, std::chrono::milliseconds timeout) {
+  if (address.size() < 2 || address.front() != '@')
+    throw Error(ErrorCode::InvalidMetadata, "shm address '" + address + "' is not @name");
+  FileDescriptor socket;
+  try {
+    socket = connect_unix(address.substr(1));
+  } catch (const Error& error) {
+    throw Error(ErrorCode::Transport, error.what());  // lets the connector fall back
+  }
+  const std::uint64_t probe = [] {
+    auto id = random_id();
+    std::uint64_t word;
+    std::memcpy(&word, id.data(), sizeof word);
+    return word;
+  }();
+  FrameHeader hello;
+  hello.type = FrameType::Hello;
+  hello.flags = frame_flags::kCrossMemory;
+  hello.offset = probe;
+  hello.peer_address = reinterpret_cast<std::uintptr_t>(&probe);
+  // Bounded: a peer that accepts but never answers must not hang us.
+  timeval limit{static_cast<time_t>(timeout.count() / 1000),
+                static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  ::setsockopt(socket.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  iovec part{&hello, sizeof hello};
+  FrameHeader answer;
+  if (!send_all(socket.get(), &part, 1) || !receive_all(socket.get(), &answer, sizeof answer) ||
+      answer.type != FrameType::HelloResponse || answer.length > FrameHeader::kMaxText)
+    throw Error(ErrorCode::Transport, "shm peer at " + address + " did not answer the probe");
+  if (answer.code != 0) {
+    std::string reason(answer.length, '\0');
+    receive_all(socket.get(), reason.data(), reason.size());
+    throw Error(ErrorCode::Transport, "shm peer at " + address + " refused: " + reason);
+  }
+  timeval forever{};
+  ::setsockopt(socket.get(), SOL_SOCKET, SO_RCVTIMEO, &forever, sizeof forever);
+  return socket;
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> make_shm_transport(const TransportContext& context) {
+  StreamSettings settings;
+  settings.name = "shm";
+  const auto name = "memwire-shm-" + to_hex(random_id());
+  settings.listener = listen_unix(name);
+  const auto host = boot_id();
+  settings.offer = {"shm", "@" + name, {}, {{"boot_id", host}}};
+  settings.dial = dial_and_probe;
+  settings.can_reach = [host](const TransportOffer& offer) {
+    auto it = offer.attributes.find("boot_id");
+    return it != offer.attributes.end() && it->second == host;
+  };
+  settings.cross_memory = true;
+  return make_stream_transport(context, std::move(settings));
+}
+
+}  // namespace memwire::detail

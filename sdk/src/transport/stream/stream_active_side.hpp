@@ -1,0 +1,55 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include "active_transfer.hpp"
+#include "transport/stream/stream_connection.hpp"
+
+namespace memwire::detail {
+
+// One active transfer spread over pooled connections: counts the chunks still out, then sends
+// the completion notice on `notice_connection`.
+struct StreamTransfer {
+  std::shared_ptr<ActiveTransfer> transfer;
+  std::weak_ptr<StreamConnection> notice_connection;
+  std::atomic<std::size_t> chunks_left{0};
+};
+
+// The dialling end of a pooled connection: sends requests and matches responses to them.
+class StreamActiveSide final : public FrameHandler {
+ public:
+  // Registers a request and returns its id (0 when the connection is closed); the caller sends
+  // the frame. `pin` keeps the local buffer alive while the passive side copies into or out of
+  // it directly (cross-memory), until the answer arrives.
+  std::uint64_t expect(std::shared_ptr<StreamTransfer> transfer, std::byte* destination,
+                       std::uint64_t length, std::optional<AccessGate::Pin> pin = std::nullopt);
+
+  void on_frame(StreamConnection& connection, const FrameHeader& header) override;
+  void on_closed(StreamConnection& connection, const Error& reason) override;
+
+ private:
+  struct Pending {
+    std::shared_ptr<StreamTransfer> transfer;
+    std::byte* destination;  // where a read's payload lands; null for other requests
+    std::uint64_t length;
+    std::optional<AccessGate::Pin> pin;
+  };
+
+  std::optional<Pending> take(std::uint64_t request_id);
+  void chunk_done(StreamConnection& connection, const std::shared_ptr<StreamTransfer>& transfer);
+
+  std::mutex mutex_;
+  std::uint64_t next_id_ = 1;
+  std::unordered_map<std::uint64_t, Pending> pending_;
+  bool closed_ = false;
+};
+
+// Sends the completion notice of `transfer` (all chunks moved) and expects its answer.
+void send_completion_notice(const std::shared_ptr<StreamTransfer>& transfer);
+
+}  // namespace memwire::detail

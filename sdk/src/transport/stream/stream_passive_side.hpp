@@ -1,0 +1,54 @@
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "registration_table.hpp"
+#include "transport/stream/stream_connection.hpp"
+
+namespace memwire::detail {
+
+class Registration;
+
+// Serves one accepted connection: checks every request against the live registration before
+// touching memory, answers errors as frames, and fails the registrations it touched when the
+// active side's connection dies.
+class StreamPassiveSide final : public FrameHandler {
+ public:
+  // `peer_process`: the active side's pid when the kernel vouches for it (Unix sockets), which
+  // allows cross-memory requests; 0 on TCP. `transport` names us in operation status.
+  StreamPassiveSide(std::shared_ptr<RegistrationTable> registrations, int peer_process,
+                    std::string transport)
+      : registrations_(std::move(registrations)),
+        peer_process_(peer_process),
+        transport_(std::move(transport)) {}
+
+  // The connection this handler serves, for the breakers it installs on registrations.
+  void bind(std::weak_ptr<StreamConnection> connection) { connection_ = std::move(connection); }
+
+  void on_frame(StreamConnection& connection, const FrameHeader& header) override;
+  void on_closed(StreamConnection& connection, const Error& reason) override;
+
+ private:
+  std::shared_ptr<Registration> find(const Id128& key) const;
+  void serve_read(StreamConnection& connection, const FrameHeader& header);
+  void serve_write(StreamConnection& connection, const FrameHeader& header);
+  void serve_notice(StreamConnection& connection, const FrameHeader& header);
+  void serve_hello(StreamConnection& connection, const FrameHeader& header);
+  // Throws unless cross-memory copies with this peer are allowed.
+  void check_cross_memory() const;
+  void touch(const std::shared_ptr<Registration>& registration);
+  static void answer(StreamConnection& connection, FrameType type, const FrameHeader& request,
+                     const Error* error);
+
+  const std::shared_ptr<RegistrationTable> registrations_;
+  const int peer_process_;
+  const std::string transport_;
+  std::weak_ptr<StreamConnection> connection_;
+  // Registrations this connection accessed and that have not completed yet.
+  std::map<Id128, std::weak_ptr<Registration>> touched_;
+};
+
+}  // namespace memwire::detail

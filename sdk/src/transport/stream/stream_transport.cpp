@@ -1,0 +1,188 @@
+#include "transport/stream/stream_transport.hpp"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "registration.hpp"
+#include "transport/stream/stream_active_side.hpp"
+#include "transport/stream/stream_passive_side.hpp"
+
+namespace memwire::detail {
+namespace {
+
+class StreamTransport final : public Transport {
+ public:
+  StreamTransport(const TransportContext& context, StreamSettings settings)
+      : context_(context), settings_(std::move(settings)) {
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+
+  ~StreamTransport() override {
+    ::shutdown(settings_.listener.get(), SHUT_RDWR);
+    acceptor_.join();
+    std::vector<std::shared_ptr<StreamConnection>> all;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto& [peer, connections] : pool_)
+        all.insert(all.end(), connections.begin(), connections.end());
+      all.insert(all.end(), accepted_.begin(), accepted_.end());
+      pool_.clear();
+      accepted_.clear();
+    }
+    for (auto& connection : all) connection->shutdown("connector shutting down");
+    // Dropping them joins their threads.
+  }
+
+  std::string_view name() const override { return settings_.name; }
+  TransportOffer offer(Registration&) override { return settings_.offer; }
+  bool can_reach(const TransportOffer& offer) const override { return settings_.can_reach(offer); }
+
+  void start(const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer) override {
+    auto connections = connections_to(offer.address);
+    auto state = std::make_shared<StreamTransfer>();
+    state->transfer = transfer;
+    state->notice_connection = connections.front();
+    install_failure_notifier(*transfer, state->notice_connection);
+    // A peer that stalls must not keep a cancelled transfer's buffers hostage.
+    for (const auto& connection : connections)
+      transfer->gate().add_breaker(reinterpret_cast<std::uintptr_t>(connection.get()),
+                                   [weak = std::weak_ptr(connection)] {
+                                     if (auto alive = weak.lock())
+                                       alive->shutdown("transfer ended while the peer stalled");
+                                   });
+
+    struct Chunk {
+      std::uint32_t index;
+      std::uint64_t offset, length;
+    };
+    std::vector<Chunk> chunks;
+    const auto chunk_size = std::max<std::uint64_t>(context_.options.tcp_chunk_size, 4096);
+    const auto& local = transfer->local();
+    for (std::uint32_t i = 0; i < local.size(); ++i)
+      for (std::uint64_t offset = 0; offset < local[i].size(); offset += chunk_size)
+        chunks.push_back({i, offset, std::min<std::uint64_t>(chunk_size, local[i].size() - offset)});
+    state->chunks_left = chunks.size();
+
+    const bool reading = transfer->kind() == OperationKind::Read;
+    for (std::size_t n = 0; n < chunks.size(); ++n) {
+      const auto& chunk = chunks[n];
+      auto& connection = *connections[n % connections.size()];
+      auto* memory = static_cast<std::byte*>(local[chunk.index].ptr()) + chunk.offset;
+      OutFrame frame;
+      frame.header.type = reading ? FrameType::ReadRequest : FrameType::WriteRequest;
+      frame.header.index = chunk.index;
+      frame.header.offset = chunk.offset;
+      frame.header.length = chunk.length;
+      frame.header.key = transfer->key();
+      frame.header.token = transfer->token();
+      std::uint64_t id = 0;
+      auto& active = static_cast<StreamActiveSide&>(connection.handler());
+      if (settings_.cross_memory) {
+        // The passive side copies into or out of `memory` itself: keep it pinned until it says so.
+        auto pin = transfer->gate().pin();
+        if (!pin) return;  // already cancelled
+        frame.header.flags = frame_flags::kCrossMemory;
+        frame.header.peer_address = reinterpret_cast<std::uintptr_t>(memory);
+        id = active.expect(state, nullptr, chunk.length, std::move(pin));
+      } else {
+        id = active.expect(state, reading ? memory : nullptr, chunk.length);
+        if (!reading) {
+          frame.data = memory;
+          frame.gate = &transfer->gate();
+          frame.keep_alive = transfer;
+        }
+      }
+      frame.header.request_id = id;
+      if (id == 0 || !connection.send(std::move(frame))) {
+        transfer->fail(Error(ErrorCode::PeerLost, "connection to " + offer.address + " lost"));
+        return;
+      }
+    }
+  }
+
+ private:
+  static void install_failure_notifier(ActiveTransfer& transfer,
+                                       std::weak_ptr<StreamConnection> notice_connection) {
+    transfer.set_failure_notifier([weak = std::move(notice_connection), key = transfer.key(),
+                                   token = transfer.token()](const Error& error) {
+      if (auto connection = weak.lock()) {
+        OutFrame frame;
+        frame.header.type = FrameType::Notice;
+        frame.header.code = wire_code(error.code());
+        frame.header.key = key;
+        frame.header.token = token;
+        frame.text = std::string(error.what()).substr(0, FrameHeader::kMaxText);
+        connection->send(std::move(frame));
+      }
+    });
+  }
+
+  // Pooled connections to `address`, dialling the missing ones; dead ones are replaced.
+  std::vector<std::shared_ptr<StreamConnection>> connections_to(const std::string& address) {
+    const auto wanted = std::max(1u, context_.options.tcp_connections_per_peer);
+    std::vector<std::shared_ptr<StreamConnection>> dead;  // joined outside the lock
+    std::lock_guard lock(mutex_);
+    auto& connections = pool_[address];
+    std::erase_if(connections, [&](const auto& connection) {
+      if (connection->alive()) return false;
+      dead.push_back(connection);
+      return true;
+    });
+    while (connections.size() < wanted) {
+      auto connection = std::make_shared<StreamConnection>(
+          settings_.dial(address, context_.options.connect_timeout),
+          std::make_unique<StreamActiveSide>(), address);
+      connection->run();
+      if (!settings_.cross_memory) {  // a cross-memory dial already said hello, with its probe
+        OutFrame hello;
+        hello.header.type = FrameType::Hello;
+        hello.text = context_.connector_name.substr(0, FrameHeader::kMaxText);
+        connection->send(std::move(hello));
+      }
+      connections.push_back(std::move(connection));
+    }
+    return connections;
+  }
+
+  void accept_loop() {
+    for (;;) {
+      FileDescriptor socket(::accept4(settings_.listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!socket) {
+        if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) continue;
+        return;  // the listener was shut down
+      }
+      const int peer = peer_process(socket.get());
+      auto handler = std::make_unique<StreamPassiveSide>(context_.registrations, peer, settings_.name);
+      auto* passive = handler.get();
+      auto connection = std::make_shared<StreamConnection>(std::move(socket), std::move(handler),
+                                                           settings_.name + " peer");
+      passive->bind(connection);
+      connection->run();
+      std::lock_guard lock(mutex_);
+      std::erase_if(accepted_, [](const auto& old) { return !old->alive(); });
+      accepted_.push_back(std::move(connection));
+    }
+  }
+
+  const TransportContext& context_;
+  StreamSettings settings_;
+  std::thread acceptor_;
+  std::mutex mutex_;
+  std::map<std::string, std::vector<std::shared_ptr<StreamConnection>>> pool_;
+  std::vector<std::shared_ptr<StreamConnection>> accepted_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_stream_transport(const TransportContext& context,
+                                                 StreamSettings settings) {
+  return std::make_unique<StreamTransport>(context, std::move(settings));
+}
+
+}  // namespace memwire::detail

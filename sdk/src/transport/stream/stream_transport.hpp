@@ -1,0 +1,29 @@
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "transport/stream/socket.hpp"
+#include "transport/transport.hpp"
+
+namespace memwire::detail {
+
+// What makes one stream transport differ from another: where it listens, how it dials, and
+// whether payload crosses on the socket (tcp) or is copied between the processes (shm).
+struct StreamSettings {
+  std::string name;
+  FileDescriptor listener;
+  TransportOffer offer;
+  std::function<FileDescriptor(const std::string& address, std::chrono::milliseconds timeout)> dial;
+  std::function<bool(const TransportOffer&)> can_reach = [](const TransportOffer&) { return true; };
+  bool cross_memory = false;
+};
+
+// A transport over the framed stream protocol: one listener, pooled connections per peer, each
+// with a reader and a writer thread.
+std::unique_ptr<Transport> make_stream_transport(const TransportContext& context,
+                                                 StreamSettings settings);
+
+}  // namespace memwire::detail

@@ -1,0 +1,183 @@
+// Separate processes over HTTP: the memwire-registry service, the memwire CLI and the example
+// graph workers, spawned as real programs.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+
+#include "http_test_support.hpp"
+#include "memwire/error.hpp"
+#include "memwire/sideband/http.hpp"
+#include "support/child_process.hpp"
+
+namespace {
+
+using namespace memwire;
+using namespace memwire::sideband;
+using namespace std::chrono_literals;
+using test_support::ChildProcess;
+using test_support::sample_metadata;
+
+// The registry prints its URL on stdout once it listens.
+class Registry {
+ public:
+  explicit Registry(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{MEMWIRE_REGISTRY_BINARY, "--quiet-requests"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    process_ = std::make_unique<ChildProcess>(argv);
+    auto line = process_->read_line(10s);
+    if (!line || !line->starts_with("http")) throw std::runtime_error("registry did not start");
+    url_ = *line;
+  }
+  const std::string& url() const { return url_; }
+  std::string port() const { return url_.substr(url_.rfind(':') + 1); }
+  int stop() {
+    process_->kill(SIGTERM);
+    return process_->wait(10s).value_or(-1);
+  }
+
+ private:
+  std::unique_ptr<ChildProcess> process_;
+  std::string url_;
+};
+
+// Runs a program to its end; returns its exit status.
+int run(std::vector<std::string> argv, std::chrono::milliseconds limit = 30s) {
+  ChildProcess process(argv);
+  return process.wait(limit).value_or(-1);
+}
+
+void write_bytes(const std::string& path, std::size_t size, unsigned seed) {
+  std::ofstream out(path, std::ios::binary);
+  for (std::size_t i = 0; i < size; ++i) out.put(static_cast<char>((i * 131 + seed) & 0xff));
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(HttpProcesses, CliServeAndGetBetweenProcesses) {
+  Registry registry;
+  test_support::TempDir dir;
+  auto in = dir.file("in.bin");
+  write_bytes(in, 3 << 20, 7);
+  ChildProcess server({MEMWIRE_CLI_BINARY, "serve", "blob.one", in, "--count", "2", "--http",
+                       registry.url()});
+  auto published = server.read_line(10s);
+  ASSERT_TRUE(published && published->starts_with("published blob.one")) << published.value_or("");
+  for (const char* out : {"out1.bin", "out2.bin"}) {
+    EXPECT_EQ(run({MEMWIRE_CLI_BINARY, "get", "blob.one", dir.file(out), "--http", registry.url(),
+                   "--timeout", "10"}),
+              0);
+    EXPECT_EQ(read_all(dir.file(out)), read_all(in)) << out;
+  }
+  EXPECT_EQ(server.wait(10s), 0);
+  // Served twice, then withdrawn.
+  EXPECT_EQ(run({MEMWIRE_CLI_BINARY, "get", "blob.one", dir.file("out3.bin"), "--http",
+                 registry.url()}),
+            3);
+}
+
+TEST(HttpProcesses, CliExitCodes) {
+  Registry registry({"--token", "s3cret"});
+  test_support::TempDir dir;
+  auto out = dir.file("out.bin");
+  const std::string cli = MEMWIRE_CLI_BINARY;
+  EXPECT_EQ(run({cli}), 2);
+  EXPECT_EQ(run({cli, "frobnicate"}), 2);
+  EXPECT_EQ(run({cli, "get", "x"}), 2);
+  EXPECT_EQ(run({cli, "get", "x", out}), 2);  // no --http / --nats
+  EXPECT_EQ(run({cli, "get", "x", out, "--http", registry.url(), "--timeout", "soon"}), 2);
+  EXPECT_EQ(run({cli, "ls", "--http", registry.url(), "--token", "s3cret"}), 0);
+  EXPECT_EQ(run({cli, "get", "missing", out, "--http", registry.url(), "--token", "s3cret"}), 3);
+  EXPECT_EQ(run({cli, "get", "missing", out, "--wait", "--timeout", "0.3", "--http",
+                 registry.url(), "--token", "s3cret"}),
+            4);
+  EXPECT_EQ(run({cli, "ls", "--http", registry.url(), "--token", "wrong"}), 1);
+  test_support::SilentListener silent;
+  EXPECT_EQ(run({cli, "get", "x", out, "--http", silent.url(), "--timeout", "0.3"}), 4);
+  auto nowhere = "http://127.0.0.1:" + std::to_string(test_support::closed_port());
+  EXPECT_EQ(run({cli, "ls", "--http", nowhere}), 1);
+  EXPECT_EQ(run({cli, "serve", "x", dir.file("no-such-file"), "--http", registry.url(),
+                 "--token", "s3cret"}),
+            1);
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST(HttpProcesses, GraphWorkersConsumerReadsProducersReadable) {
+  Registry registry;
+  ChildProcess producer({MEMWIRE_PRODUCER_BINARY, "--http", registry.url(), "--mode", "readable",
+                         "--requests", "5", "--dim", "4096"});
+  ChildProcess consumer({MEMWIRE_CONSUMER_BINARY, "--http", registry.url(), "--mode", "read",
+                         "--requests", "5", "--dim", "4096"});
+  std::string last;
+  while (auto line = consumer.read_line(30s)) last = *line;
+  EXPECT_EQ(consumer.wait(30s), 0);
+  EXPECT_EQ(producer.wait(30s), 0);
+  EXPECT_NE(last.find("5/5 embeddings verified"), std::string::npos) << last;
+}
+
+TEST(HttpProcesses, GraphWorkersProducerWritesIntoConsumersWritable) {
+  Registry registry;
+  // The consumer may ask before the producer serves: it retries "not found" until then.
+  ChildProcess consumer({MEMWIRE_CONSUMER_BINARY, "--http", registry.url(), "--mode", "request",
+                         "--requests", "5", "--dim", "4096"});
+  ChildProcess producer({MEMWIRE_PRODUCER_BINARY, "--http", registry.url(), "--mode", "writable",
+                         "--requests", "5", "--dim", "4096"});
+  std::string last;
+  while (auto line = consumer.read_line(30s)) last = *line;
+  EXPECT_EQ(consumer.wait(30s), 0);
+  EXPECT_EQ(producer.wait(30s), 0);
+  EXPECT_NE(last.find("producer wrote into consumer's writable memory"), std::string::npos) << last;
+}
+
+TEST(HttpProcesses, RegistryRestartedKeepsNamesAndServers) {
+  test_support::TempDir dir;
+  auto state = dir.file("state.json");
+  auto registry = std::make_unique<Registry>(std::vector<std::string>{"--state", state});
+  auto port = registry->port();
+  HttpChannelOptions options;
+  options.url = registry->url();
+  HttpChannel channel(options);
+  channel.publish("kept", sample_metadata(1), 0ms);
+  channel.publish("expiring", sample_metadata(2), 60000ms);
+  auto subscription = channel.serve("svc", [](const std::string&, const RdmaMetadata&) {});
+  channel.request("svc.a", sample_metadata(3, OperationKind::Write), 5s);
+
+  EXPECT_EQ(registry->stop(), 0);  // SIGTERM: graceful
+  registry.reset();
+  try {
+    channel.fetch("kept", 1s);
+    ADD_FAILURE() << "fetched from a stopped registry";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Transport) << e.what();
+  }
+
+  registry = std::make_unique<Registry>(
+      std::vector<std::string>{"--state", state, "--listen", "127.0.0.1:" + port});
+  // The same channel reconnects; the names came back from the state file.
+  EXPECT_EQ(channel.fetch("kept", 2s), sample_metadata(1));
+  EXPECT_EQ(channel.fetch("expiring", 2s), sample_metadata(2));
+  // The serving side registers again by itself (its pollers back off up to 1 s meanwhile).
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    try {
+      channel.request("svc.b", sample_metadata(3, OperationKind::Write), 2s);
+      break;
+    } catch (const Error& e) {
+      ASSERT_EQ(e.code(), ErrorCode::NotFound) << e.what();
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "serve never came back";
+    }
+    std::this_thread::sleep_for(50ms);  // the re-registration happens in another thread
+  }
+}
+
+TEST(HttpProcesses, RegistryFlagsAreChecked) {
+  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--listen", "nonsense"}), 2);
+  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--bogus"}), 2);
+  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--tls-cert", "/nonexistent", "--tls-key", "/nonexistent"}),
+            1);
+}
+
+}  // namespace
