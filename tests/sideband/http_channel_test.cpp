@@ -108,7 +108,8 @@ TEST(HttpChannelErrors, GarbageUnderANameIsInvalidMetadata) {
   // A real HTTP server that stores garbage (an older or foreign registry, a corrupted store).
   httplib::Server server;
   server.Get(R"(/v1/metadata/(.+))", [](const httplib::Request& req, httplib::Response& res) {
-    if (req.matches[1] == "json") res.set_content(R"({"version":1,"garbage":true})", "application/json");
+    if (req.matches[1] == "json")
+      res.set_content(R"({"version":1,"garbage":true})", "application/json");
     if (req.matches[1] == "text") res.set_content("<html>hello</html>", "text/html");
   });
   int port = server.bind_to_any_port("127.0.0.1");
@@ -186,9 +187,10 @@ TEST(HttpChannelAuth, WrongOrMissingTokenIsAccessDenied) {
 TEST(HttpChannelTls, HttpsWithATrustedCertificate) {
   test_support::TempDir dir;
   auto key = dir.file("key.pem"), cert = dir.file("cert.pem");
-  auto command = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
-                 "-addext subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + cert +
-                 " >/dev/null 2>&1";
+  auto command =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+      key + " -out " + cert + " >/dev/null 2>&1";
   if (std::system(command.c_str()) != 0) GTEST_SKIP() << "the openssl command is not installed";
   HttpEndpointOptions options;
   options.cert_file = cert;
@@ -264,9 +266,8 @@ TEST_F(HttpChannelTest, RequestErrors) {
 TEST_F(HttpChannelTest, SlowOwnerIsTimeoutAndTheServingEndsCleanly) {
   std::promise<void> release;
   auto released = release.get_future().share();
-  auto subscription = channel_.serve("slow", [released](const std::string&, const RdmaMetadata&) {
-    released.wait();
-  });
+  auto subscription = channel_.serve(
+      "slow", [released](const std::string&, const RdmaMetadata&) { released.wait(); });
   auto started = std::chrono::steady_clock::now();
   EXPECT_EQ(error_code_of([&] {
               channel_.request("slow.x", sample_metadata(1, OperationKind::Write), 300ms);

@@ -62,8 +62,8 @@ TEST(HttpProcesses, CliServeAndGetBetweenProcesses) {
   test_support::TempDir dir;
   auto in = dir.file("in.bin");
   write_bytes(in, 3 << 20, 7);
-  ChildProcess server({MEMWIRE_CLI_BINARY, "serve", "blob.one", in, "--count", "2", "--http",
-                       registry.url()});
+  ChildProcess server(
+      {MEMWIRE_CLI_BINARY, "serve", "blob.one", in, "--count", "2", "--http", registry.url()});
   auto published = server.read_line(10s);
   ASSERT_TRUE(published && published->starts_with("published blob.one")) << published.value_or("");
   for (const char* out : {"out1.bin", "out2.bin"}) {
@@ -74,9 +74,9 @@ TEST(HttpProcesses, CliServeAndGetBetweenProcesses) {
   }
   EXPECT_EQ(server.wait(10s), 0);
   // Served twice, then withdrawn.
-  EXPECT_EQ(run({MEMWIRE_CLI_BINARY, "get", "blob.one", dir.file("out3.bin"), "--http",
-                 registry.url()}),
-            3);
+  EXPECT_EQ(
+      run({MEMWIRE_CLI_BINARY, "get", "blob.one", dir.file("out3.bin"), "--http", registry.url()}),
+      3);
 }
 
 TEST(HttpProcesses, CliExitCodes) {
@@ -91,16 +91,16 @@ TEST(HttpProcesses, CliExitCodes) {
   EXPECT_EQ(run({cli, "get", "x", out, "--http", registry.url(), "--timeout", "soon"}), 2);
   EXPECT_EQ(run({cli, "ls", "--http", registry.url(), "--token", "s3cret"}), 0);
   EXPECT_EQ(run({cli, "get", "missing", out, "--http", registry.url(), "--token", "s3cret"}), 3);
-  EXPECT_EQ(run({cli, "get", "missing", out, "--wait", "--timeout", "0.3", "--http",
-                 registry.url(), "--token", "s3cret"}),
+  EXPECT_EQ(run({cli, "get", "missing", out, "--wait", "--timeout", "0.3", "--http", registry.url(),
+                 "--token", "s3cret"}),
             4);
   EXPECT_EQ(run({cli, "ls", "--http", registry.url(), "--token", "wrong"}), 1);
   test_support::SilentListener silent;
   EXPECT_EQ(run({cli, "get", "x", out, "--http", silent.url(), "--timeout", "0.3"}), 4);
   auto nowhere = "http://127.0.0.1:" + std::to_string(test_support::closed_port());
   EXPECT_EQ(run({cli, "ls", "--http", nowhere}), 1);
-  EXPECT_EQ(run({cli, "serve", "x", dir.file("no-such-file"), "--http", registry.url(),
-                 "--token", "s3cret"}),
+  EXPECT_EQ(run({cli, "serve", "x", dir.file("no-such-file"), "--http", registry.url(), "--token",
+                 "s3cret"}),
             1);
   EXPECT_FALSE(std::filesystem::exists(out));
 }
@@ -176,8 +176,8 @@ TEST(HttpProcesses, RegistryRestartedKeepsNamesAndServers) {
 TEST(HttpProcesses, RegistryFlagsAreChecked) {
   EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--listen", "nonsense"}), 2);
   EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--bogus"}), 2);
-  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--tls-cert", "/nonexistent", "--tls-key", "/nonexistent"}),
-            1);
+  EXPECT_EQ(
+      run({MEMWIRE_REGISTRY_BINARY, "--tls-cert", "/nonexistent", "--tls-key", "/nonexistent"}), 1);
 }
 
 }  // namespace

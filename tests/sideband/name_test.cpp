@@ -17,8 +17,8 @@ TEST(NameRules, AcceptsTokensSeparatedByDots) {
 }
 
 TEST(NameRules, RejectsWhatSubjectsOrPathsCannotCarry) {
-  for (const char* name : {"", ".a", "a.", "a..b", "a b", "a/b", "a*", "a>", "ä", "a%2f", "a\nb",
-                           "a?b", "a#b"}) {
+  for (const char* name :
+       {"", ".a", "a.", "a..b", "a b", "a/b", "a*", "a>", "ä", "a%2f", "a\nb", "a?b", "a#b"}) {
     try {
       validate_name(name);
       ADD_FAILURE() << "accepted '" << name << "'";

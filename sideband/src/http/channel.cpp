@@ -14,9 +14,12 @@ using json = nlohmann::json;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-// Slack on top of a long poll's wait so that the server's own "not yet" (504) arrives first.
-constexpr milliseconds kPollSlack{2000};
+// Slack on top of a long poll's wait so that the server's own "not yet" (504) usually arrives
+// first; either way the caller sees Error{Timeout} close to its deadline.
+constexpr milliseconds kPollSlack{250};
+// A serve() poller's long poll, and how long past it a silent endpoint is given.
 constexpr milliseconds kServePoll{20000};
+constexpr milliseconds kServePollSlack{5000};
 
 std::string server_message(const http::HttpReply& reply) {
   auto body = json::parse(reply.body, nullptr, false);
@@ -166,7 +169,7 @@ class HttpServeSubscription final : public Subscription {
             {"GET",
              "/v1/servers/" + id + "/requests?wait_ms=" + std::to_string(kServePoll.count()),
              {},
-             kServePoll + kPollSlack});
+             kServePoll + kServePollSlack});
         if (reply.status == 404) {
           reregister(id);
           continue;

@@ -158,6 +158,12 @@ class HttpEndpoint::Impl {
     auto threads = std::max<std::size_t>(options_.threads, 4);
     s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     s.set_tcp_nodelay(true);
+    // httplib's default also sets SO_REUSEPORT, which lets a second endpoint share the port
+    // silently; SO_REUSEADDR alone allows a quick restart and refuses a port in use.
+    s.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     s.set_keep_alive_max_count(100000);
     s.set_keep_alive_timeout(5);
     s.set_payload_max_length(kMaxBody);
