@@ -1,0 +1,144 @@
+#pragma once
+
+// Small helpers every benchmark program shares: sample statistics, the process's memory figures
+// from /proc, page-backed buffers that really leave the process when freed, and argument lists.
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace memwire::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Order statistics of a set of samples. Quantiles take the sample at index q * (n - 1), the same
+// rule the sideband's nats_fetch_latency uses, so figures from both programs compare.
+struct Summary {
+  double median = 0, min = 0, max = 0, p90 = 0, p99 = 0;
+  std::size_t count = 0;
+};
+
+inline Summary summarize(std::vector<double> samples) {
+  Summary summary;
+  if (samples.empty()) return summary;
+  std::sort(samples.begin(), samples.end());
+  auto at = [&](double q) {
+    return samples[static_cast<std::size_t>(q * static_cast<double>(samples.size() - 1))];
+  };
+  summary.median = at(0.5);
+  summary.p90 = at(0.9);
+  summary.p99 = at(0.99);
+  summary.min = samples.front();
+  summary.max = samples.back();
+  summary.count = samples.size();
+  return summary;
+}
+
+// One "Vm..." line of /proc/<pid>/status, in KiB; 0 when absent.
+inline std::uint64_t proc_status_kb(const std::string& field, const std::string& pid = "self") {
+  std::ifstream status("/proc/" + pid + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.compare(0, field.size(), field) == 0 && line.size() > field.size() &&
+        line[field.size()] == ':') {
+      return std::strtoull(line.c_str() + field.size() + 1, nullptr, 10);
+    }
+  }
+  return 0;
+}
+
+// Resets VmHWM to the current VmRSS (Linux >= 4.0), so the peak of one configuration is not the
+// peak of an earlier, larger one.
+inline void reset_peak_rss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+}
+
+// Anonymous pages from mmap: freed memory goes straight back to the kernel (RSS falls), unlike
+// small heap blocks a malloc arena may keep.
+class PageBuffer {
+ public:
+  PageBuffer() = default;
+  explicit PageBuffer(std::size_t size) : size_(size) {
+    if (size == 0) return;
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap of " + std::to_string(size) + " bytes");
+    data_ = static_cast<std::byte*>(p);
+  }
+  ~PageBuffer() {
+    if (data_ != nullptr) ::munmap(data_, size_);
+  }
+  PageBuffer(PageBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  PageBuffer& operator=(PageBuffer&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(size_, other.size_);
+    return *this;
+  }
+  PageBuffer(const PageBuffer&) = delete;
+  PageBuffer& operator=(const PageBuffer&) = delete;
+
+  std::byte* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// "4K,64K,1M" -> bytes; K, M, G are powers of 1024.
+inline std::vector<std::size_t> parse_sizes(const std::string& list) {
+  std::vector<std::size_t> sizes;
+  std::stringstream items(list);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    char* end = nullptr;
+    std::size_t value = std::strtoull(item.c_str(), &end, 10);
+    switch (*end) {
+      case 'G':
+      case 'g':
+        value <<= 10;
+        [[fallthrough]];
+      case 'M':
+      case 'm':
+        value <<= 10;
+        [[fallthrough]];
+      case 'K':
+      case 'k':
+        value <<= 10;
+        break;
+      case '\0':
+        break;
+      default:
+        throw std::invalid_argument("bad size '" + item + "'");
+    }
+    sizes.push_back(value);
+  }
+  return sizes;
+}
+
+inline std::vector<std::string> split(const std::string& list, char separator = ',') {
+  std::vector<std::string> items;
+  std::stringstream stream(list);
+  std::string item;
+  while (std::getline(stream, item, separator)) {
+    if (!item.empty()) items.push_back(item);
+  }
+  return items;
+}
+
+}  // namespace memwire::bench

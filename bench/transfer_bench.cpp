@@ -1,0 +1,450 @@
+// memwire between two OS processes: this driver is the active side (ReadOperation /
+// WriteOperation); a transfer_peer process it spawns is the passive side. Metadata crosses a pipe,
+// as a sideband would carry it.
+//
+//   transfer_bench throughput --transport tcp|shm [--ops read,write] [--sizes 4K,...,1G]
+//                  [--descs 1,16] [--conc 1,64] [--trials 5] [--large-trials 3]
+//                  [--max-inflight 1G] [--target-bytes 256M] [--max-ops 2048]
+//   transfer_bench latency --transport tcp|shm [--sizes 64,4K] [--samples 3000] [--warmup 300]
+//
+// Throughput: one trial is a batch of operations, at most CONC in flight, timed from the first
+// begin_* until the peer reports the batch's last passive operation complete (end to end).
+// Latency: one READ at a time, from begin_read until both sides reported complete.
+// Prints one line per figure and, on its last line, everything as JSON. A transport that cannot
+// start on either side is reported as unavailable (exit code 0), not as a failure.
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_support.hpp"
+#include "memwire/memwire.hpp"
+#include "support/child_process.hpp"
+#include "support/pattern.hpp"
+
+namespace {
+
+using namespace memwire;
+using namespace memwire::bench;
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+constexpr std::uint64_t kPeerSeed = 1;    // what READs fetch
+constexpr std::uint64_t kDriverSeed = 2;  // what WRITEs deliver
+constexpr milliseconds kReply{120000};    // bounds every wait on the peer
+
+struct Args {
+  std::string mode;
+  std::string transport = "tcp";
+  std::string peer;
+  std::vector<std::string> ops = {"read", "write"};
+  std::vector<std::size_t> sizes;
+  std::vector<unsigned> descs = {1, 16};
+  std::vector<unsigned> concurrency = {1, 64};
+  int trials = 5;
+  int large_trials = 3;
+  std::size_t max_inflight = 1ull << 30;
+  std::size_t target_bytes = 256ull << 20;
+  std::size_t max_ops = 2048;
+  std::size_t samples = 3000;
+  std::size_t warmup = 300;
+};
+
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
+
+std::string size_name(std::size_t size) {
+  if (size >= (1ull << 30) && size % (1ull << 30) == 0) return std::to_string(size >> 30) + "G";
+  if (size >= (1ull << 20) && size % (1ull << 20) == 0) return std::to_string(size >> 20) + "M";
+  if (size >= (1ull << 10) && size % (1ull << 10) == 0) return std::to_string(size >> 10) + "K";
+  return std::to_string(size);
+}
+
+// The peer process and its line protocol (see transfer_peer.cpp).
+class Peer {
+ public:
+  Peer(const std::string& binary, const std::string& transport)
+      : process_({binary, "--transport", transport}) {
+    hello_ = expect_line("peer start");
+  }
+  ~Peer() {
+    try {
+      process_.write_line("quit");
+      process_.wait(std::chrono::seconds(10));
+    } catch (...) {
+    }
+  }
+  Peer(const Peer&) = delete;
+  Peer& operator=(const Peer&) = delete;
+
+  const std::string& hello() const { return hello_; }
+  int pid() const { return process_.pid(); }
+
+  std::string expect_line(const char* what) {
+    auto line = process_.read_line(kReply);
+    if (!line) fail(std::string("peer gave no answer to ") + what);
+    if (line->rfind("error", 0) == 0) fail("peer: " + *line);
+    return *line;
+  }
+
+  std::uint64_t alloc(std::size_t size, unsigned descs, unsigned slots, std::uint64_t seed) {
+    process_.write_line("alloc " + std::to_string(size) + " " + std::to_string(descs) + " " +
+                        std::to_string(slots) + " " + std::to_string(seed));
+    auto line = expect_line("alloc");
+    return std::strtoull(line.c_str() + 3, nullptr, 10);
+  }
+
+  std::vector<RdmaMetadata> publish(bool readable, std::size_t count, bool each) {
+    process_.write_line(std::string("publish ") + (readable ? "readable " : "writable ") +
+                        std::to_string(count) + (each ? " each" : " all"));
+    std::vector<RdmaMetadata> metadata;
+    metadata.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      metadata.push_back(RdmaMetadata::from_json(expect_line("publish")));
+    }
+    return metadata;
+  }
+
+  struct Done {
+    std::size_t errors = 0;
+    std::uint64_t hwm_kb = 0, rss_kb = 0;
+    std::string reason;
+  };
+  Done done() {
+    auto line = expect_line("the end of a batch");
+    std::istringstream words(line);
+    std::string word;
+    Done done;
+    words >> word >> done.errors >> done.hwm_kb >> done.rss_kb;
+    std::getline(words, done.reason);
+    if (word != "done") fail("peer said '" + line + "' instead of done");
+    return done;
+  }
+
+  bool verify(std::uint64_t seed) {
+    process_.write_line("verify " + std::to_string(seed));
+    return expect_line("verify") == "ok";
+  }
+
+ private:
+  test_support::ChildProcess process_;
+  std::string hello_;
+};
+
+// Local buffers: SLOTS of SIZE bytes, each split into DESCS descriptors.
+struct LocalBuffers {
+  PageBuffer memory;
+  std::vector<std::vector<Descriptor>> slots;
+
+  LocalBuffers(std::size_t size, unsigned descs, unsigned slot_count, std::uint64_t seed)
+      : memory(size * slot_count) {
+    const std::size_t piece = size / descs;
+    for (unsigned s = 0; s < slot_count; ++s) {
+      std::byte* base = memory.data() + s * size;
+      if (seed != 0) {
+        test_support::fill_pattern({base, size}, seed);
+      } else {
+        std::memset(base, 0, size);  // touch every page: no page faults while timed
+      }
+      std::vector<Descriptor> list;
+      for (unsigned d = 0; d < descs; ++d) {
+        list.emplace_back(base + piece * d, d + 1 == descs ? size - piece * d : piece);
+      }
+      slots.push_back(std::move(list));
+    }
+  }
+};
+
+// Active operations in flight, at most one per free local slot.
+struct Window {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<unsigned> free_slots;
+  std::size_t completed = 0;
+  std::size_t errors = 0;
+};
+
+struct BatchResult {
+  double seconds = 0;         // first begin_* until the peer reported the batch complete
+  double active_seconds = 0;  // first begin_* until the last active operation completed
+  Peer::Done peer;
+  std::string transport_used;
+  std::string error;
+};
+
+BatchResult run_batch(Connector& connector, Peer& peer, LocalBuffers& local, bool read,
+                      std::size_t count) {
+  auto metadata = peer.publish(read, count, false);
+  auto window = std::make_shared<Window>();
+  for (unsigned s = 0; s < local.slots.size(); ++s) window->free_slots.push_back(s);
+  std::vector<std::optional<Operation>> operations(count);
+  BatchResult result;
+
+  const auto start = Clock::now();
+  const auto deadline = start + kReply;
+  for (std::size_t i = 0; i < count; ++i) {
+    unsigned slot = 0;
+    {
+      std::unique_lock lock(window->mutex);
+      if (!window->changed.wait_until(lock, deadline, [&] { return !window->free_slots.empty(); }))
+        fail("operations did not complete in time");
+      slot = window->free_slots.back();
+      window->free_slots.pop_back();
+    }
+    if (read) {
+      operations[i].emplace(connector.begin_read(metadata[i], local.slots[slot]));
+    } else {
+      operations[i].emplace(connector.begin_write(local.slots[slot], metadata[i]));
+    }
+    operations[i]->on_complete([window, slot](OperationStatus status) {
+      std::lock_guard lock(window->mutex);
+      window->free_slots.push_back(slot);
+      ++window->completed;
+      if (status != OperationStatus::Complete) ++window->errors;
+      window->changed.notify_one();
+    });
+  }
+  {
+    std::unique_lock lock(window->mutex);
+    if (!window->changed.wait_until(lock, deadline, [&] { return window->completed == count; }))
+      fail("operations did not complete in time");
+  }
+  result.active_seconds = seconds_since(start);
+  result.peer = peer.done();
+  result.seconds = seconds_since(start);
+  result.transport_used = operations.front()->transport();
+  for (auto& operation : operations) {
+    if (operation->status() != OperationStatus::Complete && result.error.empty()) {
+      result.error = operation->error_message();
+    }
+  }
+  if (result.error.empty() && result.peer.errors > 0) result.error = "peer: " + result.peer.reason;
+  return result;
+}
+
+// Operations per trial: enough bytes to time well, at least one per slot, a multiple of CONC.
+std::size_t batch_count(const Args& args, std::size_t size, unsigned conc) {
+  std::size_t count = std::max<std::size_t>(1, (args.target_bytes + size - 1) / size);
+  count = std::min(count, args.max_ops);
+  count = std::max<std::size_t>(count, conc);
+  return (count + conc - 1) / conc * conc;
+}
+
+json throughput(const Args& args, Connector& connector, Peer& peer) {
+  json results = json::array();
+  for (const auto& op : args.ops) {
+    const bool read = op == "read";
+    for (unsigned descs : args.descs) {
+      for (unsigned conc : args.concurrency) {
+        for (std::size_t size : args.sizes) {
+          json entry = {{"op", op}, {"size", size}, {"descs", descs}, {"conc", conc}};
+          if (conc * size > args.max_inflight) {
+            entry["skipped"] = "conc x size exceeds --max-inflight " + size_name(args.max_inflight);
+            results.push_back(entry);
+            continue;
+          }
+          // Peer's buffers first, then ours: the previous configuration's are gone by then.
+          const auto peer_rss = peer.alloc(size, descs, conc, read ? kPeerSeed : 0);
+          std::optional<LocalBuffers> local;
+          local.emplace(size, descs, conc, read ? 0 : kDriverSeed);
+          reset_peak_rss();
+          const auto local_rss = proc_status_kb("VmRSS");
+          const std::size_t count = batch_count(args, size, conc);
+
+          // Warm-up: connections, caches; and proof that the bytes arrive intact.
+          auto warm = run_batch(connector, peer, *local, read, conc);
+          bool intact = warm.error.empty();
+          if (intact && read) {
+            intact =
+                test_support::first_mismatch(
+                    {static_cast<std::byte*>(local->slots[0][0].ptr()), size}, kPeerSeed) == size;
+          } else if (intact) {
+            intact = peer.verify(kDriverSeed);
+          }
+          entry["transport_used"] = warm.transport_used;
+          if (!warm.error.empty() || !intact) {
+            entry["error"] = warm.error.empty() ? "data differs after transfer" : warm.error;
+            std::printf("%-5s %-5s d=%-2u c=%-2u %6s  error: %s\n", args.transport.c_str(),
+                        op.c_str(), descs, conc, size_name(size).c_str(),
+                        entry["error"].get<std::string>().c_str());
+            results.push_back(entry);
+            continue;
+          }
+          const int trials = size >= (256ull << 20) ? args.large_trials : args.trials;
+          std::vector<double> gbps, active_gbps;
+          std::uint64_t peer_hwm = 0;
+          for (int t = 0; t < trials; ++t) {
+            auto batch = run_batch(connector, peer, *local, read, count);
+            if (!batch.error.empty()) {
+              entry["error"] = batch.error;
+              break;
+            }
+            const double bytes = static_cast<double>(count * size);
+            gbps.push_back(bytes / batch.seconds / 1e9);
+            active_gbps.push_back(bytes / batch.active_seconds / 1e9);
+            peer_hwm = std::max(peer_hwm, batch.peer.hwm_kb);
+          }
+          const auto local_hwm = proc_status_kb("VmHWM");
+          local.reset();
+          const auto s = summarize(gbps);
+          const auto a = summarize(active_gbps);
+          entry["count"] = count;
+          entry["trials"] = gbps;
+          entry["gbps"] = {{"median", s.median}, {"min", s.min}, {"max", s.max}};
+          entry["active_gbps_median"] = a.median;
+          // Buffers: RSS once the buffers are filled; hwm: peak during the timed trials.
+          entry["rss_kb"] = {
+              {"driver", {{"buffers", local_rss}, {"hwm", local_hwm}}},
+              {"peer", {{"buffers", peer_rss}, {"hwm", peer_hwm}}},
+          };
+          std::printf(
+              "%-5s %-5s d=%-2u c=%-2u %6s  %8.3f GB/s [%.3f-%.3f] x%zu ops  "
+              "rss+ driver %lld KiB peer %lld KiB\n",
+              args.transport.c_str(), op.c_str(), descs, conc, size_name(size).c_str(), s.median,
+              s.min, s.max, count,
+              static_cast<long long>(local_hwm) - static_cast<long long>(local_rss),
+              static_cast<long long>(peer_hwm) - static_cast<long long>(peer_rss));
+          std::fflush(stdout);
+          results.push_back(entry);
+        }
+      }
+    }
+  }
+  return results;
+}
+
+json latency(const Args& args, Connector& connector, Peer& peer) {
+  json results = json::array();
+  for (std::size_t size : args.sizes) {
+    peer.alloc(size, 1, 1, kPeerSeed);
+    LocalBuffers local(size, 1, 1, 0);
+    const std::size_t total = args.warmup + args.samples;
+    auto metadata = peer.publish(true, total, true);
+    std::vector<double> end_to_end, active;
+    std::string used;
+    for (std::size_t i = 0; i < total; ++i) {
+      const auto start = Clock::now();
+      auto read = connector.begin_read(metadata[i], local.slots[0]);
+      read.wait_for_completion(kReply);
+      const double active_us = seconds_since(start) * 1e6;
+      if (peer.expect_line("a completion") != "c") fail("peer did not report completion");
+      const double both_us = seconds_since(start) * 1e6;
+      if (i >= args.warmup) {
+        end_to_end.push_back(both_us);
+        active.push_back(active_us);
+      }
+      if (used.empty()) used = read.transport();
+    }
+    auto done = peer.done();
+    if (done.errors > 0) fail("peer: " + done.reason);
+    const auto e = summarize(end_to_end);
+    const auto a = summarize(active);
+    std::printf(
+        "%-5s READ %6s  p50 %7.1f us  p99 %7.1f us   (active side alone: p50 %.1f p99 %.1f)\n",
+        args.transport.c_str(), size_name(size).c_str(), e.median, e.p99, a.median, a.p99);
+    std::fflush(stdout);
+    results.push_back(
+        {{"op", "read"},
+         {"size", size},
+         {"samples", e.count},
+         {"transport_used", used},
+         {"us",
+          {{"p50", e.median}, {"p90", e.p90}, {"p99", e.p99}, {"min", e.min}, {"max", e.max}}},
+         {"active_us", {{"p50", a.median}, {"p99", a.p99}}}});
+  }
+  return results;
+}
+
+Args parse(int argc, char** argv) {
+  if (argc < 2) fail("usage: transfer_bench throughput|latency --transport NAME [options]");
+  Args args;
+  args.mode = argv[1];
+  args.sizes = parse_sizes(args.mode == "latency" ? "64,4K" : "4K,64K,1M,16M,64M,256M,1G");
+  args.peer = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "transfer_peer");
+  auto unsigned_list = [](const std::string& text) {
+    std::vector<unsigned> values;
+    for (const auto& item : split(text)) values.push_back(std::stoul(item));
+    return values;
+  };
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string key = argv[i], value = argv[i + 1];
+    if (key == "--transport")
+      args.transport = value;
+    else if (key == "--peer")
+      args.peer = value;
+    else if (key == "--ops")
+      args.ops = split(value);
+    else if (key == "--sizes")
+      args.sizes = parse_sizes(value);
+    else if (key == "--descs")
+      args.descs = unsigned_list(value);
+    else if (key == "--conc")
+      args.concurrency = unsigned_list(value);
+    else if (key == "--trials")
+      args.trials = std::stoi(value);
+    else if (key == "--large-trials")
+      args.large_trials = std::stoi(value);
+    else if (key == "--max-inflight")
+      args.max_inflight = parse_sizes(value).at(0);
+    else if (key == "--target-bytes")
+      args.target_bytes = parse_sizes(value).at(0);
+    else if (key == "--max-ops")
+      args.max_ops = std::stoul(value);
+    else if (key == "--samples")
+      args.samples = std::stoul(value);
+    else if (key == "--warmup")
+      args.warmup = std::stoul(value);
+    else
+      fail("unknown option " + key);
+  }
+  if (args.mode != "throughput" && args.mode != "latency") fail("mode is throughput or latency");
+  return args;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  json report;
+  try {
+    const Args args = parse(argc, argv);
+    report = {{"mode", args.mode}, {"transport", args.transport}};
+    Peer peer(args.peer, args.transport);
+    std::unique_ptr<Connector> connector;
+    std::string reason;
+    if (peer.hello().rfind("ready", 0) != 0) {
+      reason = "peer: " + peer.hello().substr(std::min<std::size_t>(peer.hello().size(), 12));
+    } else {
+      try {
+        auto options = ConnectorOptions::from_environment();
+        options.transports = {args.transport};
+        connector = std::make_unique<Connector>(options);
+      } catch (const Error& error) {
+        reason = std::string("driver: ") + error.what();
+      }
+    }
+    if (!connector) {
+      std::printf("%s: not available (%s)\n", args.transport.c_str(), reason.c_str());
+      report["available"] = false;
+      report["reason"] = reason;
+    } else {
+      report["available"] = true;
+      report["results"] = args.mode == "latency" ? latency(args, *connector, peer)
+                                                 : throughput(args, *connector, peer);
+    }
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "transfer_bench: %s\n", error.what());
+    report["error"] = error.what();
+    std::printf("%s\n", report.dump().c_str());
+    return 1;
+  }
+  std::printf("%s\n", report.dump().c_str());
+  return 0;
+}
