@@ -68,6 +68,7 @@ std::shared_ptr<Engine> Engine::create(const TransportContext& context) {
 
 Engine::Engine(const TransportContext& context)
     : connector_name_(context.connector_name),
+      log_(context.options.log),
       connect_timeout_(context.options.connect_timeout),
       registrations_(context.registrations),
       device_(std::make_shared<const VerbsDevice>(context.options.rdma_device,
@@ -84,6 +85,8 @@ Engine::Engine(const TransportContext& context)
   set_nonblocking(events_->fd);
   set_nonblocking(completions_->fd);
   listen();
+  log("verbs: " + device_->name() + " port " + std::to_string(device_->port()) + ", GID index " +
+      std::to_string(device_->gid_index()) + ", listening on " + address_);
   loop_.watch(events_->fd, [this] {
     on_cm_events();
     bury();
@@ -744,6 +747,7 @@ void Engine::fail_connection(Connection& connection, const Error& error,
                              std::optional<std::uint64_t> culprit,
                              std::optional<Error> culprit_error) {
   if (connection.state == Connection::State::Closed) return;
+  if (error.code() != ErrorCode::Cancelled) log(error.what());
   // First the QP goes: from then on the device touches none of the buffers, so the pins and
   // the regions may be released before the transfers learn about it.
   connection.close();

@@ -2,10 +2,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "active_transfer.hpp"
@@ -92,7 +94,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
                        std::optional<Error> culprit_error = std::nullopt);
   std::string describe(const Connection& connection) const;
 
+  void log(const std::string& line) const {
+    if (log_) log_(line);
+  }
+
   const std::string connector_name_;
+  const std::function<void(std::string_view)> log_;
   const std::chrono::milliseconds connect_timeout_;
   const std::shared_ptr<RegistrationTable> registrations_;
   const std::shared_ptr<const VerbsDevice> device_;
