@@ -117,10 +117,12 @@ void answer_metadata_request(natsConnection* connection, natsSubscription* subsc
     expired = responder.expires_at_ms != 0 && now_ms() >= responder.expires_at_ms;
     if (expired) responder.retired = true;
   }
+  // Unsubscribe before replying: the server handles both in order, so no request sent after
+  // the requester saw this reply can reach a subscription that no longer listens (a timeout).
+  if (expired) natsSubscription_Unsubscribe(subscription);
   // An expired entry is still sent: the requester sees the expiry and asks the registry, which
   // may hold a newer value from another publisher.
   natsConnection_Publish(connection, reply, entry->data(), static_cast<int>(entry->size()));
-  if (expired) natsSubscription_Unsubscribe(subscription);
 }
 
 void release_responder(void* closure) { delete static_cast<std::shared_ptr<Responder>*>(closure); }
@@ -179,6 +181,9 @@ class ServeSubscription final : public Subscription {
   ~ServeSubscription() override {
     // Unsubscribing wakes each thread out of NextMsg; a handler in progress finishes first.
     for (auto& worker : workers_) natsSubscription_Unsubscribe(worker->subscription.get());
+    // Once we return, the server must no longer route requests here (they would time out
+    // instead of failing with "no responders"): a round trip proves it processed the UNSUBs.
+    if (!workers_.empty()) natsConnection_FlushTimeout(workers_.front()->connection, 2000);
     for (auto& thread : threads_) {
       if (thread.get_id() == std::this_thread::get_id()) {
         thread.detach();  // destroyed from its own handler: the worker owns what it uses
@@ -568,6 +573,9 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
     kv_.reset();
     js_.reset();
     if (!connection_) return;
+    // The server drops our responders before we hang up, so a fetch sent right after this
+    // channel is gone gets "no responders" (and the registry), not a timeout.
+    natsConnection_FlushTimeout(connection_.get(), 1000);
     // Wait (bounded) for nats.c's closed event so that no connection callback runs after us.
     natsConnection_Close(connection_.get());
     std::unique_lock lock(events_->mutex);
