@@ -2,6 +2,7 @@
 // name: it reads what the producer published (--mode read) or asks the producer to write them
 // into its own memory (--mode request). Checks every value and says how fast they came.
 #include <algorithm>
+#include <iomanip>
 #include <iostream>
 #include <thread>
 
@@ -79,6 +80,7 @@ int main(int argc, char** argv) {
     sideband::Worker worker(connector, *channel);
     auto via = services::channel_kind(args);
 
+    std::cout << std::fixed << std::setprecision(2);
     std::vector<double> latencies_ms;
     std::string transport;
     std::uint64_t bytes = 0;
