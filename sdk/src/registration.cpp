@@ -47,10 +47,15 @@ Registration::Access Registration::check_access(const Id128& token, OperationKin
   return Access{std::move(*pin), static_cast<std::byte*>(descriptors_[index].ptr()) + offset};
 }
 
-void Registration::complete_from_remote(const Id128& token) {
+void Registration::complete_from_remote(const Id128& token,
+                                        const std::function<void()>& acknowledge) {
   check_token(token);
-  if (!gate_.is_open() || !finish(OperationStatus::Complete))
+  if (!gate_.is_open() || is_terminal(status()))
     throw Error(ErrorCode::Cancelled, "operation already ended on the owner's side");
+  // Acknowledged before the owner wakes up: an owner that exits at once must not take the
+  // acknowledgement down with it.
+  if (acknowledge) acknowledge();
+  finish(OperationStatus::Complete);
   revoke();
 }
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -51,8 +52,9 @@ class Registration final : public OperationCore {
                       std::uint64_t offset, std::uint64_t length, std::string_view transport);
 
   // The active side's completion notice; throws AccessDenied on a wrong token and
-  // Cancelled when the registration is no longer live.
-  void complete_from_remote(const Id128& token);
+  // Cancelled when the registration is no longer live. `acknowledge` (queueing the answer to
+  // the active side) runs once the notice is accepted and before the owner is woken.
+  void complete_from_remote(const Id128& token, const std::function<void()>& acknowledge = {});
   // The active side reported a failure (its token is checked), or its connection died.
   void fail_from_remote(const Id128& token, Error error);
   void fail(Error error);

@@ -322,6 +322,8 @@ TEST(VerbsTransport, ActiveCancelSendsAnErrorNotice) {
   auto read = peer.begin_read(readable.metadata(), {Descriptor(std::span(target))});
   ASSERT_TRUE(until_in_progress(readable, 30s)) << to_string(readable.status());
   read.cancel();
+  // On real hardware 64 MiB may be across before the cancel: nothing left to test then.
+  if (read.status() == OperationStatus::Complete) GTEST_SKIP() << "the read finished first";
   EXPECT_EQ(read.status(), OperationStatus::Cancelled);
   EXPECT_EQ(failure_code(readable, 30s), ErrorCode::Cancelled);
   EXPECT_NE(readable.error_message().find("active side"), std::string::npos)
@@ -583,7 +585,12 @@ TEST(VerbsProcesses, KilledReaderFailsTheOwner) {
   ASSERT_TRUE(until_in_progress(readable, 30s)) << to_string(readable.status());
   child.kill(SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
-  EXPECT_EQ(failure_code(readable, 20s), ErrorCode::PeerLost);
+  try {
+    if (readable.wait_for_completion(20s) == OperationStatus::Complete)
+      GTEST_SKIP() << "the read finished before the reader was killed";
+  } catch (const Error&) {
+  }
+  EXPECT_EQ(failure_code(readable, 1s), ErrorCode::PeerLost) << readable.error_message();
   EXPECT_LT(std::chrono::steady_clock::now() - killed, 15s);
 }
 

@@ -1,10 +1,15 @@
 # NatsChannel tests against a real nats-server (tests/support/nats_server.cpp starts one per test
 # with JetStream in a temporary folder). nats-server must be installed: the tests fail without it.
+# The TLS tests make certificates with the openssl tool (they skip without it); the NKey test
+# makes its key with libcrypto.
 pkg_check_modules(MEMWIRE_TEST_LIBNATS REQUIRED IMPORTED_TARGET libnats)
+find_package(OpenSSL REQUIRED)
 add_executable(memwire_nats_tests
   ${CMAKE_CURRENT_LIST_DIR}/nats_channel_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/nats_security_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../support/nats_server.cpp)
 target_link_libraries(memwire_nats_tests
-  PRIVATE memwire::sideband PkgConfig::MEMWIRE_TEST_LIBNATS GTest::gtest_main Threads::Threads)
+  PRIVATE memwire::sideband PkgConfig::MEMWIRE_TEST_LIBNATS OpenSSL::Crypto GTest::gtest_main
+          Threads::Threads)
 target_include_directories(memwire_nats_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../support)
 gtest_discover_tests(memwire_nats_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)

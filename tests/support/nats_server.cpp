@@ -113,7 +113,10 @@ NatsServer::~NatsServer() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
-std::string NatsServer::url() const { return "nats://127.0.0.1:" + std::to_string(port_); }
+std::string NatsServer::url() const {
+  return (options_.tls_cert_file.empty() ? "nats://127.0.0.1:" : "tls://127.0.0.1:") +
+         std::to_string(port_);
+}
 
 std::string NatsServer::log() const {
   std::lock_guard lock(mutex_);
@@ -126,7 +129,16 @@ void NatsServer::write_config() const {
   config << "server_name: memwire_test_" << port_ << "\n";
   if (options_.jetstream) config << "jetstream { store_dir: " << quoted(store_dir_) << " }\n";
   if (options_.max_payload > 0) config << "max_payload: " << options_.max_payload << "\n";
-  if (!options_.token.empty()) {
+  if (!options_.tls_cert_file.empty()) {
+    config << "tls { cert_file: " << quoted(options_.tls_cert_file)
+           << ", key_file: " << quoted(options_.tls_key_file);
+    if (!options_.tls_ca_file.empty()) config << ", ca_file: " << quoted(options_.tls_ca_file);
+    if (options_.tls_verify_clients) config << ", verify: true";
+    config << " }\n";
+  }
+  if (!options_.nkey.empty()) {
+    config << "authorization { users: [ { nkey: " << quoted(options_.nkey) << " } ] }\n";
+  } else if (!options_.token.empty()) {
     config << "authorization { token: " << quoted(options_.token) << " }\n";
   } else if (!options_.user.empty()) {
     config << "authorization { user: " << quoted(options_.user)

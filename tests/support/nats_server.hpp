@@ -20,6 +20,12 @@ struct NatsServerOptions {
   std::string token;  // set: clients must present this token
   std::string user;   // set (with password): clients must log in
   std::string password;
+  std::string nkey;  // set: the only user is this NKey public key ("U..."), no password
+  // TLS: both set = the server speaks only TLS with this certificate; url() is then "tls://".
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_ca_file;          // set: client certificates must chain to this CA ...
+  bool tls_verify_clients = false;  // ... and when true, clients must present one
   bool jetstream = true;
   std::size_t max_payload = 0;  // 0 = the server's default (1 MiB)
   std::chrono::milliseconds start_timeout = std::chrono::seconds(15);
@@ -35,7 +41,7 @@ class NatsServer {
   NatsServer(const NatsServer&) = delete;
   NatsServer& operator=(const NatsServer&) = delete;
 
-  std::string url() const;  // "nats://127.0.0.1:PORT"
+  std::string url() const;  // "nats://127.0.0.1:PORT" ("tls://..." with TLS)
   std::uint16_t port() const noexcept { return port_; }
   const std::filesystem::path& store_dir() const noexcept { return store_dir_; }
 

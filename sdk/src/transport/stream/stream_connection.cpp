@@ -37,6 +37,17 @@ void StreamConnection::shutdown(const std::string& reason) {
   }
   ::shutdown(socket_.get(), SHUT_RDWR);
   queued_.notify_all();
+  drained_.notify_all();
+}
+
+void StreamConnection::close_when_sent(std::chrono::milliseconds timeout) {
+  {
+    std::unique_lock lock(mutex_);
+    draining_ = true;
+    queued_.notify_all();
+    drained_.wait_for(lock, timeout, [&] { return closing_; });
+  }
+  shutdown("connection closed");
 }
 
 bool StreamConnection::send(OutFrame frame) {
@@ -98,8 +109,8 @@ void StreamConnection::write_loop() {
     OutFrame frame;
     {
       std::unique_lock lock(mutex_);
-      queued_.wait(lock, [&] { return closing_ || !queue_.empty(); });
-      if (closing_) break;
+      queued_.wait(lock, [&] { return closing_ || draining_ || !queue_.empty(); });
+      if (closing_ || (draining_ && queue_.empty())) break;
       frame = std::move(queue_.front());
       queue_.pop_front();
     }
@@ -108,6 +119,7 @@ void StreamConnection::write_loop() {
       break;
     }
   }
+  shutdown("connection closed");
   // Frames still queued are dropped with their pins; the reader reports the loss.
   std::deque<OutFrame> dropped;
   std::lock_guard lock(mutex_);

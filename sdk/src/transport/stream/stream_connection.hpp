@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -59,6 +60,9 @@ class StreamConnection {
 
   // Breaks the connection at once: blocked reads and writes return, both threads end.
   void shutdown(const std::string& reason);
+  // Closes once every queued frame is out (acknowledgements of a process about to exit),
+  // or after `timeout` at the latest.
+  void close_when_sent(std::chrono::milliseconds timeout);
   bool alive() const;
   const std::string& peer() const noexcept { return peer_; }
   FrameHandler& handler() noexcept { return *handler_; }
@@ -76,6 +80,8 @@ class StreamConnection {
   std::condition_variable queued_;
   std::deque<OutFrame> queue_;
   bool closing_ = false;
+  bool draining_ = false;
+  std::condition_variable drained_;
   std::string close_reason_;
 
   std::thread reader_;

@@ -138,11 +138,13 @@ void StreamPassiveSide::serve_notice(StreamConnection& connection, const FrameHe
   try {
     auto registration = find(header.key);
     if (header.code == 0) {
-      registration->complete_from_remote(header.token);
-    } else {
-      registration->fail_from_remote(
-          header.token, Error(error_code_from_wire(header.code), "the active side reported: " + *text));
+      registration->complete_from_remote(
+          header.token, [&] { answer(connection, FrameType::NoticeResponse, header, nullptr); });
+      touched_.erase(header.key);
+      return;
     }
+    registration->fail_from_remote(
+        header.token, Error(error_code_from_wire(header.code), "the active side reported: " + *text));
     touched_.erase(header.key);
   } catch (const Error& error) {
     answer(connection, FrameType::NoticeResponse, header, &error);

@@ -35,7 +35,8 @@ class StreamTransport final : public Transport {
       pool_.clear();
       accepted_.clear();
     }
-    for (auto& connection : all) connection->shutdown("connector shutting down");
+    // Answers already queued (completion acknowledgements) still go out, briefly.
+    for (auto& connection : all) connection->close_when_sent(std::chrono::milliseconds(500));
     // Dropping them joins their threads.
   }
 
