@@ -1,0 +1,602 @@
+#!/usr/bin/env python3
+"""The memwire benchmark suite: runs every benchmark program and baseline in one go, prints
+the table, writes results/latest.json (+ latest.txt) and draws results/throughput.png.
+
+Run through bench/run, which builds the programs first. Progress goes to stderr, the table to
+stdout. Each figure is the median of repeated trials with min-max; latencies are p50/p99.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+
+MiB = 1 << 20
+SIZES = "4K,64K,1M,16M,64M,256M,1G"
+UCX_SIZES = [16 * MiB, 64 * MiB]
+
+
+def log(text):
+    print(text, file=sys.stderr, flush=True)
+
+
+def size_name(size):
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift}{unit}"
+    return str(size)
+
+
+def median(values):
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2] if ordered else None
+
+
+def summary(values):
+    # Same rule as the C++ programs: the sample at index q * (n - 1).
+    return {"median": median(values), "min": min(values), "max": max(values)} if values else None
+
+
+def run_program(argv, timeout, env=None):
+    """Runs one benchmark program, echoes its lines as progress, returns its last line's JSON."""
+    log("$ " + " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(argv)))
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+    lines = []
+    deadline = time.monotonic() + timeout
+    for line in process.stdout:
+        lines.append(line.rstrip("\n"))
+        if not line.startswith("{"):
+            log("    " + line.rstrip())
+        if time.monotonic() > deadline:
+            process.kill()
+            break
+    process.wait()
+    if not lines or not lines[-1].startswith("{"):
+        return {"error": f"{os.path.basename(argv[0])} exited with {process.returncode}"}
+    return json.loads(lines[-1])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port):
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                for row in f.readlines()[1:]:
+                    fields = row.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        return True
+        except OSError:
+            pass
+    return False
+
+
+class Server:
+    """A baseline's server process; waits until its port listens, kills it on exit."""
+
+    def __init__(self, argv, port, env=None):
+        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + 15
+        # Bounded wait for the listener; each round also notices a server that died.
+        while not listening(port):
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{argv[0]} exited with {self.process.returncode}")
+            if time.monotonic() > deadline:
+                self.process.kill()
+                raise RuntimeError(f"{argv[0]} did not listen on {port}")
+            try:
+                self.process.wait(timeout=0.01)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+# --- baselines run by their own tools -------------------------------------------------------
+
+
+def iperf3(trials):
+    port = free_port()
+    rates = []
+    with Server(["iperf3", "-s", "-p", str(port)], port):
+        for _ in range(trials):
+            out = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "3", "-J"],
+                                 capture_output=True, text=True, timeout=60)
+            data = json.loads(out.stdout)
+            if "error" in data:
+                return {"error": data["error"]}
+            rates.append(data["end"]["sum_received"]["bits_per_second"] / 8 / 1e9)
+            log(f"    iperf3 single stream {rates[-1]:.3f} GB/s")
+    return {"trials": rates, "gbps": summary(rates)}
+
+
+def ucx_iterations(tls, test, size):
+    # UCX's tcp put emulation moves about one 16 MiB message per second here: keep it short.
+    if tls == "tcp" and test == "ucp_put_bw":
+        return (2, 1) if size <= 16 * MiB else (1, 1)
+    if tls == "tcp":
+        return (30, 3) if size <= 16 * MiB else (10, 2)
+    return (100, 10) if size <= 16 * MiB else (30, 5)
+
+
+def ucx_perftest(tls, test, size, trials):
+    env = dict(os.environ, UCX_TLS=tls)
+    iterations, warmup = ucx_iterations(tls, test, size)
+    rates = []
+    for _ in range(trials):
+        port = free_port()
+        with Server(["ucx_perftest", "-p", str(port)], port, env=env):
+            out = subprocess.run(["ucx_perftest", "127.0.0.1", "-p", str(port), "-t", test,
+                                  "-s", str(size), "-n", str(iterations), "-w", str(warmup)],
+                                 capture_output=True, text=True, timeout=120, env=env)
+        final = [l for l in out.stdout.splitlines() if l.startswith("Final:")]
+        if not final:
+            return {"error": (out.stderr or out.stdout).strip().splitlines()[-1:]}
+        # Final: iterations, latency p50/avg/overall (us), bandwidth avg/overall (MiB/s), ...
+        rates.append(float(final[0].split()[6]) * MiB / 1e9)
+    log(f"    ucx_perftest UCX_TLS={tls} {test} {size_name(size)}: "
+        + " ".join(f"{r:.3f}" for r in rates) + " GB/s")
+    return {"tls": tls, "test": test, "size": size, "iterations": iterations,
+            "trials": rates, "gbps": summary(rates)}
+
+
+# --- the report -----------------------------------------------------------------------------
+
+
+def ratio(a, b):
+    return a / b if a is not None and b not in (None, 0) else None
+
+
+def fmt_ratio(r):
+    return "n/a" if r is None else f"{r:.2f}x"
+
+
+def find_throughput(results, transport, op, size, descs=1, conc=1):
+    entries = results.get("memwire", {}).get("throughput", {}).get(transport, {})
+    for entry in entries.get("results", []) or []:
+        if (entry["op"], entry["size"], entry["descs"], entry["conc"]) == (op, size, descs, conc):
+            return entry
+    return None
+
+
+def gbps(entry):
+    return entry["gbps"]["median"] if entry and "gbps" in entry else None
+
+
+def memcpy_gbps(results, size):
+    for entry in results["baselines"].get("memcpy", []):
+        if entry["size"] == size:
+            return entry["gbps"]["median"]
+    return None
+
+
+def ucx_gbps(results, tls, test, size):
+    for entry in results["baselines"].get("ucx", []):
+        if (entry.get("tls"), entry.get("test"), entry.get("size")) == (tls, test, size):
+            return entry["gbps"]["median"] if entry.get("gbps") else None
+    return None
+
+
+def throughput_baseline(results, transport, size):
+    if transport == "tcp":
+        iperf = results["baselines"].get("iperf3", {})
+        return "iperf3", (iperf.get("gbps") or {}).get("median")
+    return "memcpy", memcpy_gbps(results, size)
+
+
+def latency_entry(results, transport, size):
+    lat = results["memwire"]["latency"].get(transport, {})
+    for entry in lat.get("results", []) or []:
+        if entry["size"] == size:
+            return entry
+    return None
+
+
+def pingpong_p50(results, size):
+    for entry in results["baselines"].get("tcp_pingpong", []):
+        if entry["size"] == size:
+            return entry["us"]["p50"]
+    return None
+
+
+def verdict(measured, target, at_least):
+    if measured is None:
+        return "not measured"
+    if (measured >= target) if at_least else (measured <= target):
+        return "met"
+    if at_least:
+        return f"MISSED by {100 * (1 - measured / target):.0f}% ({measured:.2f}x of >= {target}x)"
+    return f"MISSED by {100 * (measured / target - 1):.0f}% ({measured:.2f}x vs <= {target}x)"
+
+
+def evaluate_targets(results):
+    targets = []
+
+    def add(figure, target, measured, at_least, note=""):
+        targets.append({"figure": figure, "target": ("≥ " if at_least else "≤ ") + f"{target}x",
+                        "measured": measured, "status": verdict(measured, target, at_least),
+                        "note": note})
+
+    iperf = (results["baselines"].get("iperf3", {}).get("gbps") or {}).get("median")
+    add("TCP READ 64 MiB vs iperf3 single stream", 1.0,
+        ratio(gbps(find_throughput(results, "tcp", "read", 64 * MiB)), iperf), True)
+    add("TCP READ 16 MiB vs UCX tcp get", 2.0,
+        ratio(gbps(find_throughput(results, "tcp", "read", 16 * MiB)),
+              ucx_gbps(results, "tcp", "ucp_get", 16 * MiB)), True)
+    add("TCP WRITE 16 MiB vs UCX tcp put", 2.0,
+        ratio(gbps(find_throughput(results, "tcp", "write", 16 * MiB)),
+              ucx_gbps(results, "tcp", "ucp_put_bw", 16 * MiB)), True,
+        "UCX 1.13's tcp put is pathological here (seconds per message)")
+    shm_note = ""
+    shm = results["memwire"]["throughput"].get("shm", {})
+    if not shm.get("available", False):
+        shm_note = "shm not available: " + shm.get("reason", shm.get("error", "?"))
+    add("same-host READ 16 MiB vs UCX sm get", 1.0,
+        ratio(gbps(find_throughput(results, "shm", "read", 16 * MiB)),
+              ucx_gbps(results, "sm", "ucp_get", 16 * MiB)), True, shm_note)
+    add("same-host READ 64 MiB vs single-thread memcpy 64 MiB", 0.8,
+        ratio(gbps(find_throughput(results, "shm", "read", 64 * MiB)),
+              memcpy_gbps(results, 64 * MiB)), True, shm_note)
+    for transport in ("tcp", "shm"):
+        entry = latency_entry(results, transport, 4096)
+        add(f"4 KiB READ round trip p50 ({transport}) vs raw TCP ping-pong p50", 2.0,
+            ratio(entry["us"]["p50"] if entry else None, pingpong_p50(results, 4096)), False,
+            shm_note if transport == "shm" else "")
+    fetch = results["memwire"]["fetch"]
+    raw = results["baselines"]
+    add("NATS request/reply fetch p50 vs raw nats.c request/reply p50", 1.2,
+        ratio(fetch.get("nats", {}).get("request_reply", {}).get("median_us"),
+              raw.get("nats_raw", {}).get("request_reply", {}).get("p50_us")), False)
+    add("HTTP fetch p50 vs raw httplib+curl p50", 1.2,
+        ratio(fetch.get("http", {}).get("fetch", {}).get("median_us"),
+              raw.get("http_raw", {}).get("get", {}).get("p50_us")), False)
+    for transport in ("tcp", "shm"):
+        one = find_throughput(results, transport, "read", MiB, 1, 1)
+        many = find_throughput(results, transport, "read", MiB, 1, 64)
+        note = shm_note if transport == "shm" else ""
+        add(f"1 -> 64 x 1 MiB READs ({transport}): throughput c64/c1", 0.95,
+            ratio(gbps(many), gbps(one)), True,
+            "must not fall; 5% allowed for noise" + ("; " + note if note else ""))
+        if one and many and "rss_kb" in one and "rss_kb" in many:
+            in_flight_kb = 64 * MiB // 1024
+            for side in ("driver", "peer"):
+                extra = lambda e: e["rss_kb"][side]["hwm"] - e["rss_kb"][side]["buffers"]
+                growth = extra(many) - extra(one)
+                add(f"1 -> 64 x 1 MiB READs ({transport}): {side} RSS growth / 64 MiB in flight",
+                    1.0, growth / in_flight_kb, False,
+                    f"grew {growth / 1024:.1f} MiB beyond its buffers")
+        else:
+            add(f"1 -> 64 x 1 MiB READs ({transport}): RSS growth / 64 MiB in flight",
+                1.0, None, False, note)
+    return targets
+
+
+def render(results):
+    out = []
+    meta = results["meta"]
+    out.append(f"memwire benchmark suite — {meta['started']}, {meta['host']}, {meta['cpus']} CPUs, "
+               f"git {meta['git']}")
+    out.append(f"load average at start {meta['load_start']}, at end {meta['load_end']}; "
+               f"wall time {meta['wall_s']:.0f} s")
+    out.append("")
+
+    # Throughput: one block per transport; columns are sizes.
+    sizes = [int(s) for s in meta["sizes"]]
+    head = f"{'':24}" + "".join(f"{size_name(s):>13}" for s in sizes)
+    for transport in ("tcp", "shm"):
+        data = results["memwire"]["throughput"].get(transport, {})
+        if not data.get("available", False):
+            reason = data.get("reason") or data.get("error") or "not run"
+            out.append(f"memwire {transport}: not available — {reason}")
+            out.append("")
+            continue
+        base_name, _ = throughput_baseline(results, transport, sizes[0])
+        out.append(f"memwire {transport} throughput, GB/s: median [min-max]; ratio to {base_name}"
+                   + (" (single stream)" if base_name == "iperf3" else " of the same size"))
+        out.append(head)
+        for op in ("read", "write"):
+            for descs in (1, 16):
+                for conc in (1, 64):
+                    cells, ranges, ratios = [], [], []
+                    for size in sizes:
+                        entry = find_throughput(results, transport, op, size, descs, conc)
+                        if entry is None or "skipped" in entry:
+                            cells.append("-"), ranges.append(""), ratios.append("")
+                        elif "error" in entry or "gbps" not in entry:
+                            cells.append("error"), ranges.append(""), ratios.append("")
+                        else:
+                            g = entry["gbps"]
+                            cells.append(f"{g['median']:.3f}")
+                            ranges.append(f"{g['min']:.2f}-{g['max']:.2f}")
+                            ratios.append(fmt_ratio(ratio(
+                                g["median"], throughput_baseline(results, transport, size)[1])))
+                    label = f"{op.upper():5} d={descs:<2} c={conc:<2}"
+                    out.append(f"{label:24}" + "".join(f"{c:>13}" for c in cells))
+                    out.append(f"{'':24}" + "".join(f"{c:>13}" for c in ranges))
+                    out.append(f"{'  vs ' + base_name:24}" + "".join(f"{c:>13}" for c in ratios))
+        out.append("  d = descriptors per operation (the size split evenly), c = operations in "
+                   "flight; '-' = not run (c x size over 1 GiB)")
+        # Memory: what memwire adds beyond the application's buffers, per process.
+        out.append(f"  RSS beyond buffers (peak - after filling buffers), MiB, driver/peer, "
+                   f"READ d=1:")
+        for conc in (1, 64):
+            row = []
+            for size in sizes:
+                e = find_throughput(results, transport, "read", size, 1, conc)
+                if e and "rss_kb" in e:
+                    r = e["rss_kb"]
+                    row.append(f"{(r['driver']['hwm'] - r['driver']['buffers']) / 1024:.1f}/"
+                               f"{(r['peer']['hwm'] - r['peer']['buffers']) / 1024:.1f}")
+                else:
+                    row.append("-")
+            out.append(f"{'    c=' + str(conc):24}" + "".join(f"{c:>13}" for c in row))
+        out.append("")
+
+    # UCX comparison.
+    out.append("memwire vs UCX (ucx_perftest, same sizes; memwire d=1 c=1), GB/s median [min-max]")
+    out.append(f"  {'UCX':28}{'UCX GB/s':>22}   {'memwire':16}{'GB/s':>8}{'ratio':>9}")
+    for entry in results["baselines"].get("ucx", []):
+        if "error" in entry:
+            out.append(f"  UCX {entry}: error")
+            continue
+        transport = "tcp" if entry["tls"] == "tcp" else "shm"
+        op = "read" if entry["test"] == "ucp_get" else "write"
+        mine = gbps(find_throughput(results, transport, op, entry["size"]))
+        g = entry["gbps"]
+        label = f"UCX_TLS={entry['tls']} {entry['test']} {size_name(entry['size'])}"
+        mine_text = "n/a" if mine is None else f"{mine:.3f}"
+        out.append(f"  {label:28}{g['median']:>9.3f} [{g['min']:.2f}-{g['max']:.2f}]   "
+                   f"{transport + ' ' + op.upper():16}{mine_text:>8}{fmt_ratio(ratio(mine, g['median'])):>9}")
+    out.append("")
+
+    # Baselines by themselves.
+    out.append("baselines, GB/s median [min-max]")
+    memcpy = results["baselines"].get("memcpy", [])
+    out.append("  memcpy (1 thread)  " + "  ".join(
+        f"{size_name(e['size'])} {e['gbps']['median']:.2f} [{e['gbps']['min']:.1f}-{e['gbps']['max']:.1f}]"
+        for e in memcpy))
+    iperf = results["baselines"].get("iperf3", {})
+    if "gbps" in iperf:
+        g = iperf["gbps"]
+        out.append(f"  iperf3 single stream, loopback, 3 s x {len(iperf['trials'])}: "
+                   f"{g['median']:.3f} [{g['min']:.3f}-{g['max']:.3f}]")
+    else:
+        out.append(f"  iperf3: {iperf.get('error', 'not run')}")
+    out.append("")
+
+    # Latency.
+    out.append("small-operation latency, microseconds: memwire READ end to end (both sides "
+               "complete) vs raw TCP ping-pong of the same size")
+    out.append(f"  {'':22}{'p50':>9}{'p99':>9}{'ping-pong p50':>15}{'p99':>9}{'ratio p50':>11}"
+               f"   active side alone p50/p99")
+    for transport in ("tcp", "shm"):
+        lat = results["memwire"]["latency"].get(transport, {})
+        if not lat.get("available", False):
+            out.append(f"  {transport}: not available — {lat.get('reason', lat.get('error', '?'))}")
+            continue
+        for entry in lat["results"]:
+            size = entry["size"]
+            pp = next((e for e in results["baselines"].get("tcp_pingpong", [])
+                       if e["size"] == size), None)
+            pp50, pp99 = (pp["us"]["p50"], pp["us"]["p99"]) if pp else (None, None)
+            out.append(f"  {transport + ' READ ' + size_name(size):22}{entry['us']['p50']:>9.1f}"
+                       f"{entry['us']['p99']:>9.1f}{pp50 or 0:>15.1f}{pp99 or 0:>9.1f}"
+                       f"{fmt_ratio(ratio(entry['us']['p50'], pp50)):>11}"
+                       f"   {entry['active_us']['p50']:.1f}/{entry['active_us']['p99']:.1f}")
+    out.append("")
+
+    out.append("by-name fetch latency, microseconds (client and server on loopback)")
+    out.append(f"  {'':34}{'p50':>9}{'p99':>9}   {'baseline':28}{'p50':>9}{'p99':>9}{'ratio p50':>11}")
+    fetch = results["memwire"]["fetch"]
+    raw = results["baselines"]
+    rows = [
+        ("HTTP fetch (HttpChannel)", fetch.get("http", {}).get("fetch"),
+         "httplib + curl GET", raw.get("http_raw", {}).get("get")),
+        ("NATS request/reply fetch", fetch.get("nats", {}).get("request_reply"),
+         "nats.c request/reply", raw.get("nats_raw", {}).get("request_reply")),
+        ("NATS KV fetch (no responder, KV)", fetch.get("nats", {}).get("kv"),
+         "nats.c kvStore_Get", raw.get("nats_raw", {}).get("kv_get")),
+    ]
+    for name, mine, base_name, base in rows:
+        if not mine or not base:
+            out.append(f"  {name:34}  not measured")
+            continue
+        out.append(f"  {name:34}{mine['median_us']:>9.1f}{mine['p99_us']:>9.1f}   {base_name:28}"
+                   f"{base['p50_us']:>9.1f}{base['p99_us']:>9.1f}"
+                   f"{fmt_ratio(ratio(mine['median_us'], base['p50_us'])):>11}")
+    out.append("")
+
+    out.append("targets (issue 5)")
+    for t in results["targets"]:
+        measured = "n/a" if t["measured"] is None else f"{t['measured']:.2f}x"
+        note = f"  ({t['note']})" if t["note"] else ""
+        out.append(f"  {t['figure']:<62} {t['target']:>7} {measured:>8}  {t['status']}{note}")
+    return "\n".join(out)
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(13, 6.5))
+    styles = {("tcp", "read"): ("tab:blue", "o"), ("tcp", "write"): ("tab:cyan", "s"),
+              ("shm", "read"): ("tab:red", "o"), ("shm", "write"): ("tab:orange", "s")}
+    for (transport, op), (color, marker) in styles.items():
+        for conc, line in ((1, "-"), (64, ":")):
+            xs, ys, lo, hi = [], [], [], []
+            for size in [int(s) for s in results["meta"]["sizes"]]:
+                e = find_throughput(results, transport, op, size, 1, conc)
+                if e and "gbps" in e:
+                    xs.append(size)
+                    ys.append(e["gbps"]["median"])
+                    lo.append(e["gbps"]["median"] - e["gbps"]["min"])
+                    hi.append(e["gbps"]["max"] - e["gbps"]["median"])
+            if xs:
+                ax.errorbar(xs, ys, yerr=[lo, hi], color=color, marker=marker, linestyle=line,
+                            capsize=3, label=f"memwire {transport} {op.upper()} c={conc}")
+    memcpy = results["baselines"].get("memcpy", [])
+    if memcpy:
+        ax.errorbar([e["size"] for e in memcpy], [e["gbps"]["median"] for e in memcpy],
+                    yerr=[[e["gbps"]["median"] - e["gbps"]["min"] for e in memcpy],
+                          [e["gbps"]["max"] - e["gbps"]["median"] for e in memcpy]],
+                    color="black", marker="^", linestyle="--", capsize=3,
+                    label="memcpy, 1 thread")
+    iperf = results["baselines"].get("iperf3", {})
+    if "gbps" in iperf:
+        ax.axhline(iperf["gbps"]["median"], color="gray", linestyle="-.",
+                   label="iperf3 single stream (loopback)")
+    ucx_styles = {("tcp", "ucp_get"): ("tab:green", "D"), ("tcp", "ucp_put_bw"): ("darkgreen", "v"),
+                  ("sm", "ucp_get"): ("tab:purple", "D"), ("sm", "ucp_put_bw"): ("magenta", "v")}
+    for entry in results["baselines"].get("ucx", []):
+        if "gbps" not in entry or not entry["gbps"]:
+            continue
+        color, marker = ucx_styles[(entry["tls"], entry["test"])]
+        label = f"UCX {entry['tls']} {entry['test']}"
+        if label in ax.get_legend_handles_labels()[1]:
+            label = None
+        g = entry["gbps"]
+        ax.errorbar([entry["size"]], [g["median"]],
+                    yerr=[[g["median"] - g["min"]], [g["max"] - g["median"]]], color=color,
+                    marker=marker, markersize=9, linestyle="none", capsize=3, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    sizes = [int(s) for s in results["meta"]["sizes"]]
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([size_name(s) for s in sizes])
+    ax.set_xlabel("bytes per operation")
+    ax.set_ylabel("GB/s (median; bars: min-max)")
+    ax.set_title(f"memwire throughput vs baselines — {results['meta']['host']}, "
+                 f"{results['meta']['cpus']} CPUs, {results['meta']['started'][:10]}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def git_revision(root):
+    try:
+        rev = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", "sdk",
+                                "sideband"], capture_output=True, text=True).stdout.strip()
+        return rev + (" (sdk/sideband with uncommitted changes)" if dirty else "")
+    except OSError:
+        return "?"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--build", required=True, help="folder with the built bench programs")
+    parser.add_argument("--out", required=True, help="folder for latest.json and the plot")
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--large-trials", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and samples")
+    args = parser.parse_args()
+    programs = os.path.join(args.build, "bench")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    exe = lambda name: os.path.join(programs, name)
+
+    sizes = "4K,1M,16M,64M" if args.quick else SIZES
+    samples = "500" if args.quick else "3000"
+    iterations = "300" if args.quick else "2000"
+    trials = ["--trials", str(args.trials), "--large-trials", str(args.large_trials)]
+    started = time.monotonic()
+    results = {
+        "meta": {
+            "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "host": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
+            "git": git_revision(root), "load_start": [round(x, 2) for x in os.getloadavg()],
+            "sizes": [],
+        },
+        "memwire": {"throughput": {}, "latency": {}, "fetch": {}},
+        "baselines": {},
+    }
+    if os.getloadavg()[0] > 1.0:
+        log(f"note: load average {os.getloadavg()[0]:.1f} at start: figures will be noisy")
+
+    log("== memcpy baseline")
+    results["baselines"]["memcpy"] = run_program(
+        [exe("memcpy_bandwidth"), "--sizes", sizes] + trials, 300).get("memcpy", [])
+    results["meta"]["sizes"] = [e["size"] for e in results["baselines"]["memcpy"]]
+
+    for transport in ("tcp", "shm"):
+        log(f"== memwire throughput, {transport}")
+        results["memwire"]["throughput"][transport] = run_program(
+            [exe("transfer_bench"), "throughput", "--transport", transport, "--sizes", sizes]
+            + trials, 900)
+
+    log("== iperf3 baseline")
+    try:
+        results["baselines"]["iperf3"] = iperf3(1 if args.quick else 3)
+    except (OSError, RuntimeError, subprocess.SubprocessError, ValueError) as error:
+        results["baselines"]["iperf3"] = {"error": str(error)}
+
+    log("== UCX baselines (ucx_perftest)")
+    results["baselines"]["ucx"] = []
+    for tls in ("tcp", "sm"):
+        for test in ("ucp_get", "ucp_put_bw"):
+            for size in UCX_SIZES:
+                try:
+                    entry = ucx_perftest(tls, test, size, 1 if args.quick else 3)
+                except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+                    entry = {"error": str(error)}
+                entry.update({"tls": tls, "test": test, "size": size})
+                results["baselines"]["ucx"].append(entry)
+
+    log("== latency")
+    results["baselines"]["tcp_pingpong"] = run_program(
+        [exe("tcp_pingpong"), "--samples", "5000" if not args.quick else "1000"], 120).get(
+        "tcp_pingpong", [])
+    for transport in ("tcp", "shm"):
+        results["memwire"]["latency"][transport] = run_program(
+            [exe("transfer_bench"), "latency", "--transport", transport, "--samples", samples],
+            300)
+
+    log("== by-name fetch")
+    results["baselines"]["http_raw"] = run_program(
+        [exe("http_get_raw"), "--iterations", iterations], 120).get("http_raw", {})
+    results["memwire"]["fetch"]["http"] = run_program(
+        [exe("http_fetch_latency"), "--iterations", iterations], 120)
+    results["baselines"]["nats_raw"] = run_program(
+        [exe("nats_request_raw"), "--iterations", iterations], 120).get("nats_raw", {})
+    results["memwire"]["fetch"]["nats"] = run_program(
+        [exe("nats_fetch_latency"), "--iterations", iterations], 300)
+
+    results["meta"]["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    results["meta"]["wall_s"] = time.monotonic() - started
+    results["targets"] = evaluate_targets(results)
+    table = render(results)
+    print(table)
+
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "latest.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    with open(os.path.join(args.out, "latest.txt"), "w") as f:
+        f.write(table + "\n")
+    plot(results, os.path.join(args.out, "throughput.png"))
+    log(f"wrote {args.out}/latest.json, latest.txt, throughput.png")
+
+
+if __name__ == "__main__":
+    main()
