@@ -610,7 +610,10 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
       check(natsOptions_SetUserCredentialsFromFiles(o, options_.creds_file.c_str(), nullptr),
             "creds file");
     }
-    if (options_.tls || !options_.ca_file.empty() || !options_.cert_file.empty()) {
+    // nats.c 3.4 does not turn TLS on for a "tls://" URL by itself: never fall back to plain.
+    bool tls_url = false;
+    for (const auto& url : options_.servers) tls_url = tls_url || url.starts_with("tls://");
+    if (options_.tls || tls_url || !options_.ca_file.empty() || !options_.cert_file.empty()) {
       check(natsOptions_SetSecure(o, true), "tls");
       if (!options_.ca_file.empty()) {
         check(natsOptions_LoadCATrustedCertificates(o, options_.ca_file.c_str()), "ca_file");
