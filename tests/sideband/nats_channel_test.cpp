@@ -417,6 +417,18 @@ TEST_F(NatsChannelTest, ServerRestartKeepsPublishedNames) {
   EXPECT_EQ(reader.fetch("restart.after", 2s), make_metadata(16));
 }
 
+TEST_F(NatsChannelTest, WaitForSurvivesServerRestart) {
+  NatsChannel owner(options_for(server_));
+  NatsChannel reader(options_for(server_));
+  auto waiter =
+      std::async(std::launch::async, [&] { return reader.wait_for("after.restart", 30s); });
+  // Give the watcher time to be in place, so that the restart happens under it.
+  std::this_thread::sleep_for(300ms);
+  server_.restart();
+  owner.publish("after.restart", make_metadata(18), 0ms);  // buffered until reconnected
+  EXPECT_EQ(waiter.get(), make_metadata(18));
+}
+
 TEST_F(NatsChannelTest, CrashedServerComesBackWithItsStore) {
   Reconnects events;
   auto options = options_for(server_);

@@ -88,13 +88,25 @@ struct NatsOptions {
 // refers to them; fetch/wait_for reassemble them. request() does the same for a large writable
 // metadata. Pieces are removed by withdraw() and by a later publish() of the same name.
 //
-// serve(prefix): a prefix "a.b" serves the name "a.b" and every name below it ("a.b.c", ...);
-// an empty prefix serves every name. Each serve() owns one thread per subscribed subject, so
-// a slow handler never delays metadata responders; run several serve() calls (here or in other
-// processes) to answer requests in parallel: the queue group spreads requests among them.
+// Publishing one name from several processes: the registry keeps the last publish; live
+// responders all answer and fetch takes the first reply. Keep one owner per name.
 //
-// withdraw() of a name that is not published is not an error. Thread-safe: all methods may be
-// called from several threads at once.
+// serve(prefix): a prefix "a.b" serves the name "a.b" and every name below it ("a.b.c", ...);
+// an empty prefix serves every name. Each serve() owns one thread per subscribed subject (so
+// its handler may run on two threads at once), and a slow handler never delays metadata
+// responders; run several serve() calls (here or in other processes) to answer in parallel:
+// the queue group gives each request to one of them. Unlike the HTTP endpoint, overlapping
+// prefixes ("a" and "a.b") share requests at random instead of the longest prefix winning.
+// A request whose reply does not arrive in time is Error{Timeout}; the owner may still write.
+//
+// Reconnects: nats.c resubscribes responders, serve() subscriptions and KV watchers by itself
+// after a lost connection; calls made meanwhile are buffered (up to reconnect_buffer_bytes)
+// and fail with Error{Timeout} if the server is not back within their timeout. Entries live
+// in the JetStream store, so a server restarted on the same store answers for them again.
+//
+// withdraw() of a name that is not published is not an error; it removes the registry entry
+// even when another process published it (that process's responder stays until it withdraws
+// or exits). Thread-safe: all methods may be called from several threads at once.
 class NatsChannel final : public Channel {
  public:
   // Connects at once. Throws Error{AccessDenied} when the server refuses the credentials,
