@@ -401,13 +401,14 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
     WatcherPtr watcher(raw_watcher);
     if (status != NATS_OK) fail(status, "nats: watching " + in_quotes(name));
 
-    // The watcher first delivers the current value (if any), then every change.
-    for (;;) {
+    // The watcher first delivers the current value (if any), then every change. Even a zero
+    // timeout gets one look, so that a name already published is found.
+    for (bool first = true;; first = false) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) break;
+      if (left.count() <= 0 && !first) break;
       kvEntry* raw = nullptr;
-      status = kvWatcher_Next(&raw, watcher.get(), left.count());
+      status = kvWatcher_Next(&raw, watcher.get(), to_millis(left));
       EntryPtr update(raw);
       if (status == NATS_TIMEOUT) break;
       if (status != NATS_OK) fail(status, "nats: watching " + in_quotes(name));

@@ -75,7 +75,8 @@ struct NatsOptions {
 // the live publisher). No responders (no live publisher), or an entry already expired at the
 // publisher, falls back to one KV get; a missing, deleted or expired key there is
 // Error{NotFound}. A request that gets no reply within `timeout` is Error{Timeout} (someone
-// subscribes but does not answer: a slow owner); KV is not consulted then.
+// subscribes but does not answer: a slow owner); KV is not consulted then. A timeout below
+// 1 ms counts as 1 ms. JetStream calls are bounded by request_timeout, not by `timeout`.
 //
 // TTL: nats.c 3.4 / nats-server 2.9 have no per-key TTL, so each entry carries its expiry E and
 // readers treat an expired entry as absent; the publisher's responder stops answering then.
