@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <mutex>
@@ -129,9 +130,11 @@ class Peer {
     return done;
   }
 
-  bool verify(std::uint64_t seed) {
+  // Empty when every buffer holds the pattern of `seed`; else where it first does not.
+  std::string damage(std::uint64_t seed) {
     process_.write_line("verify " + std::to_string(seed));
-    return expect_line("verify") == "ok";
+    auto line = expect_line("verify");
+    return line == "ok" ? "" : "peer's data differs after transfer: " + line;
   }
 
  private:
@@ -161,15 +164,28 @@ struct LocalBuffers {
       slots.push_back(std::move(list));
     }
   }
+
+  // Empty when every slot holds the pattern of `seed`; else where it first does not.
+  std::string damage(std::uint64_t seed) const {
+    const std::size_t size = memory.size() / slots.size();
+    for (std::size_t s = 0; s < slots.size(); ++s) {
+      auto bad = test_support::first_mismatch({memory.data() + s * size, size}, seed);
+      if (bad != size) {
+        return "data differs after transfer: buffer " + std::to_string(s) + " of " +
+               std::to_string(slots.size()) + ", byte " + std::to_string(bad);
+      }
+    }
+    return "";
+  }
 };
 
 // Active operations in flight, at most one per free local slot.
 struct Window {
   std::mutex mutex;
   std::condition_variable changed;
-  std::vector<unsigned> free_slots;
+  // First in, first out: the first CONC operations use every slot once (the warm-up checks all).
+  std::deque<unsigned> free_slots;
   std::size_t completed = 0;
-  std::size_t errors = 0;
 };
 
 struct BatchResult {
@@ -196,19 +212,18 @@ BatchResult run_batch(Connector& connector, Peer& peer, LocalBuffers& local, boo
       std::unique_lock lock(window->mutex);
       if (!window->changed.wait_until(lock, deadline, [&] { return !window->free_slots.empty(); }))
         fail("operations did not complete in time");
-      slot = window->free_slots.back();
-      window->free_slots.pop_back();
+      slot = window->free_slots.front();
+      window->free_slots.pop_front();
     }
     if (read) {
       operations[i].emplace(connector.begin_read(metadata[i], local.slots[slot]));
     } else {
       operations[i].emplace(connector.begin_write(local.slots[slot], metadata[i]));
     }
-    operations[i]->on_complete([window, slot](OperationStatus status) {
+    operations[i]->on_complete([window, slot](OperationStatus) {
       std::lock_guard lock(window->mutex);
       window->free_slots.push_back(slot);
       ++window->completed;
-      if (status != OperationStatus::Complete) ++window->errors;
       window->changed.notify_one();
     });
   }
@@ -255,23 +270,17 @@ json throughput(const Args& args, Connector& connector, Peer& peer) {
           const auto peer_rss = peer.alloc(size, descs, conc, read ? kPeerSeed : 0);
           std::optional<LocalBuffers> local;
           local.emplace(size, descs, conc, read ? 0 : kDriverSeed);
-          reset_peak_rss();
+          // RSS before the reset: the new peak then starts at or above it.
           const auto local_rss = proc_status_kb("VmRSS");
+          reset_peak_rss();
           const std::size_t count = batch_count(args, size, conc);
 
           // Warm-up: connections, caches; and proof that the bytes arrive intact.
           auto warm = run_batch(connector, peer, *local, read, conc);
-          bool intact = warm.error.empty();
-          if (intact && read) {
-            intact =
-                test_support::first_mismatch(
-                    {static_cast<std::byte*>(local->slots[0][0].ptr()), size}, kPeerSeed) == size;
-          } else if (intact) {
-            intact = peer.verify(kDriverSeed);
-          }
+          std::string damage = read ? local->damage(kPeerSeed) : peer.damage(kDriverSeed);
           entry["transport_used"] = warm.transport_used;
-          if (!warm.error.empty() || !intact) {
-            entry["error"] = warm.error.empty() ? "data differs after transfer" : warm.error;
+          if (!warm.error.empty() || !damage.empty()) {
+            entry["error"] = warm.error.empty() ? damage : warm.error;
             std::printf("%-5s %-5s d=%-2u c=%-2u %6s  error: %s\n", args.transport.c_str(),
                         op.c_str(), descs, conc, size_name(size).c_str(),
                         entry["error"].get<std::string>().c_str());

@@ -9,7 +9,8 @@
 //   publish readable|writable COUNT all|each
 //     -> COUNT lines of metadata JSON (operation i on buffer i % SLOTS); then, with "each",
 //        "c" as each operation completes; finally "done <errors> <VmHWM kB> <VmRSS kB> [reason]"
-//   verify SEED                   -> "ok" or "bad <offset>" (buffer 0 against the pattern)
+//   verify SEED                   -> "ok", or "buffer S of N, byte B": the first that differs
+//                                 from the pattern
 //   quit (or end of input)
 #include <unistd.h>
 
@@ -74,6 +75,18 @@ struct Buffers {
       }
       slots.push_back(std::move(list));
     }
+  }
+
+  // "ok" when every buffer holds the pattern of `seed`; else where it first does not.
+  std::string damage(std::uint64_t seed) const {
+    for (std::size_t s = 0; s < slots.size(); ++s) {
+      auto bad = test_support::first_mismatch({memory.data() + s * size, size}, seed);
+      if (bad != size) {
+        return "buffer " + std::to_string(s) + " of " + std::to_string(slots.size()) + ", byte " +
+               std::to_string(bad);
+      }
+    }
+    return "ok";
   }
 };
 
@@ -166,8 +179,10 @@ int main(int argc, char** argv) {
         std::uint64_t seed = 0;
         command >> size >> descs >> slots >> seed;
         buffers.allocate(size, descs, slots, seed);
+        // RSS before the reset: the new peak then starts at or above it.
+        const auto rss = bench::proc_status_kb("VmRSS");
         bench::reset_peak_rss();
-        say("ok " + std::to_string(bench::proc_status_kb("VmRSS")));
+        say("ok " + std::to_string(rss));
       } else if (verb == "publish") {
         std::string kind, mode;
         std::size_t count = 0;
@@ -184,8 +199,7 @@ int main(int argc, char** argv) {
       } else if (verb == "verify") {
         std::uint64_t seed = 0;
         command >> seed;
-        auto bad = test_support::first_mismatch({buffers.memory.data(), buffers.size}, seed);
-        say(bad == buffers.size ? "ok" : "bad " + std::to_string(bad));
+        say(buffers.damage(seed));
       } else if (verb == "quit") {
         break;
       } else {
