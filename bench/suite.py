@@ -14,6 +14,7 @@ import platform
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 MiB = 1 << 20
@@ -46,16 +47,16 @@ def run_program(argv, timeout, env=None):
     """Runs one benchmark program, echoes its lines as progress, returns its last line's JSON."""
     log("$ " + " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(argv)))
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+    # A program that hangs without a word is killed when its time is up.
+    watchdog = threading.Timer(timeout, process.kill)
+    watchdog.start()
     lines = []
-    deadline = time.monotonic() + timeout
     for line in process.stdout:
         lines.append(line.rstrip("\n"))
         if not line.startswith("{"):
             log("    " + line.rstrip())
-        if time.monotonic() > deadline:
-            process.kill()
-            break
     process.wait()
+    watchdog.cancel()
     if not lines or not lines[-1].startswith("{"):
         return {"error": f"{os.path.basename(argv[0])} exited with {process.returncode}"}
     return json.loads(lines[-1])
@@ -336,20 +337,24 @@ def render(results):
                     out.append(f"{'  vs ' + base_name:24}" + "".join(f"{c:>13}" for c in ratios))
         out.append("  d = descriptors per operation (the size split evenly), c = operations in "
                    "flight; '-' = not run (c x size over 1 GiB)")
-        # Memory: what memwire adds beyond the application's buffers, per process.
-        out.append(f"  RSS beyond buffers (peak - after filling buffers), MiB, driver/peer, "
-                   f"READ d=1:")
+        # Memory of both processes: the peak, and what memwire adds beyond the buffers.
+        out.append("  RSS, MiB, driver/peer, READ d=1: peak during the trials; and peak minus RSS "
+                   "once the buffers were filled")
         for conc in (1, 64):
-            row = []
+            peak, extra = [], []
             for size in sizes:
                 e = find_throughput(results, transport, "read", size, 1, conc)
                 if e and "rss_kb" in e:
                     r = e["rss_kb"]
-                    row.append(f"{(r['driver']['hwm'] - r['driver']['buffers']) / 1024:.1f}/"
-                               f"{(r['peer']['hwm'] - r['peer']['buffers']) / 1024:.1f}")
+                    peak.append(f"{r['driver']['hwm'] / 1024:.0f}/{r['peer']['hwm'] / 1024:.0f}")
+                    extra.append(f"{(r['driver']['hwm'] - r['driver']['buffers']) / 1024:.1f}/"
+                                 f"{(r['peer']['hwm'] - r['peer']['buffers']) / 1024:.1f}")
                 else:
-                    row.append("-")
-            out.append(f"{'    c=' + str(conc):24}" + "".join(f"{c:>13}" for c in row))
+                    peak.append("-")
+                    extra.append("-")
+            out.append(f"{'    peak c=' + str(conc):24}" + "".join(f"{c:>13}" for c in peak))
+            out.append(f"{'    beyond buffers c=' + str(conc):24}" +
+                       "".join(f"{c:>13}" for c in extra))
         out.append("")
 
     # UCX comparison.
@@ -424,6 +429,10 @@ def render(results):
         out.append(f"  {name:34}{mine['median_us']:>9.1f}{mine['p99_us']:>9.1f}   {base_name:28}"
                    f"{base['p50_us']:>9.1f}{base['p99_us']:>9.1f}"
                    f"{fmt_ratio(ratio(mine['median_us'], base['p50_us'])):>11}")
+    parse = fetch.get("http", {}).get("from_json")
+    if parse:
+        out.append(f"  each memwire fetch decodes and checks the metadata: RdmaMetadata::from_json "
+                   f"alone takes {parse['median_us']:.1f} us (p50)")
     out.append("")
 
     out.append("targets (issue 5)")
@@ -454,7 +463,7 @@ def plot(results, path):
                     hi.append(e["gbps"]["max"] - e["gbps"]["median"])
             if xs:
                 ax.errorbar(xs, ys, yerr=[lo, hi], color=color, marker=marker, linestyle=line,
-                            capsize=3, label=f"memwire {transport} {op.upper()} c={conc}")
+                            capsize=3, label=f"memwire {transport} {op.upper()} 1 desc, c={conc}")
     memcpy = results["baselines"].get("memcpy", [])
     if memcpy:
         ax.errorbar([e["size"] for e in memcpy], [e["gbps"]["median"] for e in memcpy],
