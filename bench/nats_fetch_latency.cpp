@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
                     measure(iterations, [&] { reader.fetch("bench.live", 2s); })});
     rows.push_back({"kv", "fetch, no responders, then KV get (publisher gone)",
                     measure(iterations, [&] { reader.fetch("bench.stored", 2s); })});
-    rows.push_back({"kv_wait_for", "wait_for on a present name (KV watch + initial value)",
+    rows.push_back({"kv_get", "wait_for on a present name: one KV get",
                     measure(iterations, [&] { reader.wait_for("bench.stored", 2s); })});
     rows.push_back({"service_request", "request() to serve(), no-op handler",
                     measure(iterations, [&] { reader.request("bench.get.x", writable, 2s); })});
