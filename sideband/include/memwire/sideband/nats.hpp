@@ -62,6 +62,8 @@ struct NatsOptions {
 //   memwire.md.<name>   core request/reply: the live publisher of <name> answers with its entry.
 //   memwire.get.<name>  request/reply service (serve/request), queue group "memwire".
 //   KV bucket <kv_bucket>, key <name>: the durable registry (list, wait_for, fallback of fetch).
+//   wait_for reads the registry, then waits on a plain subscription of $KV.<kv_bucket>.<name>
+//   (every put, as it is stored) and reads the registry again after a reconnect.
 //   KV bucket <kv_bucket>_parts: pieces of entries larger than one NATS message.
 //
 // An entry (KV value and md reply) is a JSON object, either
@@ -100,7 +102,7 @@ struct NatsOptions {
 // prefixes ("a" and "a.b") share requests at random instead of the longest prefix winning.
 // A request whose reply does not arrive in time is Error{Timeout}; the owner may still write.
 //
-// Reconnects: nats.c resubscribes responders, serve() subscriptions and KV watchers by itself
+// Reconnects: nats.c resubscribes responders, serve() subscriptions and waiters by itself
 // after a lost connection; calls made meanwhile are buffered (up to reconnect_buffer_bytes)
 // and fail with Error{Timeout} if the server is not back within their timeout. Entries live
 // in the JetStream store, so a server restarted on the same store answers for them again.
