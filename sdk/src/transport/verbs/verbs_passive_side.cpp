@@ -1,0 +1,75 @@
+// The passive (owner's) side of the verbs protocol: the device serves the RDMA itself; the
+// owner checks Begin against the live registration, completes it on Done (answering with
+// Result) and fails it on Abort or when the connection that began it is lost.
+#include "registration.hpp"
+#include "transport/verbs/verbs_engine.hpp"
+
+namespace memwire::detail::verbs {
+
+void Engine::reply(Connection& connection, NoticeType type, std::uint64_t seq,
+                   std::optional<ErrorCode> error, std::string text) {
+  Notice notice;
+  notice.type = type;
+  notice.seq = seq;
+  notice.error = error;
+  notice.text = std::move(text);
+  if (!connection.send(notice))
+    fail_connection(connection, Error(ErrorCode::Transport,
+                                      "verbs: cannot post to the QP of " + describe(connection)));
+}
+
+void Engine::on_begin(Connection& connection, const Notice& notice) {
+  auto registration = registrations_->find(notice.key);
+  if (!registration) {
+    reply(connection, NoticeType::Accept, notice.seq, ErrorCode::NotFound,
+          "no live operation with this key (completed, cancelled or never offered)");
+    return;
+  }
+  try {
+    // Token, kind, expiry and liveness, before a byte moves. The pin is dropped at once: the
+    // device moves the bytes and the memory regions are what guards the memory.
+    const auto& descriptors = registration->descriptors();
+    registration->check_access(notice.token, notice.kind, 0, 0, descriptors.front().size(),
+                               "verbs");
+  } catch (const Error& error) {
+    reply(connection, NoticeType::Accept, notice.seq, error.code(), error.what());
+    return;
+  }
+  // Remembered so that losing this connection fails the operation.
+  connection.inbound[notice.key] = registration;
+  reply(connection, NoticeType::Accept, notice.seq);
+}
+
+void Engine::on_done(Connection& connection, const Notice& notice) {
+  connection.inbound.erase(notice.key);
+  auto registration = registrations_->find(notice.key);
+  if (!registration) {
+    reply(connection, NoticeType::Result, notice.seq, ErrorCode::Cancelled,
+          "the operation ended on the owner's side before the transfer completed");
+    return;
+  }
+  try {
+    registration->complete_from_remote(notice.token);
+  } catch (const Error& error) {
+    reply(connection, NoticeType::Result, notice.seq, error.code(), error.what());
+    return;
+  }
+  reply(connection, NoticeType::Result, notice.seq);
+}
+
+void Engine::on_abort(Connection& connection, const Notice& notice) {
+  // Only the connection that began the operation may fail it.
+  auto found = connection.inbound.find(notice.key);
+  if (found == connection.inbound.end()) return;
+  auto registration = found->second.lock();
+  connection.inbound.erase(found);
+  if (!registration) return;
+  try {
+    registration->fail_from_remote(notice.token, Error(notice.error.value_or(ErrorCode::Protocol),
+                                                       "the active side failed: " + notice.text));
+  } catch (const Error&) {
+    // A wrong token changes nothing.
+  }
+}
+
+}  // namespace memwire::detail::verbs
