@@ -231,6 +231,20 @@ TEST_F(NatsChannelTest, WaitForWakesWhenPublishedLater) {
   EXPECT_EQ(error_of([&] { reader.wait_for("never.comes", 150ms); }), ErrorCode::Timeout);
 }
 
+TEST_F(NatsChannelTest, ManyWaitersWakeOnOnePublish) {
+  NatsChannel owner(options_for(server_));
+  NatsChannel reader(options_for(server_));
+  constexpr int kWaiters = 20;
+  std::vector<std::future<RdmaMetadata>> waiters;
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.push_back(
+        std::async(std::launch::async, [&] { return reader.wait_for("crowd.name", 10s); }));
+  }
+  std::this_thread::sleep_for(100ms);  // most are waiting by now; the others find it stored
+  owner.publish("crowd.name", make_metadata(19), 0ms);
+  for (auto& waiter : waiters) EXPECT_EQ(waiter.get(), make_metadata(19));
+}
+
 TEST_F(NatsChannelTest, MalformedEntryIsInvalidMetadata) {
   NatsChannel reader(options_for(server_));
   RawClient raw(server_.url());

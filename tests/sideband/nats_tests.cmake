@@ -7,9 +7,12 @@ find_package(OpenSSL REQUIRED)
 add_executable(memwire_nats_tests
   ${CMAKE_CURRENT_LIST_DIR}/nats_channel_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nats_security_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/nats_entry_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../support/nats_server.cpp)
 target_link_libraries(memwire_nats_tests
   PRIVATE memwire::sideband PkgConfig::MEMWIRE_TEST_LIBNATS OpenSSL::Crypto GTest::gtest_main
           Threads::Threads)
-target_include_directories(memwire_nats_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../support)
+# nats_entry_test reaches into the library's private entry codec (sideband/src/nats/entry.hpp).
+target_include_directories(memwire_nats_tests
+  PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../support ${PROJECT_SOURCE_DIR}/sideband/src)
 gtest_discover_tests(memwire_nats_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)

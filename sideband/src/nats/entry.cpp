@@ -80,12 +80,12 @@ Entry decode_entry(std::string_view bytes, std::string_view name) {
 
   const bool has_metadata = document.contains("metadata");
   const bool has_parts = document.contains("parts");
-  if (!has_metadata && !has_parts) {
+  if (!has_metadata && !has_parts && !document.contains("expires_at_ms")) {
     // Bare metadata, put there by hand or by another tool: it never expires.
     entry.metadata_json.assign(bytes);
     return entry;
   }
-  if (has_metadata && has_parts) invalid(name, "has both 'metadata' and 'parts'");
+  if (has_metadata == has_parts) invalid(name, "needs exactly one of 'metadata' and 'parts'");
 
   entry.expires_at_ms = expiry_field(document, name);
   if (has_metadata) {
