@@ -27,7 +27,6 @@ using JsPtr = std::unique_ptr<jsCtx, Deleter<jsCtx_Destroy>>;
 using KvPtr = std::unique_ptr<kvStore, Deleter<kvStore_Destroy>>;
 using WatcherPtr = std::unique_ptr<kvWatcher, Deleter<kvWatcher_Destroy>>;
 using EntryPtr = std::unique_ptr<kvEntry, Deleter<kvEntry_Destroy>>;
-using KvStatusPtr = std::unique_ptr<kvStatus, Deleter<kvStatus_Destroy>>;
 
 // nats.c takes int64 milliseconds; never hand it zero or a negative wait.
 inline std::int64_t to_millis(std::chrono::milliseconds duration) {
