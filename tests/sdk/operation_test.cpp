@@ -3,10 +3,12 @@
 #include <atomic>
 #include <future>
 
+#include "support/error_code_of.hpp"
 #include "memwire/memwire.hpp"
 
 using namespace memwire;
 using namespace std::chrono_literals;
+using memwire::test_support::error_code_of;
 
 namespace {
 
@@ -14,17 +16,6 @@ ConnectorOptions tcp_only() {
   ConnectorOptions options;
   options.transports = {"tcp"};
   return options;
-}
-
-template <typename Function>
-ErrorCode error_code_of(Function&& function) {
-  try {
-    function();
-  } catch (const Error& error) {
-    return error.code();
-  }
-  ADD_FAILURE() << "no memwire::Error thrown";
-  return ErrorCode::Protocol;
 }
 
 struct OperationTest : ::testing::Test {

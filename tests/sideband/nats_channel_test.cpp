@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/error_code_of.hpp"
 #include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/sideband/nats.hpp"
@@ -25,6 +26,7 @@ namespace memwire::sideband {
 namespace {
 
 using namespace std::chrono_literals;
+using memwire::test_support::error_code_of;
 using test::NatsServer;
 using test::NatsServerOptions;
 
@@ -51,17 +53,6 @@ NatsOptions options_for(const NatsServer& server) {
   options.servers = {server.url()};
   options.reconnect_wait = 50ms;
   return options;
-}
-
-template <class F>
-ErrorCode error_of(F&& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.code();
-  }
-  ADD_FAILURE() << "no memwire::Error thrown";
-  return ErrorCode::Protocol;
 }
 
 // A plain nats.c client, for what a NatsChannel would never do (answer slowly, store garbage).
@@ -139,7 +130,7 @@ TEST_F(NatsChannelTest, RegistryAnswersWhenThePublisherIsGone) {
 TEST_F(NatsChannelTest, UnknownNameIsNotFoundAndQuick) {
   NatsChannel reader(options_for(server_));
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(error_of([&] { reader.fetch("nobody.has.this", 5s); }), ErrorCode::NotFound);
+  EXPECT_EQ(error_code_of([&] { reader.fetch("nobody.has.this", 5s); }), ErrorCode::NotFound);
   // No responders is an answer, not a wait for the timeout.
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
 }
@@ -177,7 +168,7 @@ TEST_F(NatsChannelTest, WithdrawnNameIsNotFound) {
   owner.publish("stays", make_metadata(5), 0ms);
   ASSERT_NO_THROW(reader.fetch("gone.soon", 2s));
   owner.withdraw("gone.soon");
-  EXPECT_EQ(error_of([&] { reader.fetch("gone.soon", 2s); }), ErrorCode::NotFound);
+  EXPECT_EQ(error_code_of([&] { reader.fetch("gone.soon", 2s); }), ErrorCode::NotFound);
   EXPECT_EQ(reader.list(), std::vector<std::string>{"stays"});
   EXPECT_NO_THROW(owner.withdraw("gone.soon"));  // idempotent
   EXPECT_NO_THROW(owner.withdraw("never.published"));
@@ -201,10 +192,10 @@ TEST_F(NatsChannelTest, TtlExpiry) {
 
   // Time itself is what is tested here: one wait until past the TTL.
   std::this_thread::sleep_until(published_at + 400ms);
-  EXPECT_EQ(error_of([&] { reader.fetch("short.lived", 2s); }), ErrorCode::NotFound);
-  EXPECT_EQ(error_of([&] { reader.fetch("short.lived", 2s); }), ErrorCode::NotFound);
-  EXPECT_EQ(error_of([&] { reader.fetch("short.orphan", 2s); }), ErrorCode::NotFound);
-  EXPECT_EQ(error_of([&] { reader.wait_for("short.orphan", 100ms); }), ErrorCode::Timeout);
+  EXPECT_EQ(error_code_of([&] { reader.fetch("short.lived", 2s); }), ErrorCode::NotFound);
+  EXPECT_EQ(error_code_of([&] { reader.fetch("short.lived", 2s); }), ErrorCode::NotFound);
+  EXPECT_EQ(error_code_of([&] { reader.fetch("short.orphan", 2s); }), ErrorCode::NotFound);
+  EXPECT_EQ(error_code_of([&] { reader.wait_for("short.orphan", 100ms); }), ErrorCode::Timeout);
   EXPECT_EQ(reader.fetch("long.lived", 2s), make_metadata(8));
   EXPECT_EQ(reader.list(), std::vector<std::string>{"long.lived"});
 
@@ -228,7 +219,7 @@ TEST_F(NatsChannelTest, WaitForWakesWhenPublishedLater) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   publisher.join();
 
-  EXPECT_EQ(error_of([&] { reader.wait_for("never.comes", 150ms); }), ErrorCode::Timeout);
+  EXPECT_EQ(error_code_of([&] { reader.wait_for("never.comes", 150ms); }), ErrorCode::Timeout);
 }
 
 TEST_F(NatsChannelTest, ManyWaitersWakeOnOnePublish) {
@@ -261,7 +252,7 @@ TEST_F(NatsChannelTest, MalformedEntryIsInvalidMetadata) {
     } catch (const Error& error) {
       EXPECT_EQ(error.code(), ErrorCode::InvalidMetadata) << name << ": " << error.what();
     }
-    EXPECT_EQ(error_of([&] { reader.wait_for(name, 2s); }), ErrorCode::InvalidMetadata) << name;
+    EXPECT_EQ(error_code_of([&] { reader.wait_for(name, 2s); }), ErrorCode::InvalidMetadata) << name;
   }
   // Bare metadata (put by hand or another tool) is accepted, without expiry.
   const auto metadata = make_metadata(11);
@@ -272,12 +263,12 @@ TEST_F(NatsChannelTest, MalformedEntryIsInvalidMetadata) {
 TEST_F(NatsChannelTest, InvalidNamesAreRejected) {
   NatsChannel channel(options_for(server_));
   for (const char* name : {"", "a..b", ".a", "a.", "with space", "star.*", "gt.>", "ü"}) {
-    EXPECT_EQ(error_of([&] { channel.publish(name, make_metadata(12), 0ms); }),
+    EXPECT_EQ(error_code_of([&] { channel.publish(name, make_metadata(12), 0ms); }),
               ErrorCode::InvalidArgument)
         << name;
-    EXPECT_EQ(error_of([&] { channel.fetch(name, 1s); }), ErrorCode::InvalidArgument) << name;
+    EXPECT_EQ(error_code_of([&] { channel.fetch(name, 1s); }), ErrorCode::InvalidArgument) << name;
   }
-  EXPECT_EQ(error_of([&] { channel.publish("ok", make_metadata(12), -1ms); }),
+  EXPECT_EQ(error_code_of([&] { channel.publish("ok", make_metadata(12), -1ms); }),
             ErrorCode::InvalidArgument);
 }
 
@@ -294,7 +285,7 @@ TEST_F(NatsChannelTest, BucketPrefixAndMaxAgeComeFromOptions) {
     orphan.publish("tenant.orphan", make_metadata(61), 0ms);
   }
   // Separate subjects and buckets: the other channel sees none of it.
-  EXPECT_EQ(error_of([&] { plain.fetch("shared.name", 1s); }), ErrorCode::NotFound);
+  EXPECT_EQ(error_code_of([&] { plain.fetch("shared.name", 1s); }), ErrorCode::NotFound);
   EXPECT_EQ(plain.list(), std::vector<std::string>{});
   EXPECT_EQ(tenant.fetch("shared.name", 1s), make_metadata(60));
   EXPECT_EQ(tenant.fetch("tenant.orphan", 1s), make_metadata(61));
@@ -310,7 +301,7 @@ TEST_F(NatsChannelTest, BucketPrefixAndMaxAgeComeFromOptions) {
   kvStore_Destroy(store);
 
   tenant_options.subject_prefix = "bad prefix";
-  EXPECT_EQ(error_of([&] { NatsChannel channel(tenant_options); }), ErrorCode::InvalidArgument);
+  EXPECT_EQ(error_code_of([&] { NatsChannel channel(tenant_options); }), ErrorCode::InvalidArgument);
 }
 
 TEST(NatsChannelAuth, WrongTokenIsAccessDenied) {
@@ -328,7 +319,7 @@ TEST(NatsChannelAuth, WrongTokenIsAccessDenied) {
         << error.what();
   }
   options.token.clear();
-  EXPECT_EQ(error_of([&] { NatsChannel channel(options); }), ErrorCode::AccessDenied);
+  EXPECT_EQ(error_code_of([&] { NatsChannel channel(options); }), ErrorCode::AccessDenied);
   options.token = "s3cret";
   NatsChannel channel(options);
   channel.publish("with.token", make_metadata(13), 0ms);
@@ -343,7 +334,7 @@ TEST(NatsChannelAuth, WrongPasswordIsAccessDenied) {
   auto options = options_for(server);
   options.user = "worker";
   options.password = "nope";
-  EXPECT_EQ(error_of([&] { NatsChannel channel(options); }), ErrorCode::AccessDenied);
+  EXPECT_EQ(error_code_of([&] { NatsChannel channel(options); }), ErrorCode::AccessDenied);
   options.password = "pw";
   EXPECT_NO_THROW(NatsChannel channel(options));
 }
@@ -357,7 +348,7 @@ TEST(NatsChannelConnect, NoServerIsTransport) {
   NatsOptions options;
   options.servers = {url};
   options.connect_timeout = 500ms;
-  EXPECT_EQ(error_of([&] { NatsChannel channel(options); }), ErrorCode::Transport);
+  EXPECT_EQ(error_code_of([&] { NatsChannel channel(options); }), ErrorCode::Transport);
 }
 
 TEST(NatsChannelConnect, NoJetStreamIsTransport) {
@@ -527,7 +518,7 @@ TEST_F(NatsChannelTest, MetadataLargerThanOneMessage) {
   }
   EXPECT_EQ(reader.fetch("large.orphan", 5s), large);
   reader.withdraw("large.orphan");
-  EXPECT_EQ(error_of([&] { reader.fetch("large.orphan", 2s); }), ErrorCode::NotFound);
+  EXPECT_EQ(error_code_of([&] { reader.fetch("large.orphan", 2s); }), ErrorCode::NotFound);
   EXPECT_EQ(raw.part_count(), 0u);
 }
 
@@ -560,10 +551,10 @@ TEST_F(NatsChannelTest, RequestReplyWritesIntoTheRequestersMetadata) {
   EXPECT_EQ(raw.part_count(), 0u);  // the request's pieces are removed after the reply
 
   // Not under the prefix: nobody serves it.
-  EXPECT_EQ(error_of([&] { requester.request("models.embedding", writable, 1s); }),
+  EXPECT_EQ(error_code_of([&] { requester.request("models.embedding", writable, 1s); }),
             ErrorCode::NotFound);
   subscription.reset();
-  EXPECT_EQ(error_of([&] { requester.request("models.embed.req-8", writable, 1s); }),
+  EXPECT_EQ(error_code_of([&] { requester.request("models.embed.req-8", writable, 1s); }),
             ErrorCode::NotFound);
 }
 
@@ -588,15 +579,15 @@ TEST_F(NatsChannelTest, RequestReplyErrors) {
     EXPECT_NE(std::string(error.what()).find("no tensor called missing.tensor"), std::string::npos)
         << error.what();
   }
-  EXPECT_EQ(error_of([&] { requester.request("wrong.size", writable, 2s); }),
+  EXPECT_EQ(error_code_of([&] { requester.request("wrong.size", writable, 2s); }),
             ErrorCode::SizeMismatch);
-  EXPECT_EQ(error_of([&] { requester.request("plain.failure", writable, 2s); }),
+  EXPECT_EQ(error_code_of([&] { requester.request("plain.failure", writable, 2s); }),
             ErrorCode::Transport);
-  EXPECT_EQ(error_of([&] { requester.request("slow.owner", writable, 200ms); }),
+  EXPECT_EQ(error_code_of([&] { requester.request("slow.owner", writable, 200ms); }),
             ErrorCode::Timeout);
   release.set_value();
   // Readable metadata cannot be written into.
-  EXPECT_EQ(error_of([&] { requester.request("any.name", make_metadata(41), 2s); }),
+  EXPECT_EQ(error_code_of([&] { requester.request("any.name", make_metadata(41), 2s); }),
             ErrorCode::Pairing);
 
   // A requester that sends garbage gets a clear error back, and the owner keeps serving.
@@ -623,7 +614,7 @@ TEST_F(NatsChannelTest, ServeSubscriptionMayOutliveItsChannel) {
   requester.request("kept.alive", make_metadata(50, OperationKind::Write), 2s);
   EXPECT_EQ(calls.load(), 1);
   subscription.reset();
-  EXPECT_EQ(error_of([&] {
+  EXPECT_EQ(error_code_of([&] {
               requester.request("kept.alive", make_metadata(50, OperationKind::Write), 1s);
             }),
             ErrorCode::NotFound);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "support/error_code_of.hpp"
 #include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/sideband/nats.hpp"
@@ -22,6 +23,7 @@ namespace memwire::sideband {
 namespace {
 
 using namespace std::chrono_literals;
+using memwire::test_support::error_code_of;
 using test::NatsServer;
 using test::NatsServerOptions;
 
@@ -30,17 +32,6 @@ RdmaMetadata sample() {
                       "0123456789abcdef0123456789abcdef",
                       Endpoint{"fedcba9876543210fedcba9876543210", "node", {{"tcp", "a", {}, {}}}},
                       "00112233445566778899aabbccddeeff", 0);
-}
-
-template <class F>
-ErrorCode error_of(F&& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.code();
-  }
-  ADD_FAILURE() << "no memwire::Error thrown";
-  return ErrorCode::Protocol;
 }
 
 class TempDir {
@@ -104,7 +95,7 @@ TEST(NatsChannelTls, ServerCertificateCheckedAgainstTheCa) {
   // Without the CA the self-made server certificate is not trusted.
   options.ca_file.clear();
   options.tls = true;
-  EXPECT_EQ(error_of([&] { NatsChannel untrusting(options); }), ErrorCode::Transport);
+  EXPECT_EQ(error_code_of([&] { NatsChannel untrusting(options); }), ErrorCode::Transport);
 }
 
 TEST(NatsChannelTls, TlsUrlNeverFallsBackToPlainText) {
@@ -134,7 +125,7 @@ TEST(NatsChannelTls, MutualTlsNeedsAClientCertificate) {
   options.servers = {server.url()};
   options.ca_file = dir / "ca.pem";
   options.connect_timeout = 1s;
-  const auto refused = error_of([&] { NatsChannel anonymous(options); });
+  const auto refused = error_code_of([&] { NatsChannel anonymous(options); });
   EXPECT_TRUE(refused == ErrorCode::Transport || refused == ErrorCode::AccessDenied);
 
   options.cert_file = dir / "client.pem";
@@ -144,7 +135,7 @@ TEST(NatsChannelTls, MutualTlsNeedsAClientCertificate) {
   EXPECT_EQ(channel.fetch("mutual.tls", 2s), sample());
 
   options.key_file.clear();  // half a key pair is a usage error
-  EXPECT_EQ(error_of([&] { NatsChannel half(options); }), ErrorCode::InvalidArgument);
+  EXPECT_EQ(error_code_of([&] { NatsChannel half(options); }), ErrorCode::InvalidArgument);
 }
 
 // NKeys: an Ed25519 key, base32-encoded with a type prefix and a CRC-16 (XMODEM) at the end.
@@ -227,11 +218,11 @@ TEST(NatsChannelNkey, SeedFileAuthenticates) {
   std::ofstream(dir / "stranger.nk") << stranger.seed << "\n";
   options.nkey_public = stranger.public_key;
   options.nkey_seed_file = dir / "stranger.nk";
-  EXPECT_EQ(error_of([&] { NatsChannel refused(options); }), ErrorCode::AccessDenied);
+  EXPECT_EQ(error_code_of([&] { NatsChannel refused(options); }), ErrorCode::AccessDenied);
   // And so is nobody.
   options.nkey_public.clear();
   options.nkey_seed_file.clear();
-  EXPECT_EQ(error_of([&] { NatsChannel refused(options); }), ErrorCode::AccessDenied);
+  EXPECT_EQ(error_code_of([&] { NatsChannel refused(options); }), ErrorCode::AccessDenied);
 }
 
 }  // namespace

@@ -14,5 +14,5 @@ target_link_libraries(memwire_nats_tests
           Threads::Threads)
 # nats_entry_test reaches into the library's private entry codec (sideband/src/nats/entry.hpp).
 target_include_directories(memwire_nats_tests
-  PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../support ${PROJECT_SOURCE_DIR}/sideband/src)
+  PRIVATE ${CMAKE_CURRENT_LIST_DIR}/.. ${CMAKE_CURRENT_LIST_DIR}/../support ${PROJECT_SOURCE_DIR}/sideband/src)
 gtest_discover_tests(memwire_nats_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
