@@ -1,6 +1,7 @@
 #include <condition_variable>
 #include <iostream>
 #include <mutex>
+#include <thread>
 
 #include "cli/commands.hpp"
 #include "cli/file_bytes.hpp"
@@ -15,7 +16,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr int kAttempts = 3;
+constexpr int kAttempts = 5;
 
 milliseconds left_until(Clock::time_point deadline) {
   return std::max(milliseconds(0),
@@ -85,6 +86,7 @@ int get(int argc, char** argv, int first) {
   auto channel = services::make_channel(args);
   auto metadata =
       args.has("--wait") ? channel->wait_for(name, timeout) : channel->fetch(name, timeout);
+  auto pause = milliseconds(5);
   for (int attempt = 1;; ++attempt) {
     if (metadata.operation_kind() != OperationKind::Read) {
       throw Error(ErrorCode::Pairing, "'" + name + "' is published for writing, not reading");
@@ -99,14 +101,23 @@ int get(int argc, char** argv, int first) {
                 << Progress::rate(buffer.size(), took) << ") -> " << out << std::endl;
       return 0;
     } catch (const Error& e) {
-      // A server that serves NAME again after each read may have moved on meanwhile: retry
-      // only when NAME now points at different memory.
-      if (e.code() == ErrorCode::Timeout || attempt >= kAttempts || Clock::now() >= deadline) {
-        throw;
+      // `memwire serve --count N` publishes NAME again after each read: a reader that fetched
+      // just before may find that memory consumed. Look again (briefly, a bounded number of
+      // times) for NAME to point at new memory; any other failure stands.
+      bool consumed = e.code() == ErrorCode::AccessDenied || e.code() == ErrorCode::NotFound ||
+                      e.code() == ErrorCode::Cancelled || e.code() == ErrorCode::Expired;
+      if (!consumed || attempt >= kAttempts) throw;
+      for (;;) {
+        if (left_until(deadline) <= pause) throw;
+        // A deliberate pause before looking again: the server is republishing right now.
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, milliseconds(200));
+        auto again = channel->fetch(name, left_until(deadline));
+        if (again.notification_key() != metadata.notification_key()) {
+          metadata = std::move(again);
+          break;
+        }
       }
-      auto again = channel->fetch(name, left_until(deadline));
-      if (again.notification_key() == metadata.notification_key()) throw;
-      metadata = std::move(again);
     }
   }
 }

@@ -19,25 +19,29 @@ std::string one_line(std::string text) {
 
 }  // namespace
 
-int report_failure(std::string_view program, std::exception_ptr error) {
-  int status = kFailed;
-  std::string message;
+Failure describe_failure(std::string_view program, std::exception_ptr error) {
+  Failure failure{kFailed, {}};
   try {
     std::rethrow_exception(error);
   } catch (const UsageError& e) {
-    status = kUsage;
-    message = std::string(e.what()) + " (see " + std::string(program) + " --help)";
+    failure = {kUsage, std::string(e.what()) + " (see " + std::string(program) + " --help)"};
   } catch (const Error& e) {
-    if (e.code() == ErrorCode::NotFound) status = kNotFound;
-    if (e.code() == ErrorCode::Timeout) status = kTimeout;
-    message = e.what();
+    if (e.code() == ErrorCode::NotFound) failure.status = kNotFound;
+    if (e.code() == ErrorCode::Timeout) failure.status = kTimeout;
+    failure.message = e.what();
   } catch (const std::exception& e) {
-    message = e.what();
+    failure.message = e.what();
   } catch (...) {
-    message = "unknown failure";
+    failure.message = "unknown failure";
   }
-  std::cerr << program << ": " << one_line(message) << std::endl;
-  return status;
+  failure.message = one_line(failure.message);
+  return failure;
+}
+
+int report_failure(std::string_view program, std::exception_ptr error) {
+  auto failure = describe_failure(program, error);
+  std::cerr << program << ": " << failure.message << std::endl;
+  return failure.status;
 }
 
 }  // namespace memwire::services

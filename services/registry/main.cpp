@@ -113,6 +113,9 @@ int main(int argc, char** argv) {
     log_json("info", "stopped");
     return kOk;
   } catch (...) {
-    return report_failure("memwire-registry", std::current_exception());
+    // Like every other line of the service: one JSON object.
+    auto failure = describe_failure("memwire-registry", std::current_exception());
+    log_json("error", failure.message, {{"exit_status", failure.status}});
+    return failure.status;
   }
 }

@@ -74,8 +74,9 @@ TEST_F(HttpChannelTest, InvalidNamesNeverReachTheWire) {
 
 TEST_F(HttpChannelTest, UnknownNameIsNotFoundAtOnce) {
   auto started = std::chrono::steady_clock::now();
-  EXPECT_EQ(error_code_of([&] { channel_.fetch("nobody.home", 5s); }), ErrorCode::NotFound);
-  EXPECT_LT(std::chrono::steady_clock::now() - started, 1s);
+  EXPECT_EQ(error_code_of([&] { channel_.fetch("nobody.home", 10s); }), ErrorCode::NotFound);
+  EXPECT_LT(std::chrono::steady_clock::now() - started,
+            3s);  // not the timeout (sanitizers are slow)
 }
 
 TEST(HttpChannelErrors, SlowServerIsTimeoutNotNotFound) {

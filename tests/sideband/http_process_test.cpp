@@ -77,7 +77,10 @@ TEST(HttpProcesses, CliServeAndGetBetweenProcesses) {
               0);
     EXPECT_TRUE(read_all(dir.file(out)) == read_all(in)) << out;  // no dump of 3 MiB on failure
   }
-  EXPECT_EQ(server.wait(10s), 0);
+  auto served = server.wait(10s);
+  std::string said;
+  while (auto line = server.read_line(100ms)) said += *line + "\n";
+  EXPECT_EQ(served, 0) << said;
   // Served twice, then withdrawn.
   EXPECT_EQ(
       run({MEMWIRE_CLI_BINARY, "get", "blob.one", dir.file("out3.bin"), "--http", registry.url()}),

@@ -41,7 +41,12 @@ class OwnedServer : public Base {
   }
 };
 
+// Set by the pre-routing handler; the same server thread then runs the handler and the hooks.
 thread_local Clock::time_point request_started;
+
+std::chrono::microseconds since_request_started() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - request_started);
+}
 
 void reply_error(httplib::Response& res, int status, const std::string& message) {
   res.status = status;
@@ -147,8 +152,9 @@ class HttpEndpoint::Impl {
     close_listener_ = [&server] { server.close_listener(); };
   }
 
+  // Long polls without ?wait_ms= wait 30 s (or max_wait when that is shorter).
   Clock::time_point wait_deadline(const httplib::Request& req) {
-    auto wait = number(req.get_param_value("wait_ms"), "wait_ms").value_or(0);
+    auto wait = number(req.get_param_value("wait_ms"), "wait_ms").value_or(30000);
     auto capped = std::min(std::chrono::milliseconds(wait), options_.max_wait);
     return Clock::now() + capped;
   }
@@ -180,13 +186,14 @@ class HttpEndpoint::Impl {
       reply_error(res, 401, "missing or wrong bearer token");
       return httplib::Server::HandlerResponse::Handled;
     });
+    // Counted before the response goes out, so that a client's next request already sees it.
+    s.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      metrics_.record(req.method, req.path, res.status, since_request_started());
+    });
     s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      auto took =
-          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - request_started);
-      metrics_.record(req.method, req.path, res.status, took);
       if (options_.access_log) {
         options_.access_log(
-            HttpAccessRecord{req.method, req.path, res.status, took,
+            HttpAccessRecord{req.method, req.path, res.status, since_request_started(),
                              req.remote_addr + ":" + std::to_string(req.remote_port)});
       }
     });

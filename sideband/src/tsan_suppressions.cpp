@@ -1,0 +1,8 @@
+// Compiled into each program that links memwire::sideband, in ThreadSanitizer builds only.
+//
+// libcpp-httplib is a prebuilt library without TSan instrumentation: its function-local statics
+// (std::regex objects) are published through a guard byte read inline, which TSan cannot see,
+// so their first use on a second server thread looks like a race. Reports inside it are noise.
+extern "C" const char* __tsan_default_suppressions() {
+  return "called_from_lib:libcpp-httplib.so\n";
+}
