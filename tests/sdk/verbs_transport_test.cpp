@@ -1,6 +1,7 @@
 // The verbs transport for real: RDMA READ/WRITE over RC queue pairs. Needs an RDMA device with
 // an active port (Soft-RoCE in the integration/rxe guest); skips elsewhere.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 #include <unistd.h>
@@ -382,12 +383,35 @@ class RawVerbsPeer {
       throw std::runtime_error("rdma_connect " + address);
     }
   }
-  ~RawVerbsPeer() {
-    rdma_disconnect(id_);
-    rdma_destroy_ep(id_);
-  }
+  // No rdma_disconnect: on a synchronous id it blocks until the other end answers, which a
+  // connector that already dropped us never does. Destroying the id disconnects anyway.
+  ~RawVerbsPeer() { rdma_destroy_ep(id_); }
   RawVerbsPeer(const RawVerbsPeer&) = delete;
   RawVerbsPeer& operator=(const RawVerbsPeer&) = delete;
+
+  // Whether the connector disconnected us within `timeout`.
+  bool disconnected_within(std::chrono::milliseconds timeout) {
+    pollfd readable{id_->channel->fd, POLLIN, 0};
+    if (::poll(&readable, 1, static_cast<int>(timeout.count())) != 1) return false;
+    rdma_cm_event* event = nullptr;
+    if (rdma_get_cm_event(id_->channel, &event) != 0) return false;
+    const bool disconnected = event->event == RDMA_CM_EVENT_DISCONNECTED;
+    rdma_ack_cm_event(event);
+    return disconnected;
+  }
+
+  // One SEND of `bytes` to the connector: its status.
+  ibv_wc_status send(std::span<std::byte> bytes) {
+    ibv_mr* mr = rdma_reg_msgs(id_, bytes.data(), bytes.size());
+    if (mr == nullptr) throw std::runtime_error("rdma_reg_msgs");
+    const int posted =
+        rdma_post_send(id_, nullptr, bytes.data(), bytes.size(), mr, IBV_SEND_SIGNALED);
+    ibv_wc completion{};
+    const int completed = posted == 0 ? rdma_get_send_comp(id_, &completion) : -1;
+    rdma_dereg_mr(mr);
+    if (completed <= 0) throw std::runtime_error("no completion for the raw SEND");
+    return completion.status;
+  }
 
   // One RDMA READ (into `local`) or WRITE (from `local`) against (remote, rkey): its status.
   ibv_wc_status access(bool read, std::span<std::byte> local, std::uint64_t remote,
@@ -512,6 +536,64 @@ TEST(VerbsRevocation, ReadableRegionsAllowNoRemoteWrite) {
                        static_cast<std::uint32_t>(verbs_offer(metadata).keys[0])),
             IBV_WC_REM_ACCESS_ERR);
   EXPECT_TRUE(all_equal(memory, std::byte{0x22}));
+}
+
+TEST(VerbsRevocation, OwnerCancelMidTransferFailsTheReader) {
+  // The owner revokes while RDMA READs are in flight: its cancel returns at once and the
+  // reader's next READ fails on the device.
+  REQUIRE_RDMA();
+  Connector owner(verbs_options()), peer(verbs_options());
+  std::vector<std::byte> source(64 * MiB), target(64 * MiB);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  auto read = peer.begin_read(readable.metadata(), {Descriptor(std::span(target))});
+  ASSERT_TRUE(until_in_progress(readable, 30s)) << to_string(readable.status());
+  const auto began = std::chrono::steady_clock::now();
+  readable.cancel();
+  EXPECT_LT(std::chrono::steady_clock::now() - began, 1s) << "cancel waited for the reader";
+  EXPECT_EQ(readable.status(), OperationStatus::Cancelled);
+  try {
+    if (read.wait_for_completion(30s) == OperationStatus::Complete)
+      GTEST_SKIP() << "the read finished before the owner cancelled";
+  } catch (const Error&) {
+  }
+  const auto code = failure_code(read, 1s);
+  EXPECT_TRUE(code == ErrorCode::AccessDenied || code == ErrorCode::Cancelled ||
+              code == ErrorCode::PeerLost)
+      << to_string(code) << ": " << read.error_message();
+  // The owner's connector still serves others.
+  std::vector<std::byte> small(4096), copy(4096);
+  fill_pattern(small, 31);
+  auto again = owner.create_readable({Descriptor(std::span(small))});
+  auto second = peer.begin_read(again.metadata(), {Descriptor(std::span(copy))});
+  EXPECT_EQ(second.wait_for_completion(30s), OperationStatus::Complete);
+  EXPECT_EQ(first_mismatch(copy, 31), copy.size());
+}
+
+TEST(VerbsRevocation, GarbageFromAPeerClosesOnlyItsConnection) {
+  REQUIRE_RDMA();
+  Connector owner(verbs_options()), peer(verbs_options());
+  std::vector<std::byte> source(4096), target(4096);
+  fill_pattern(source, 32);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  const auto metadata = readable.metadata();
+  {
+    RawVerbsPeer raw(verbs_offer(metadata).address);
+    std::vector<std::byte> garbage(64, std::byte{0x7f});
+    EXPECT_EQ(raw.send(garbage), IBV_WC_SUCCESS);
+    // The owner drops that connection. Closed before it saw the connection established, it
+    // cannot send a DREQ; the peer then learns on its next request.
+    if (!raw.disconnected_within(10s)) {
+      std::vector<std::byte> late(4096);
+      EXPECT_NE(raw.access(true, late, metadata.descriptors()[0].ptr,
+                           static_cast<std::uint32_t>(verbs_offer(metadata).keys[0])),
+                IBV_WC_SUCCESS)
+          << "the owner kept talking to a garbage peer";
+    }
+  }
+  EXPECT_EQ(readable.status(), OperationStatus::Initialized);
+  auto read = peer.begin_read(metadata, {Descriptor(std::span(target))});
+  EXPECT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
+  EXPECT_EQ(first_mismatch(target, 32), target.size());
 }
 
 // ---- two OS processes ---------------------------------------------------------------------
