@@ -14,6 +14,7 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -111,6 +112,59 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def merge_rounds(rounds):
+    """Combines the same program's output from several rounds: percentiles and medians by their
+    median across rounds, minima by the minimum, maxima by the maximum, sample counts summed."""
+    rounds = [r for r in rounds if r not in (None, {}, [])]
+    if not rounds:
+        return {}
+    first = rounds[0]
+    if isinstance(first, dict):
+        merged = {}
+        for key, value in first.items():
+            values = [r[key] for r in rounds if isinstance(r, dict) and key in r]
+            if isinstance(value, (dict, list)):
+                merged[key] = merge_rounds(values)
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                if key.startswith("min"):
+                    merged[key] = min(values)
+                elif key.startswith("max"):
+                    merged[key] = max(values)
+                elif key in ("samples", "iterations", "count"):
+                    merged[key] = sum(values)
+                elif key == "size" or key.endswith("bytes"):
+                    merged[key] = value
+                else:
+                    merged[key] = median(values)
+            else:
+                merged[key] = value
+        return merged
+    if isinstance(first, list) and all(isinstance(r, list) and len(r) == len(first)
+                                       for r in rounds):
+        return [merge_rounds([r[i] for r in rounds]) for i in range(len(first))]
+    return first
+
+
+class NatsServer:
+    """nats-server with JetStream on a free loopback port and a temporary store, for the NATS
+    programs of all rounds; stopped and removed on exit."""
+
+    def __enter__(self):
+        self.folder = tempfile.TemporaryDirectory(prefix="memwire-bench-nats-")
+        port = free_port()
+        config = os.path.join(self.folder.name, "server.conf")
+        with open(config, "w") as f:
+            f.write(f'listen: "127.0.0.1:{port}"\nserver_name: memwire_bench_{port}\n'
+                    f'jetstream {{ store_dir: "{self.folder.name}/store" }}\n')
+        self.server = Server(["nats-server", "-c", config], port)
+        self.url = f"nats://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc):
+        self.server.__exit__(*exc)
+        self.folder.cleanup()
 
 
 # --- baselines run by their own tools -------------------------------------------------------
@@ -390,8 +444,10 @@ def render(results):
     out.append("")
 
     # Latency.
+    n_rounds = len(results.get("rounds", {}).get("pingpong", [])) or 1
     out.append("small-operation latency, microseconds: memwire READ end to end (both sides "
-               "complete) vs raw TCP ping-pong of the same size")
+               "complete) vs raw TCP ping-pong of the same size; median of "
+               f"{n_rounds} alternating rounds")
     out.append(f"  {'':22}{'p50':>9}{'p99':>9}{'ping-pong p50':>15}{'p99':>9}{'ratio p50':>11}"
                f"   active side alone p50/p99")
     for transport in ("tcp", "shm"):
@@ -410,7 +466,8 @@ def render(results):
                        f"   {entry['active_us']['p50']:.1f}/{entry['active_us']['p99']:.1f}")
     out.append("")
 
-    out.append("by-name fetch latency, microseconds (client and server on loopback)")
+    out.append("by-name fetch latency, microseconds (client and server on loopback); median of "
+               f"{n_rounds} alternating rounds")
     out.append(f"  {'':34}{'p50':>9}{'p99':>9}   {'baseline':28}{'p50':>9}{'p99':>9}{'ratio p50':>11}")
     fetch = results["memwire"]["fetch"]
     raw = results["baselines"]
@@ -527,8 +584,9 @@ def main():
     exe = lambda name: os.path.join(programs, name)
 
     sizes = "4K,1M,16M,64M" if args.quick else SIZES
-    samples = "500" if args.quick else "3000"
-    iterations = "300" if args.quick else "2000"
+    rounds = 3 if args.quick else 5
+    samples = 300 if args.quick else 1000  # per round
+    iterations = 200 if args.quick else 600  # per round
     trials = ["--trials", str(args.trials), "--large-trials", str(args.large_trials)]
     started = time.monotonic()
     results = {
@@ -573,24 +631,38 @@ def main():
                 entry.update({"tls": tls, "test": test, "size": size})
                 results["baselines"]["ucx"].append(entry)
 
-    log("== latency")
-    results["baselines"]["tcp_pingpong"] = run_program(
-        [exe("tcp_pingpong"), "--samples", "5000" if not args.quick else "1000"], 120).get(
-        "tcp_pingpong", [])
+    # Latencies drift with whatever else the machine does: each memwire figure and its baseline
+    # run in alternating rounds, and the rounds' percentiles are combined by their median.
+    log(f"== latency and by-name fetch, {rounds} alternating rounds")
+    collected = {key: [] for key in ("pingpong", "tcp", "shm", "http_raw", "http", "nats_raw",
+                                     "nats")}
+    with NatsServer() as nats:
+        for round_index in range(rounds):
+            log(f"-- round {round_index + 1} of {rounds}")
+            collected["pingpong"].append(run_program(
+                [exe("tcp_pingpong"), "--samples", str(samples)], 120).get("tcp_pingpong", []))
+            for transport in ("tcp", "shm"):
+                collected[transport].append(run_program(
+                    [exe("transfer_bench"), "latency", "--transport", transport,
+                     "--samples", str(samples)], 300))
+            collected["http_raw"].append(run_program(
+                [exe("http_get_raw"), "--iterations", str(iterations)], 120).get("http_raw", {}))
+            collected["http"].append(run_program(
+                [exe("http_fetch_latency"), "--iterations", str(iterations)], 120))
+            collected["nats_raw"].append(run_program(
+                [exe("nats_request_raw"), "--nats", nats.url, "--iterations", str(iterations)],
+                120).get("nats_raw", {}))
+            collected["nats"].append(run_program(
+                [exe("nats_fetch_latency"), "--nats", nats.url, "--iterations", str(iterations)],
+                300))
+    results["rounds"] = collected
+    results["baselines"]["tcp_pingpong"] = merge_rounds(collected["pingpong"])
     for transport in ("tcp", "shm"):
-        results["memwire"]["latency"][transport] = run_program(
-            [exe("transfer_bench"), "latency", "--transport", transport, "--samples", samples],
-            300)
-
-    log("== by-name fetch")
-    results["baselines"]["http_raw"] = run_program(
-        [exe("http_get_raw"), "--iterations", iterations], 120).get("http_raw", {})
-    results["memwire"]["fetch"]["http"] = run_program(
-        [exe("http_fetch_latency"), "--iterations", iterations], 120)
-    results["baselines"]["nats_raw"] = run_program(
-        [exe("nats_request_raw"), "--iterations", iterations], 120).get("nats_raw", {})
-    results["memwire"]["fetch"]["nats"] = run_program(
-        [exe("nats_fetch_latency"), "--iterations", iterations], 300)
+        results["memwire"]["latency"][transport] = merge_rounds(collected[transport])
+    results["baselines"]["http_raw"] = merge_rounds(collected["http_raw"])
+    results["memwire"]["fetch"]["http"] = merge_rounds(collected["http"])
+    results["baselines"]["nats_raw"] = merge_rounds(collected["nats_raw"])
+    results["memwire"]["fetch"]["nats"] = merge_rounds(collected["nats"])
 
     results["meta"]["load_end"] = [round(x, 2) for x in os.getloadavg()]
     results["meta"]["wall_s"] = time.monotonic() - started
