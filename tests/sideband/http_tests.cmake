@@ -1,21 +1,24 @@
 # HTTP sideband tests: the endpoint and channel against real sockets, the Worker with real
-# connectors, and separate processes (memwire-registry, the memwire CLI, the graph workers).
+# connectors, and separate processes (memwire-registry, the memwire CLI, the graph workers; the
+# last also over a real nats-server).
 pkg_check_modules(MEMWIRE_TEST_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
-add_executable(memwire_http_tests
+add_executable(memwire_sideband_tests
   ${CMAKE_CURRENT_LIST_DIR}/name_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/http_endpoint_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/http_channel_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/worker_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/http_process_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/../support/child_process.cpp)
-target_link_libraries(memwire_http_tests
+  ${CMAKE_CURRENT_LIST_DIR}/graph_workers_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/../support/child_process.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/../support/nats_server.cpp)
+target_link_libraries(memwire_sideband_tests
   PRIVATE memwire::sideband PkgConfig::MEMWIRE_TEST_HTTPLIB nlohmann_json::nlohmann_json
           GTest::gtest_main Threads::Threads)
-target_include_directories(memwire_http_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
-target_compile_definitions(memwire_http_tests PRIVATE
+target_include_directories(memwire_sideband_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/.. ${CMAKE_CURRENT_LIST_DIR}/../support)
+target_compile_definitions(memwire_sideband_tests PRIVATE
   MEMWIRE_REGISTRY_BINARY="$<TARGET_FILE:memwire-registry>"
   MEMWIRE_CLI_BINARY="$<TARGET_FILE:memwire-cli>"
   MEMWIRE_PRODUCER_BINARY="$<TARGET_FILE:memwire-producer>"
   MEMWIRE_CONSUMER_BINARY="$<TARGET_FILE:memwire-consumer>")
-add_dependencies(memwire_http_tests memwire-registry memwire-cli memwire-producer memwire-consumer)
-gtest_discover_tests(memwire_http_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
+add_dependencies(memwire_sideband_tests memwire-registry memwire-cli memwire-producer memwire-consumer)
+gtest_discover_tests(memwire_sideband_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
