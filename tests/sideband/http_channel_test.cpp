@@ -8,6 +8,7 @@
 #include <latch>
 
 #include "http_test_support.hpp"
+#include "support/error_code_of.hpp"
 #include "memwire/error.hpp"
 #include "memwire/sideband/http.hpp"
 
@@ -16,18 +17,8 @@ namespace {
 using namespace memwire;
 using namespace memwire::sideband;
 using namespace std::chrono_literals;
+using memwire::test_support::error_code_of;
 using test_support::sample_metadata;
-
-template <class F>
-ErrorCode error_code_of(F&& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  ADD_FAILURE() << "no error thrown";
-  return ErrorCode::Protocol;
-}
 
 HttpChannelOptions channel_options(const std::string& url, std::string token = {}) {
   HttpChannelOptions options;

@@ -1,5 +1,6 @@
 // Worker: connector + HTTP channel, in one process with two connectors (the multi-process
 // versions are in http_process_test.cpp).
+#include "support/error_code_of.hpp"
 #include "memwire/sideband/worker.hpp"
 
 #include <gtest/gtest.h>
@@ -17,17 +18,7 @@ namespace {
 using namespace memwire;
 using namespace memwire::sideband;
 using namespace std::chrono_literals;
-
-template <class F>
-ErrorCode error_code_of(F&& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  ADD_FAILURE() << "no error thrown";
-  return ErrorCode::Protocol;
-}
+using memwire::test_support::error_code_of;
 
 std::vector<std::uint32_t> pattern(std::size_t count, std::uint32_t seed) {
   std::vector<std::uint32_t> values(count);
