@@ -132,6 +132,12 @@ bool Connection::post_control(std::span<const std::byte> bytes) {
   return true;
 }
 
+bool Connection::notices_pending() const noexcept {
+  return !waiting_.empty() ||
+         std::any_of(in_flight_.begin(), in_flight_.end(),
+                     [](const Signalled& entry) { return tag_of(entry.id) == Tag::Control; });
+}
+
 unsigned Connection::data_credits() const noexcept {
   return credits_ > reserved_ ? credits_ - reserved_ : 0;
 }

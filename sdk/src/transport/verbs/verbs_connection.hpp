@@ -59,6 +59,9 @@ class Connection {
   // longer touches any memory on its behalf.
   void close();
 
+  // Notices queued or posted but not yet acknowledged by the peer's device.
+  bool notices_pending() const noexcept;
+
   // Send-queue slots data work requests may use now (some stay reserved for notices).
   unsigned data_credits() const noexcept;
   // Posts a chain of `count` work requests whose last one is signalled. False on failure.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <future>
 
 #include "registration.hpp"
 #include "transport/verbs/ipv4_endpoint.hpp"
@@ -18,6 +19,8 @@ namespace {
 // keep the device busy, and a cancelled transfer drains quickly.
 constexpr std::uint64_t kMaxChunk = std::uint64_t{1} << 20;
 constexpr int kBacklog = 128;
+// How long a closing connector waits for queued notices to leave.
+constexpr std::chrono::milliseconds kFlushOnClose{500};
 // RC retries (transport and receiver-not-ready); 7 = retry RNR forever, a slow peer is no error.
 constexpr std::uint8_t kRetries = 7;
 
@@ -87,15 +90,15 @@ Engine::Engine(const TransportContext& context)
       std::to_string(device_->gid_index()) + ", listening on " + address_);
   loop_.watch(events_->fd, [this] {
     on_cm_events();
-    bury();
+    after_handler();
   });
   loop_.watch(completions_->fd, [this] {
     on_completions();
-    bury();
+    after_handler();
   });
   loop_.watch(timer_.get(), [this] {
     on_timer();
-    bury();
+    after_handler();
   });
 }
 
@@ -117,7 +120,18 @@ void Engine::listen() {
 }
 
 void Engine::shutdown() {
+  // Notices already queued (a Result whose owner was just woken) still go out, briefly.
+  if (!loop_.on_loop_thread()) {
+    std::promise<void> flushed;
+    auto done = flushed.get_future();
+    if (run_on_loop([this, &flushed] {
+          flushed_ = &flushed;
+          after_handler();
+        }))
+      done.wait_for(kFlushOnClose);
+  }
   loop_.stop();
+  flushed_ = nullptr;
   // The progress thread is gone: what it owned is ours now.
   std::vector<std::shared_ptr<Connection>> all;
   for (const auto& [id, connection] : connections_) all.push_back(connection);
@@ -127,10 +141,20 @@ void Engine::shutdown() {
   listener_.reset();
 }
 
+void Engine::after_handler() {
+  bury();
+  if (flushed_ == nullptr) return;
+  for (const auto& [id, connection] : connections_)
+    if (connection->state == Connection::State::Established && connection->notices_pending())
+      return;
+  flushed_->set_value();
+  flushed_ = nullptr;
+}
+
 bool Engine::run_on_loop(std::function<void()> work) {
   return loop_.post([this, work = std::move(work)] {
     work();
-    bury();
+    after_handler();
   });
 }
 
@@ -205,6 +229,9 @@ void Engine::on_cm_events() {
                                 "verbs: cannot reach " + describe(connection) + ": " + why));
           break;
         case RDMA_CM_EVENT_DISCONNECTED:
+          // What arrived before the peer left (its last answers) is still in our CQ: the two
+          // event channels are read in no particular order.
+          drain(connection);
           fail_connection(connection,
                           Error(ErrorCode::PeerLost, "verbs: " + describe(connection) +
                                                          " disconnected (process gone?)"));
@@ -323,6 +350,7 @@ void Engine::on_completions() {
 }
 
 void Engine::drain(Connection& connection) {
+  if (connection.cq() == nullptr) return;
   ibv_wc completions[32];
   while (connection.state != Connection::State::Closed) {
     const int count = ibv_poll_cq(connection.cq(), 32, completions);

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -50,6 +51,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Runs `work` on the progress thread, then frees connections that died meanwhile.
   bool run_on_loop(std::function<void()> work);
   void bury() { graveyard_.clear(); }
+  // After every handler: frees dead connections; tells a closing connector once every queued
+  // notice has left.
+  void after_handler();
 
   // rdma_cm
   void on_cm_events();
@@ -117,6 +121,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::map<std::string, std::shared_ptr<Connection>> pool_;  // outgoing, "peer@address"
   std::map<std::uint64_t, Connection*> transfers_;           // seq -> its connection
   std::vector<std::shared_ptr<Connection>> graveyard_;
+  std::promise<void>* flushed_ = nullptr;  // set while shutdown() waits for notices to leave
 
   ProgressLoop loop_;  // last: stopped and joined before anything above goes
 };

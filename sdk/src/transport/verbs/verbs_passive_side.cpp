@@ -48,13 +48,17 @@ void Engine::on_done(Connection& connection, const Notice& notice) {
           "the operation ended on the owner's side before the transfer completed");
     return;
   }
+  // The Result is posted before the owner wakes: an owner that exits at once must not take
+  // the answer down with it.
+  bool answered = false;
   try {
-    registration->complete_from_remote(notice.token);
+    registration->complete_from_remote(notice.token, [&] {
+      answered = true;
+      reply(connection, NoticeType::Result, notice.seq);
+    });
   } catch (const Error& error) {
-    reply(connection, NoticeType::Result, notice.seq, error.code(), error.what());
-    return;
+    if (!answered) reply(connection, NoticeType::Result, notice.seq, error.code(), error.what());
   }
-  reply(connection, NoticeType::Result, notice.seq);
 }
 
 void Engine::on_abort(Connection& connection, const Notice& notice) {
