@@ -55,8 +55,9 @@ void Registration::complete_from_remote(const Id128& token,
   // Acknowledged before the owner wakes up: an owner that exits at once must not take the
   // acknowledgement down with it.
   if (acknowledge) acknowledge();
-  finish(OperationStatus::Complete);
+  // Revoked before finishing: an owner woken by Complete may free its memory at once.
   revoke();
+  finish(OperationStatus::Complete);
 }
 
 void Registration::fail_from_remote(const Id128& token, Error error) {
@@ -65,8 +66,8 @@ void Registration::fail_from_remote(const Id128& token, Error error) {
 }
 
 void Registration::fail(Error error) {
-  finish(OperationStatus::Errored, std::move(error));
   revoke();
+  finish(OperationStatus::Errored, std::move(error));
 }
 
 void Registration::attach(std::unique_ptr<TransportState> state) {
@@ -86,13 +87,13 @@ void Registration::revoke() {
 
 void Registration::cancel() {
   if (!cancel_applies()) return;
-  finish(OperationStatus::Cancelled, Error(ErrorCode::Cancelled, "cancelled by its owner"));
   revoke();
+  finish(OperationStatus::Cancelled, Error(ErrorCode::Cancelled, "cancelled by its owner"));
 }
 
 void Registration::abandon() {
-  finish(OperationStatus::Cancelled, Error(ErrorCode::Cancelled, "dropped by its owner"));
   revoke();
+  finish(OperationStatus::Cancelled, Error(ErrorCode::Cancelled, "dropped by its owner"));
 }
 
 }  // namespace memwire::detail

@@ -30,6 +30,8 @@ enum class FrameType : std::uint8_t {
 
 namespace frame_flags {
 inline constexpr std::uint8_t kCrossMemory = 1;
+// The request is the whole transfer: serving it completes the operation, no notice follows.
+inline constexpr std::uint8_t kCompletes = 2;
 }
 
 struct FrameHeader {

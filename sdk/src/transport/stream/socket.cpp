@@ -184,6 +184,18 @@ bool send_all(int fd, iovec* parts, int count) {
   return true;
 }
 
+long send_some(int fd, iovec* parts, int count) {
+  msghdr message{};
+  message.msg_iov = parts;
+  message.msg_iovlen = static_cast<std::size_t>(count);
+  for (;;) {
+    ssize_t sent = ::sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent >= 0) return sent;
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+  }
+}
+
 bool receive_all(int fd, void* data, std::size_t length) {
   auto* cursor = static_cast<char*>(data);
   while (length > 0) {

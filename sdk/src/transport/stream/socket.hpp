@@ -54,5 +54,7 @@ void tune_data_socket(int fd);
 // Blocking I/O that either moves every byte or reports the connection broken (false).
 bool send_all(int fd, iovec* parts, int count);
 bool receive_all(int fd, void* data, std::size_t length);
+// Sends what the socket takes without blocking: the byte count, or -1 when it broke.
+long send_some(int fd, iovec* parts, int count);
 
 }  // namespace memwire::detail

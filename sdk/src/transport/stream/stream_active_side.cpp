@@ -36,9 +36,14 @@ void send_completion_notice(const std::shared_ptr<StreamTransfer>& transfer) {
 }
 
 void StreamActiveSide::chunk_done(StreamConnection&, const std::shared_ptr<StreamTransfer>& transfer) {
-  if (transfer->chunks_left.fetch_sub(1) == 1 &&
-      transfer->transfer->status() == OperationStatus::InProgress)
+  if (transfer->chunks_left.fetch_sub(1) != 1 ||
+      transfer->transfer->status() != OperationStatus::InProgress)
+    return;
+  if (transfer->single_request) {
+    transfer->transfer->succeed();
+  } else {
     send_completion_notice(transfer);
+  }
 }
 
 void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader& header) {

@@ -18,6 +18,8 @@ struct StreamTransfer {
   std::shared_ptr<ActiveTransfer> transfer;
   std::weak_ptr<StreamConnection> notice_connection;
   std::atomic<std::size_t> chunks_left{0};
+  // One request carried the whole transfer (kCompletes): its answer completes it, no notice.
+  bool single_request = false;
 };
 
 // The dialling end of a pooled connection: sends requests and matches responses to them.

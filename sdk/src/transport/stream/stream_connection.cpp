@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 
 namespace memwire::detail {
@@ -51,12 +52,24 @@ void StreamConnection::close_when_sent(std::chrono::milliseconds timeout) {
 }
 
 bool StreamConnection::send(OutFrame frame) {
-  {
-    std::lock_guard lock(mutex_);
-    if (closing_) return false;
+  std::unique_lock lock(mutex_);
+  if (closing_) return false;
+  if (writing_ || !queue_.empty()) {
     queue_.push_back(std::move(frame));
+    queued_.notify_one();
+    return true;
   }
-  queued_.notify_one();
+  // Nothing ahead of it: out at once from this thread, the rest (if any) to the writer.
+  writing_ = true;
+  lock.unlock();
+  const bool ok = write_frame(frame, /*blocking=*/false);
+  lock.lock();
+  writing_ = false;
+  if (ok && frame.sent < sizeof frame.header + frame.header.length)
+    queue_.push_front(std::move(frame));
+  if (!queue_.empty()) queued_.notify_one();
+  lock.unlock();
+  if (!ok) shutdown("send failed");
   return true;
 }
 
@@ -109,12 +122,18 @@ void StreamConnection::write_loop() {
     OutFrame frame;
     {
       std::unique_lock lock(mutex_);
-      queued_.wait(lock, [&] { return closing_ || draining_ || !queue_.empty(); });
+      queued_.wait(lock, [&] { return closing_ || (!writing_ && (draining_ || !queue_.empty())); });
       if (closing_ || (draining_ && queue_.empty())) break;
       frame = std::move(queue_.front());
       queue_.pop_front();
+      writing_ = true;  // no sender may write inline in the middle of this frame
     }
-    if (!write_frame(frame)) {
+    const bool ok = write_frame(frame, /*blocking=*/true);
+    {
+      std::lock_guard lock(mutex_);
+      writing_ = false;
+    }
+    if (!ok) {
       shutdown("send failed");
       break;
     }
@@ -126,24 +145,44 @@ void StreamConnection::write_loop() {
   dropped.swap(queue_);
 }
 
-bool StreamConnection::write_frame(OutFrame& frame) {
-  std::optional<AccessGate::Pin> pin;
-  if (frame.data != nullptr) {
-    pin = frame.gate->pin();
-    if (!pin) {
-      frame.header.code = wire_code(ErrorCode::Cancelled);
-      frame.header.length = 0;
+bool StreamConnection::write_frame(OutFrame& frame, bool blocking) {
+  if (frame.sent == 0) {
+    if (frame.data != nullptr && !frame.pin) {
+      frame.pin = frame.gate->pin();
+      if (!frame.pin) {
+        frame.header.code = wire_code(ErrorCode::Cancelled);
+        frame.header.length = 0;
+      }
+    } else if (frame.data == nullptr && !frame.text.empty()) {
+      frame.header.length = frame.text.size();
     }
-  } else if (!frame.text.empty()) {
-    frame.header.length = frame.text.size();
   }
   iovec parts[2] = {{&frame.header, sizeof frame.header}, {nullptr, 0}};
-  if (pin) {
+  if (frame.pin) {
     parts[1] = {const_cast<std::byte*>(frame.data), frame.header.length};
   } else if (!frame.text.empty()) {
     parts[1] = {frame.text.data(), frame.text.size()};
   }
-  return send_all(socket_.get(), parts, 2);
+  // Skip what an earlier, partial write already sent.
+  int first = 0;
+  for (auto skip = frame.sent; skip > 0;) {
+    auto step = std::min(skip, parts[first].iov_len);
+    parts[first].iov_base = static_cast<char*>(parts[first].iov_base) + step;
+    parts[first].iov_len -= step;
+    skip -= step;
+    if (parts[first].iov_len == 0) ++first;
+  }
+  const auto left = parts[0].iov_len * (first == 0) + parts[1].iov_len;
+  if (blocking) {
+    if (!send_all(socket_.get(), parts + first, 2 - first)) return false;
+    frame.sent += left;
+  } else {
+    auto sent = send_some(socket_.get(), parts + first, 2 - first);
+    if (sent < 0) return false;
+    frame.sent += static_cast<std::size_t>(sent);
+  }
+  if (frame.sent == sizeof frame.header + frame.header.length) frame.pin.reset();
+  return true;
 }
 
 }  // namespace memwire::detail

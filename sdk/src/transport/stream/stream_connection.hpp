@@ -28,18 +28,22 @@ class FrameHandler {
 };
 
 // A frame to send. `data` points into registered memory guarded by `gate`: it is pinned right
-// before it goes out, and if the gate has closed meanwhile the frame goes out as an empty
-// Cancelled frame instead, so the peer's request accounting still balances.
+// before it goes out (or comes pinned already), and if the gate has closed meanwhile the frame
+// goes out as an empty Cancelled frame instead, so the peer's request accounting still balances.
 struct OutFrame {
   FrameHeader header;
   std::string text;
   const std::byte* data = nullptr;
   AccessGate* gate = nullptr;
+  std::optional<AccessGate::Pin> pin;      // held from the first byte sent to the last
   std::shared_ptr<const void> keep_alive;  // owner of `gate` and `data`
+  std::size_t sent = 0;                    // bytes of header and payload already out
 };
 
-// One TCP connection with a reader thread (payload goes straight from the socket into
+// One stream connection with a reader thread (payload goes straight from the socket into
 // registered memory) and a writer thread (straight from registered memory into the socket).
+// A frame sent while nothing is queued goes out at once on the sender's thread, as far as the
+// socket takes it without blocking: small requests and answers skip the thread hand-off.
 class StreamConnection {
  public:
   StreamConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler, std::string peer);
@@ -70,7 +74,9 @@ class StreamConnection {
  private:
   void read_loop();
   void write_loop();
-  bool write_frame(OutFrame& frame);
+  // Sends what is left of `frame`; blocking, or only what the socket takes now. False when the
+  // connection broke.
+  bool write_frame(OutFrame& frame, bool blocking);
 
   FileDescriptor socket_;
   std::unique_ptr<FrameHandler> handler_;
@@ -81,6 +87,7 @@ class StreamConnection {
   std::deque<OutFrame> queue_;
   bool closing_ = false;
   bool draining_ = false;
+  bool writing_ = false;  // a sender's thread is writing a frame right now
   std::condition_variable drained_;
   std::string close_reason_;
 

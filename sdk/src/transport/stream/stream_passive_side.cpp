@@ -84,52 +84,66 @@ void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHead
     auto access = registration->check_access(header.token, OperationKind::Read, header.index,
                                              header.offset, header.length, transport_);
     touch(registration);
+    OutFrame response;
+    response.header.type = FrameType::ReadResponse;
+    response.header.request_id = header.request_id;
     if (header.flags & frame_flags::kCrossMemory) {
       check_cross_memory();
       if (auto failure = copy_to_process(peer_process_, header.peer_address, access.data, header.length))
         throw Error(ErrorCode::Transport, *failure);
-      OutFrame done;
-      done.header.type = FrameType::ReadResponse;
-      done.header.flags = frame_flags::kCrossMemory;
-      done.header.request_id = header.request_id;
-      connection.send(std::move(done));
-      return;
+      response.header.flags = frame_flags::kCrossMemory;
+      [[maybe_unused]] auto copied = std::move(access.pin);  // unpinned: completing waits for pins
+    } else {
+      // Pinned until the last byte is out.
+      response.header.length = header.length;
+      response.data = access.data;
+      response.gate = &registration->gate();
+      response.pin = std::move(access.pin);
+      response.keep_alive = registration;
     }
-    // Over the socket the check's pin is dropped here: the writer pins again right before sending.
-    const auto& descriptor = registration->descriptors()[header.index];
-    OutFrame frame;
-    frame.header.type = FrameType::ReadResponse;
-    frame.header.request_id = header.request_id;
-    frame.header.length = header.length;
-    frame.data = static_cast<const std::byte*>(descriptor.ptr()) + header.offset;
-    frame.gate = &registration->gate();
-    frame.keep_alive = registration;
-    connection.send(std::move(frame));
+    finish_request(connection, header, *registration, std::move(response));
   } catch (const Error& error) {
     answer(connection, FrameType::ReadResponse, header, &error);
   }
 }
 
 void StreamPassiveSide::serve_write(StreamConnection& connection, const FrameHeader& header) {
-  std::shared_ptr<Registration> registration;
+  // Payload on the socket must be consumed whatever happens, or the framing is lost.
+  std::uint64_t unread = (header.flags & frame_flags::kCrossMemory) ? 0 : header.length;
   try {
-    registration = find(header.key);
-    auto access = registration->check_access(header.token, OperationKind::Write, header.index,
-                                             header.offset, header.length, transport_);
-    touch(registration);
-    if (header.flags & frame_flags::kCrossMemory) {
-      check_cross_memory();
-      if (auto failure = copy_from_process(peer_process_, header.peer_address, access.data, header.length))
-        throw Error(ErrorCode::Transport, *failure);
-    } else if (!connection.receive(access.data, header.length)) {
-      return;
-    }
+    auto registration = find(header.key);
+    {
+      auto access = registration->check_access(header.token, OperationKind::Write, header.index,
+                                               header.offset, header.length, transport_);
+      touch(registration);
+      if (header.flags & frame_flags::kCrossMemory) {
+        check_cross_memory();
+        if (auto failure = copy_from_process(peer_process_, header.peer_address, access.data, header.length))
+          throw Error(ErrorCode::Transport, *failure);
+      } else {
+        unread = 0;
+        if (!connection.receive(access.data, header.length)) return;
+      }
+    }  // unpinned: completing revokes, and revoking waits for pins
+    OutFrame response;
+    response.header.type = FrameType::WriteResponse;
+    response.header.request_id = header.request_id;
+    finish_request(connection, header, *registration, std::move(response));
   } catch (const Error& error) {
-    const auto on_socket = (header.flags & frame_flags::kCrossMemory) ? 0 : header.length;
-    if (connection.discard(on_socket)) answer(connection, FrameType::WriteResponse, header, &error);
+    if (connection.discard(unread)) answer(connection, FrameType::WriteResponse, header, &error);
+  }
+}
+
+void StreamPassiveSide::finish_request(StreamConnection& connection, const FrameHeader& request,
+                                       Registration& registration, OutFrame response) {
+  if ((request.flags & frame_flags::kCompletes) == 0) {
+    connection.send(std::move(response));
     return;
   }
-  answer(connection, FrameType::WriteResponse, header, nullptr);
+  // The whole transfer in one request: the answer doubles as the completion's acknowledgement.
+  registration.complete_from_remote(request.token,
+                                    [&] { connection.send(std::move(response)); });
+  touched_.erase(request.key);
 }
 
 void StreamPassiveSide::serve_notice(StreamConnection& connection, const FrameHeader& header) {

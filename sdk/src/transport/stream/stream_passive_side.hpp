@@ -37,6 +37,9 @@ class StreamPassiveSide final : public FrameHandler {
   void serve_write(StreamConnection& connection, const FrameHeader& header);
   void serve_notice(StreamConnection& connection, const FrameHeader& header);
   void serve_hello(StreamConnection& connection, const FrameHeader& header);
+  // Sends the answer to a served request; completes the operation first when it asked to.
+  void finish_request(StreamConnection& connection, const FrameHeader& request,
+                      Registration& registration, OutFrame response);
   // Throws unless cross-memory copies with this peer are allowed.
   void check_cross_memory() const;
   void touch(const std::shared_ptr<Registration>& registration);

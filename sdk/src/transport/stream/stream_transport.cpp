@@ -69,6 +69,7 @@ class StreamTransport final : public Transport {
       for (std::uint64_t offset = 0; offset < local[i].size(); offset += chunk_size)
         chunks.push_back({i, offset, std::min<std::uint64_t>(chunk_size, local[i].size() - offset)});
     state->chunks_left = chunks.size();
+    state->single_request = chunks.size() == 1;
 
     const bool reading = transfer->kind() == OperationKind::Read;
     for (std::size_t n = 0; n < chunks.size(); ++n) {
@@ -82,13 +83,14 @@ class StreamTransport final : public Transport {
       frame.header.length = chunk.length;
       frame.header.key = transfer->key();
       frame.header.token = transfer->token();
+      if (state->single_request) frame.header.flags = frame_flags::kCompletes;
       std::uint64_t id = 0;
       auto& active = static_cast<StreamActiveSide&>(connection.handler());
       if (settings_.cross_memory) {
         // The passive side copies into or out of `memory` itself: keep it pinned until it says so.
         auto pin = transfer->gate().pin();
         if (!pin) return;  // already cancelled
-        frame.header.flags = frame_flags::kCrossMemory;
+        frame.header.flags |= frame_flags::kCrossMemory;
         frame.header.peer_address = reinterpret_cast<std::uintptr_t>(memory);
         id = active.expect(state, nullptr, chunk.length, std::move(pin));
       } else {
