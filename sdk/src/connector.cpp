@@ -101,8 +101,20 @@ class Connector::Impl {
     auto registration = std::make_shared<detail::Registration>(
         kind, std::move(local), expires, context_.registrations, context_.options.connect_timeout);
     Endpoint endpoint{name(), hostname(), {}};
-    for (const auto& transport : transports_)
-      endpoint.transports.push_back(transport->offer(*registration));
+    // A transport that cannot serve this memory (verbs registration refused, ...) is left out;
+    // the others still offer it.
+    std::string refusals;
+    for (const auto& transport : transports_) {
+      try {
+        endpoint.transports.push_back(transport->offer(*registration));
+      } catch (const Error& error) {
+        log("transport " + std::string(transport->name()) + " cannot offer this memory: " +
+            error.what());
+        refusals += std::string(refusals.empty() ? "" : "; ") + error.what();
+      }
+    }
+    if (endpoint.transports.empty())
+      throw Error(ErrorCode::Transport, "no transport can offer this memory (" + refusals + ")");
     std::vector<RemoteDescriptor> described;
     for (const auto& descriptor : registration->descriptors())
       described.push_back({descriptor.device(), reinterpret_cast<std::uintptr_t>(descriptor.ptr()),
