@@ -7,11 +7,13 @@
 
 #include "memwire/memwire.hpp"
 #include "support/child_process.hpp"
+#include "support/test_peer_process.hpp"
 #include "support/pattern.hpp"
 
 using namespace memwire;
 using namespace std::chrono_literals;
 using memwire::test_support::ChildProcess;
+using memwire::test_support::start_test_peer;
 
 namespace {
 
@@ -20,19 +22,6 @@ ConnectorOptions tcp_options(std::size_t chunk = 4u << 20) {
   options.transports = {"tcp"};
   options.tcp_chunk_size = chunk;
   return options;
-}
-
-ChildProcess peer(std::initializer_list<std::string> arguments,
-                  const std::vector<std::string>& environment = {}) {
-  std::vector<std::string> argv{MEMWIRE_PEER_BINARY};
-  argv.insert(argv.end(), arguments);
-  return ChildProcess(argv, environment);
-}
-
-std::string expect_line(ChildProcess& child, std::chrono::milliseconds timeout = 30s) {
-  auto line = child.read_line(timeout);
-  EXPECT_TRUE(line.has_value()) << "the peer said nothing";
-  return line.value_or("");
 }
 
 ErrorCode failure_code(Operation& operation, std::chrono::milliseconds timeout) {
@@ -49,7 +38,7 @@ ErrorCode failure_code(Operation& operation, std::chrono::milliseconds timeout) 
 
 TEST(MultiProcess, ReadFromAnotherProcess) {
   constexpr std::size_t kSize = 64u << 20;
-  auto child = peer({"publish", "readable", std::to_string(kSize), "5"});
+  auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "5"});
   auto metadata = RdmaMetadata::from_json(expect_line(child));
   Connector connector(tcp_options());
   std::vector<std::byte> target(kSize);
@@ -62,7 +51,7 @@ TEST(MultiProcess, ReadFromAnotherProcess) {
 
 TEST(MultiProcess, WriteIntoAnotherProcess) {
   constexpr std::size_t kSize = 16u << 20;
-  auto child = peer({"publish", "writable", std::to_string(kSize), "9"});
+  auto child = start_test_peer({"publish", "writable", std::to_string(kSize), "9"});
   auto metadata = RdmaMetadata::from_json(expect_line(child));
   Connector connector(tcp_options());
   std::vector<std::byte> source(kSize);
@@ -79,8 +68,8 @@ TEST(MultiProcess, AnotherProcessReadsAndWritesUs) {
   memwire::test_support::fill_pattern(readable_memory, 3);
   auto readable = connector.create_readable({Descriptor(std::span(readable_memory))});
   auto writable = connector.create_writable({Descriptor(std::span(writable_memory))});
-  auto reader = peer({"active", "read", std::to_string(readable_memory.size()), "3"});
-  auto writer = peer({"active", "write", std::to_string(writable_memory.size()), "4"});
+  auto reader = start_test_peer({"active", "read", std::to_string(readable_memory.size()), "3"});
+  auto writer = start_test_peer({"active", "write", std::to_string(writable_memory.size()), "4"});
   reader.write_line(readable.metadata().to_json());
   writer.write_line(writable.metadata().to_json());
   EXPECT_EQ(readable.wait_for_completion(30s), OperationStatus::Complete);
@@ -94,7 +83,7 @@ TEST(MultiProcess, AnotherProcessReadsAndWritesUs) {
 
 TEST(MultiProcess, PassivePeerKilledMidTransferFailsTheReader) {
   constexpr std::size_t kSize = 512u << 20;
-  auto child = peer({"publish", "readable", std::to_string(kSize), "1"});
+  auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "1"});
   auto metadata = RdmaMetadata::from_json(expect_line(child, 60s));
   Connector connector(tcp_options(4096));
   std::vector<std::byte> target(kSize);
@@ -115,7 +104,7 @@ TEST(MultiProcess, ActivePeerKilledMidTransferFailsTheOwner) {
   std::vector<std::byte> memory(kSize);
   auto readable = connector.create_readable({Descriptor(std::span(memory))});
   // 4 KiB requests: a 512 MiB read takes long enough to be killed in the middle.
-  auto child = peer({"active", "read", std::to_string(kSize), "0", "4096"});
+  auto child = start_test_peer({"active", "read", std::to_string(kSize), "0", "4096"});
   child.write_line(readable.metadata().to_json());
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (readable.status() == OperationStatus::Initialized && std::chrono::steady_clock::now() < deadline)
@@ -129,7 +118,7 @@ TEST(MultiProcess, ActivePeerKilledMidTransferFailsTheOwner) {
 
 TEST(MultiProcess, DroppedReadStopsWritingIntoLocalMemory) {
   constexpr std::size_t kSize = 8u << 20;
-  auto child = peer({"publish", "readable", std::to_string(kSize), "2"});
+  auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "2"});
   auto metadata = RdmaMetadata::from_json(expect_line(child));
   Connector connector(tcp_options(65536));
   std::vector<std::byte> target(kSize, std::byte{0x11});
@@ -146,7 +135,7 @@ TEST(MultiProcess, DroppedReadStopsWritingIntoLocalMemory) {
 
 TEST(MultiProcess, SameHostProcessesUseShm) {
   constexpr std::size_t kSize = 64u << 20;
-  auto child = peer({"publish", "readable", std::to_string(kSize), "8"});
+  auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "8"});
   auto metadata = RdmaMetadata::from_json(expect_line(child));
   ConnectorOptions options;
   options.transports = {"shm", "tcp"};
@@ -163,7 +152,7 @@ TEST(MultiProcess, RefusedCrossMemoryAccessFallsBackToTcpAndSaysWhy) {
   if (getuid() != 0) GTEST_SKIP() << "needs root to start a peer as another user";
   constexpr std::size_t kSize = 4u << 20;
   // The owner runs as nobody: the kernel will not let it copy into our (root's) memory.
-  auto child = peer({"publish", "readable", std::to_string(kSize), "6"}, {"MEMWIRE_PEER_AS_NOBODY=1"});
+  auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "6"}, {"MEMWIRE_PEER_AS_NOBODY=1"});
   auto metadata = RdmaMetadata::from_json(expect_line(child));
   std::vector<std::string> logged;
   ConnectorOptions options;

@@ -17,12 +17,14 @@
 
 #include "memwire/memwire.hpp"
 #include "support/child_process.hpp"
+#include "support/test_peer_process.hpp"
 #include "support/pattern.hpp"
 #include "transport/verbs/verbs_wire.hpp"
 
 using namespace memwire;
 using namespace std::chrono_literals;
 using memwire::test_support::ChildProcess;
+using memwire::test_support::start_test_peer;
 using memwire::test_support::fill_pattern;
 using memwire::test_support::first_mismatch;
 
@@ -598,22 +600,10 @@ TEST(VerbsRevocation, GarbageFromAPeerClosesOnlyItsConnection) {
 
 // ---- two OS processes ---------------------------------------------------------------------
 
-ChildProcess peer_process(std::initializer_list<std::string> arguments) {
-  std::vector<std::string> argv{MEMWIRE_PEER_BINARY};
-  argv.insert(argv.end(), arguments);
-  return ChildProcess(argv);
-}
-
-std::string expect_line(ChildProcess& child, std::chrono::milliseconds timeout = 60s) {
-  auto line = child.read_line(timeout);
-  EXPECT_TRUE(line.has_value()) << "the peer said nothing";
-  return line.value_or("");
-}
-
 TEST(VerbsProcesses, ReadFromAnotherProcess) {
   REQUIRE_RDMA();
   constexpr std::size_t kSize = 16 * MiB;
-  auto child = peer_process({"publish", "readable", std::to_string(kSize), "21"});
+  auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "21"});
   auto metadata = RdmaMetadata::from_json(expect_line(child));
   ASSERT_EQ(verbs_offer(metadata).name, "verbs");
   Connector connector(verbs_options());
@@ -629,7 +619,7 @@ TEST(VerbsProcesses, ReadFromAnotherProcess) {
 TEST(VerbsProcesses, WriteIntoAnotherProcess) {
   REQUIRE_RDMA();
   constexpr std::size_t kSize = 16 * MiB;
-  auto child = peer_process({"publish", "writable", std::to_string(kSize), "22"});
+  auto child = start_test_peer({"publish", "writable", std::to_string(kSize), "22"});
   auto metadata = RdmaMetadata::from_json(expect_line(child));
   Connector connector(verbs_options());
   std::vector<std::byte> source(kSize);
@@ -647,7 +637,7 @@ TEST(VerbsProcesses, AnotherProcessReadsUs) {
   std::vector<std::byte> memory(kSize);
   fill_pattern(memory, 23);
   auto readable = connector.create_readable({Descriptor(std::span(memory))});
-  auto child = peer_process({"active", "read", std::to_string(kSize), "23"});
+  auto child = start_test_peer({"active", "read", std::to_string(kSize), "23"});
   child.write_line(readable.metadata().to_json());
   EXPECT_EQ(expect_line(child), "begun");
   EXPECT_EQ(expect_line(child), "complete verbs");
@@ -662,7 +652,7 @@ TEST(VerbsProcesses, KilledReaderFailsTheOwner) {
   Connector connector(verbs_options());
   std::vector<std::byte> memory(kSize);
   auto readable = connector.create_readable({Descriptor(std::span(memory))});
-  auto child = peer_process({"active", "read", std::to_string(kSize), "24"});
+  auto child = start_test_peer({"active", "read", std::to_string(kSize), "24"});
   child.write_line(readable.metadata().to_json());
   ASSERT_TRUE(until_in_progress(readable, 30s)) << to_string(readable.status());
   child.kill(SIGKILL);
@@ -679,7 +669,7 @@ TEST(VerbsProcesses, KilledReaderFailsTheOwner) {
 TEST(VerbsProcesses, KilledOwnerFailsTheReader) {
   REQUIRE_RDMA();
   constexpr std::size_t kSize = 64 * MiB;
-  auto child = peer_process({"publish", "readable", std::to_string(kSize), "25"});
+  auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "25"});
   auto metadata = RdmaMetadata::from_json(expect_line(child));
   Connector connector(verbs_options());
   std::vector<std::byte> target(kSize);

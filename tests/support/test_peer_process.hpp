@@ -1,0 +1,30 @@
+#pragma once
+
+#include <chrono>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/child_process.hpp"
+
+namespace memwire::test_support {
+
+// Starts tests/support/test_peer.cpp (MEMWIRE_PEER_BINARY) with `arguments`.
+inline ChildProcess start_test_peer(std::initializer_list<std::string> arguments,
+                                    const std::vector<std::string>& environment = {}) {
+  std::vector<std::string> argv{MEMWIRE_PEER_BINARY};
+  argv.insert(argv.end(), arguments);
+  return ChildProcess(argv, environment);
+}
+
+// The peer's next line; a test failure (and "") when it says nothing in time.
+inline std::string expect_line(ChildProcess& child,
+                               std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  auto line = child.read_line(timeout);
+  EXPECT_TRUE(line.has_value()) << "the peer said nothing";
+  return line.value_or("");
+}
+
+}  // namespace memwire::test_support
