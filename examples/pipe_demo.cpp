@@ -47,9 +47,9 @@ int read() {
   std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - started;
   const double mib = static_cast<double>(remote.total_size()) / (1 << 20);
   std::cout << "reader: read " << mib << " MiB from " << remote.endpoint().connector << " over "
-            << read.transport() << " in " << seconds.count() * 1000 << " ms: "
-            << mib / 1024 / seconds.count() << " GiB/s (checksum " << checksum(data) << ")"
-            << std::endl;
+            << read.transport() << " in " << seconds.count() * 1000
+            << " ms: " << mib / 1024 / seconds.count() << " GiB/s (checksum " << checksum(data)
+            << ")" << std::endl;
   return 0;
 }
 

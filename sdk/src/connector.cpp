@@ -32,9 +32,8 @@ void check_local(const std::vector<Descriptor>& local) {
     if (descriptor.device().kind() != local.front().device().kind())
       throw Error(ErrorCode::InvalidArgument, "all descriptors must share one memory kind");
     if (descriptor.device().kind() != DeviceKind::Host)
-      throw Error(ErrorCode::InvalidArgument,
-                  where + " is " + descriptor.device().to_string() +
-                      " memory: this build moves host memory only");
+      throw Error(ErrorCode::InvalidArgument, where + " is " + descriptor.device().to_string() +
+                                                  " memory: this build moves host memory only");
   }
 }
 
@@ -43,10 +42,10 @@ void check_pairing(OperationKind wanted, const RdmaMetadata& remote,
                    const std::vector<Descriptor>& local) {
   if (remote.operation_kind() != wanted) {
     const bool reading = wanted == OperationKind::Read;
-    throw Error(ErrorCode::Pairing,
-                std::string(reading ? "a read" : "a write") + " needs the metadata of a " +
-                    (reading ? "readable" : "writable") + " operation, got a " +
-                    (reading ? "writable" : "readable") + " one");
+    throw Error(ErrorCode::Pairing, std::string(reading ? "a read" : "a write") +
+                                        " needs the metadata of a " +
+                                        (reading ? "readable" : "writable") + " operation, got a " +
+                                        (reading ? "writable" : "readable") + " one");
   }
   const auto& remote_descriptors = remote.descriptors();
   if (remote_descriptors.size() != local.size())
@@ -55,10 +54,10 @@ void check_pairing(OperationKind wanted, const RdmaMetadata& remote,
                                              std::to_string(local.size()));
   for (std::size_t i = 0; i < local.size(); ++i)
     if (remote_descriptors[i].size != local[i].size())
-      throw Error(ErrorCode::SizeMismatch,
-                  "descriptor " + std::to_string(i) + ": remote " +
-                      std::to_string(remote_descriptors[i].size) + " bytes, local " +
-                      std::to_string(local[i].size()) + " bytes");
+      throw Error(ErrorCode::SizeMismatch, "descriptor " + std::to_string(i) + ": remote " +
+                                               std::to_string(remote_descriptors[i].size) +
+                                               " bytes, local " + std::to_string(local[i].size()) +
+                                               " bytes");
   if (remote.expires_at_ms() != 0 && unix_now_ms() > remote.expires_at_ms())
     throw Error(ErrorCode::Expired, "remote metadata expired");
 }
@@ -108,8 +107,8 @@ class Connector::Impl {
       try {
         endpoint.transports.push_back(transport->offer(*registration));
       } catch (const Error& error) {
-        log("transport " + std::string(transport->name()) + " cannot offer this memory: " +
-            error.what());
+        log("transport " + std::string(transport->name()) +
+            " cannot offer this memory: " + error.what());
         refusals += std::string(refusals.empty() ? "" : "; ") + error.what();
       }
     }
@@ -119,14 +118,15 @@ class Connector::Impl {
     for (const auto& descriptor : registration->descriptors())
       described.push_back({descriptor.device(), reinterpret_cast<std::uintptr_t>(descriptor.ptr()),
                            descriptor.size()});
-    registration->set_metadata(RdmaMetadata(kind, std::move(described),
-                                            to_hex(registration->key()), std::move(endpoint),
-                                            to_hex(registration->token()), expires));
+    registration->set_metadata(RdmaMetadata(kind, std::move(described), to_hex(registration->key()),
+                                            std::move(endpoint), to_hex(registration->token()),
+                                            expires));
     context_.registrations->insert(registration);
     return registration;
   }
 
-  std::shared_ptr<detail::ActiveTransfer> begin_active(OperationKind kind, const RdmaMetadata& remote,
+  std::shared_ptr<detail::ActiveTransfer> begin_active(OperationKind kind,
+                                                       const RdmaMetadata& remote,
                                                        std::vector<Descriptor> local) {
     check_local(local);
     check_pairing(kind, remote, local);
@@ -142,8 +142,8 @@ class Connector::Impl {
         return transfer;
       } catch (const Error& error) {
         if (error.code() != ErrorCode::Transport) throw;
-        log("transport " + std::string(transport->name()) + " unusable, trying the next: " +
-            error.what());
+        log("transport " + std::string(transport->name()) +
+            " unusable, trying the next: " + error.what());
         refusals += std::string(refusals.empty() ? "" : "; ") + error.what();
       }
     }
@@ -153,7 +153,8 @@ class Connector::Impl {
 
  private:
   // Transports both ends run, in the remote's order of preference (best first).
-  std::vector<std::pair<detail::Transport*, const TransportOffer*>> candidates(const Endpoint& remote) {
+  std::vector<std::pair<detail::Transport*, const TransportOffer*>> candidates(
+      const Endpoint& remote) {
     std::vector<std::pair<detail::Transport*, const TransportOffer*>> shared;
     for (const auto& offer : remote.transports)
       for (const auto& transport : transports_)
@@ -164,7 +165,8 @@ class Connector::Impl {
 
   std::string no_shared_transport(const Endpoint& remote) const {
     std::string offered, ours;
-    for (const auto& offer : remote.transports) offered += (offered.empty() ? "" : ", ") + offer.name;
+    for (const auto& offer : remote.transports)
+      offered += (offered.empty() ? "" : ", ") + offer.name;
     for (const auto& name : transport_names()) ours += (ours.empty() ? "" : ", ") + name;
     return "no usable transport in common: remote offers [" + offered + "], this connector runs [" +
            ours + "]";
@@ -178,7 +180,8 @@ class Connector::Impl {
   std::vector<std::unique_ptr<detail::Transport>> transports_;
 };
 
-Connector::Connector(ConnectorOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Connector::Connector(ConnectorOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
 Connector::~Connector() = default;
 
 const std::string& Connector::name() const noexcept { return impl_->name(); }

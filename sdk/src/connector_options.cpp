@@ -13,7 +13,8 @@ Number number_from(const char* variable, const char* text) {
   std::istringstream in(text);
   long long value = -1;
   if (!(in >> value) || !in.eof() || value < 0)
-    throw Error(ErrorCode::InvalidArgument, std::string(variable) + "='" + text + "' is not a number");
+    throw Error(ErrorCode::InvalidArgument,
+                std::string(variable) + "='" + text + "' is not a number");
   return static_cast<Number>(value);
 }
 
@@ -42,6 +43,8 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
   return options;
 }
 
-ConnectorOptions ConnectorOptions::from_environment() { return from_environment(ConnectorOptions{}); }
+ConnectorOptions ConnectorOptions::from_environment() {
+  return from_environment(ConnectorOptions{});
+}
 
 }  // namespace memwire

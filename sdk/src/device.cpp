@@ -8,17 +8,22 @@ namespace memwire {
 
 std::string_view to_string(DeviceKind kind) noexcept {
   switch (kind) {
-    case DeviceKind::Unspecified: return "unspecified";
-    case DeviceKind::Host: return "cpu";
-    case DeviceKind::Cuda: return "cuda";
+    case DeviceKind::Unspecified:
+      return "unspecified";
+    case DeviceKind::Host:
+      return "cpu";
+    case DeviceKind::Cuda:
+      return "cuda";
   }
   return "unknown";
 }
 
 Device::Device(DeviceKind kind, int id) : kind_(kind), id_(id) {
-  if (kind == DeviceKind::Unspecified) throw Error(ErrorCode::InvalidArgument, "device kind unspecified");
+  if (kind == DeviceKind::Unspecified)
+    throw Error(ErrorCode::InvalidArgument, "device kind unspecified");
   if (id < 0) throw Error(ErrorCode::InvalidArgument, "device id must not be negative");
-  if (kind == DeviceKind::Host && id != 0) throw Error(ErrorCode::InvalidArgument, "host device id must be 0");
+  if (kind == DeviceKind::Host && id != 0)
+    throw Error(ErrorCode::InvalidArgument, "host device id must be 0");
 }
 
 Device Device::parse(std::string_view text) {

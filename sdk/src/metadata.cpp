@@ -148,8 +148,9 @@ RdmaMetadata RdmaMetadata::from_json(std::string_view text) {
     throw Error(ErrorCode::InvalidMetadata, std::string("not JSON: ") + error.what());
   }
   const Path root;
-  only_fields(document, root, {"version", "operation_kind", "descriptors", "notification_key",
-                               "endpoint", "token", "expires_at"});
+  only_fields(document, root,
+              {"version", "operation_kind", "descriptors", "notification_key", "endpoint", "token",
+               "expires_at"});
 
   const auto version = root.field("version");
   if (unsigned_value(required(document, version), version) != kVersion)
@@ -171,7 +172,8 @@ RdmaMetadata RdmaMetadata::from_json(std::string_view text) {
   }
 
   auto key = id_field(document, root.field("notification_key"));
-  auto endpoint = parse_endpoint(required(document, root.field("endpoint")), root.field("endpoint"));
+  auto endpoint =
+      parse_endpoint(required(document, root.field("endpoint")), root.field("endpoint"));
   auto token = id_field(document, root.field("token"));
   const auto expires_path = root.field("expires_at");
   const json& expires = required(document, expires_path);

@@ -26,13 +26,13 @@ Registration::Access Registration::check_access(const Id128& token, OperationKin
                                                 std::uint64_t length, std::string_view transport) {
   check_token(token);
   if (kind != this->kind())
-    throw Error(ErrorCode::AccessDenied, "operation allows remote " +
-                                             std::string(to_string(this->kind())) + " only");
+    throw Error(ErrorCode::AccessDenied,
+                "operation allows remote " + std::string(to_string(this->kind())) + " only");
   if (expires_at_ms_ != 0 && unix_now_ms() > expires_at_ms_)
     throw Error(ErrorCode::Expired, "metadata expired");
   if (index >= descriptors_.size())
-    throw Error(ErrorCode::AccessDenied, "descriptor index " + std::to_string(index) +
-                                             " out of range");
+    throw Error(ErrorCode::AccessDenied,
+                "descriptor index " + std::to_string(index) + " out of range");
   const auto size = descriptors_[index].size();
   if (length == 0 || offset > size || length > size - offset)
     throw Error(ErrorCode::AccessDenied, "range [" + std::to_string(offset) + ", +" +

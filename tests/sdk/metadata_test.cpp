@@ -78,8 +78,8 @@ TEST(Metadata, RejectsUnknownFields) {
 }
 
 TEST(Metadata, RejectsMissingFields) {
-  for (const char* field :
-       {"version", "operation_kind", "descriptors", "notification_key", "endpoint", "token", "expires_at"}) {
+  for (const char* field : {"version", "operation_kind", "descriptors", "notification_key",
+                            "endpoint", "token", "expires_at"}) {
     auto document = valid_document();
     document.erase(field);
     expect_rejected(document, field);

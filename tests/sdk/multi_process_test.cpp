@@ -1,14 +1,13 @@
 // Two OS processes over loopback; metadata travels over the peer's stdin/stdout.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <csignal>
 
 #include "memwire/memwire.hpp"
 #include "support/child_process.hpp"
-#include "support/test_peer_process.hpp"
 #include "support/pattern.hpp"
+#include "support/test_peer_process.hpp"
 
 using namespace memwire;
 using namespace std::chrono_literals;
@@ -107,7 +106,8 @@ TEST(MultiProcess, ActivePeerKilledMidTransferFailsTheOwner) {
   auto child = start_test_peer({"active", "read", std::to_string(kSize), "0", "4096"});
   child.write_line(readable.metadata().to_json());
   const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (readable.status() == OperationStatus::Initialized && std::chrono::steady_clock::now() < deadline)
+  while (readable.status() == OperationStatus::Initialized &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::yield();  // until the first request arrived
   ASSERT_EQ(readable.status(), OperationStatus::InProgress);
   child.kill(SIGKILL);
@@ -128,7 +128,8 @@ TEST(MultiProcess, DroppedReadStopsWritingIntoLocalMemory) {
   }  // dropped unfinished: cancelled, local memory no longer written
   child.kill(SIGCONT);
   // The owner learns the reader gave up, and its late answers were drained, not written.
-  EXPECT_EQ(expect_line(child), "error cancelled: the active side reported: cancelled: dropped by the active side");
+  EXPECT_EQ(expect_line(child),
+            "error cancelled: the active side reported: cancelled: dropped by the active side");
   EXPECT_EQ(child.wait(10s), 1);
   EXPECT_EQ(target, std::vector<std::byte>(kSize, std::byte{0x11}));
 }
@@ -152,7 +153,8 @@ TEST(MultiProcess, RefusedCrossMemoryAccessFallsBackToTcpAndSaysWhy) {
   if (getuid() != 0) GTEST_SKIP() << "needs root to start a peer as another user";
   constexpr std::size_t kSize = 4u << 20;
   // The owner runs as nobody: the kernel will not let it copy into our (root's) memory.
-  auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "6"}, {"MEMWIRE_PEER_AS_NOBODY=1"});
+  auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "6"},
+                               {"MEMWIRE_PEER_AS_NOBODY=1"});
   auto metadata = RdmaMetadata::from_json(expect_line(child));
   std::vector<std::string> logged;
   ConnectorOptions options;

@@ -3,8 +3,8 @@
 #include <atomic>
 #include <future>
 
-#include "support/error_code_of.hpp"
 #include "memwire/memwire.hpp"
+#include "support/error_code_of.hpp"
 
 using namespace memwire;
 using namespace std::chrono_literals;
@@ -54,8 +54,9 @@ TEST_F(OperationTest, WrongPairingIsRefusedBeforeAnyByteMoves) {
 TEST_F(OperationTest, DescriptorsPairByIndexWithEqualSizes) {
   auto readable = owner.create_readable(source_view);
   std::vector<std::byte> small(999), other(1000);
-  EXPECT_EQ(error_code_of([&] { peer.begin_read(readable.metadata(), {Descriptor(std::span(small))}); }),
-            ErrorCode::SizeMismatch);
+  EXPECT_EQ(
+      error_code_of([&] { peer.begin_read(readable.metadata(), {Descriptor(std::span(small))}); }),
+      ErrorCode::SizeMismatch);
   EXPECT_EQ(error_code_of([&] {
               peer.begin_read(readable.metadata(),
                               {Descriptor(std::span(other)), Descriptor(std::span(small))});
@@ -71,11 +72,13 @@ TEST_F(OperationTest, NonsenseDescriptorsAreInvalidArguments) {
   EXPECT_EQ(error_code_of([&] { owner.create_writable({Descriptor(&byte, 0)}); }),
             ErrorCode::InvalidArgument);
   EXPECT_EQ(error_code_of([&] {
-              owner.create_readable({Descriptor(&byte, 1), Descriptor(&byte, 1, Device::parse("cuda:0"))});
+              owner.create_readable(
+                  {Descriptor(&byte, 1), Descriptor(&byte, 1, Device::parse("cuda:0"))});
             }),
             ErrorCode::InvalidArgument);
-  EXPECT_EQ(error_code_of([&] { owner.create_readable({Descriptor(&byte, 1, Device::parse("cuda"))}); }),
-            ErrorCode::InvalidArgument);
+  EXPECT_EQ(
+      error_code_of([&] { owner.create_readable({Descriptor(&byte, 1, Device::parse("cuda"))}); }),
+      ErrorCode::InvalidArgument);
 }
 
 TEST_F(OperationTest, ReadCompletesBothSidesAndReportsTheTransport) {

@@ -99,10 +99,12 @@ TEST_P(Transfer, WriteMovesEveryByte) {
 
 INSTANTIATE_TEST_SUITE_P(
     Sizes, Transfer,
-    ::testing::Combine(::testing::Values("tcp", "shm"), ::testing::Values(Shape{{1}, 4u << 20, 2}, Shape{{4095}, 4096, 1}, Shape{{4096}, 4096, 2},
-                      Shape{{(1u << 20) + 3}, 65536, 4}, Shape{{16u << 20}, 4u << 20, 2},
-                      Shape{{256u << 20}, 4u << 20, 2},
-                      Shape{{1, 7, 4096, 65537, 1u << 20, 3, 100000, 5}, 8192, 3})),
+    ::testing::Combine(
+        ::testing::Values("tcp", "shm"),
+        ::testing::Values(Shape{{1}, 4u << 20, 2}, Shape{{4095}, 4096, 1}, Shape{{4096}, 4096, 2},
+                          Shape{{(1u << 20) + 3}, 65536, 4}, Shape{{16u << 20}, 4u << 20, 2},
+                          Shape{{256u << 20}, 4u << 20, 2},
+                          Shape{{1, 7, 4096, 65537, 1u << 20, 3, 100000, 5}, 8192, 3})),
     case_name);
 
 class Concurrency : public ::testing::TestWithParam<std::string> {};
@@ -118,7 +120,8 @@ TEST_P(Concurrency, TwoHundredFiftySixOperationsOnOneConnectorPair) {
     sources.push_back(make_buffers({65536 + static_cast<std::size_t>(i)}, 1000 + i));
     targets.push_back(make_buffers({65536 + static_cast<std::size_t>(i)}, std::nullopt));
   }
-  for (int i = 0; i < kOperations; ++i) readables.push_back(owner.create_readable(sources[i].view()));
+  for (int i = 0; i < kOperations; ++i)
+    readables.push_back(owner.create_readable(sources[i].view()));
   for (int i = 0; i < kOperations; ++i)
     reads.push_back(reader.begin_read(readables[i].metadata(), targets[i].view()));
   for (int i = 0; i < kOperations; ++i) {

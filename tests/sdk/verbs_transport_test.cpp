@@ -17,16 +17,16 @@
 
 #include "memwire/memwire.hpp"
 #include "support/child_process.hpp"
-#include "support/test_peer_process.hpp"
 #include "support/pattern.hpp"
+#include "support/test_peer_process.hpp"
 #include "transport/verbs/verbs_wire.hpp"
 
 using namespace memwire;
 using namespace std::chrono_literals;
 using memwire::test_support::ChildProcess;
-using memwire::test_support::start_test_peer;
 using memwire::test_support::fill_pattern;
 using memwire::test_support::first_mismatch;
+using memwire::test_support::start_test_peer;
 
 namespace {
 

@@ -8,9 +8,9 @@
 #include <latch>
 
 #include "http_test_support.hpp"
-#include "support/error_code_of.hpp"
 #include "memwire/error.hpp"
 #include "memwire/sideband/http.hpp"
+#include "support/error_code_of.hpp"
 
 namespace {
 

@@ -16,11 +16,11 @@
 #include <thread>
 #include <vector>
 
-#include "support/error_code_of.hpp"
 #include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/sideband/nats.hpp"
 #include "nats_server.hpp"
+#include "support/error_code_of.hpp"
 
 namespace memwire::sideband {
 namespace {
@@ -252,7 +252,8 @@ TEST_F(NatsChannelTest, MalformedEntryIsInvalidMetadata) {
     } catch (const Error& error) {
       EXPECT_EQ(error.code(), ErrorCode::InvalidMetadata) << name << ": " << error.what();
     }
-    EXPECT_EQ(error_code_of([&] { reader.wait_for(name, 2s); }), ErrorCode::InvalidMetadata) << name;
+    EXPECT_EQ(error_code_of([&] { reader.wait_for(name, 2s); }), ErrorCode::InvalidMetadata)
+        << name;
   }
   // Bare metadata (put by hand or another tool) is accepted, without expiry.
   const auto metadata = make_metadata(11);
@@ -301,7 +302,8 @@ TEST_F(NatsChannelTest, BucketPrefixAndMaxAgeComeFromOptions) {
   kvStore_Destroy(store);
 
   tenant_options.subject_prefix = "bad prefix";
-  EXPECT_EQ(error_code_of([&] { NatsChannel channel(tenant_options); }), ErrorCode::InvalidArgument);
+  EXPECT_EQ(error_code_of([&] { NatsChannel channel(tenant_options); }),
+            ErrorCode::InvalidArgument);
 }
 
 TEST(NatsChannelAuth, WrongTokenIsAccessDenied) {

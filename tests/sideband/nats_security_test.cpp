@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "support/error_code_of.hpp"
 #include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/sideband/nats.hpp"
 #include "nats_server.hpp"
+#include "support/error_code_of.hpp"
 
 namespace memwire::sideband {
 namespace {

@@ -1,6 +1,5 @@
 // Worker: connector + HTTP channel, in one process with two connectors (the multi-process
 // versions are in http_process_test.cpp).
-#include "support/error_code_of.hpp"
 #include "memwire/sideband/worker.hpp"
 
 #include <gtest/gtest.h>
@@ -12,6 +11,7 @@
 #include "http_test_support.hpp"
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/http.hpp"
+#include "support/error_code_of.hpp"
 
 namespace {
 

@@ -67,8 +67,8 @@ std::optional<std::string> ChildProcess::read_line(std::chrono::milliseconds tim
       buffered_.erase(0, newline + 1);
       return line;
     }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                                      std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return std::nullopt;
     pollfd readable{stdout_fd_, POLLIN, 0};
     if (::poll(&readable, 1, static_cast<int>(left.count())) <= 0) continue;

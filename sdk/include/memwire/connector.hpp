@@ -37,8 +37,8 @@ struct ConnectorOptions {
 
   // Applies the documented MEMWIRE_* environment overrides (MEMWIRE_TRANSPORTS=verbs,tcp,
   // MEMWIRE_BIND_ADDRESS, MEMWIRE_PORT, MEMWIRE_RDMA_DEVICE, MEMWIRE_GID_INDEX,
-  // MEMWIRE_TCP_CHUNK_SIZE, MEMWIRE_TCP_CONNECTIONS, MEMWIRE_LOG=1 logs to stderr). The only place memwire reads the
-  // environment; call it at your program's edge if you want them.
+  // MEMWIRE_TCP_CHUNK_SIZE, MEMWIRE_TCP_CONNECTIONS, MEMWIRE_LOG=1 logs to stderr). The only place
+  // memwire reads the environment; call it at your program's edge if you want them.
   static ConnectorOptions from_environment(ConnectorOptions defaults);
   static ConnectorOptions from_environment();
 };

@@ -23,15 +23,15 @@ struct RemoteDescriptor {
 // How to reach the owner over one transport ("tcp", "shm", "verbs", ...).
 struct TransportOffer {
   std::string name;
-  std::string address;                           // e.g. "127.0.0.1:4711"
-  std::vector<std::uint64_t> keys;               // per-descriptor keys (verbs rkeys), may be empty
+  std::string address;                            // e.g. "127.0.0.1:4711"
+  std::vector<std::uint64_t> keys;                // per-descriptor keys (verbs rkeys), may be empty
   std::map<std::string, std::string> attributes;  // transport-specific extras
   friend bool operator==(const TransportOffer&, const TransportOffer&) = default;
 };
 
 struct Endpoint {
-  std::string connector;                  // the owner's connector name
-  std::string host;                       // the owner's hostname
+  std::string connector;                   // the owner's connector name
+  std::string host;                        // the owner's hostname
   std::vector<TransportOffer> transports;  // best first
   friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };

@@ -1,7 +1,6 @@
 // Reads a buffer through an installed memwire: proves headers, library and package work.
-#include <memwire/memwire.hpp>
-
 #include <iostream>
+#include <memwire/memwire.hpp>
 
 int main() {
   memwire::Connector owner, reader;

@@ -18,7 +18,8 @@ std::string boot_id() {
   std::ifstream file("/proc/sys/kernel/random/boot_id");
   std::string id;
   std::getline(file, id);
-  if (id.empty()) throw Error(ErrorCode::Transport, "no boot id: cannot tell which peers share this host");
+  if (id.empty())
+    throw Error(ErrorCode::Transport, "no boot id: cannot tell which peers share this host");
   return id;
 }
 

@@ -23,8 +23,8 @@ std::optional<std::string> copy_all(Copy copy, const char* what, std::size_t len
 
 }  // namespace
 
-std::optional<std::string> copy_to_process(int pid, std::uint64_t their_address, const std::byte* ours,
-                                           std::size_t length) {
+std::optional<std::string> copy_to_process(int pid, std::uint64_t their_address,
+                                           const std::byte* ours, std::size_t length) {
   return copy_all(
       [&](std::size_t done) {
         iovec local{const_cast<std::byte*>(ours) + done, length - done};

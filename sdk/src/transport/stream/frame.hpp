@@ -32,7 +32,7 @@ namespace frame_flags {
 inline constexpr std::uint8_t kCrossMemory = 1;
 // The request is the whole transfer: serving it completes the operation, no notice follows.
 inline constexpr std::uint8_t kCompletes = 2;
-}
+}  // namespace frame_flags
 
 struct FrameHeader {
   static constexpr std::uint32_t kMagic = 0x5257'4d4d;  // "MMWR"

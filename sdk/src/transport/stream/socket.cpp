@@ -72,7 +72,8 @@ FileDescriptor listen_tcp(const std::string& host, std::uint16_t port) {
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0)
-    throw Error(ErrorCode::Transport, errno_text(("bind " + host + ":" + std::to_string(port)).c_str()));
+    throw Error(ErrorCode::Transport,
+                errno_text(("bind " + host + ":" + std::to_string(port)).c_str()));
   if (::listen(fd.get(), 512) != 0) throw Error(ErrorCode::Transport, errno_text("listen"));
   return fd;
 }
@@ -90,7 +91,8 @@ FileDescriptor connect_tcp(const HostPort& peer, std::chrono::milliseconds timeo
   if (!fd) throw Error(ErrorCode::Transport, errno_text("socket"));
   const auto where = " " + peer.to_string();
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    if (errno != EINPROGRESS) throw Error(ErrorCode::PeerLost, errno_text(("connect" + where).c_str()));
+    if (errno != EINPROGRESS)
+      throw Error(ErrorCode::PeerLost, errno_text(("connect" + where).c_str()));
     pollfd waiting{fd.get(), POLLOUT, 0};
     int ready = ::poll(&waiting, 1, static_cast<int>(timeout.count()));
     if (ready == 0) throw Error(ErrorCode::PeerLost, "connect" + where + ": timed out");

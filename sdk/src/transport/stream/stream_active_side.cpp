@@ -32,10 +32,12 @@ void send_completion_notice(const std::shared_ptr<StreamTransfer>& transfer) {
   frame.header.key = transfer->transfer->key();
   frame.header.token = transfer->transfer->token();
   if (id == 0 || !connection->send(std::move(frame)))
-    transfer->transfer->fail(Error(ErrorCode::PeerLost, "connection lost before the completion notice"));
+    transfer->transfer->fail(
+        Error(ErrorCode::PeerLost, "connection lost before the completion notice"));
 }
 
-void StreamActiveSide::chunk_done(StreamConnection&, const std::shared_ptr<StreamTransfer>& transfer) {
+void StreamActiveSide::chunk_done(StreamConnection&,
+                                  const std::shared_ptr<StreamTransfer>& transfer) {
   if (transfer->chunks_left.fetch_sub(1) != 1 ||
       transfer->transfer->status() != OperationStatus::InProgress)
     return;

@@ -8,7 +8,7 @@
 namespace memwire::detail {
 
 StreamConnection::StreamConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler,
-                             std::string peer)
+                                   std::string peer)
     : socket_(std::move(socket)), handler_(std::move(handler)), peer_(std::move(peer)) {
   tune_data_socket(socket_.get());
 }

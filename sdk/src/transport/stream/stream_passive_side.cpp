@@ -7,12 +7,13 @@ namespace memwire::detail {
 
 std::shared_ptr<Registration> StreamPassiveSide::find(const Id128& key) const {
   auto registration = registrations_->find(key);
-  if (!registration) throw Error(ErrorCode::NotFound, "no live operation with that notification key");
+  if (!registration)
+    throw Error(ErrorCode::NotFound, "no live operation with that notification key");
   return registration;
 }
 
-void StreamPassiveSide::answer(StreamConnection& connection, FrameType type, const FrameHeader& request,
-                            const Error* error) {
+void StreamPassiveSide::answer(StreamConnection& connection, FrameType type,
+                               const FrameHeader& request, const Error* error) {
   OutFrame frame;
   frame.header.type = type;
   frame.header.request_id = request.request_id;
@@ -31,11 +32,9 @@ void StreamPassiveSide::touch(const std::shared_ptr<Registration>& registration)
       return !live || is_terminal(live->status());
     });
   if (touched_.try_emplace(registration->key(), registration).second) {
-    registration->gate().add_breaker(reinterpret_cast<std::uintptr_t>(this),
-                                     [weak = connection_] {
-                                       if (auto connection = weak.lock())
-                                         connection->shutdown("registration revoked");
-                                     });
+    registration->gate().add_breaker(reinterpret_cast<std::uintptr_t>(this), [weak = connection_] {
+      if (auto connection = weak.lock()) connection->shutdown("registration revoked");
+    });
   }
 }
 
@@ -89,7 +88,8 @@ void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHead
     response.header.request_id = header.request_id;
     if (header.flags & frame_flags::kCrossMemory) {
       check_cross_memory();
-      if (auto failure = copy_to_process(peer_process_, header.peer_address, access.data, header.length))
+      if (auto failure =
+              copy_to_process(peer_process_, header.peer_address, access.data, header.length))
         throw Error(ErrorCode::Transport, *failure);
       response.header.flags = frame_flags::kCrossMemory;
       [[maybe_unused]] auto copied = std::move(access.pin);  // unpinned: completing waits for pins
@@ -118,7 +118,8 @@ void StreamPassiveSide::serve_write(StreamConnection& connection, const FrameHea
       touch(registration);
       if (header.flags & frame_flags::kCrossMemory) {
         check_cross_memory();
-        if (auto failure = copy_from_process(peer_process_, header.peer_address, access.data, header.length))
+        if (auto failure =
+                copy_from_process(peer_process_, header.peer_address, access.data, header.length))
           throw Error(ErrorCode::Transport, *failure);
       } else {
         unread = 0;
@@ -141,8 +142,7 @@ void StreamPassiveSide::finish_request(StreamConnection& connection, const Frame
     return;
   }
   // The whole transfer in one request: the answer doubles as the completion's acknowledgement.
-  registration.complete_from_remote(request.token,
-                                    [&] { connection.send(std::move(response)); });
+  registration.complete_from_remote(request.token, [&] { connection.send(std::move(response)); });
   touched_.erase(request.key);
 }
 
@@ -157,8 +157,8 @@ void StreamPassiveSide::serve_notice(StreamConnection& connection, const FrameHe
       touched_.erase(header.key);
       return;
     }
-    registration->fail_from_remote(
-        header.token, Error(error_code_from_wire(header.code), "the active side reported: " + *text));
+    registration->fail_from_remote(header.token, Error(error_code_from_wire(header.code),
+                                                       "the active side reported: " + *text));
     touched_.erase(header.key);
   } catch (const Error& error) {
     answer(connection, FrameType::NoticeResponse, header, &error);
@@ -171,8 +171,8 @@ void StreamPassiveSide::on_closed(StreamConnection&, const Error& reason) {
   auto touched = std::move(touched_);
   for (auto& [key, weak] : touched)
     if (auto registration = weak.lock(); registration && !is_terminal(registration->status()))
-      registration->fail(Error(ErrorCode::PeerLost, std::string("the active side is gone (") +
-                                                         reason.what() + ")"));
+      registration->fail(Error(ErrorCode::PeerLost,
+                               std::string("the active side is gone (") + reason.what() + ")"));
 }
 
 }  // namespace memwire::detail

@@ -44,7 +44,8 @@ class StreamTransport final : public Transport {
   TransportOffer offer(Registration&) override { return settings_.offer; }
   bool can_reach(const TransportOffer& offer) const override { return settings_.can_reach(offer); }
 
-  void start(const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer) override {
+  void start(const std::shared_ptr<ActiveTransfer>& transfer,
+             const TransportOffer& offer) override {
     auto connections = connections_to(offer.address);
     auto state = std::make_shared<StreamTransfer>();
     state->transfer = transfer;
@@ -67,7 +68,8 @@ class StreamTransport final : public Transport {
     const auto& local = transfer->local();
     for (std::uint32_t i = 0; i < local.size(); ++i)
       for (std::uint64_t offset = 0; offset < local[i].size(); offset += chunk_size)
-        chunks.push_back({i, offset, std::min<std::uint64_t>(chunk_size, local[i].size() - offset)});
+        chunks.push_back(
+            {i, offset, std::min<std::uint64_t>(chunk_size, local[i].size() - offset)});
     state->chunks_left = chunks.size();
     state->single_request = chunks.size() == 1;
 
@@ -161,7 +163,8 @@ class StreamTransport final : public Transport {
         return;  // the listener was shut down
       }
       const int peer = peer_process(socket.get());
-      auto handler = std::make_unique<StreamPassiveSide>(context_.registrations, peer, settings_.name);
+      auto handler =
+          std::make_unique<StreamPassiveSide>(context_.registrations, peer, settings_.name);
       auto* passive = handler.get();
       auto connection = std::make_shared<StreamConnection>(std::move(socket), std::move(handler),
                                                            settings_.name + " peer");
