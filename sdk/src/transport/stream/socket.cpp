@@ -19,18 +19,6 @@
 
 namespace memwire::detail {
 
-FileDescriptor& FileDescriptor::operator=(FileDescriptor&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
-  }
-  return *this;
-}
-
-FileDescriptor::~FileDescriptor() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 HostPort parse_host_port(std::string_view text) {
   auto colon = text.rfind(':');
   if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size())

@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "transport/verbs/unique_fd.hpp"
+#include "file_descriptor.hpp"
 
 namespace memwire::detail::verbs {
 
@@ -34,8 +34,8 @@ class ProgressLoop {
   void run();
   void run_commands();
 
-  UniqueFd epoll_;
-  UniqueFd wake_;
+  FileDescriptor epoll_;
+  FileDescriptor wake_;
   std::vector<std::function<void()>> handlers_;
   std::thread thread_;
   std::mutex mutex_;

@@ -16,7 +16,7 @@
 #include "transport/transport.hpp"
 #include "transport/verbs/local_mr_cache.hpp"
 #include "transport/verbs/progress_loop.hpp"
-#include "transport/verbs/unique_fd.hpp"
+#include "file_descriptor.hpp"
 #include "transport/verbs/verbs_connection.hpp"
 #include "transport/verbs/verbs_device.hpp"
 #include "transport/verbs/verbs_handles.hpp"
@@ -111,7 +111,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   LocalMrCache local_regions_;
   EventChannel events_;
   CompChannel completions_;
-  UniqueFd timer_;
+  FileDescriptor timer_;
   CmId listener_;
   std::string address_;
   std::atomic<std::uint64_t> next_seq_{1};
