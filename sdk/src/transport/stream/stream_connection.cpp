@@ -13,15 +13,24 @@ StreamConnection::StreamConnection(FileDescriptor socket, std::unique_ptr<FrameH
   tune_data_socket(socket_.get());
 }
 
-StreamConnection::~StreamConnection() {
+StreamConnection::~StreamConnection() { join(); }
+
+void StreamConnection::join() {
   shutdown("connection closed");
   if (reader_.joinable()) reader_.join();
   if (writer_.joinable()) writer_.join();
 }
 
 void StreamConnection::run() {
-  reader_ = std::thread([this] { read_loop(); });
-  writer_ = std::thread([this] { write_loop(); });
+  running_threads_ = 2;
+  reader_ = std::thread([this] {
+    read_loop();
+    --running_threads_;
+  });
+  writer_ = std::thread([this] {
+    write_loop();
+    --running_threads_;
+  });
 }
 
 bool StreamConnection::alive() const {

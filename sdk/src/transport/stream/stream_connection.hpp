@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -68,6 +69,11 @@ class StreamConnection {
   // or after `timeout` at the latest.
   void close_when_sent(std::chrono::milliseconds timeout);
   bool alive() const;
+  // Both threads have left their loops: dropping the last reference now joins nothing that
+  // could be the dropping thread itself.
+  bool finished() const noexcept { return running_threads_.load() == 0; }
+  // Shuts down and waits for both threads. Never from one of them.
+  void join();
   const std::string& peer() const noexcept { return peer_; }
   FrameHandler& handler() noexcept { return *handler_; }
 
@@ -91,6 +97,7 @@ class StreamConnection {
   std::condition_variable drained_;
   std::string close_reason_;
 
+  std::atomic<int> running_threads_{0};
   std::thread reader_;
   std::thread writer_;
 };

@@ -16,6 +16,8 @@
 namespace memwire::detail {
 namespace {
 
+using Connections = std::vector<std::shared_ptr<StreamConnection>>;
+
 class StreamTransport final : public Transport {
  public:
   StreamTransport(const TransportContext& context, StreamSettings settings)
@@ -26,18 +28,22 @@ class StreamTransport final : public Transport {
   ~StreamTransport() override {
     ::shutdown(settings_.listener.get(), SHUT_RDWR);
     acceptor_.join();
-    std::vector<std::shared_ptr<StreamConnection>> all;
+    Connections all;
     {
       std::lock_guard lock(mutex_);
       for (auto& [peer, connections] : pool_)
         all.insert(all.end(), connections.begin(), connections.end());
       all.insert(all.end(), accepted_.begin(), accepted_.end());
+      all.insert(all.end(), retired_.begin(), retired_.end());
       pool_.clear();
       accepted_.clear();
+      retired_.clear();
     }
     // Answers already queued (completion acknowledgements) still go out, briefly.
     for (auto& connection : all) connection->close_when_sent(std::chrono::milliseconds(500));
-    // Dropping them joins their threads.
+    // Joined while we still hold them: a connection thread that briefly holds a reference of
+    // its own (a breaker, a notice) must never be the one that drops the last and joins itself.
+    for (auto& connection : all) connection->join();
   }
 
   std::string_view name() const override { return settings_.name; }
@@ -129,16 +135,17 @@ class StreamTransport final : public Transport {
   }
 
   // Pooled connections to `address`, dialling the missing ones; dead ones are replaced.
-  std::vector<std::shared_ptr<StreamConnection>> connections_to(const std::string& address) {
+  Connections connections_to(const std::string& address) {
     const auto wanted = std::max(1u, context_.options.tcp_connections_per_peer);
-    std::vector<std::shared_ptr<StreamConnection>> dead;  // joined outside the lock
+    Connections finished;  // dropped outside the lock
     std::lock_guard lock(mutex_);
     auto& connections = pool_[address];
     std::erase_if(connections, [&](const auto& connection) {
       if (connection->alive()) return false;
-      dead.push_back(connection);
+      retired_.push_back(connection);
       return true;
     });
+    move_finished(retired_, finished);
     while (connections.size() < wanted) {
       auto connection = std::make_shared<StreamConnection>(
           settings_.dial(address, context_.options.connect_timeout),
@@ -170,18 +177,30 @@ class StreamTransport final : public Transport {
                                                            settings_.name + " peer");
       passive->bind(connection);
       connection->run();
+      Connections finished;  // dropped outside the lock
       std::lock_guard lock(mutex_);
-      std::erase_if(accepted_, [](const auto& old) { return !old->alive(); });
+      move_finished(accepted_, finished);
       accepted_.push_back(std::move(connection));
     }
+  }
+
+  // A closed connection is dropped only once its threads are done: until then one of them may
+  // be the caller, or hold a reference whose release would make it join itself.
+  static void move_finished(Connections& from, Connections& into) {
+    std::erase_if(from, [&](const auto& connection) {
+      if (!connection->finished()) return false;
+      into.push_back(connection);
+      return true;
+    });
   }
 
   const TransportContext& context_;
   StreamSettings settings_;
   std::thread acceptor_;
   std::mutex mutex_;
-  std::map<std::string, std::vector<std::shared_ptr<StreamConnection>>> pool_;
-  std::vector<std::shared_ptr<StreamConnection>> accepted_;
+  std::map<std::string, Connections> pool_;
+  Connections accepted_;
+  Connections retired_;  // closed, out of the pool, threads maybe still running
 };
 
 }  // namespace
