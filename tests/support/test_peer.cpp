@@ -2,10 +2,13 @@
 //   memwire_test_peer publish readable|writable SIZE SEED   prints metadata, waits, verifies
 //   memwire_test_peer active read|write SIZE SEED [CHUNK]   reads metadata from stdin
 // Prints "complete" or "error <reason>" as its last line; exit code 0 only on success.
+// MEMWIRE_PEER_SHARED=1: the buffer is a SharedBuffer (which a same-host peer maps).
 #include <unistd.h>
 
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,7 +19,7 @@ using namespace memwire;
 
 namespace {
 
-int finish(Operation& operation, std::vector<std::byte>& buffer, bool verify, std::uint64_t seed) {
+int finish(Operation& operation, std::span<std::byte> buffer, bool verify, std::uint64_t seed) {
   try {
     operation.wait_for_completion(std::chrono::seconds(60));
   } catch (const Error& error) {
@@ -54,8 +57,17 @@ int main(int argc, char** argv) {
   ConnectorOptions options;
   if (argc > 5) options.tcp_chunk_size = std::strtoull(argv[5], nullptr, 10);
   Connector connector(options);
-  std::vector<std::byte> buffer(size);
-  std::vector<Descriptor> descriptors{Descriptor(std::span(buffer))};
+  const char* shared_wanted = std::getenv("MEMWIRE_PEER_SHARED");
+  std::optional<SharedBuffer> shared;
+  std::vector<std::byte> plain;
+  std::span<std::byte> buffer;
+  if (shared_wanted && shared_wanted[0] == '1') {
+    buffer = shared.emplace(size).bytes();
+  } else {
+    plain.resize(size);
+    buffer = plain;
+  }
+  std::vector<Descriptor> descriptors{Descriptor(buffer)};
   try {
     if (role == "publish") {
       if (kind == "readable") {

@@ -7,4 +7,5 @@
 #include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/operation.hpp"
+#include "memwire/shared_buffer.hpp"
 #include "memwire/status.hpp"

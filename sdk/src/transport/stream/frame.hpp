@@ -14,7 +14,8 @@ namespace memwire::detail {
 // index, offset and length, so the passive side can check every access against its
 // registration before touching memory. With kCrossMemory the payload does not travel on the
 // socket: the passive side copies it straight between its registration and `peer_address` in
-// the active process (process_vm_readv/writev).
+// the active process (process_vm_readv/writev), or (kMapped) the active side maps the passive
+// side's SharedBuffer and copies itself.
 static_assert(std::endian::native == std::endian::little, "the wire format is little-endian");
 
 enum class FrameType : std::uint8_t {
@@ -32,6 +33,10 @@ namespace frame_flags {
 inline constexpr std::uint8_t kCrossMemory = 1;
 // The request is the whole transfer: serving it completes the operation, no notice follows.
 inline constexpr std::uint8_t kCompletes = 2;
+// Cross-memory request: "if that memory is in one of your SharedBuffers, tell me where instead
+// of copying". The answer then carries a SharedLocation as payload, the active side copies
+// through its own mapping, and a completion notice always follows.
+inline constexpr std::uint8_t kMapped = 4;
 }  // namespace frame_flags
 
 struct FrameHeader {

@@ -1,14 +1,16 @@
 #include "transport/stream/stream_active_side.hpp"
 
+#include <cstring>
+
 namespace memwire::detail {
 
 std::uint64_t StreamActiveSide::expect(std::shared_ptr<StreamTransfer> transfer,
                                        std::byte* destination, std::uint64_t length,
-                                       std::optional<AccessGate::Pin> pin) {
+                                       std::optional<AccessGate::Pin> pin, std::byte* local) {
   std::lock_guard lock(mutex_);
   if (closed_) return 0;
   auto id = next_id_++;
-  pending_.emplace(id, Pending{std::move(transfer), destination, length, std::move(pin)});
+  pending_.emplace(id, Pending{std::move(transfer), destination, length, std::move(pin), local});
   return id;
 }
 
@@ -41,7 +43,7 @@ void StreamActiveSide::chunk_done(StreamConnection&,
   if (transfer->chunks_left.fetch_sub(1) != 1 ||
       transfer->transfer->status() != OperationStatus::InProgress)
     return;
-  if (transfer->single_request) {
+  if (transfer->single_request && !transfer->mapped) {
     transfer->transfer->succeed();
   } else {
     send_completion_notice(transfer);
@@ -55,6 +57,8 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
     return;
   }
   auto pending = take(header.request_id);
+  if (header.code == 0 && (header.flags & frame_flags::kMapped))
+    return copy_mapped(connection, header, std::move(pending));
   if (pending) pending->pin.reset();  // never hold a pin while failing: fail() closes the gate
   if (header.code != 0) {
     auto text = connection.receive_text(header.length);
@@ -91,6 +95,39 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
     default:  // NoticeResponse: the passive side accepted the completion notice
       transfer.succeed();
   }
+}
+
+void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHeader& header,
+                                   std::optional<Pending> pending) {
+  SharedLocation location;
+  if (header.length != sizeof location) {
+    connection.shutdown("protocol error: mapped answer of the wrong length");
+    return;
+  }
+  if (!connection.receive(&location, sizeof location) || !pending) return;
+  auto& transfer = *pending->transfer->transfer;
+  const bool reading = header.type == FrameType::ReadResponse;
+  try {
+    if (pending->local == nullptr || header.type == FrameType::NoticeResponse)
+      throw Error(ErrorCode::Protocol, "mapped answer to a request that did not ask for one");
+    auto mapping = mappings_.map(location, /*writable=*/!reading);
+    if (location.offset > mapping->size() || pending->length > mapping->size() - location.offset)
+      throw Error(ErrorCode::Protocol, "mapped answer points outside the peer's buffer");
+    auto* remote = mapping->base() + location.offset;
+    // Still pinned: a cancel waits for this copy to end before the caller reuses the buffer.
+    if (reading) {
+      std::memcpy(pending->local, remote, pending->length);
+    } else {
+      std::memcpy(remote, pending->local, pending->length);
+    }
+  } catch (const Error& error) {
+    pending->pin.reset();  // fail() closes the gate, which waits for pins
+    transfer.fail(error);
+    return;
+  }
+  pending->pin.reset();
+  pending->transfer->mapped = true;
+  chunk_done(connection, pending->transfer);
 }
 
 void StreamActiveSide::on_closed(StreamConnection&, const Error& reason) {

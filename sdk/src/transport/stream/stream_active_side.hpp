@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "active_transfer.hpp"
+#include "transport/stream/peer_mappings.hpp"
 #include "transport/stream/stream_connection.hpp"
 
 namespace memwire::detail {
@@ -20,16 +21,25 @@ struct StreamTransfer {
   std::atomic<std::size_t> chunks_left{0};
   // One request carried the whole transfer (kCompletes): its answer completes it, no notice.
   bool single_request = false;
+  // Some bytes moved through a mapping after the passive side answered: a notice must follow.
+  std::atomic<bool> mapped{false};
 };
 
 // The dialling end of a pooled connection: sends requests and matches responses to them.
 class StreamActiveSide final : public FrameHandler {
  public:
+  // `peer_process`: the passive side's pid on a same-host connection (0 otherwise), whose
+  // SharedBuffers we may map.
+  explicit StreamActiveSide(int peer_process = 0) : mappings_(peer_process) {}
+
   // Registers a request and returns its id (0 when the connection is closed); the caller sends
-  // the frame. `pin` keeps the local buffer alive while the passive side copies into or out of
-  // it directly (cross-memory), until the answer arrives.
+  // the frame. `destination`: where a read's payload lands from the socket. Cross-memory
+  // requests pass `local`, the chunk of the caller's buffer, and a `pin` that keeps it alive
+  // while the passive side copies into or out of it, or we copy through a mapping, until the
+  // answer is handled.
   std::uint64_t expect(std::shared_ptr<StreamTransfer> transfer, std::byte* destination,
-                       std::uint64_t length, std::optional<AccessGate::Pin> pin = std::nullopt);
+                       std::uint64_t length, std::optional<AccessGate::Pin> pin = std::nullopt,
+                       std::byte* local = nullptr);
 
   void on_frame(StreamConnection& connection, const FrameHeader& header) override;
   void on_closed(StreamConnection& connection, const Error& reason) override;
@@ -40,15 +50,20 @@ class StreamActiveSide final : public FrameHandler {
     std::byte* destination;  // where a read's payload lands; null for other requests
     std::uint64_t length;
     std::optional<AccessGate::Pin> pin;
+    std::byte* local;  // cross-memory: the caller's chunk
   };
 
   std::optional<Pending> take(std::uint64_t request_id);
+  // The passive side answered with where its SharedBuffer holds the bytes: copy them here.
+  void copy_mapped(StreamConnection& connection, const FrameHeader& header,
+                   std::optional<Pending> pending);
   void chunk_done(StreamConnection& connection, const std::shared_ptr<StreamTransfer>& transfer);
 
   std::mutex mutex_;
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, Pending> pending_;
   bool closed_ = false;
+  PeerMappings mappings_;  // reader thread only
 };
 
 // Sends the completion notice of `transfer` (all chunks moved) and expects its answer.

@@ -1,6 +1,7 @@
 #include "transport/stream/stream_passive_side.hpp"
 
 #include "registration.hpp"
+#include "shared_memory_index.hpp"
 #include "transport/stream/cross_memory.hpp"
 
 namespace memwire::detail {
@@ -88,6 +89,7 @@ void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHead
     response.header.request_id = header.request_id;
     if (header.flags & frame_flags::kCrossMemory) {
       check_cross_memory();
+      if (answer_mapped(connection, header, access.data)) return;
       if (auto failure =
               copy_to_process(peer_process_, header.peer_address, access.data, header.length))
         throw Error(ErrorCode::Transport, *failure);
@@ -118,6 +120,7 @@ void StreamPassiveSide::serve_write(StreamConnection& connection, const FrameHea
       touch(registration);
       if (header.flags & frame_flags::kCrossMemory) {
         check_cross_memory();
+        if (answer_mapped(connection, header, access.data)) return;
         if (auto failure =
                 copy_from_process(peer_process_, header.peer_address, access.data, header.length))
           throw Error(ErrorCode::Transport, *failure);
@@ -133,6 +136,23 @@ void StreamPassiveSide::serve_write(StreamConnection& connection, const FrameHea
   } catch (const Error& error) {
     if (connection.discard(unread)) answer(connection, FrameType::WriteResponse, header, &error);
   }
+}
+
+bool StreamPassiveSide::answer_mapped(StreamConnection& connection, const FrameHeader& request,
+                                      const std::byte* data) {
+  if ((request.flags & frame_flags::kMapped) == 0) return false;
+  auto location = find_shared(data, request.length);
+  if (!location) return false;
+  OutFrame response;
+  response.header.type =
+      request.type == FrameType::ReadRequest ? FrameType::ReadResponse : FrameType::WriteResponse;
+  response.header.request_id = request.request_id;
+  response.header.flags = frame_flags::kCrossMemory | frame_flags::kMapped;
+  response.text.assign(reinterpret_cast<const char*>(&*location), sizeof *location);
+  // Never completes here, even for kCompletes: the bytes move after this answer, and the
+  // active side's notice says when they have.
+  connection.send(std::move(response));
+  return true;
 }
 
 void StreamPassiveSide::finish_request(StreamConnection& connection, const FrameHeader& request,

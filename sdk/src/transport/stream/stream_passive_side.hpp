@@ -40,6 +40,10 @@ class StreamPassiveSide final : public FrameHandler {
   // Sends the answer to a served request; completes the operation first when it asked to.
   void finish_request(StreamConnection& connection, const FrameHeader& request,
                       Registration& registration, OutFrame response);
+  // Answers a kMapped request for memory in a SharedBuffer with its location; false when the
+  // request did not ask or the memory is not shared (then it is copied as usual).
+  static bool answer_mapped(StreamConnection& connection, const FrameHeader& request,
+                            const std::byte* data);
   // Throws unless cross-memory copies with this peer are allowed.
   void check_cross_memory() const;
   void touch(const std::shared_ptr<Registration>& registration);

@@ -98,9 +98,9 @@ class StreamTransport final : public Transport {
         // The passive side copies into or out of `memory` itself: keep it pinned until it says so.
         auto pin = transfer->gate().pin();
         if (!pin) return;  // already cancelled
-        frame.header.flags |= frame_flags::kCrossMemory;
+        frame.header.flags |= frame_flags::kCrossMemory | frame_flags::kMapped;
         frame.header.peer_address = reinterpret_cast<std::uintptr_t>(memory);
-        id = active.expect(state, nullptr, chunk.length, std::move(pin));
+        id = active.expect(state, nullptr, chunk.length, std::move(pin), memory);
       } else {
         id = active.expect(state, reading ? memory : nullptr, chunk.length);
         if (!reading) {
@@ -147,9 +147,10 @@ class StreamTransport final : public Transport {
     });
     move_finished(retired_, finished);
     while (connections.size() < wanted) {
+      auto socket = settings_.dial(address, context_.options.connect_timeout);
+      const int peer = settings_.cross_memory ? peer_process(socket.get()) : 0;
       auto connection = std::make_shared<StreamConnection>(
-          settings_.dial(address, context_.options.connect_timeout),
-          std::make_unique<StreamActiveSide>(), address);
+          std::move(socket), std::make_unique<StreamActiveSide>(peer), address);
       connection->run();
       if (!settings_.cross_memory) {  // a cross-memory dial already said hello, with its probe
         OutFrame hello;

@@ -1,0 +1,41 @@
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "memwire/descriptor.hpp"
+
+namespace memwire {
+
+// Host memory that peers on the same host can map: an anonymous shared file (memfd) mapped
+// into this process. Any memory can be registered; memory from a SharedBuffer moves faster
+// between processes of one host: the peer maps it once and copies with one memcpy, where
+// other memory costs a kernel copy (process_vm_readv) per transfer.
+//
+// Zero-filled; size() is what was asked for. Move-only; destroying it unmaps it here, while a
+// peer that still maps it keeps the pages until it lets go. Do not destroy it while an
+// operation uses it, as with any registered memory.
+class SharedBuffer {
+ public:
+  explicit SharedBuffer(std::size_t size);
+  ~SharedBuffer();
+  SharedBuffer(SharedBuffer&& other) noexcept;
+  SharedBuffer& operator=(SharedBuffer&& other) noexcept;
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+
+  std::byte* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
+  Descriptor descriptor() const noexcept { return Descriptor(data_, size_); }
+
+ private:
+  void release() noexcept;
+
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t mapped_ = 0;  // size_ rounded up to whole pages
+  int fd_ = -1;
+};
+
+}  // namespace memwire

@@ -1,0 +1,132 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "memwire/memwire.hpp"
+#include "support/error_code_of.hpp"
+#include "support/pattern.hpp"
+
+using namespace memwire;
+using namespace std::chrono_literals;
+using memwire::test_support::error_code_of;
+using memwire::test_support::fill_pattern;
+using memwire::test_support::first_mismatch;
+
+namespace {
+
+ConnectorOptions shm_options(std::size_t chunk = 4 << 20) {
+  ConnectorOptions options;
+  options.transports = {"shm"};
+  options.tcp_chunk_size = chunk;
+  return options;
+}
+
+// Mappings of memwire's shared files in this process: the owner's own, plus one for each
+// connection of the peer that mapped it. Shows whether the mapped path was taken.
+int shared_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  int count = 0;
+  for (std::string line; std::getline(maps, line);)
+    count += line.find("memfd:memwire-shared") != std::string::npos;
+  return count;
+}
+
+struct SharedBufferTransfer : ::testing::Test {
+  Connector owner{shm_options()};
+  Connector peer{shm_options()};
+};
+
+}  // namespace
+
+TEST(SharedBuffer, IsZeroFilledMovableAndRefusesSizeZero) {
+  SharedBuffer buffer(10'000);
+  EXPECT_EQ(buffer.size(), 10'000u);
+  for (auto byte : buffer.bytes()) ASSERT_EQ(byte, std::byte{0});
+  auto* data = buffer.data();
+  SharedBuffer moved(std::move(buffer));
+  EXPECT_EQ(moved.data(), data);
+  EXPECT_EQ(buffer.data(), nullptr);
+  EXPECT_EQ(moved.descriptor().ptr(), data);
+  EXPECT_EQ(moved.descriptor().size(), 10'000u);
+  EXPECT_EQ(error_code_of([] { SharedBuffer empty(0); }), ErrorCode::InvalidArgument);
+}
+
+TEST(SharedBufferTransfers, ReadIsCopiedThroughTheReadersOwnMapping) {
+  for (std::size_t size : {std::size_t{1}, std::size_t{4097}, std::size_t{(16 << 20) + 3}}) {
+    Connector owner{shm_options()}, peer{shm_options()};  // no mappings left from other sizes
+    SharedBuffer source(size);
+    fill_pattern(source.bytes(), size);
+    std::vector<std::byte> target(size);
+    const int before = shared_mappings();
+    auto readable = owner.create_readable({source.descriptor()});
+    auto read = peer.begin_read(readable.metadata(), {Descriptor(std::span(target))});
+    ASSERT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
+    ASSERT_EQ(readable.wait_for_completion(10s), OperationStatus::Complete);
+    EXPECT_EQ(read.transport(), "shm");
+    EXPECT_EQ(first_mismatch(target, size), size) << size << " bytes";
+    EXPECT_GT(shared_mappings(), before) << "the reader never mapped the owner's buffer";
+  }
+}
+
+TEST_F(SharedBufferTransfer, WriteLandsInTheOwnersBufferBeforeItCompletes) {
+  SharedBuffer target((4 << 20) + 5);
+  std::vector<std::byte> source(target.size());
+  fill_pattern(source, 7);
+  auto writable = owner.create_writable({target.descriptor()});
+  auto write = peer.begin_write({Descriptor(std::span(source))}, writable.metadata());
+  ASSERT_EQ(writable.wait_for_completion(10s), OperationStatus::Complete);
+  EXPECT_EQ(first_mismatch(target.bytes(), 7), target.size());
+  EXPECT_EQ(write.wait_for_completion(10s), OperationStatus::Complete);
+}
+
+TEST_F(SharedBufferTransfer, SharedAndPlainDescriptorsMixInOneOperation) {
+  // Chunks of 64 KiB over two connections: some answered with a mapping, some copied by the
+  // kernel, all in one operation.
+  Connector small_chunks_owner{shm_options(64 << 10)}, small_chunks_peer{shm_options(64 << 10)};
+  SharedBuffer shared(300'001);
+  std::vector<std::byte> plain(200'003);
+  fill_pattern(shared.bytes(), 1);
+  fill_pattern(plain, 2);
+  std::vector<std::byte> first(shared.size()), second(plain.size());
+  auto readable =
+      small_chunks_owner.create_readable({shared.descriptor(), Descriptor(std::span(plain))});
+  auto read = small_chunks_peer.begin_read(
+      readable.metadata(), {Descriptor(std::span(first)), Descriptor(std::span(second))});
+  ASSERT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
+  ASSERT_EQ(readable.wait_for_completion(10s), OperationStatus::Complete);
+  EXPECT_EQ(first_mismatch(first, 1), first.size());
+  EXPECT_EQ(first_mismatch(second, 2), second.size());
+}
+
+TEST_F(SharedBufferTransfer, AFreedBufferIsNeverReadThroughAnOldMapping) {
+  std::vector<std::byte> target(1 << 20);
+  for (std::uint64_t round = 0; round < 3; ++round) {
+    // Same size each round, often the same address: only the file's identity tells them apart.
+    SharedBuffer source(target.size());
+    fill_pattern(source.bytes(), 100 + round);
+    auto readable = owner.create_readable({source.descriptor()});
+    auto read = peer.begin_read(readable.metadata(), {Descriptor(std::span(target))});
+    ASSERT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
+    ASSERT_EQ(readable.wait_for_completion(10s), OperationStatus::Complete);
+    EXPECT_EQ(first_mismatch(target, 100 + round), target.size()) << "round " << round;
+  }
+  // The owner's buffer now, and the peer's mapping of it; mappings of freed buffers were let go.
+  EXPECT_LE(shared_mappings(), 1 + 2);
+}
+
+TEST_F(SharedBufferTransfer, ATokenThatDoesNotMatchGetsNoMapping) {
+  SharedBuffer source(4096);
+  auto readable = owner.create_readable({source.descriptor()});
+  auto forged = RdmaMetadata::from_json([&] {
+    auto json = readable.metadata().to_json();
+    auto at = json.find("\"token\":\"") + 9;
+    json[at] = json[at] == 'a' ? 'b' : 'a';
+    return json;
+  }());
+  std::vector<std::byte> target(4096);
+  const int before = shared_mappings();
+  auto read = peer.begin_read(forged, {Descriptor(std::span(target))});
+  EXPECT_EQ(error_code_of([&] { read.wait_for_completion(10s); }), ErrorCode::AccessDenied);
+  EXPECT_EQ(shared_mappings(), before);
+}
