@@ -21,6 +21,13 @@ import time
 MiB = 1 << 20
 SIZES = "4K,64K,1M,16M,64M,256M,1G"
 UCX_SIZES = [16 * MiB, 64 * MiB]
+# Throughput runs: name -> (title, transfer_bench options).
+THROUGHPUT_RUNS = {
+    "tcp": ("tcp", ["--transport", "tcp"]),
+    "shm": ("shm (plain memory: process_vm_readv/writev)", ["--transport", "shm"]),
+    "shm-shared": ("shm (the peer's buffers in a SharedBuffer, mapped by the driver)",
+                   ["--transport", "shm", "--memory", "shared"]),
+}
 
 
 def log(text):
@@ -333,12 +340,18 @@ def evaluate_targets(results):
     shm = results["memwire"]["throughput"].get("shm", {})
     if not shm.get("available", False):
         shm_note = "shm not available: " + shm.get("reason", shm.get("error", "?"))
-    add("same-host READ 16 MiB vs UCX sm get", 1.0,
-        ratio(gbps(find_throughput(results, "shm", "read", 16 * MiB)),
-              ucx_gbps(results, "sm", "ucp_get", 16 * MiB)), True, shm_note)
-    add("same-host READ 64 MiB vs single-thread memcpy 64 MiB", 0.8,
-        ratio(gbps(find_throughput(results, "shm", "read", 64 * MiB)),
-              memcpy_gbps(results, 64 * MiB)), True, shm_note)
+    # UCX's sm get reads memory that ucx_perftest allocated in shared memory and the peer
+    # mapped; memwire's like for like is a SharedBuffer. Plain memory costs a kernel copy
+    # (process_vm_readv), shown for information.
+    for transport, kind in (("shm-shared", "SharedBuffer"), ("shm", "plain memory, CMA")):
+        info = transport == "shm"
+        add(f"same-host READ 16 MiB ({kind}) vs UCX sm get", 1.0,
+            ratio(gbps(find_throughput(results, transport, "read", 16 * MiB)),
+                  ucx_gbps(results, "sm", "ucp_get", 16 * MiB)), True,
+            "for information" if info else shm_note)
+        add(f"same-host READ 64 MiB ({kind}) vs 1-thread memcpy 64 MiB", 0.8,
+            ratio(gbps(find_throughput(results, transport, "read", 64 * MiB)),
+                  memcpy_gbps(results, 64 * MiB)), True, "for information" if info else shm_note)
     for transport in ("tcp", "shm"):
         entry = latency_entry(results, transport, 4096)
         add(f"4 KiB READ round trip p50 ({transport}) vs raw TCP ping-pong p50", 2.0,
@@ -386,7 +399,7 @@ def render(results):
     # Throughput: one block per transport; columns are sizes.
     sizes = [int(s) for s in meta["sizes"]]
     head = f"{'':24}" + "".join(f"{size_name(s):>13}" for s in sizes)
-    for transport in ("tcp", "shm"):
+    for transport in THROUGHPUT_RUNS:
         data = results["memwire"]["throughput"].get(transport, {})
         if not data.get("available", False):
             reason = data.get("reason") or data.get("error") or "not run"
@@ -394,7 +407,8 @@ def render(results):
             out.append("")
             continue
         base_name, _ = throughput_baseline(results, transport, sizes[0])
-        out.append(f"memwire {transport} throughput, GB/s: median [min-max]; ratio to {base_name}"
+        out.append(f"memwire {THROUGHPUT_RUNS[transport][0]} throughput, GB/s: median [min-max]; "
+                   f"ratio to {base_name}"
                    + (" (single stream)" if base_name == "iperf3" else " of the same size"))
         out.append(head)
         for op in ("read", "write"):
@@ -421,7 +435,9 @@ def render(results):
                    "flight; '-' = not run (c x size over 1 GiB)")
         # Memory of both processes: the peak, and what memwire adds beyond the buffers.
         out.append("  RSS, MiB, driver/peer, READ d=1: peak during the trials; and peak minus RSS "
-                   "once the buffers were filled")
+                   "once the buffers were filled"
+                   + (" (the driver's includes the peer's buffers it maps)"
+                      if transport == "shm-shared" else ""))
         for conc in (1, 64):
             peak, extra = [], []
             for size in sizes:
@@ -446,14 +462,18 @@ def render(results):
         if "error" in entry:
             out.append(f"  UCX {entry}: error")
             continue
-        transport = "tcp" if entry["tls"] == "tcp" else "shm"
         op = "read" if entry["test"] == "ucp_get" else "write"
-        mine = gbps(find_throughput(results, transport, op, entry["size"]))
         g = entry["gbps"]
         label = f"UCX_TLS={entry['tls']} {entry['test']} {size_name(entry['size'])}"
-        mine_text = "n/a" if mine is None else f"{mine:.3f}"
-        out.append(f"  {label:28}{g['median']:>9.3f} [{g['min']:.2f}-{g['max']:.2f}]   "
-                   f"{transport + ' ' + op.upper():16}{mine_text:>8}{fmt_ratio(ratio(mine, g['median'])):>9}")
+        for transport in (("tcp",) if entry["tls"] == "tcp" else ("shm-shared", "shm")):
+            mine = gbps(find_throughput(results, transport, op, entry["size"]))
+            mine_text = "n/a" if mine is None else f"{mine:.3f}"
+            out.append(f"  {label:28}{g['median']:>9.3f} [{g['min']:.2f}-{g['max']:.2f}]   "
+                       f"{transport + ' ' + op.upper():16}{mine_text:>8}"
+                       f"{fmt_ratio(ratio(mine, g['median'])):>9}")
+            label = ""
+    out.append("  shm-shared: the peer's buffers are a SharedBuffer, which the driver maps (UCX sm "
+               "maps memory ucx_perftest allocated, likewise); shm: plain memory, a kernel copy")
     out.append("")
 
     # Baselines by themselves.
@@ -535,7 +555,8 @@ def plot(results, path):
 
     fig, ax = plt.subplots(figsize=(13, 6.5))
     styles = {("tcp", "read"): ("tab:blue", "o"), ("tcp", "write"): ("tab:cyan", "s"),
-              ("shm", "read"): ("tab:red", "o"), ("shm", "write"): ("tab:orange", "s")}
+              ("shm", "read"): ("tab:red", "o"), ("shm", "write"): ("tab:orange", "s"),
+              ("shm-shared", "read"): ("darkred", "P"), ("shm-shared", "write"): ("goldenrod", "X")}
     for (transport, op), (color, marker) in styles.items():
         for conc, line in ((1, "-"), (64, ":")):
             xs, ys, lo, hi = [], [], [], []
@@ -640,11 +661,10 @@ def main():
             [exe("memcpy_bandwidth"), "--sizes", sizes] + trials, 300).get("memcpy", [])
         results["meta"]["sizes"] = [e["size"] for e in results["baselines"]["memcpy"]]
 
-        for transport in ("tcp", "shm"):
-            log(f"== memwire throughput, {transport}")
-            results["memwire"]["throughput"][transport] = run_program(
-                [exe("transfer_bench"), "throughput", "--transport", transport, "--sizes", sizes]
-                + trials, 900)
+        for run, (_, options) in THROUGHPUT_RUNS.items():
+            log(f"== memwire throughput, {run}")
+            results["memwire"]["throughput"][run] = run_program(
+                [exe("transfer_bench"), "throughput", "--sizes", sizes] + options + trials, 900)
 
         log("== iperf3 baseline")
         try:

@@ -6,6 +6,8 @@
 //                  [--descs 1,16] [--conc 1,64] [--trials 5] [--large-trials 3]
 //                  [--max-inflight 1G] [--target-bytes 256M] [--max-ops 2048]
 //   transfer_bench latency --transport tcp|shm [--sizes 64,4K] [--samples 3000] [--warmup 300]
+//   either mode: [--memory plain|shared] (the peer's buffers: plain pages, or a SharedBuffer that
+//   a same-host driver maps)
 //
 // Throughput: one trial is a batch of operations, at most CONC in flight, timed from the first
 // begin_* until the peer reports the batch's last passive operation complete (end to end).
@@ -58,6 +60,7 @@ struct Args {
   std::size_t max_ops = 2048;
   std::size_t samples = 3000;
   std::size_t warmup = 300;
+  std::string memory = "plain";  // the peer's buffers: plain pages or a SharedBuffer
 };
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
@@ -72,8 +75,8 @@ std::string size_name(std::size_t size) {
 // The peer process and its line protocol (see transfer_peer.cpp).
 class Peer {
  public:
-  Peer(const std::string& binary, const std::string& transport)
-      : process_({binary, "--transport", transport}) {
+  Peer(const std::string& binary, const std::string& transport, const std::string& memory)
+      : process_({binary, "--transport", transport, "--memory", memory}) {
     hello_ = expect_line("peer start");
   }
   ~Peer() {
@@ -387,6 +390,8 @@ Args parse(int argc, char** argv) {
     const std::string key = argv[i], value = argv[i + 1];
     if (key == "--transport")
       args.transport = value;
+    else if (key == "--memory")
+      args.memory = value;
     else if (key == "--peer")
       args.peer = value;
     else if (key == "--ops")
@@ -424,8 +429,8 @@ int main(int argc, char** argv) {
   json report;
   try {
     const Args args = parse(argc, argv);
-    report = {{"mode", args.mode}, {"transport", args.transport}};
-    Peer peer(args.peer, args.transport);
+    report = {{"mode", args.mode}, {"transport", args.transport}, {"memory", args.memory}};
+    Peer peer(args.peer, args.transport, args.memory);
     std::unique_ptr<Connector> connector;
     std::string reason;
     if (peer.hello().rfind("ready", 0) != 0) {

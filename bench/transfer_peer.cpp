@@ -1,7 +1,8 @@
 // The passive side of the transfer benchmark: a second OS process that the driver
 // (transfer_bench) spawns, with commands on stdin and answers on stdout, one line each.
 //
-//   transfer_peer --transport NAME
+//   transfer_peer --transport NAME [--memory plain|shared]
+//     (shared: the buffers are one memwire::SharedBuffer, which same-host peers map)
 //     -> "ready <transports>"  or  "unavailable <reason>" (then exits)
 //   alloc SIZE DESCS SLOTS SEED   SLOTS buffers of SIZE bytes, each split into DESCS descriptors,
 //                                 filled with the pattern of SEED (0: zeros)
@@ -19,6 +20,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -50,18 +52,27 @@ void say(const std::string& line) {
 }
 
 struct Buffers {
-  PageBuffer memory;
+  bool use_shared = false;
+  PageBuffer plain;
+  std::optional<SharedBuffer> shared;
+  std::byte* memory = nullptr;
   std::size_t size = 0;
   std::vector<std::vector<Descriptor>> slots;
 
   void allocate(std::size_t slot_size, unsigned descs, unsigned slot_count, std::uint64_t seed) {
-    memory = PageBuffer();  // the old buffers leave before the new ones arrive
+    plain = PageBuffer();  // the old buffers leave before the new ones arrive
+    shared.reset();
     slots.clear();
-    memory = PageBuffer(slot_size * slot_count);
+    if (use_shared) {
+      memory = shared.emplace(slot_size * slot_count).data();
+    } else {
+      plain = PageBuffer(slot_size * slot_count);
+      memory = plain.data();
+    }
     size = slot_size;
     const std::size_t piece = slot_size / descs;
     for (unsigned s = 0; s < slot_count; ++s) {
-      std::byte* base = memory.data() + s * slot_size;
+      std::byte* base = memory + s * slot_size;
       std::span<std::byte> slot(base, slot_size);
       if (seed != 0) {
         test_support::fill_pattern(slot, seed);
@@ -80,7 +91,7 @@ struct Buffers {
   // "ok" when every buffer holds the pattern of `seed`; else where it first does not.
   std::string damage(std::uint64_t seed) const {
     for (std::size_t s = 0; s < slots.size(); ++s) {
-      auto bad = test_support::first_mismatch({memory.data() + s * size, size}, seed);
+      auto bad = test_support::first_mismatch({memory + s * size, size}, seed);
       if (bad != size) {
         return "buffer " + std::to_string(s) + " of " + std::to_string(slots.size()) + ", byte " +
                std::to_string(bad);
@@ -149,8 +160,11 @@ void publish(Buffers& buffers, std::size_t count, bool each, Create create) {
 
 int main(int argc, char** argv) {
   std::string transport = "tcp";
+  Buffers buffers;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::string(argv[i]) == "--transport") transport = argv[i + 1];
+    if (std::string(argv[i]) == "--memory")
+      buffers.use_shared = std::string(argv[i + 1]) == "shared";
   }
   std::unique_ptr<Connector> connector;
   try {
@@ -166,7 +180,6 @@ int main(int argc, char** argv) {
   for (const auto& name : connector->transports()) started += (started.empty() ? "" : ",") + name;
   say("ready " + started);
 
-  Buffers buffers;
   std::string line;
   while (std::getline(std::cin, line)) {
     std::istringstream command(line);
