@@ -3,12 +3,12 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <fstream>
 #include <string>
 
 #include "memwire/memwire.hpp"
 #include "support/child_process.hpp"
 #include "support/pattern.hpp"
+#include "support/shared_mappings.hpp"
 #include "support/test_peer_process.hpp"
 
 using namespace memwire;
@@ -151,15 +151,6 @@ TEST(MultiProcess, SameHostProcessesUseShm) {
   EXPECT_EQ(expect_line(child), "complete shm");
 }
 
-// memwire's shared files mapped into this process (this test makes none of its own).
-int shared_mappings() {
-  std::ifstream maps("/proc/self/maps");
-  int count = 0;
-  for (std::string line; std::getline(maps, line);)
-    count += line.find("memfd:memwire-shared") != std::string::npos;
-  return count;
-}
-
 TEST(MultiProcess, AnotherProcessesSharedBufferIsReadThroughAMapping) {
   constexpr std::size_t kSize = 64u << 20;
   auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "12"},
@@ -171,9 +162,10 @@ TEST(MultiProcess, AnotherProcessesSharedBufferIsReadThroughAMapping) {
     auto read = connector.begin_read(metadata, {Descriptor(std::span(target))});
     EXPECT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
     EXPECT_EQ(read.transport(), "shm");
-    EXPECT_GT(shared_mappings(), 0) << "the owner's SharedBuffer was not mapped here";
+    EXPECT_GT(memwire::test_support::shared_mappings(), 0)
+        << "the owner's SharedBuffer was not mapped here";
   }
-  EXPECT_EQ(shared_mappings(), 0) << "mappings outlived the connector";
+  EXPECT_EQ(memwire::test_support::shared_mappings(), 0) << "mappings outlived the connector";
   EXPECT_EQ(memwire::test_support::first_mismatch(target, 12), kSize);
   EXPECT_EQ(expect_line(child), "complete shm");
 }
@@ -188,7 +180,7 @@ TEST(MultiProcess, WriteIntoAnotherProcessesSharedBufferCompletesItVerified) {
   Connector connector;
   auto write = connector.begin_write({Descriptor(std::span(source))}, metadata);
   EXPECT_EQ(write.wait_for_completion(30s), OperationStatus::Complete);
-  EXPECT_GT(shared_mappings(), 0);
+  EXPECT_GT(memwire::test_support::shared_mappings(), 0);
   EXPECT_EQ(expect_line(child), "complete shm");  // the child checked every byte
 }
 

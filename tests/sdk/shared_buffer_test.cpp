@@ -1,17 +1,18 @@
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <string>
 
 #include "memwire/memwire.hpp"
 #include "support/error_code_of.hpp"
 #include "support/pattern.hpp"
+#include "support/shared_mappings.hpp"
 
 using namespace memwire;
 using namespace std::chrono_literals;
 using memwire::test_support::error_code_of;
 using memwire::test_support::fill_pattern;
 using memwire::test_support::first_mismatch;
+using memwire::test_support::shared_mappings;
 
 namespace {
 
@@ -20,16 +21,6 @@ ConnectorOptions shm_options(std::size_t chunk = 4 << 20) {
   options.transports = {"shm"};
   options.tcp_chunk_size = chunk;
   return options;
-}
-
-// Mappings of memwire's shared files in this process: the owner's own, plus one for each
-// connection of the peer that mapped it. Shows whether the mapped path was taken.
-int shared_mappings() {
-  std::ifstream maps("/proc/self/maps");
-  int count = 0;
-  for (std::string line; std::getline(maps, line);)
-    count += line.find("memfd:memwire-shared") != std::string::npos;
-  return count;
 }
 
 struct SharedBufferTransfer : ::testing::Test {
