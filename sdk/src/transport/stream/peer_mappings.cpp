@@ -51,11 +51,13 @@ std::shared_ptr<const PeerMapping> PeerMappings::map(const SharedLocation& locat
     return Error(ErrorCode::Transport, std::string("cannot map the peer's shared buffer (") + what +
                                            " " + path + "): " + std::strerror(errno));
   };
-  FileDescriptor file(::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC));
+  // O_NONBLOCK: a descriptor that names a FIFO must not block this reader thread in open().
+  FileDescriptor file(
+      ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (!file) throw fail("open");
   struct stat status {};
   if (::fstat(file.get(), &status) != 0) throw fail("fstat");
-  if (status.st_ino != location.inode ||
+  if (!S_ISREG(status.st_mode) || status.st_ino != location.inode ||
       static_cast<std::uint64_t>(status.st_size) < location.file_size) {
     errno = ESTALE;
     throw fail("check");

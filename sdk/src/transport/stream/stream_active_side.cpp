@@ -78,10 +78,8 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
     case FrameType::ReadResponse: {
       if (header.flags & frame_flags::kCrossMemory)  // the passive side copied it already
         return chunk_done(connection, pending->transfer);
-      if (pending->destination == nullptr || header.length != pending->length) {
-        connection.shutdown("protocol error: read response of the wrong length");
-        return;
-      }
+      if (pending->destination == nullptr || header.length != pending->length)
+        return break_protocol(connection, *pending, "read response of the wrong length");
       // Pinned while the bytes land in the caller's buffer; a cancelled transfer drains them.
       if (auto pin = transfer.gate().pin()) {
         if (!connection.receive(pending->destination, header.length)) return;
@@ -97,10 +95,19 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
   }
 }
 
+void StreamActiveSide::break_protocol(StreamConnection& connection, Pending& pending,
+                                      const std::string& what) {
+  // The request is no longer pending, so closing the connection would not fail it: fail it here.
+  pending.pin.reset();
+  pending.transfer->transfer->fail(Error(ErrorCode::Protocol, "protocol error: " + what));
+  connection.shutdown("protocol error: " + what);
+}
+
 void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHeader& header,
                                    std::optional<Pending> pending) {
   SharedLocation location;
   if (header.length != sizeof location) {
+    if (pending) return break_protocol(connection, *pending, "mapped answer of the wrong length");
     connection.shutdown("protocol error: mapped answer of the wrong length");
     return;
   }

@@ -54,6 +54,9 @@ class StreamActiveSide final : public FrameHandler {
   };
 
   std::optional<Pending> take(std::uint64_t request_id);
+  // Fails a request whose answer broke the protocol, then closes the connection.
+  static void break_protocol(StreamConnection& connection, Pending& pending,
+                             const std::string& what);
   // The passive side answered with where its SharedBuffer holds the bytes: copy them here.
   void copy_mapped(StreamConnection& connection, const FrameHeader& header,
                    std::optional<Pending> pending);
