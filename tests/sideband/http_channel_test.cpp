@@ -124,6 +124,55 @@ TEST(HttpChannelErrors, GarbageUnderANameIsInvalidMetadata) {
   thread.join();
 }
 
+TEST(HttpChannelWire, OneKeptHandleSendsEachCallAsItsOwn) {
+  // A curl handle is reused without a reset: a GET after a PUT, a bodiless DELETE after a POST
+  // must carry nothing of the call before. A real server records what arrives.
+  struct Seen {
+    std::string method, path, body, content_type, authorization;
+  };
+  std::mutex mutex;
+  std::vector<Seen> seen;
+  const std::string document = sample_metadata(4).to_json();
+  httplib::Server server;
+  auto record = [&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    seen.push_back({req.method, req.path, req.body, req.get_header_value("Content-Type"),
+                    req.get_header_value("Authorization")});
+    if (req.method == "GET") res.set_content(document, "application/json");
+    if (req.method == "POST") res.set_content(R"({"status":"done"})", "application/json");
+    if (req.method == "PUT" || req.method == "DELETE") res.status = 204;
+  };
+  server.Get(".*", record);
+  server.Put(".*", record);
+  server.Post(".*", record);
+  server.Delete(".*", record);
+  int port = server.bind_to_any_port("127.0.0.1");
+  std::thread thread([&] { server.listen_after_bind(); });
+  {
+    HttpChannel channel(channel_options("http://127.0.0.1:" + std::to_string(port), "s3cret"));
+    channel.publish("wire.a", sample_metadata(4), 0ms);
+    EXPECT_EQ(channel.fetch("wire.a", 2s), sample_metadata(4));
+    channel.request("wire.b", sample_metadata(5, OperationKind::Write), 2s);
+    channel.withdraw("wire.a");
+    EXPECT_EQ(channel.fetch("wire.a", 2s), sample_metadata(4));
+  }
+  server.stop();
+  thread.join();
+  std::lock_guard lock(mutex);
+  ASSERT_EQ(seen.size(), 5u);
+  const char* methods[] = {"PUT", "GET", "POST", "DELETE", "GET"};
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].method, methods[i]) << i;
+    EXPECT_EQ(seen[i].authorization, "Bearer s3cret") << i;
+    bool has_body = seen[i].method == "PUT" || seen[i].method == "POST";
+    EXPECT_EQ(seen[i].body.empty(), !has_body) << i;
+    EXPECT_EQ(seen[i].content_type, has_body ? "application/json" : "") << i;
+  }
+  EXPECT_EQ(seen[0].body, sample_metadata(4).to_json());
+  EXPECT_EQ(seen[2].body, sample_metadata(5, OperationKind::Write).to_json());
+  EXPECT_EQ(seen[3].path, "/v1/metadata/wire.a");
+}
+
 TEST_F(HttpChannelTest, TtlExpiryMakesTheNameUnknown) {
   channel_.publish("short", sample_metadata(1), 100ms);
   EXPECT_EQ(channel_.fetch("short", 1s), sample_metadata(1));

@@ -29,9 +29,8 @@ std::string server_message(const http::HttpReply& reply) {
   return "HTTP " + std::to_string(reply.status);
 }
 
-// Maps the endpoint's statuses onto memwire's errors; returns for 2xx.
-void check(const http::HttpReply& reply, const std::string& what) {
-  if (reply.status >= 200 && reply.status < 300) return;
+// Maps the endpoint's statuses onto memwire's errors.
+[[noreturn]] void fail(const http::HttpReply& reply, const std::string& what) {
   auto message = what + ": " + server_message(reply);
   switch (reply.status) {
     case 404:
@@ -47,6 +46,18 @@ void check(const http::HttpReply& reply, const std::string& what) {
     default:
       throw Error(ErrorCode::Transport, message + " (HTTP " + std::to_string(reply.status) + ")");
   }
+}
+
+bool succeeded(const http::HttpReply& reply) { return reply.status >= 200 && reply.status < 300; }
+
+// Returns for 2xx. The message is built only on failure, to keep it off every fetch's path.
+void check(const http::HttpReply& reply, std::string_view what) {
+  if (!succeeded(reply)) fail(reply, std::string(what));
+}
+
+// As above, for "<verb> '<name>'".
+void check(const http::HttpReply& reply, std::string_view verb, std::string_view name) {
+  if (!succeeded(reply)) fail(reply, std::string(verb) + " '" + std::string(name) + "'");
 }
 
 ErrorCode code_from_string(std::string_view text) {
@@ -124,7 +135,7 @@ class HttpServeSubscription final : public Subscription {
   std::string register_server() {
     auto reply = client().perform({"POST", "/v1/servers", json{{"prefix", prefix_}}.dump(),
                                    channel_->options.request_timeout});
-    check(reply, "serve '" + prefix_ + "'");
+    check(reply, "serve", prefix_);
     auto body = json::parse(reply.body, nullptr, false);
     if (!body.is_object() || !body.contains("id") || !body["id"].is_string()) {
       throw Error(ErrorCode::Protocol, "serve: the endpoint answered without a server id");
@@ -214,13 +225,13 @@ void HttpChannel::publish(std::string_view name, const RdmaMetadata& metadata,
   auto target = path_of(name);
   if (ttl.count() > 0) target += "?ttl_ms=" + std::to_string(ttl.count());
   check(impl_->client.perform({"PUT", target, metadata.to_json(), impl_->options.request_timeout}),
-        "publish '" + std::string(name) + "'");
+        "publish", name);
 }
 
 RdmaMetadata HttpChannel::fetch(std::string_view name, std::chrono::milliseconds timeout) {
   validate_name(name);
   auto reply = impl_->client.perform({"GET", path_of(name), {}, timeout});
-  check(reply, "fetch '" + std::string(name) + "'");
+  check(reply, "fetch", name);
   return parse_metadata(reply.body, name);
 }
 
@@ -228,7 +239,7 @@ void HttpChannel::withdraw(std::string_view name) {
   validate_name(name);
   auto reply = impl_->client.perform({"DELETE", path_of(name), {}, impl_->options.request_timeout});
   if (reply.status == 404) return;  // already gone: withdrawing is idempotent
-  check(reply, "withdraw '" + std::string(name) + "'");
+  check(reply, "withdraw", name);
 }
 
 RdmaMetadata HttpChannel::wait_for(std::string_view name, std::chrono::milliseconds timeout) {
@@ -241,7 +252,7 @@ RdmaMetadata HttpChannel::wait_for(std::string_view name, std::chrono::milliseco
     auto reply = impl_->client.perform(
         {"GET", path_of(name) + "?wait_ms=" + std::to_string(left.count()), {}, left + kPollSlack});
     if (reply.status == 504 && Clock::now() < deadline) continue;
-    check(reply, "wait for '" + std::string(name) + "'");
+    check(reply, "wait for", name);
     return parse_metadata(reply.body, name);
   }
 }
@@ -278,7 +289,7 @@ void HttpChannel::request(std::string_view name, const RdmaMetadata& writable,
                           "?wait_ms=" + std::to_string(std::max<long long>(0, timeout.count())),
                       writable.to_json(), timeout + kPollSlack, false};
   auto reply = impl_->client.perform(call);
-  check(reply, "request '" + std::string(name) + "'");
+  check(reply, "request", name);
   auto body = json::parse(reply.body, nullptr, false);
   if (!body.is_object() || !body.contains("status")) {
     throw Error(ErrorCode::Protocol, "request '" + std::string(name) + "': unexpected answer");

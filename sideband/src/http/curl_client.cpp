@@ -49,18 +49,40 @@ CurlClient::CurlClient(const HttpChannelOptions& options) : options_(options) {
         ErrorCode::InvalidArgument,
         "HTTP endpoint URL must start with http:// or https://, got '" + options_.url + "'");
   }
-  auto add = [this](const std::string& header) {
-    auto* list = curl_slist_append(headers_.get(), header.c_str());
-    if (!list) throw Error(ErrorCode::Transport, "out of memory building HTTP headers");
-    (void)headers_.release();
-    headers_.reset(list);
+  auto add = [](CurlSlist& list, const std::string& header) {
+    auto* longer = curl_slist_append(list.get(), header.c_str());
+    if (!longer) throw Error(ErrorCode::Transport, "out of memory building HTTP headers");
+    (void)list.release();
+    list.reset(longer);
   };
-  add("Content-Type: application/json");
-  add("Expect:");  // no 100-continue round trip before small bodies
-  if (!options_.token.empty()) add("Authorization: Bearer " + options_.token);
+  add(body_headers_, "Content-Type: application/json");
+  add(body_headers_, "Expect:");  // no 100-continue round trip before small bodies
+  if (!options_.token.empty()) {
+    add(body_headers_, "Authorization: Bearer " + options_.token);
+    add(bodiless_headers_, "Authorization: Bearer " + options_.token);
+  }
 }
 
-CurlEasy CurlClient::acquire() {
+std::unique_ptr<CurlHandle> CurlClient::make_handle() const {
+  auto handle = std::make_unique<CurlHandle>();
+  handle->easy.reset(curl_easy_init());
+  if (!handle->easy) throw Error(ErrorCode::Transport, "curl_easy_init failed");
+  CURL* h = handle->easy.get();
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, handle->error);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, append_body);
+  if (!options_.user.empty()) {
+    curl_easy_setopt(h, CURLOPT_USERNAME, options_.user.c_str());
+    curl_easy_setopt(h, CURLOPT_PASSWORD, options_.password.c_str());
+  }
+  if (!options_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, options_.ca_file.c_str());
+  curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, options_.verify_peer ? 1L : 0L);
+  curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, options_.verify_peer ? 2L : 0L);
+  return handle;
+}
+
+std::unique_ptr<CurlHandle> CurlClient::acquire() {
   {
     std::lock_guard lock(mutex_);
     if (!idle_.empty()) {
@@ -69,51 +91,39 @@ CurlEasy CurlClient::acquire() {
       return handle;
     }
   }
-  CurlEasy handle(curl_easy_init());
-  if (!handle) throw Error(ErrorCode::Transport, "curl_easy_init failed");
-  return handle;
+  return make_handle();
 }
 
-void CurlClient::release(CurlEasy handle) {
+void CurlClient::release(std::unique_ptr<CurlHandle> handle) {
   std::lock_guard lock(mutex_);
   if (idle_.size() < kMaxIdleHandles) idle_.push_back(std::move(handle));
 }
 
-CURLcode CurlClient::attempt(CURL* h, const HttpCall& call, milliseconds budget, HttpReply& reply,
-                             char* error_buffer) {
-  // Reset keeps the handle's open connection; every option is set afresh below.
-  curl_easy_reset(h);
+CURLcode CurlClient::attempt(CurlHandle& handle, const HttpCall& call, milliseconds budget,
+                             HttpReply& reply) {
+  // No curl_easy_reset: the fixed options stay from make_handle(), and every option that
+  // differs between calls (URL, timeouts, method, body, headers) is set here each time.
+  CURL* h = handle.easy.get();
   std::string url = base_url_ + call.target;
   auto connect = std::min(options_.connect_timeout, budget);
   curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error_buffer);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(std::max<long>(1, connect.count())));
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<long>(1, budget.count())));
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers_.get());
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, append_body);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &reply.body);
-  if (!options_.user.empty()) {
-    curl_easy_setopt(h, CURLOPT_USERNAME, options_.user.c_str());
-    curl_easy_setopt(h, CURLOPT_PASSWORD, options_.password.c_str());
-  }
-  if (!options_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, options_.ca_file.c_str());
-  curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, options_.verify_peer ? 1L : 0L);
-  curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, options_.verify_peer ? 2L : 0L);
   std::string_view method = call.method;
-  if (method == "GET") {
-    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+  bool has_body = method != "GET" && (method != "DELETE" || !call.body.empty());
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, has_body ? body_headers_.get() : bodiless_headers_.get());
+  if (has_body) {
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, call.body.data());
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(call.body.size()));
   } else {
-    if (method != "POST") curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, call.method);
-    if (method != "DELETE" || !call.body.empty()) {
-      curl_easy_setopt(h, CURLOPT_POSTFIELDS, call.body.data());
-      curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(call.body.size()));
-    }
+    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);  // undoes a previous call's body
   }
+  curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST,
+                   method == "GET" || method == "POST" ? nullptr : call.method);
   reply.body.clear();
-  error_buffer[0] = '\0';
+  handle.error[0] = '\0';
   CURLcode code = curl_easy_perform(h);
   if (code == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &reply.status);
   return code;
@@ -123,7 +133,6 @@ HttpReply CurlClient::perform(const HttpCall& call) {
   auto deadline = Clock::now() + call.timeout;
   auto backoff = options_.retry_backoff;
   auto handle = acquire();
-  char error_buffer[CURL_ERROR_SIZE];
   std::string last_error;
   auto where = [&] { return std::string(call.method) + " " + base_url_ + call.target; };
   for (int tries = 0;; ++tries) {
@@ -133,7 +142,7 @@ HttpReply CurlClient::perform(const HttpCall& call) {
                                           (last_error.empty() ? "" : " (" + last_error + ")"));
     }
     HttpReply reply;
-    CURLcode code = attempt(handle.get(), call, budget, reply, error_buffer);
+    CURLcode code = attempt(*handle, call, budget, reply);
     bool retry;
     if (code == CURLE_OK) {
       retry = call.idempotent && is_retryable_status(reply.status);
@@ -143,14 +152,13 @@ HttpReply CurlClient::perform(const HttpCall& call) {
       }
       last_error = "HTTP " + std::to_string(reply.status);
     } else {
-      last_error = error_buffer[0] ? error_buffer : curl_easy_strerror(code);
+      last_error = handle->error[0] ? handle->error : curl_easy_strerror(code);
       // A timeout with budget left was the connect timeout: the server was never reached.
       // Without budget left, the loop's head reports the timeout.
       retry = is_connect_failure(code) || code == CURLE_OPERATION_TIMEDOUT ||
               (call.idempotent && is_broken_exchange(code));
       // A handle whose exchange broke may hold a dead connection: the next try starts afresh.
-      handle.reset(curl_easy_init());
-      if (!handle) throw Error(ErrorCode::Transport, "curl_easy_init failed");
+      handle = make_handle();
       if (code == CURLE_OPERATION_TIMEDOUT &&
           (Clock::now() >= deadline || tries >= options_.max_retries)) {
         throw Error(ErrorCode::Timeout, where() + ": " + last_error);

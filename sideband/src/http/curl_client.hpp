@@ -36,6 +36,12 @@ struct HttpReply {
   std::string body;
 };
 
+// An easy handle with the options that never change set once; a call sets only its own.
+struct CurlHandle {
+  CurlEasy easy;
+  char error[CURL_ERROR_SIZE] = {};
+};
+
 // libcurl easy handles kept open between calls (each holds its connection), lent one per call
 // so that a long poll on one thread never holds up a fetch on another.
 class CurlClient {
@@ -47,16 +53,19 @@ class CurlClient {
   const std::string& url() const noexcept { return base_url_; }
 
  private:
-  CurlEasy acquire();
-  void release(CurlEasy handle);
-  CURLcode attempt(CURL* handle, const HttpCall& call, std::chrono::milliseconds budget,
-                   HttpReply& reply, char* error_buffer);
+  std::unique_ptr<CurlHandle> make_handle() const;
+  std::unique_ptr<CurlHandle> acquire();
+  void release(std::unique_ptr<CurlHandle> handle);
+  CURLcode attempt(CurlHandle& handle, const HttpCall& call, std::chrono::milliseconds budget,
+                   HttpReply& reply);
 
   HttpChannelOptions options_;
   std::string base_url_;
-  CurlSlist headers_;
+  // A call without a body sends no Content-Type (nor Expect): fewer headers to write and parse.
+  CurlSlist body_headers_;
+  CurlSlist bodiless_headers_;  // null when there is no token
   std::mutex mutex_;
-  std::vector<CurlEasy> idle_;
+  std::vector<std::unique_ptr<CurlHandle>> idle_;
 };
 
 }  // namespace memwire::sideband::http

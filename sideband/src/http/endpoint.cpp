@@ -78,7 +78,9 @@ json result_json(const http::RequestBroker::Result& result) {
 class HttpEndpoint::Impl {
  public:
   explicit Impl(HttpEndpointOptions options)
-      : options_(std::move(options)), store_(options_.state_file) {
+      : options_(std::move(options)),
+        expected_authorization_("Bearer " + options_.token),
+        store_(options_.state_file) {
     bool tls = !options_.cert_file.empty() || !options_.key_file.empty();
     if (tls) {
       if (options_.cert_file.empty() || options_.key_file.empty()) {
@@ -179,7 +181,7 @@ class HttpEndpoint::Impl {
       if (options_.token.empty() || req.path == "/healthz") {
         return httplib::Server::HandlerResponse::Unhandled;
       }
-      if (same_secret(req.get_header_value("Authorization"), "Bearer " + options_.token)) {
+      if (same_secret(req.get_header_value("Authorization"), expected_authorization_)) {
         return httplib::Server::HandlerResponse::Unhandled;
       }
       res.set_header("WWW-Authenticate", "Bearer");
@@ -190,13 +192,13 @@ class HttpEndpoint::Impl {
     s.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       metrics_.record(req.method, req.path, res.status, since_request_started());
     });
-    s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      if (options_.access_log) {
+    if (options_.access_log) {
+      s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
         options_.access_log(
             HttpAccessRecord{req.method, req.path, res.status, since_request_started(),
                              req.remote_addr + ":" + std::to_string(req.remote_port)});
-      }
-    });
+      });
+    }
     // Bad input becomes a 4xx with a reason; anything else a 500. Never a crash.
     s.set_exception_handler(
         [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -213,6 +215,22 @@ class HttpEndpoint::Impl {
           }
         });
 
+    // httplib tries a method's routes in order, each a std::regex match: the hot fetch first.
+    s.Get(R"(/v1/metadata/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      auto name = req.matches[1].str();
+      validate_name(name);
+      std::optional<std::string> document;
+      if (req.has_param("wait_ms")) {
+        document = store_.wait_for(name, wait_deadline(req));
+        if (!document) return reply_error(res, 504, "'" + name + "' was not published in time");
+      } else {
+        document = store_.get(name);
+        if (!document) return reply_error(res, 404, "no such name '" + name + "'");
+      }
+      // Moved, not copied: set_content() would copy the document once more.
+      res.body = std::move(*document);
+      res.set_header("Content-Type", "application/json");
+    });
     s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("ok\n", "text/plain");
     });
@@ -234,19 +252,6 @@ class HttpEndpoint::Impl {
       if (!ttl) ttl = number(req.get_header_value("X-Memwire-TTL-Ms"), "X-Memwire-TTL-Ms");
       store_.put(name, req.body, std::chrono::milliseconds(ttl.value_or(0)));
       res.status = 204;
-    });
-    s.Get(R"(/v1/metadata/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-      auto name = req.matches[1].str();
-      validate_name(name);
-      std::optional<std::string> document;
-      if (req.has_param("wait_ms")) {
-        document = store_.wait_for(name, wait_deadline(req));
-        if (!document) return reply_error(res, 504, "'" + name + "' was not published in time");
-      } else {
-        document = store_.get(name);
-        if (!document) return reply_error(res, 404, "no such name '" + name + "'");
-      }
-      res.set_content(*document, "application/json");
     });
     s.Delete(R"(/v1/metadata/([^/]+))",
              [this](const httplib::Request& req, httplib::Response& res) {
@@ -326,6 +331,7 @@ class HttpEndpoint::Impl {
   }
 
   HttpEndpointOptions options_;
+  std::string expected_authorization_;  // "Bearer <token>", built once
   http::MetadataStore store_;
   http::RequestBroker broker_;
   http::Metrics metrics_;
