@@ -1,6 +1,8 @@
 #include "memwire/metadata.hpp"
 
-#include <initializer_list>
+#include <simdjson.h>
+
+#include <array>
 #include <nlohmann/json.hpp>
 
 #include "ids.hpp"
@@ -10,6 +12,7 @@ namespace memwire {
 namespace {
 
 using nlohmann::json;
+namespace ondemand = simdjson::ondemand;
 
 // Where a value sits in the document. Spelled out only when something is wrong with it: a
 // valid document is parsed on every by-name fetch, and building paths cost as much as parsing.
@@ -32,93 +35,161 @@ struct Path {
   throw Error(ErrorCode::InvalidMetadata, "field '" + where.str() + "': " + why);
 }
 
-// Rejects fields we do not know: a typo or a foreign document must not pass silently.
-void only_fields(const json& object, const Path& where,
-                 std::initializer_list<std::string_view> allowed) {
-  if (!object.is_object()) invalid(where, "must be an object");
-  for (const auto& [name, value] : object.items()) {
-    bool known = false;
-    for (auto field : allowed) known = known || field == name;
-    if (!known) invalid(where.field(name), "unknown field");
-  }
+[[noreturn]] void not_json(simdjson::error_code code) {
+  throw Error(ErrorCode::InvalidMetadata,
+              std::string("not JSON: ") + simdjson::error_message(code));
 }
 
-const json& required(const json& object, const Path& where) {
-  auto it = object.find(where.name);
-  if (it == object.end()) invalid(where, "missing");
-  return *it;
+// The value of `result`; a value of the wrong type or range is `where`'s fault (`expected`
+// says what it must be), anything else means the text is not JSON.
+template <typename T>
+T take(simdjson::simdjson_result<T> result, const Path& where, const char* expected) {
+  T value;
+  const auto code = std::move(result).get(value);
+  if (code == simdjson::SUCCESS) return value;
+  if (code == simdjson::INCORRECT_TYPE || code == simdjson::NUMBER_ERROR ||
+      code == simdjson::NUMBER_OUT_OF_RANGE)
+    invalid(where, expected);
+  not_json(code);
 }
 
-std::string string_field(const json& object, const Path& where, bool allow_empty = false) {
-  const json& value = required(object, where);
-  if (!value.is_string()) invalid(where, "must be a string");
-  auto text = value.get<std::string>();
+template <typename T>
+T take(simdjson::simdjson_result<T> result) {
+  T value;
+  if (auto code = std::move(result).get(value); code != simdjson::SUCCESS) not_json(code);
+  return value;
+}
+
+std::uint64_t unsigned_value(ondemand::value value, const Path& where) {
+  return take(value.get_uint64(), where, "must be a non-negative integer");
+}
+
+std::string string_value(ondemand::value value, const Path& where, bool allow_empty = false) {
+  std::string text(take(value.get_string(), where, "must be a string"));
   if (text.empty() && !allow_empty) invalid(where, "must not be empty");
   return text;
 }
 
-std::uint64_t unsigned_value(const json& value, const Path& where) {
-  if (!value.is_number_unsigned()) invalid(where, "must be a non-negative integer");
-  return value.get<std::uint64_t>();
-}
-
-std::string id_field(const json& object, const Path& where) {
-  auto text = string_field(object, where);
+std::string id_value(ondemand::value value, const Path& where) {
+  auto text = string_value(value, where);
   if (!parse_id(text)) invalid(where, "must be 32 hex digits");
   return text;
 }
 
-RemoteDescriptor parse_descriptor(const json& item, const Path& where) {
-  only_fields(item, where, {"device", "ptr", "size"});
-  RemoteDescriptor descriptor;
-  const auto device = where.field("device");
-  try {
-    descriptor.device = Device::parse(string_field(item, device));
-  } catch (const Error& error) {
-    if (error.code() == ErrorCode::InvalidMetadata) throw;
-    invalid(device, error.what());
+// Calls `on_field(index, value)` for each field of the object at `where`, where `index` is the
+// field's position in `names`; rejects unknown and repeated fields, then missing required ones
+// (the first `required` of `names`). A typo or a foreign document must not pass silently.
+template <std::size_t N, typename OnField>
+void read_object(ondemand::value value, const Path& where,
+                 const std::array<std::string_view, N>& names, std::size_t required,
+                 OnField on_field) {
+  auto object = take(value.get_object(), where, "must be an object");
+  std::array<bool, N> seen{};
+  for (auto entry : object) {
+    auto field = take(std::move(entry));
+    const std::string_view name = take(field.unescaped_key());
+    std::size_t index = 0;
+    while (index < N && names[index] != name) ++index;
+    if (index == N) invalid(where.field(name), "unknown field");
+    if (seen[index]) invalid(where.field(name), "appears twice");
+    seen[index] = true;
+    on_field(index, field.value(), where.field(names[index]));
   }
-  const auto ptr = where.field("ptr"), size = where.field("size");
-  descriptor.ptr = unsigned_value(required(item, ptr), ptr);
-  descriptor.size = unsigned_value(required(item, size), size);
-  if (descriptor.ptr == 0) invalid(ptr, "must not be null");
-  if (descriptor.size == 0) invalid(size, "must not be zero");
+  for (std::size_t i = 0; i < required; ++i)
+    if (!seen[i]) invalid(where.field(names[i]), "missing");
+}
+
+// Calls `on_element(value, path)` for each element of the array at `where`; returns how many.
+template <typename OnElement>
+std::size_t read_array(ondemand::value value, const Path& where, const char* expected,
+                       OnElement on_element) {
+  auto array = take(value.get_array(), where, expected);
+  std::size_t count = 0;
+  for (auto element : array) {
+    on_element(take(std::move(element)), where.element(count));
+    ++count;
+  }
+  return count;
+}
+
+RemoteDescriptor parse_descriptor(ondemand::value item, const Path& where) {
+  static constexpr std::array<std::string_view, 3> kFields{"device", "ptr", "size"};
+  RemoteDescriptor descriptor;
+  read_object(item, where, kFields, 3,
+              [&](std::size_t field, ondemand::value value, const Path& path) {
+                switch (field) {
+                  case 0:
+                    try {
+                      descriptor.device = Device::parse(string_value(value, path));
+                    } catch (const Error& error) {
+                      if (error.code() == ErrorCode::InvalidMetadata) throw;
+                      invalid(path, error.what());
+                    }
+                    break;
+                  case 1:
+                    descriptor.ptr = unsigned_value(value, path);
+                    if (descriptor.ptr == 0) invalid(path, "must not be null");
+                    break;
+                  default:
+                    descriptor.size = unsigned_value(value, path);
+                    if (descriptor.size == 0) invalid(path, "must not be zero");
+                }
+              });
   if (descriptor.ptr + descriptor.size < descriptor.ptr) invalid(where, "range overflows");
   return descriptor;
 }
 
-TransportOffer parse_offer(const json& item, const Path& where) {
-  only_fields(item, where, {"name", "address", "keys", "attributes"});
+TransportOffer parse_offer(ondemand::value item, const Path& where) {
+  static constexpr std::array<std::string_view, 4> kFields{"name", "address", "keys", "attributes"};
   TransportOffer offer;
-  offer.name = string_field(item, where.field("name"));
-  offer.address = string_field(item, where.field("address"), true);
-  if (auto keys = item.find("keys"); keys != item.end()) {
-    const auto path = where.field("keys");
-    if (!keys->is_array()) invalid(path, "must be an array");
-    for (std::size_t i = 0; i < keys->size(); ++i)
-      offer.keys.push_back(unsigned_value((*keys)[i], path.element(i)));
-  }
-  if (auto attributes = item.find("attributes"); attributes != item.end()) {
-    const auto path = where.field("attributes");
-    if (!attributes->is_object()) invalid(path, "must be an object");
-    for (const auto& [name, value] : attributes->items()) {
-      if (!value.is_string()) invalid(path.field(name), "must be a string");
-      offer.attributes.emplace(name, value.get<std::string>());
-    }
-  }
+  read_object(
+      item, where, kFields, 2, [&](std::size_t field, ondemand::value value, const Path& path) {
+        switch (field) {
+          case 0:
+            offer.name = string_value(value, path);
+            break;
+          case 1:
+            offer.address = string_value(value, path, true);
+            break;
+          case 2:
+            read_array(value, path, "must be an array", [&](ondemand::value key, const Path& at) {
+              offer.keys.push_back(unsigned_value(key, at));
+            });
+            break;
+          default: {
+            auto attributes = take(value.get_object(), path, "must be an object");
+            for (auto entry : attributes) {
+              auto attribute = take(std::move(entry));
+              std::string name(take(attribute.unescaped_key()));
+              auto text = string_value(attribute.value(), path.field(name), true);
+              offer.attributes.insert_or_assign(std::move(name), std::move(text));
+            }
+          }
+        }
+      });
   return offer;
 }
 
-Endpoint parse_endpoint(const json& item, const Path& where) {
-  only_fields(item, where, {"connector", "host", "transports"});
+Endpoint parse_endpoint(ondemand::value item, const Path& where) {
+  static constexpr std::array<std::string_view, 3> kFields{"connector", "host", "transports"};
   Endpoint endpoint;
-  endpoint.connector = string_field(item, where.field("connector"));
-  endpoint.host = string_field(item, where.field("host"), true);
-  const auto path = where.field("transports");
-  const json& transports = required(item, path);
-  if (!transports.is_array() || transports.empty()) invalid(path, "must be a non-empty array");
-  for (std::size_t i = 0; i < transports.size(); ++i)
-    endpoint.transports.push_back(parse_offer(transports[i], path.element(i)));
+  read_object(item, where, kFields, 3,
+              [&](std::size_t field, ondemand::value value, const Path& path) {
+                switch (field) {
+                  case 0:
+                    endpoint.connector = string_value(value, path);
+                    break;
+                  case 1:
+                    endpoint.host = string_value(value, path, true);
+                    break;
+                  default:
+                    if (read_array(value, path, "must be a non-empty array",
+                                   [&](ondemand::value offer, const Path& at) {
+                                     endpoint.transports.push_back(parse_offer(offer, at));
+                                   }) == 0)
+                      invalid(path, "must be a non-empty array");
+                }
+              });
   return endpoint;
 }
 
@@ -140,50 +211,94 @@ std::uint64_t RdmaMetadata::total_size() const noexcept {
   return total;
 }
 
+namespace {
+
+// simdjson reads the text as it goes: on a broken document the first complaint may be about a
+// field. Only when something was wrong, a full parse tells whether the text is JSON at all.
+RdmaMetadata parse_metadata(std::string_view text);
+
+}  // namespace
+
 RdmaMetadata RdmaMetadata::from_json(std::string_view text) {
-  json document;
   try {
-    document = json::parse(text);
-  } catch (const json::exception& error) {
-    throw Error(ErrorCode::InvalidMetadata, std::string("not JSON: ") + error.what());
+    return parse_metadata(text);
+  } catch (const Error&) {
+    try {
+      [[maybe_unused]] auto whole = json::parse(text);
+    } catch (const json::exception& error) {
+      throw Error(ErrorCode::InvalidMetadata, std::string("not JSON: ") + error.what());
+    }
+    throw;
   }
-  const Path root;
-  only_fields(document, root,
-              {"version", "operation_kind", "descriptors", "notification_key", "endpoint", "token",
-               "expires_at"});
-
-  const auto version = root.field("version");
-  if (unsigned_value(required(document, version), version) != kVersion)
-    invalid(version, "unsupported (this build speaks " + std::to_string(kVersion) + ")");
-
-  const auto kind = root.field("operation_kind");
-  auto kind_value = unsigned_value(required(document, kind), kind);
-  if (kind_value != 1 && kind_value != 2) invalid(kind, "must be 1 (read) or 2 (write)");
-
-  const auto items_path = root.field("descriptors");
-  const json& items = required(document, items_path);
-  if (!items.is_array() || items.empty()) invalid(items_path, "must be a non-empty array");
-  std::vector<RemoteDescriptor> descriptors;
-  descriptors.reserve(items.size());
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    descriptors.push_back(parse_descriptor(items[i], items_path.element(i)));
-    if (descriptors.back().device.kind() != descriptors.front().device.kind())
-      invalid(items_path, "all descriptors must share one memory kind");
-  }
-
-  auto key = id_field(document, root.field("notification_key"));
-  auto endpoint =
-      parse_endpoint(required(document, root.field("endpoint")), root.field("endpoint"));
-  auto token = id_field(document, root.field("token"));
-  const auto expires_path = root.field("expires_at");
-  const json& expires = required(document, expires_path);
-  if (!expires.is_number_integer() || expires.get<std::int64_t>() < 0)
-    invalid(expires_path, "must be a non-negative integer (unix milliseconds, 0 = never)");
-
-  return RdmaMetadata(static_cast<OperationKind>(kind_value), std::move(descriptors),
-                      std::move(key), std::move(endpoint), std::move(token),
-                      expires.get<std::int64_t>());
 }
+
+namespace {
+
+RdmaMetadata parse_metadata(std::string_view text) {
+  // simdjson reads a few bytes past the text: parse from a padded copy. One parser and one
+  // buffer per thread, reused: a fetch by name parses metadata every time.
+  thread_local ondemand::parser parser;
+  thread_local std::string padded;
+  padded.assign(text);
+  padded.resize(text.size() + simdjson::SIMDJSON_PADDING);
+  auto document =
+      take(parser.iterate(simdjson::padded_string_view(padded.data(), text.size(), padded.size())));
+  const Path root;
+  static constexpr std::array<std::string_view, 7> kFields{
+      "version",  "operation_kind", "descriptors", "notification_key",
+      "endpoint", "token",          "expires_at"};
+  std::uint64_t kind_value = 0;
+  std::vector<RemoteDescriptor> descriptors;
+  std::string key, token;
+  Endpoint endpoint;
+  std::int64_t expires_at = 0;
+  auto root_value = take(document.get_value());
+  read_object(
+      root_value, root, kFields, 7,
+      [&](std::size_t field, ondemand::value value, const Path& path) {
+        switch (field) {
+          case 0:
+            if (unsigned_value(value, path) != RdmaMetadata::kVersion)
+              invalid(path, "unsupported (this build speaks " +
+                                std::to_string(RdmaMetadata::kVersion) + ")");
+            break;
+          case 1:
+            kind_value = unsigned_value(value, path);
+            if (kind_value != 1 && kind_value != 2) invalid(path, "must be 1 (read) or 2 (write)");
+            break;
+          case 2:
+            read_array(value, path, "must be a non-empty array",
+                       [&](ondemand::value item, const Path& at) {
+                         descriptors.push_back(parse_descriptor(item, at));
+                         if (descriptors.back().device.kind() != descriptors.front().device.kind())
+                           invalid(path, "all descriptors must share one memory kind");
+                       });
+            if (descriptors.empty()) invalid(path, "must be a non-empty array");
+            break;
+          case 3:
+            key = id_value(value, path);
+            break;
+          case 4:
+            endpoint = parse_endpoint(value, path);
+            break;
+          case 5:
+            token = id_value(value, path);
+            break;
+          default:
+            expires_at = take(value.get_int64(), path,
+                              "must be a non-negative integer (unix milliseconds, 0 = never)");
+            if (expires_at < 0)
+              invalid(path, "must be a non-negative integer (unix milliseconds, 0 = never)");
+        }
+      });
+  const char* after = nullptr;  // the root object must be all there is
+  if (document.current_location().get(after) == simdjson::SUCCESS)
+    throw Error(ErrorCode::InvalidMetadata, "not JSON: text after the object");
+  return RdmaMetadata(static_cast<OperationKind>(kind_value), std::move(descriptors),
+                      std::move(key), std::move(endpoint), std::move(token), expires_at);
+}
+
+}  // namespace
 
 std::string RdmaMetadata::to_json() const {
   json descriptors = json::array();

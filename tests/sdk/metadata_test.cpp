@@ -157,3 +157,49 @@ TEST(Metadata, RejectsMalformedEndpoint) {
   document["endpoint"]["transports"][1].erase("name");
   expect_rejected(document, "name");
 }
+
+TEST(Metadata, RejectsBrokenTextAnywhereInTheDocument) {
+  // Each case breaks an otherwise valid document in one place only.
+  const auto text = valid_document().dump();
+  auto with = [&](std::string_view from, std::string_view to) {
+    auto changed = text;
+    auto at = changed.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return changed.replace(at, from.size(), to);
+  };
+  const std::string cases[] = {
+      text + " x",                                           // text after the object
+      text + " {}",                                          // a second document
+      text.substr(0, text.size() - 1),                       // cut short
+      text.substr(0, text.size() / 2),                       // cut in the middle
+      with("\"version\":1", "\"version\":1,\"version\":1"),  // a field twice
+      with("\"expires_at\":0", "\"expires_at\":0,"),         // trailing comma
+      with("\"version\":1", "\"version\":01"),               // leading zero
+      with("\"host\":\"h\"", "\"host\":\"h\xff\""),          // not UTF-8
+      with("\"host\":\"h\"", "\"host\":\"h\\q\""),           // bad escape
+      with("\"host\":\"h\"", "\"host\":h"),                  // a bare word
+  };
+  for (const auto& broken : cases) {
+    try {
+      auto metadata = RdmaMetadata::from_json(broken);
+      ADD_FAILURE() << "accepted '" << broken << "' as host '" << metadata.endpoint().host << "'";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::InvalidMetadata) << broken;
+    }
+  }
+}
+
+TEST(Metadata, ReadsEscapedStringsAndAnyFieldOrder) {
+  auto document = valid_document();
+  document["endpoint"]["host"] = "h\u00e9\"st";
+  auto text = document.dump();
+  // "cpu" spelled with an escape, fields of the first descriptor in another order.
+  auto at = text.find(R"({"device":"cpu","ptr":4096,"size":100})");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, std::string(R"({"device":"cpu","ptr":4096,"size":100})").size(),
+               R"({"size":100,"device":"c\u0070u","ptr":4096})");
+  auto metadata = RdmaMetadata::from_json(text);
+  EXPECT_EQ(metadata.endpoint().host, "h\u00e9\"st");
+  EXPECT_EQ(metadata.descriptors()[0].size, 100u);
+  EXPECT_EQ(metadata.descriptors()[0].device.kind(), DeviceKind::Host);
+}
