@@ -4,7 +4,7 @@
 //
 //   transfer_bench throughput --transport tcp|shm [--ops read,write] [--sizes 4K,...,1G]
 //                  [--descs 1,16] [--conc 1,64] [--trials 5] [--large-trials 3]
-//                  [--max-inflight 1G] [--target-bytes 256M] [--max-ops 2048]
+//                  [--max-inflight 1G] [--target-bytes 256M] [--max-ops 2048] [--slots 1]
 //   transfer_bench latency --transport tcp|shm [--sizes 64,4K] [--samples 3000] [--warmup 300]
 //   either mode: [--memory plain|shared] (the peer's buffers: plain pages, or a SharedBuffer that
 //   a same-host driver maps)
@@ -53,6 +53,9 @@ struct Args {
   std::vector<std::size_t> sizes;
   std::vector<unsigned> descs = {1, 16};
   std::vector<unsigned> concurrency = {1, 64};
+  // Buffers per configuration, at least CONC: c=1 over 64 buffers touches as much memory as
+  // c=64, so comparing the two shows what concurrency itself costs, apart from the caches.
+  unsigned slots = 1;
   int trials = 5;
   int large_trials = 3;
   std::size_t max_inflight = 1ull << 30;
@@ -188,6 +191,7 @@ struct Window {
   std::condition_variable changed;
   // First in, first out: the first CONC operations use every slot once (the warm-up checks all).
   std::deque<unsigned> free_slots;
+  std::size_t in_flight = 0;
   std::size_t completed = 0;
 };
 
@@ -200,7 +204,7 @@ struct BatchResult {
 };
 
 BatchResult run_batch(Connector& connector, Peer& peer, LocalBuffers& local, bool read,
-                      std::size_t count) {
+                      std::size_t count, std::size_t conc) {
   auto metadata = peer.publish(read, count, false);
   auto window = std::make_shared<Window>();
   for (unsigned s = 0; s < local.slots.size(); ++s) window->free_slots.push_back(s);
@@ -213,10 +217,13 @@ BatchResult run_batch(Connector& connector, Peer& peer, LocalBuffers& local, boo
     unsigned slot = 0;
     {
       std::unique_lock lock(window->mutex);
-      if (!window->changed.wait_until(lock, deadline, [&] { return !window->free_slots.empty(); }))
+      if (!window->changed.wait_until(lock, deadline, [&] {
+            return !window->free_slots.empty() && window->in_flight < conc;
+          }))
         fail("operations did not complete in time");
       slot = window->free_slots.front();
       window->free_slots.pop_front();
+      ++window->in_flight;
     }
     if (read) {
       operations[i].emplace(connector.begin_read(metadata[i], local.slots[slot]));
@@ -226,6 +233,7 @@ BatchResult run_batch(Connector& connector, Peer& peer, LocalBuffers& local, boo
     operations[i]->on_complete([window, slot](OperationStatus) {
       std::lock_guard lock(window->mutex);
       window->free_slots.push_back(slot);
+      --window->in_flight;
       ++window->completed;
       window->changed.notify_one();
     });
@@ -263,23 +271,25 @@ json throughput(const Args& args, Connector& connector, Peer& peer) {
     for (unsigned descs : args.descs) {
       for (unsigned conc : args.concurrency) {
         for (std::size_t size : args.sizes) {
-          json entry = {{"op", op}, {"size", size}, {"descs", descs}, {"conc", conc}};
+          const unsigned slots = std::max(conc, args.slots);
+          json entry = {
+              {"op", op}, {"size", size}, {"descs", descs}, {"conc", conc}, {"slots", slots}};
           if (conc * size > args.max_inflight) {
             entry["skipped"] = "conc x size exceeds --max-inflight " + size_name(args.max_inflight);
             results.push_back(entry);
             continue;
           }
           // Peer's buffers first, then ours: the previous configuration's are gone by then.
-          const auto peer_rss = peer.alloc(size, descs, conc, read ? kPeerSeed : 0);
+          const auto peer_rss = peer.alloc(size, descs, slots, read ? kPeerSeed : 0);
           std::optional<LocalBuffers> local;
-          local.emplace(size, descs, conc, read ? 0 : kDriverSeed);
+          local.emplace(size, descs, slots, read ? 0 : kDriverSeed);
           // RSS before the reset: the new peak then starts at or above it.
           const auto local_rss = proc_status_kb("VmRSS");
           reset_peak_rss();
-          const std::size_t count = batch_count(args, size, conc);
+          const std::size_t count = batch_count(args, size, slots);
 
           // Warm-up: connections, caches; and proof that the bytes arrive intact.
-          auto warm = run_batch(connector, peer, *local, read, conc);
+          auto warm = run_batch(connector, peer, *local, read, slots, conc);
           std::string damage = read ? local->damage(kPeerSeed) : peer.damage(kDriverSeed);
           entry["transport_used"] = warm.transport_used;
           if (!warm.error.empty() || !damage.empty()) {
@@ -294,7 +304,7 @@ json throughput(const Args& args, Connector& connector, Peer& peer) {
           std::vector<double> gbps, active_gbps;
           std::uint64_t peer_hwm = 0;
           for (int t = 0; t < trials; ++t) {
-            auto batch = run_batch(connector, peer, *local, read, count);
+            auto batch = run_batch(connector, peer, *local, read, count, conc);
             if (!batch.error.empty()) {
               entry["error"] = batch.error;
               break;
@@ -402,6 +412,8 @@ Args parse(int argc, char** argv) {
       args.descs = unsigned_list(value);
     else if (key == "--conc")
       args.concurrency = unsigned_list(value);
+    else if (key == "--slots")
+      args.slots = std::stoul(value);
     else if (key == "--trials")
       args.trials = std::stoi(value);
     else if (key == "--large-trials")
