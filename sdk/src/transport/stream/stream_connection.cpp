@@ -74,8 +74,7 @@ bool StreamConnection::send(OutFrame frame) {
   const bool ok = write_frame(frame, /*blocking=*/false);
   lock.lock();
   writing_ = false;
-  if (ok && frame.sent < sizeof frame.header + frame.header.length)
-    queue_.push_front(std::move(frame));
+  if (ok && !frame.finished) queue_.push_front(std::move(frame));
   if (!queue_.empty()) queued_.notify_one();
   lock.unlock();
   if (!ok) shutdown("send failed");
@@ -172,6 +171,8 @@ bool StreamConnection::write_frame(OutFrame& frame, bool blocking) {
   } else if (!frame.text.empty()) {
     parts[1] = {frame.text.data(), frame.text.size()};
   }
+  // Not header.length: a read request (or a cross-memory one) names a length it carries none of.
+  const auto total = sizeof frame.header + parts[1].iov_len;
   // Skip what an earlier, partial write already sent.
   int first = 0;
   for (auto skip = frame.sent; skip > 0;) {
@@ -190,7 +191,10 @@ bool StreamConnection::write_frame(OutFrame& frame, bool blocking) {
     if (sent < 0) return false;
     frame.sent += static_cast<std::size_t>(sent);
   }
-  if (frame.sent == sizeof frame.header + frame.header.length) frame.pin.reset();
+  if (frame.sent == total) {
+    frame.finished = true;
+    frame.pin.reset();
+  }
   return true;
 }
 

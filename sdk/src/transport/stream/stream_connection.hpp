@@ -39,6 +39,7 @@ struct OutFrame {
   std::optional<AccessGate::Pin> pin;      // held from the first byte sent to the last
   std::shared_ptr<const void> keep_alive;  // owner of `gate` and `data`
   std::size_t sent = 0;                    // bytes of header and payload already out
+  bool finished = false;                   // every byte is out
 };
 
 // One stream connection with a reader thread (payload goes straight from the socket into
