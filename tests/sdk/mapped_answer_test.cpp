@@ -89,8 +89,10 @@ struct MappedAnswers : ::testing::Test {
   }();
   Connector owner{shm_only};
   Connector reader{shm_only};
-  std::vector<std::byte> source = std::vector<std::byte>(4096, std::byte{1});
-  std::vector<std::byte> target = std::vector<std::byte>(4096, std::byte{0x5a});
+  // Large enough to move through memory rather than on the socket.
+  static constexpr std::size_t kSize = 256 << 10;
+  std::vector<std::byte> source = std::vector<std::byte>(kSize, std::byte{1});
+  std::vector<std::byte> target = std::vector<std::byte>(kSize, std::byte{0x5a});
   const std::vector<std::byte> untouched = target;
   // A real memfd of this process, for answers that name a file that exists.
   FileDescriptor file{::memfd_create("memwire-test", MFD_CLOEXEC)};
@@ -118,23 +120,24 @@ struct MappedAnswers : ::testing::Test {
 }  // namespace
 
 TEST_F(MappedAnswers, AFileThatIsNotTheOneNamedIsRefused) {
-  ASSERT_EQ(::ftruncate(file.get(), 8192), 0);
+  ASSERT_EQ(::ftruncate(file.get(), kSize), 0);
   SharedLocation location{static_cast<std::uint64_t>(file.get()), inode_of(file.get()) + 1, 0,
-                          8192};
+                          kSize};
   EXPECT_EQ(read_through(location), ErrorCode::Transport);
   EXPECT_EQ(target, untouched);
 }
 
 TEST_F(MappedAnswers, ARangeOutsideTheFileIsRefused) {
-  ASSERT_EQ(::ftruncate(file.get(), 8192), 0);
-  SharedLocation location{static_cast<std::uint64_t>(file.get()), inode_of(file.get()), 6000, 8192};
+  ASSERT_EQ(::ftruncate(file.get(), kSize), 0);
+  SharedLocation location{static_cast<std::uint64_t>(file.get()), inode_of(file.get()), 6000,
+                          kSize};
   EXPECT_EQ(read_through(location), ErrorCode::Protocol);
   EXPECT_EQ(target, untouched);
 }
 
 TEST_F(MappedAnswers, AFileShorterThanAnnouncedIsRefused) {
   ASSERT_EQ(::ftruncate(file.get(), 4096), 0);
-  SharedLocation location{static_cast<std::uint64_t>(file.get()), inode_of(file.get()), 0, 1 << 20};
+  SharedLocation location{static_cast<std::uint64_t>(file.get()), inode_of(file.get()), 0, kSize};
   EXPECT_EQ(read_through(location), ErrorCode::Transport);
   EXPECT_EQ(target, untouched);
 }
@@ -145,7 +148,7 @@ TEST_F(MappedAnswers, APipeIsRefusedWithoutBlocking) {
   FileDescriptor read_end(ends[0]), write_end(ends[1]);
   write_end.reset();  // no writer: a blocking open of the FIFO would wait for ever
   SharedLocation location{static_cast<std::uint64_t>(read_end.get()), inode_of(read_end.get()), 0,
-                          4096};
+                          kSize};
   EXPECT_EQ(read_through(location), ErrorCode::Transport);
   EXPECT_EQ(target, untouched);
 }

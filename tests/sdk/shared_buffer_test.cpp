@@ -44,7 +44,9 @@ TEST(SharedBuffer, IsZeroFilledMovableAndRefusesSizeZero) {
 }
 
 TEST(SharedBufferTransfers, ReadIsCopiedThroughTheReadersOwnMapping) {
-  for (std::size_t size : {std::size_t{1}, std::size_t{4097}, std::size_t{(16 << 20) + 3}}) {
+  // From 128 KiB on, same-host chunks move through memory rather than the socket.
+  for (std::size_t size :
+       {std::size_t{128 << 10}, std::size_t{(1 << 20) + 7}, std::size_t{(16 << 20) + 3}}) {
     Connector owner{shm_options()}, peer{shm_options()};  // no mappings left from other sizes
     SharedBuffer source(size);
     fill_pattern(source.bytes(), size);
@@ -72,11 +74,11 @@ TEST_F(SharedBufferTransfer, WriteLandsInTheOwnersBufferBeforeItCompletes) {
 }
 
 TEST_F(SharedBufferTransfer, SharedAndPlainDescriptorsMixInOneOperation) {
-  // Chunks of 64 KiB over two connections: some answered with a mapping, some copied by the
-  // kernel, all in one operation.
-  Connector small_chunks_owner{shm_options(64 << 10)}, small_chunks_peer{shm_options(64 << 10)};
-  SharedBuffer shared(300'001);
-  std::vector<std::byte> plain(200'003);
+  // Chunks of 128 KiB over two connections: some answered with a mapping, some copied by the
+  // kernel, the short last ones sent on the socket, all in one operation.
+  Connector small_chunks_owner{shm_options(128 << 10)}, small_chunks_peer{shm_options(128 << 10)};
+  SharedBuffer shared(1'000'001);
+  std::vector<std::byte> plain(700'003);
   fill_pattern(shared.bytes(), 1);
   fill_pattern(plain, 2);
   std::vector<std::byte> first(shared.size()), second(plain.size());
@@ -107,7 +109,7 @@ TEST_F(SharedBufferTransfer, AFreedBufferIsNeverReadThroughAnOldMapping) {
 }
 
 TEST_F(SharedBufferTransfer, ATokenThatDoesNotMatchGetsNoMapping) {
-  SharedBuffer source(4096);
+  SharedBuffer source(1 << 20);
   auto readable = owner.create_readable({source.descriptor()});
   auto forged = RdmaMetadata::from_json([&] {
     auto json = readable.metadata().to_json();
@@ -115,7 +117,7 @@ TEST_F(SharedBufferTransfer, ATokenThatDoesNotMatchGetsNoMapping) {
     json[at] = json[at] == 'a' ? 'b' : 'a';
     return json;
   }());
-  std::vector<std::byte> target(4096);
+  std::vector<std::byte> target(source.size());
   const int before = shared_mappings();
   auto read = peer.begin_read(forged, {Descriptor(std::span(target))});
   EXPECT_EQ(error_code_of([&] { read.wait_for_completion(10s); }), ErrorCode::AccessDenied);

@@ -18,6 +18,12 @@ namespace {
 
 using Connections = std::vector<std::shared_ptr<StreamConnection>>;
 
+// Below this, a same-host chunk travels on the socket: pinning the other process's pages for
+// process_vm_readv/writev, or a mapping's extra notice round trip, costs more than copying a
+// few pages through the kernel. Measured, 1 READ at a time, GB/s socket / cross-memory /
+// mapped: 64 KiB 2.37 / 1.80 / 1.18; 128 KiB 2.91 / 3.01 / 2.34; 256 KiB - / 4.81 / 4.77.
+constexpr std::uint64_t kCrossMemoryMinimum = 128 << 10;
+
 class StreamTransport final : public Transport {
  public:
   StreamTransport(const TransportContext& context, StreamSettings settings)
@@ -94,7 +100,7 @@ class StreamTransport final : public Transport {
       if (state->single_request) frame.header.flags = frame_flags::kCompletes;
       std::uint64_t id = 0;
       auto& active = static_cast<StreamActiveSide&>(connection.handler());
-      if (settings_.cross_memory) {
+      if (settings_.cross_memory && chunk.length >= kCrossMemoryMinimum) {
         // The passive side copies into or out of `memory` itself: keep it pinned until it says so.
         auto pin = transfer->gate().pin();
         if (!pin) return;  // already cancelled
