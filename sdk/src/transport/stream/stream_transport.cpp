@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <set>
@@ -59,9 +60,12 @@ class StreamTransport final : public Transport {
   void start(const std::shared_ptr<ActiveTransfer>& transfer,
              const TransportOffer& offer) override {
     auto connections = connections_to(offer.address);
+    // Each transfer starts on the next connection: many one-chunk transfers in flight spread
+    // over all of them instead of queueing on the first.
+    const std::size_t first = next_first_connection_.fetch_add(1, std::memory_order_relaxed);
     auto state = std::make_shared<StreamTransfer>();
     state->transfer = transfer;
-    state->notice_connection = connections.front();
+    state->notice_connection = connections[first % connections.size()];
     install_failure_notifier(*transfer, state->notice_connection);
     // A peer that stalls must not keep a cancelled transfer's buffers hostage.
     for (const auto& connection : connections)
@@ -88,7 +92,7 @@ class StreamTransport final : public Transport {
     const bool reading = transfer->kind() == OperationKind::Read;
     for (std::size_t n = 0; n < chunks.size(); ++n) {
       const auto& chunk = chunks[n];
-      auto& connection = *connections[n % connections.size()];
+      auto& connection = *connections[(first + n) % connections.size()];
       auto* memory = static_cast<std::byte*>(local[chunk.index].ptr()) + chunk.offset;
       OutFrame frame;
       frame.header.type = reading ? FrameType::ReadRequest : FrameType::WriteRequest;
@@ -208,6 +212,7 @@ class StreamTransport final : public Transport {
   std::map<std::string, Connections> pool_;
   Connections accepted_;
   Connections retired_;  // closed, out of the pool, threads maybe still running
+  std::atomic<std::size_t> next_first_connection_{0};
 };
 
 }  // namespace
