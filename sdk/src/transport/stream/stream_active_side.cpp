@@ -62,7 +62,11 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
   if (pending) pending->pin.reset();  // never hold a pin while failing: fail() closes the gate
   if (header.code != 0) {
     auto text = connection.receive_text(header.length);
-    if (text && pending)
+    if (!text) {
+      if (pending) lost_mid_answer(connection, *pending);
+      return;
+    }
+    if (pending)
       pending->transfer->transfer->fail(
           Error(error_code_from_wire(header.code),
                 "the passive side refused: " +
@@ -81,11 +85,13 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
       if (pending->destination == nullptr || header.length != pending->length)
         return break_protocol(connection, *pending, "read response of the wrong length");
       // Pinned while the bytes land in the caller's buffer; a cancelled transfer drains them.
+      bool received = false;
       if (auto pin = transfer.gate().pin()) {
-        if (!connection.receive(pending->destination, header.length)) return;
-      } else if (!connection.discard(header.length)) {
-        return;
+        received = connection.receive(pending->destination, header.length);
+      } else {
+        received = connection.discard(header.length);
       }
+      if (!received) return lost_mid_answer(connection, *pending);
       return chunk_done(connection, pending->transfer);
     }
     case FrameType::WriteResponse:
@@ -103,6 +109,13 @@ void StreamActiveSide::break_protocol(StreamConnection& connection, Pending& pen
   connection.shutdown("protocol error: " + what);
 }
 
+void StreamActiveSide::lost_mid_answer(StreamConnection& connection, Pending& pending) {
+  // Taken from the pending table already: the connection's end would not fail it.
+  pending.pin.reset();
+  pending.transfer->transfer->fail(
+      Error(ErrorCode::PeerLost, "connection to " + connection.peer() + " lost during an answer"));
+}
+
 void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHeader& header,
                                    std::optional<Pending> pending) {
   SharedLocation location;
@@ -111,7 +124,11 @@ void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHead
     connection.shutdown("protocol error: mapped answer of the wrong length");
     return;
   }
-  if (!connection.receive(&location, sizeof location) || !pending) return;
+  if (!connection.receive(&location, sizeof location)) {
+    if (pending) lost_mid_answer(connection, *pending);
+    return;
+  }
+  if (!pending) return;
   auto& transfer = *pending->transfer->transfer;
   const bool reading = header.type == FrameType::ReadResponse;
   try {

@@ -1,6 +1,6 @@
 // A hostile or broken owner on the same host answering a shm read with a "mapped" location
-// that does not hold up: the reader fails with a clear error, never hangs or crashes, and its
-// buffer stays untouched.
+// that does not hold up, or with an answer cut short: the reader fails with a clear error,
+// never hangs or crashes, and its buffer stays untouched.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <functional>
 #include <thread>
 
 #include "file_descriptor.hpp"
@@ -26,13 +27,15 @@ using memwire::test_support::error_code_of;
 namespace {
 
 // Plays the owner's side of the shm protocol on its own Unix socket: accepts the reader's
-// probe, then answers its first read request with `location` (or with `payload_length` bytes
-// of it, to break the framing).
+// probe, then lets `answer` reply to its first read request; then stays until the reader gives
+// up, or hangs up at once.
+using Answer = std::function<void(int socket, const FrameHeader& request)>;
+
 class FakeOwner {
  public:
-  FakeOwner(SharedLocation location, std::size_t payload_length = sizeof(SharedLocation))
+  explicit FakeOwner(Answer answer, bool hang_up = false)
       : name_("memwire-test-fake-" + to_hex(random_id())), listener_(listen_unix(name_)) {
-    thread_ = std::thread([this, location, payload_length] { serve(location, payload_length); });
+    thread_ = std::thread([this, answer = std::move(answer), hang_up] { serve(answer, hang_up); });
   }
   ~FakeOwner() {
     ::shutdown(listener_.get(), SHUT_RDWR);
@@ -42,7 +45,7 @@ class FakeOwner {
   std::string address() const { return "@" + name_; }
 
  private:
-  void serve(SharedLocation location, std::size_t payload_length) {
+  void serve(const Answer& answer, bool hang_up) {
     connection_ = FileDescriptor(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!connection_) return;
     FrameHeader hello;
@@ -53,14 +56,12 @@ class FakeOwner {
     send_all(connection_.get(), &part, 1);
     FrameHeader request;
     if (!receive_all(connection_.get(), &request, sizeof request)) return;
-    FrameHeader answer;
-    answer.type = FrameType::ReadResponse;
-    answer.request_id = request.request_id;
-    answer.flags = frame_flags::kCrossMemory | frame_flags::kMapped;
-    answer.length = payload_length;
-    iovec parts[2] = {{&answer, sizeof answer}, {&location, payload_length}};
-    send_all(connection_.get(), parts, 2);
-    // Stay until the reader gives up; whatever it sends now is read and dropped.
+    answer(connection_.get(), request);
+    if (hang_up) {
+      ::shutdown(connection_.get(), SHUT_RDWR);
+      return;
+    }
+    // Whatever the reader sends now is read and dropped.
     char sink[256];
     while (::recv(connection_.get(), sink, sizeof sink, 0) > 0) {
     }
@@ -72,6 +73,20 @@ class FakeOwner {
   std::thread thread_;
 };
 
+// Answers a read request with `location` as a mapped answer, `payload_length` bytes of it.
+Answer mapped_answer(SharedLocation location, std::size_t payload_length) {
+  return [location, payload_length](int socket, const FrameHeader& request) {
+    FrameHeader answer;
+    answer.type = FrameType::ReadResponse;
+    answer.request_id = request.request_id;
+    answer.flags = frame_flags::kCrossMemory | frame_flags::kMapped;
+    answer.length = payload_length;
+    iovec parts[2] = {{&answer, sizeof answer},
+                      {const_cast<SharedLocation*>(&location), payload_length}};
+    send_all(socket, parts, 2);
+  };
+}
+
 // A real owner's metadata, pointed at the fake owner's socket.
 RdmaMetadata metadata_pointing_at(const std::string& json, const std::string& real_address,
                                   const std::string& fake_address) {
@@ -80,7 +95,7 @@ RdmaMetadata metadata_pointing_at(const std::string& json, const std::string& re
   return RdmaMetadata::from_json(rewritten);
 }
 
-struct MappedAnswers : ::testing::Test {
+struct BrokenOwnerAnswers : ::testing::Test {
   ConnectorOptions shm_only = [] {
     ConnectorOptions options;
     options.transports = {"shm"};
@@ -106,9 +121,13 @@ struct MappedAnswers : ::testing::Test {
   // Reads through a fake owner that answers with `location`; the error code it ends with.
   ErrorCode read_through(SharedLocation location,
                          std::size_t payload_length = sizeof(SharedLocation)) {
+    return read_through(mapped_answer(location, payload_length));
+  }
+
+  ErrorCode read_through(Answer answer, bool hang_up = false) {
     auto readable = owner.create_readable({Descriptor(std::span(source))});
     const auto metadata = readable.metadata();
-    FakeOwner fake(location, payload_length);
+    FakeOwner fake(std::move(answer), hang_up);
     auto read = reader.begin_read(
         metadata_pointing_at(metadata.to_json(), metadata.endpoint().transports.at(0).address,
                              fake.address()),
@@ -119,7 +138,7 @@ struct MappedAnswers : ::testing::Test {
 
 }  // namespace
 
-TEST_F(MappedAnswers, AFileThatIsNotTheOneNamedIsRefused) {
+TEST_F(BrokenOwnerAnswers, AFileThatIsNotTheOneNamedIsRefused) {
   ASSERT_EQ(::ftruncate(file.get(), kSize), 0);
   SharedLocation location{static_cast<std::uint64_t>(file.get()), inode_of(file.get()) + 1, 0,
                           kSize};
@@ -127,7 +146,7 @@ TEST_F(MappedAnswers, AFileThatIsNotTheOneNamedIsRefused) {
   EXPECT_EQ(target, untouched);
 }
 
-TEST_F(MappedAnswers, ARangeOutsideTheFileIsRefused) {
+TEST_F(BrokenOwnerAnswers, ARangeOutsideTheFileIsRefused) {
   ASSERT_EQ(::ftruncate(file.get(), kSize), 0);
   SharedLocation location{static_cast<std::uint64_t>(file.get()), inode_of(file.get()), 6000,
                           kSize};
@@ -135,14 +154,14 @@ TEST_F(MappedAnswers, ARangeOutsideTheFileIsRefused) {
   EXPECT_EQ(target, untouched);
 }
 
-TEST_F(MappedAnswers, AFileShorterThanAnnouncedIsRefused) {
+TEST_F(BrokenOwnerAnswers, AFileShorterThanAnnouncedIsRefused) {
   ASSERT_EQ(::ftruncate(file.get(), 4096), 0);
   SharedLocation location{static_cast<std::uint64_t>(file.get()), inode_of(file.get()), 0, kSize};
   EXPECT_EQ(read_through(location), ErrorCode::Transport);
   EXPECT_EQ(target, untouched);
 }
 
-TEST_F(MappedAnswers, APipeIsRefusedWithoutBlocking) {
+TEST_F(BrokenOwnerAnswers, APipeIsRefusedWithoutBlocking) {
   int ends[2];
   ASSERT_EQ(::pipe2(ends, O_CLOEXEC), 0);
   FileDescriptor read_end(ends[0]), write_end(ends[1]);
@@ -153,8 +172,29 @@ TEST_F(MappedAnswers, APipeIsRefusedWithoutBlocking) {
   EXPECT_EQ(target, untouched);
 }
 
-TEST_F(MappedAnswers, AnAnswerOfTheWrongLengthBreaksTheConnection) {
+TEST_F(BrokenOwnerAnswers, AnAnswerOfTheWrongLengthBreaksTheConnection) {
   SharedLocation location{};
   EXPECT_EQ(read_through(location, 8), ErrorCode::Protocol);
   EXPECT_EQ(target, untouched);
+}
+
+TEST_F(BrokenOwnerAnswers, AnAnswerCutShortFailsTheReadAtOnce) {
+  // Not a mapped answer: a small read's bytes on the socket, fewer than announced, then the
+  // owner hangs up. The request was already matched, so only its own failure can end it.
+  source.resize(4096);
+  target.resize(4096);
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(read_through(
+                [](int socket, const FrameHeader& request) {
+                  FrameHeader answer;
+                  answer.type = FrameType::ReadResponse;
+                  answer.request_id = request.request_id;
+                  answer.length = request.length;
+                  std::vector<std::byte> some(100, std::byte{0x77});
+                  iovec parts[2] = {{&answer, sizeof answer}, {some.data(), some.size()}};
+                  send_all(socket, parts, 2);
+                },
+                /*hang_up=*/true),
+            ErrorCode::PeerLost);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s) << "waited for the timeout";
 }
