@@ -59,7 +59,7 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
   auto pending = take(header.request_id);
   if (header.code == 0 && (header.flags & frame_flags::kMapped))
     return copy_mapped(connection, header, std::move(pending));
-  if (pending) pending->pin.reset();  // never hold a pin while failing: fail() closes the gate
+  if (pending) pending->pin.reset();  // only cross-memory requests hold one: done with it
   if (header.code != 0) {
     auto text = connection.receive_text(header.length);
     if (!text) {
@@ -67,10 +67,10 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
       return;
     }
     if (pending)
-      pending->transfer->transfer->fail(
-          Error(error_code_from_wire(header.code),
-                "the passive side refused: " +
-                    (text->empty() ? "its operation ended during the transfer" : *text)));
+      fail(*pending,
+           Error(error_code_from_wire(header.code),
+                 "the passive side refused: " +
+                     (text->empty() ? "its operation ended during the transfer" : *text)));
     return;
   }
   if (!pending) {  // a response for a request we gave up on (e.g. an error notice)
@@ -101,19 +101,22 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
   }
 }
 
+void StreamActiveSide::fail(Pending& pending, const Error& error) {
+  pending.pin.reset();  // never hold a pin while failing: fail() closes the gate, which waits
+  pending.transfer->transfer->fail(error);
+}
+
+// Both below handle a request already taken from the pending table: closing the connection
+// would not fail it, so they do.
 void StreamActiveSide::break_protocol(StreamConnection& connection, Pending& pending,
                                       const std::string& what) {
-  // The request is no longer pending, so closing the connection would not fail it: fail it here.
-  pending.pin.reset();
-  pending.transfer->transfer->fail(Error(ErrorCode::Protocol, "protocol error: " + what));
+  fail(pending, Error(ErrorCode::Protocol, "protocol error: " + what));
   connection.shutdown("protocol error: " + what);
 }
 
 void StreamActiveSide::lost_mid_answer(StreamConnection& connection, Pending& pending) {
-  // Taken from the pending table already: the connection's end would not fail it.
-  pending.pin.reset();
-  pending.transfer->transfer->fail(
-      Error(ErrorCode::PeerLost, "connection to " + connection.peer() + " lost during an answer"));
+  fail(pending,
+       Error(ErrorCode::PeerLost, "connection to " + connection.peer() + " lost during an answer"));
 }
 
 void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHeader& header,
@@ -129,7 +132,6 @@ void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHead
     return;
   }
   if (!pending) return;
-  auto& transfer = *pending->transfer->transfer;
   const bool reading = header.type == FrameType::ReadResponse;
   try {
     if (pending->local == nullptr || header.type == FrameType::NoticeResponse)
@@ -145,9 +147,7 @@ void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHead
       std::memcpy(remote, pending->local, pending->length);
     }
   } catch (const Error& error) {
-    pending->pin.reset();  // fail() closes the gate, which waits for pins
-    transfer.fail(error);
-    return;
+    return fail(*pending, error);
   }
   pending->pin.reset();
   pending->transfer->mapped = true;

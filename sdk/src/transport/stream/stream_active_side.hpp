@@ -54,6 +54,8 @@ class StreamActiveSide final : public FrameHandler {
   };
 
   std::optional<Pending> take(std::uint64_t request_id);
+  // Fails the transfer of a request taken from the table, after letting go of its pin.
+  static void fail(Pending& pending, const Error& error);
   // Fails a request whose answer the connection lost halfway.
   static void lost_mid_answer(StreamConnection& connection, Pending& pending);
   // Fails a request whose answer broke the protocol, then closes the connection.
