@@ -113,8 +113,10 @@ bool RequestBroker::reply(const std::string& request_id, Result result) {
 
 void RequestBroker::fail_orphans_locked(Clock::time_point now) {
   for (auto& [prefix, queue] : queues_) {
+    // Named again: clang before 16 cannot capture a structured binding in a lambda.
+    const auto& queue_prefix = prefix;
     bool served = std::any_of(servers_.begin(), servers_.end(), [&](const auto& kv) {
-      return kv.second.prefix == prefix && live(kv.second, now);
+      return kv.second.prefix == queue_prefix && live(kv.second, now);
     });
     if (served) continue;
     for (const auto& id : queue) {

@@ -77,10 +77,7 @@ FileDescriptor connect_tcp(const HostPort& peer, std::chrono::milliseconds timeo
   auto address = resolve_ipv4(peer.host, peer.port, ErrorCode::PeerLost);
   FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd) throw Error(ErrorCode::Transport, errno_text("socket"));
-  // Appended, not `" " + peer.to_string()`: GCC 12 at -O3 reports a false -Wrestrict on
-  // operator+(const char*, string&&) (GCC bug 105329).
-  std::string where = " ";
-  where += peer.to_string();
+  const auto where = " " + peer.to_string();
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
     if (errno != EINPROGRESS)
       throw Error(ErrorCode::PeerLost, errno_text(("connect" + where).c_str()));

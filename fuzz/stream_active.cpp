@@ -1,0 +1,70 @@
+// The stream transports' active side: the answers a passive peer sends to a connector that
+// reads from it or writes to it. The fuzz target is that peer: a TCP listener the connector
+// dials for one begin_read or begin_write; it sends the input as its answers (request ids are
+// numbered from 1 on a fresh connection, so a fuzzer finds them), then closes. First input
+// byte: bit 0 write instead of read, bit 1 two chunks (two requests and a completion notice)
+// instead of one. The operation must end (complete or fail) and never touch memory outside
+// its buffer.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loopback.hpp"
+#include "memwire/connector.hpp"
+#include "memwire/error.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static std::uint16_t port = 0;
+  static const int listener = memwire::fuzz::listen_loopback(port);
+  if (size == 0) return 0;
+  const bool writing = data[0] & 1;
+  const bool two_chunks = data[0] & 2;
+  const std::string_view answers(reinterpret_cast<const char*>(data + 1), size - 1);
+
+  memwire::ConnectorOptions options;
+  options.name = "fuzz-active";
+  options.transports = {"tcp"};
+  options.tcp_connections_per_peer = 1;
+  options.tcp_chunk_size = 4096;
+  options.connect_timeout = std::chrono::seconds(2);
+  memwire::Connector connector(options);
+
+  const std::size_t length = two_chunks ? 8192 : 4096;
+  std::vector<std::byte> local(length);
+  const memwire::RdmaMetadata remote(
+      writing ? memwire::OperationKind::Write : memwire::OperationKind::Read,
+      {{memwire::Device{}, 0x10000, length}}, std::string(32, 'a'),
+      {"fuzz-passive", "localhost", {{"tcp", "127.0.0.1:" + std::to_string(port), {}, {}}}},
+      std::string(32, 'b'), 0);
+  std::vector<memwire::Descriptor> descriptors{memwire::Descriptor(local.data(), local.size())};
+  auto run = [&](auto operation) {
+    const int peer = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (peer < 0) std::abort();
+    memwire::fuzz::send_then_half_close(peer, answers);
+    // The connection stays open while the connector lives; the operation must end regardless.
+    memwire::OperationStatus status;
+    try {
+      status = operation.wait_for_completion(std::chrono::seconds(10));
+    } catch (const memwire::Error&) {  // the operation failed: its error comes as an exception
+      status = operation.status();
+    }
+    if (status == memwire::OperationStatus::InProgress) {
+      std::fprintf(stderr, "the operation still runs after its peer's last answer\n");
+      std::abort();
+    }
+    ::close(peer);
+  };
+  if (writing) {
+    run(connector.begin_write(std::move(descriptors), remote));
+  } else {
+    run(connector.begin_read(remote, std::move(descriptors)));
+  }
+  return 0;
+}
