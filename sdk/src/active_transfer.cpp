@@ -20,11 +20,23 @@ void ActiveTransfer::set_failure_notifier(std::function<void(const Error&)> noti
 
 void ActiveTransfer::succeed() { finish(OperationStatus::Complete); }
 
-void ActiveTransfer::fail(Error error) { stop(OperationStatus::Errored, std::move(error)); }
+void ActiveTransfer::fail(Error error) {
+  // Mostly called on a transport thread, which may itself hold pins (requests still out on its
+  // connection) that it lets go of only after this returns: refuse new pins, wait for none.
+  // Cancelling or dropping the operation waits for the last pin.
+  if (!finish(OperationStatus::Errored, error)) return;
+  gate_.refuse();
+  notify_passive_side(error);
+}
 
 void ActiveTransfer::stop(OperationStatus status, Error error) {
-  if (!finish(status, error)) return;
+  const bool first = finish(status, error);
+  // Also after a transport failed it: the caller may free its buffers once this returns.
   gate_.close(grace_);
+  if (first) notify_passive_side(error);
+}
+
+void ActiveTransfer::notify_passive_side(const Error& error) {
   std::function<void(const Error&)> notify;
   {
     std::lock_guard lock(notifier_mutex_);

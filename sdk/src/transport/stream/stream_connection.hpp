@@ -36,8 +36,9 @@ struct OutFrame {
   std::string text;
   const std::byte* data = nullptr;
   AccessGate* gate = nullptr;
-  std::optional<AccessGate::Pin> pin;      // held from the first byte sent to the last
+  // Declared before `pin`, so destroyed after it: the pin must go before the gate it points into.
   std::shared_ptr<const void> keep_alive;  // owner of `gate` and `data`
+  std::optional<AccessGate::Pin> pin;      // held from the first byte sent to the last
   std::size_t sent = 0;                    // bytes of header and payload already out
   bool finished = false;                   // every byte is out
 };
