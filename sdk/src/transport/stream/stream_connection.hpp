@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,7 +56,11 @@ class StreamConnection {
   StreamConnection& operator=(const StreamConnection&) = delete;
 
   // Threads start here, once the owner holds the connection, not in the constructor.
-  void run();
+  // `first_frame_timeout` (non-zero): the peer must send its first frame within it, or the
+  // connection closes. `on_finished` runs on the last thread to end (it must not drop the
+  // connection), so its owner may reclaim it at once.
+  void run(std::chrono::milliseconds first_frame_timeout = {},
+           std::function<void()> on_finished = {});
 
   // Queues a frame; false when the connection is closed (the frame is dropped).
   bool send(OutFrame frame);
@@ -99,6 +104,8 @@ class StreamConnection {
   std::condition_variable drained_;
   std::string close_reason_;
 
+  std::chrono::milliseconds first_frame_timeout_{};
+  std::function<void()> on_finished_;
   std::atomic<int> running_threads_{0};
   std::thread reader_;
   std::thread writer_;
