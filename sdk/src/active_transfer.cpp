@@ -1,14 +1,26 @@
 #include "active_transfer.hpp"
 
 namespace memwire::detail {
+namespace {
+
+// Metadata built in code skipped the parser's checks: an id that is not one is refused here.
+Id128 id_from(const std::string& text, const char* field) {
+  auto id = parse_id(text);
+  if (!id)
+    throw Error(ErrorCode::InvalidMetadata,
+                std::string("metadata ") + field + " must be 32 lower-case hex digits");
+  return *id;
+}
+
+}  // namespace
 
 ActiveTransfer::ActiveTransfer(OperationKind kind, std::vector<Descriptor> local,
                                RdmaMetadata remote, std::chrono::milliseconds grace)
     : OperationCore(kind, OperationStatus::InProgress),
       local_(std::move(local)),
       remote_(std::move(remote)),
-      key_(*parse_id(remote_.notification_key())),
-      token_(*parse_id(remote_.token())),
+      key_(id_from(remote_.notification_key(), "notification_key")),
+      token_(id_from(remote_.token(), "token")),
       grace_(grace) {}
 
 ActiveTransfer::~ActiveTransfer() { gate_.close(grace_); }
