@@ -28,6 +28,11 @@ void AccessGate::add_breaker(std::uintptr_t holder, std::function<void()> breake
   if (open_) breakers_.try_emplace(holder, std::move(breaker));
 }
 
+void AccessGate::refuse() {
+  std::lock_guard lock(mutex_);
+  open_ = false;
+}
+
 void AccessGate::close(std::chrono::milliseconds grace) {
   std::unique_lock lock(mutex_);
   open_ = false;

@@ -43,6 +43,8 @@ class AccessGate {
   void add_breaker(std::uintptr_t holder, std::function<void()> breaker);
 
   void close(std::chrono::milliseconds grace);
+  // Refuses new pins without waiting for the held ones; close() may follow to wait for them.
+  void refuse();
 
  private:
   mutable std::mutex mutex_;

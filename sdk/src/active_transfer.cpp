@@ -1,14 +1,26 @@
 #include "active_transfer.hpp"
 
 namespace memwire::detail {
+namespace {
+
+// Metadata built in code skipped the parser's checks: an id that is not one is refused here.
+Id128 id_from(const std::string& text, const char* field) {
+  auto id = parse_id(text);
+  if (!id)
+    throw Error(ErrorCode::InvalidMetadata,
+                std::string("metadata ") + field + " must be 32 lower-case hex digits");
+  return *id;
+}
+
+}  // namespace
 
 ActiveTransfer::ActiveTransfer(OperationKind kind, std::vector<Descriptor> local,
                                RdmaMetadata remote, std::chrono::milliseconds grace)
     : OperationCore(kind, OperationStatus::InProgress),
       local_(std::move(local)),
       remote_(std::move(remote)),
-      key_(*parse_id(remote_.notification_key())),
-      token_(*parse_id(remote_.token())),
+      key_(id_from(remote_.notification_key(), "notification_key")),
+      token_(id_from(remote_.token(), "token")),
       grace_(grace) {}
 
 ActiveTransfer::~ActiveTransfer() { gate_.close(grace_); }
@@ -20,11 +32,23 @@ void ActiveTransfer::set_failure_notifier(std::function<void(const Error&)> noti
 
 void ActiveTransfer::succeed() { finish(OperationStatus::Complete); }
 
-void ActiveTransfer::fail(Error error) { stop(OperationStatus::Errored, std::move(error)); }
+void ActiveTransfer::fail(Error error) {
+  // Mostly called on a transport thread, which may itself hold pins (requests still out on its
+  // connection) that it lets go of only after this returns: refuse new pins, wait for none.
+  // Cancelling or dropping the operation waits for the last pin.
+  if (!finish(OperationStatus::Errored, error)) return;
+  gate_.refuse();
+  notify_passive_side(error);
+}
 
 void ActiveTransfer::stop(OperationStatus status, Error error) {
-  if (!finish(status, error)) return;
+  const bool first = finish(status, error);
+  // Also after a transport failed it: the caller may free its buffers once this returns.
   gate_.close(grace_);
+  if (first) notify_passive_side(error);
+}
+
+void ActiveTransfer::notify_passive_side(const Error& error) {
   std::function<void(const Error&)> notify;
   {
     std::lock_guard lock(notifier_mutex_);

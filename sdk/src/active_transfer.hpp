@@ -33,7 +33,8 @@ class ActiveTransfer final : public OperationCore {
   void set_failure_notifier(std::function<void(const Error&)> notifier);
 
   void succeed();
-  // Errors the operation, stops all access to the local buffers and tells the passive side.
+  // Errors the operation, refuses new access to the local buffers and tells the passive side.
+  // Never waits for access in progress (cancel() and abandon() do): safe on transport threads.
   void fail(Error error);
 
   void cancel() override;
@@ -41,6 +42,7 @@ class ActiveTransfer final : public OperationCore {
 
  private:
   void stop(OperationStatus status, Error error);
+  void notify_passive_side(const Error& error);
 
   const std::vector<Descriptor> local_;
   const RdmaMetadata remote_;

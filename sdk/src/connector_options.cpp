@@ -38,6 +38,11 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
     options.tcp_chunk_size = number_from<std::size_t>("MEMWIRE_TCP_CHUNK_SIZE", text);
   if (const char* text = std::getenv("MEMWIRE_TCP_CONNECTIONS"))
     options.tcp_connections_per_peer = number_from<unsigned>("MEMWIRE_TCP_CONNECTIONS", text);
+  if (const char* text = std::getenv("MEMWIRE_MAX_CONNECTIONS"))
+    options.max_connections = number_from<unsigned>("MEMWIRE_MAX_CONNECTIONS", text);
+  if (const char* text = std::getenv("MEMWIRE_MAX_CONNECTIONS_PER_PEER"))
+    options.max_connections_per_peer =
+        number_from<unsigned>("MEMWIRE_MAX_CONNECTIONS_PER_PEER", text);
   if (const char* text = std::getenv("MEMWIRE_LOG"); text && std::string_view(text) == "1")
     options.log = [](std::string_view line) { std::clog << "memwire: " << line << '\n'; };
   return options;

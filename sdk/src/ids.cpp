@@ -35,8 +35,9 @@ std::optional<Id128> parse_id(std::string_view hex) {
   if (hex.size() != 32) return std::nullopt;
   auto nibble = [](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
+    // Lower case only, as issued: one text per id, so a token with any character changed
+    // (its case included) is another token, refused.
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
   };
   Id128 id;

@@ -50,7 +50,7 @@ Registration::Access Registration::check_access(const Id128& token, OperationKin
 void Registration::complete_from_remote(const Id128& token,
                                         const std::function<void()>& acknowledge) {
   check_token(token);
-  if (!gate_.is_open() || is_terminal(status()))
+  if (!gate_.is_open() || is_terminal(status()) || completing_.exchange(true))
     throw Error(ErrorCode::Cancelled, "operation already ended on the owner's side");
   // Acknowledged before the owner wakes up: an owner that exits at once must not take the
   // acknowledgement down with it.
@@ -66,6 +66,9 @@ void Registration::fail_from_remote(const Id128& token, Error error) {
 }
 
 void Registration::fail(Error error) {
+  // The completion notice was accepted and acknowledged: a reader that leaves at once (its
+  // other connections closing) must not turn that into a failure before it lands.
+  if (completing_) return;
   revoke();
   finish(OperationStatus::Errored, std::move(error));
 }

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -77,6 +78,7 @@ class Registration final : public OperationCore {
   const std::chrono::milliseconds grace_;
   std::optional<RdmaMetadata> metadata_;
   AccessGate gate_;
+  std::atomic<bool> completing_{false};  // a completion notice was accepted
   std::mutex attachments_mutex_;
   std::vector<std::unique_ptr<TransportState>> attachments_;
 };

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "memwire/memwire.hpp"
+#include "sdk/forged_token_check.hpp"
 #include "support/child_process.hpp"
 #include "support/pattern.hpp"
 #include "support/test_peer_process.hpp"
@@ -304,6 +305,13 @@ TEST(VerbsTransport, WrongTokenIsRefusedBeforeAByteMoves) {
   EXPECT_TRUE(
       std::all_of(target.begin(), target.end(), [](auto b) { return b == std::byte{0x5a}; }));
   EXPECT_EQ(readable.status(), OperationStatus::Initialized);  // still available to the real one
+}
+
+// Item 13 of issue 14: seen twice in ~30 acceptance runs in the guest, a forged-token write
+// that was not cleanly refused.
+TEST(VerbsTransport, ForgedTokenWriteIsRefusedAndLeavesTheTargetUntouched) {
+  REQUIRE_RDMA();
+  memwire::test_support::expect_forged_writes_refused(verbs_options(), verbs_options());
 }
 
 TEST(VerbsTransport, ReadOfACancelledOperationFailsCleanly) {

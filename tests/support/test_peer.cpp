@@ -3,6 +3,8 @@
 //   memwire_test_peer active read|write SIZE SEED [CHUNK]   reads metadata from stdin
 // Prints "complete" or "error <reason>" as its last line; exit code 0 only on success.
 // MEMWIRE_PEER_SHARED=1: the buffer is a SharedBuffer (which a same-host peer maps).
+// MEMWIRE_PEER_NOFILE=N: at most N open file descriptors (RLIMIT_NOFILE), for fd exhaustion.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -51,6 +53,14 @@ int main(int argc, char** argv) {
   if (const char* drop = std::getenv("MEMWIRE_PEER_AS_NOBODY"); drop && drop[0] == '1') {
     if (setgid(65534) != 0 || setuid(65534) != 0) {
       std::cout << "error cannot drop privileges" << std::endl;
+      return 1;
+    }
+  }
+  if (const char* limit = std::getenv("MEMWIRE_PEER_NOFILE")) {
+    rlimit files{};
+    files.rlim_cur = files.rlim_max = std::strtoull(limit, nullptr, 10);
+    if (setrlimit(RLIMIT_NOFILE, &files) != 0) {
+      std::cout << "error cannot limit open files" << std::endl;
       return 1;
     }
   }

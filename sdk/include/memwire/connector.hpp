@@ -32,12 +32,20 @@ struct ConnectorOptions {
   unsigned tcp_connections_per_peer = 2;
   // Connect timeout; also bounds how long a stalled peer may hold a revoked registration.
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(5);
+  // Limits on connections other connectors open to this one (each costs two threads and a file
+  // descriptor): in total, and per peer (per IP address over tcp, per process over shm). Over a
+  // limit, or out of file descriptors, a new connection is closed at once. A connection that
+  // sends no first frame within `handshake_timeout` is closed.
+  unsigned max_connections = 512;
+  unsigned max_connections_per_peer = 64;
+  std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
   // Where memwire says what it decided (transports skipped, fallbacks). Empty = silent.
   std::function<void(std::string_view)> log;
 
   // Applies the documented MEMWIRE_* environment overrides (MEMWIRE_TRANSPORTS=verbs,tcp,
   // MEMWIRE_BIND_ADDRESS, MEMWIRE_PORT, MEMWIRE_RDMA_DEVICE, MEMWIRE_GID_INDEX,
-  // MEMWIRE_TCP_CHUNK_SIZE, MEMWIRE_TCP_CONNECTIONS, MEMWIRE_LOG=1 logs to stderr). The only place
+  // MEMWIRE_TCP_CHUNK_SIZE, MEMWIRE_TCP_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS,
+  // MEMWIRE_MAX_CONNECTIONS_PER_PEER, MEMWIRE_LOG=1 logs to stderr). The only place
   // memwire reads the environment; call it at your program's edge if you want them.
   static ConnectorOptions from_environment(ConnectorOptions defaults);
   static ConnectorOptions from_environment();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 
 namespace memwire::detail {
 
@@ -21,17 +22,30 @@ void StreamConnection::join() {
   if (writer_.joinable()) writer_.join();
 }
 
-void StreamConnection::run() {
+void StreamConnection::run(std::chrono::milliseconds first_frame_timeout,
+                           std::function<void()> on_finished) {
+  first_frame_timeout_ = first_frame_timeout;
+  on_finished_ = std::move(on_finished);
   running_threads_ = 2;
   reader_ = std::thread([this] {
     read_loop();
-    --running_threads_;
+    if (--running_threads_ == 0 && on_finished_) on_finished_();
   });
   writer_ = std::thread([this] {
     write_loop();
-    --running_threads_;
+    if (--running_threads_ == 0 && on_finished_) on_finished_();
   });
 }
+
+namespace {
+
+void set_receive_timeout(int socket, std::chrono::milliseconds timeout) {
+  timeval limit{static_cast<time_t>(timeout.count() / 1000),
+                static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+}
+
+}  // namespace
 
 bool StreamConnection::alive() const {
   std::lock_guard lock(mutex_);
@@ -107,9 +121,20 @@ std::optional<std::string> StreamConnection::receive_text(std::uint64_t length) 
 
 void StreamConnection::read_loop() {
   std::string reason = "peer closed the connection";
+  // A peer that connects and stays silent holds a descriptor and two threads: not for long.
+  bool awaiting_first_frame = first_frame_timeout_.count() > 0;
+  if (awaiting_first_frame) set_receive_timeout(socket_.get(), first_frame_timeout_);
   for (;;) {
     FrameHeader header;
-    if (!receive(&header, sizeof header)) break;
+    if (!receive(&header, sizeof header)) {
+      if (awaiting_first_frame && (errno == EAGAIN || errno == EWOULDBLOCK))
+        reason = "no first frame within the handshake timeout";
+      break;
+    }
+    if (awaiting_first_frame) {
+      awaiting_first_frame = false;
+      set_receive_timeout(socket_.get(), std::chrono::milliseconds(0));
+    }
     if (header.magic != FrameHeader::kMagic || header.version != FrameHeader::kVersion) {
       reason = "protocol error: bad frame header";
       break;

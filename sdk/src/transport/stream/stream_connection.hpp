@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -36,8 +37,9 @@ struct OutFrame {
   std::string text;
   const std::byte* data = nullptr;
   AccessGate* gate = nullptr;
-  std::optional<AccessGate::Pin> pin;      // held from the first byte sent to the last
+  // Declared before `pin`, so destroyed after it: the pin must go before the gate it points into.
   std::shared_ptr<const void> keep_alive;  // owner of `gate` and `data`
+  std::optional<AccessGate::Pin> pin;      // held from the first byte sent to the last
   std::size_t sent = 0;                    // bytes of header and payload already out
   bool finished = false;                   // every byte is out
 };
@@ -54,7 +56,11 @@ class StreamConnection {
   StreamConnection& operator=(const StreamConnection&) = delete;
 
   // Threads start here, once the owner holds the connection, not in the constructor.
-  void run();
+  // `first_frame_timeout` (non-zero): the peer must send its first frame within it, or the
+  // connection closes. `on_finished` runs on the last thread to end (it must not drop the
+  // connection), so its owner may reclaim it at once.
+  void run(std::chrono::milliseconds first_frame_timeout = {},
+           std::function<void()> on_finished = {});
 
   // Queues a frame; false when the connection is closed (the frame is dropped).
   bool send(OutFrame frame);
@@ -98,6 +104,8 @@ class StreamConnection {
   std::condition_variable drained_;
   std::string close_reason_;
 
+  std::chrono::milliseconds first_frame_timeout_{};
+  std::function<void()> on_finished_;
   std::atomic<int> running_threads_{0};
   std::thread reader_;
   std::thread writer_;

@@ -1,6 +1,12 @@
 #include "transport/stream/stream_transport.hpp"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -29,10 +35,16 @@ class StreamTransport final : public Transport {
  public:
   StreamTransport(const TransportContext& context, StreamSettings settings)
       : context_(context), settings_(std::move(settings)) {
+    if (!wake_) throw Error(ErrorCode::Transport, "eventfd failed for the " + settings_.name);
+    // Non-blocking: a connection reset between poll() and accept() must not block the loop.
+    ::fcntl(settings_.listener.get(), F_SETFL,
+            ::fcntl(settings_.listener.get(), F_GETFL) | O_NONBLOCK);
     acceptor_ = std::thread([this] { accept_loop(); });
   }
 
   ~StreamTransport() override {
+    stopping_ = true;
+    wake();
     ::shutdown(settings_.listener.get(), SHUT_RDWR);
     acceptor_.join();
     Connections all;
@@ -40,7 +52,7 @@ class StreamTransport final : public Transport {
       std::lock_guard lock(mutex_);
       for (auto& [peer, connections] : pool_)
         all.insert(all.end(), connections.begin(), connections.end());
-      all.insert(all.end(), accepted_.begin(), accepted_.end());
+      for (auto& entry : accepted_) all.push_back(entry.connection);
       all.insert(all.end(), retired_.begin(), retired_.end());
       pool_.clear();
       accepted_.clear();
@@ -173,26 +185,111 @@ class StreamTransport final : public Transport {
     return connections;
   }
 
+  // Waits on the listener and on `wake_` (a connection ended, or we stop). Never spins: out of
+  // descriptors, the pending connection is dropped through a reserve descriptor, and if even
+  // that fails the listener is left alone until a connection ends (or a second passes).
   void accept_loop() {
+    FileDescriptor reserve = open_reserve();
+    bool listener_paused = false;
     for (;;) {
+      pollfd waits[2] = {{wake_.get(), POLLIN, 0}, {settings_.listener.get(), POLLIN, 0}};
+      const int ready = ::poll(waits, listener_paused ? 1 : 2, listener_paused ? 1000 : -1);
+      if (ready < 0 && errno != EINTR) return;
+      if (waits[0].revents != 0) {
+        std::uint64_t count;
+        [[maybe_unused]] auto drained = ::read(wake_.get(), &count, sizeof count);
+      }
+      if (stopping_.load()) return;
+      reclaim_accepted();
+      if (listener_paused) {
+        listener_paused = false;
+        if (!reserve) reserve = open_reserve();
+        continue;
+      }
+      if (ready <= 0 || waits[1].revents == 0) continue;
       FileDescriptor socket(::accept4(settings_.listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (!socket) {
-        if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) continue;
+        if (errno == EMFILE || errno == ENFILE) {
+          if (!reserve) {
+            listener_paused = true;
+            continue;
+          }
+          reserve.reset();  // one descriptor free: take the connection and close it
+          FileDescriptor(::accept4(settings_.listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+          reserve = open_reserve();
+          log("out of file descriptors: a new connection was closed");
+          continue;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED ||
+            errno == EPROTO || errno == ENOBUFS || errno == ENOMEM)
+          continue;
         return;  // the listener was shut down
       }
-      const int peer = peer_process(socket.get());
-      auto handler =
-          std::make_unique<StreamPassiveSide>(context_.registrations, peer, settings_.name);
-      auto* passive = handler.get();
-      auto connection = std::make_shared<StreamConnection>(std::move(socket), std::move(handler),
-                                                           settings_.name + " peer");
-      passive->bind(connection);
-      connection->run();
-      Connections finished;  // dropped outside the lock
-      std::lock_guard lock(mutex_);
-      move_finished(accepted_, finished);
-      accepted_.push_back(std::move(connection));
+      admit(std::move(socket));
     }
+  }
+
+  void admit(FileDescriptor socket) {
+    const int process = peer_process(socket.get());
+    auto peer = peer_identity(socket.get(), process);
+    {
+      std::lock_guard lock(mutex_);
+      const auto same_peer = std::count_if(accepted_.begin(), accepted_.end(),
+                                           [&](const auto& entry) { return entry.peer == peer; });
+      if (accepted_.size() >= context_.options.max_connections ||
+          static_cast<std::size_t>(same_peer) >= context_.options.max_connections_per_peer) {
+        log("connection from " + peer + " closed: over the connection limit");
+        return;
+      }
+    }
+    auto handler =
+        std::make_unique<StreamPassiveSide>(context_.registrations, process, settings_.name);
+    auto* passive = handler.get();
+    auto connection = std::make_shared<StreamConnection>(std::move(socket), std::move(handler),
+                                                         settings_.name + " peer");
+    passive->bind(connection);
+    connection->run(context_.options.handshake_timeout, [this] { wake(); });
+    std::lock_guard lock(mutex_);
+    accepted_.push_back({std::move(connection), std::move(peer)});
+  }
+
+  // Connections whose threads ended give their descriptors back now, not at the next accept.
+  void reclaim_accepted() {
+    std::vector<Accepted> finished;  // dropped outside the lock
+    std::lock_guard lock(mutex_);
+    std::erase_if(accepted_, [&](auto& entry) {
+      if (!entry.connection->finished()) return false;
+      finished.push_back(std::move(entry));
+      return true;
+    });
+  }
+
+  void wake() {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto written = ::write(wake_.get(), &one, sizeof one);
+  }
+
+  // Who a connection counts against: its process over a Unix socket, else its IP address.
+  static std::string peer_identity(int socket, int process) {
+    if (process != 0) return "process " + std::to_string(process);
+    sockaddr_storage address{};
+    socklen_t length = sizeof address;
+    if (::getpeername(socket, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "?";
+    char text[INET6_ADDRSTRLEN] = "?";
+    if (address.ss_family == AF_INET)
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&address)->sin_addr, text, sizeof text);
+    if (address.ss_family == AF_INET6)
+      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&address)->sin6_addr, text,
+                  sizeof text);
+    return text;
+  }
+
+  static FileDescriptor open_reserve() {
+    return FileDescriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  }
+
+  void log(const std::string& line) const {
+    if (context_.options.log) context_.options.log(settings_.name + ": " + line);
   }
 
   // A closed connection is dropped only once its threads are done: until then one of them may
@@ -210,7 +307,13 @@ class StreamTransport final : public Transport {
   std::thread acceptor_;
   std::mutex mutex_;
   std::map<std::string, Connections> pool_;
-  Connections accepted_;
+  struct Accepted {
+    std::shared_ptr<StreamConnection> connection;
+    std::string peer;  // what the per-peer limit counts
+  };
+  std::vector<Accepted> accepted_;
+  FileDescriptor wake_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
+  std::atomic<bool> stopping_{false};
   Connections retired_;  // closed, out of the pool, threads maybe still running
   std::atomic<std::size_t> next_first_connection_{0};
 };

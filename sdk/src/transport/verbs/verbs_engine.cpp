@@ -71,6 +71,8 @@ Engine::Engine(const TransportContext& context)
     : connector_name_(context.connector_name),
       log_(context.options.log),
       connect_timeout_(context.options.connect_timeout),
+      max_connections_(context.options.max_connections),
+      max_connections_per_peer_(context.options.max_connections_per_peer),
       registrations_(context.registrations),
       device_(std::make_shared<const VerbsDevice>(context.options.rdma_device,
                                                   context.options.gid_index)),
@@ -257,9 +259,22 @@ void Engine::on_connect_request(rdma_cm_id* id, const std::optional<std::string>
     rdma_reject(id, nullptr, 0);
     return;
   }
-  auto connection =
-      std::make_shared<Connection>(device_, completions_.get(), std::move(owned), false, *peer,
-                                   format_endpoint(rdma_get_peer_addr(id)));
+  // Each accepted connection costs a queue pair and its buffers: capped in total and per host.
+  const auto endpoint = format_endpoint(rdma_get_peer_addr(id));
+  const auto host = endpoint.substr(0, endpoint.rfind(':'));
+  std::size_t incoming = 0, from_host = 0;
+  for (const auto& [other_id, other] : connections_) {
+    if (other->outgoing || other->state == Connection::State::Closed) continue;
+    ++incoming;
+    if (other->address.substr(0, other->address.rfind(':')) == host) ++from_host;
+  }
+  if (incoming >= max_connections_ || from_host >= max_connections_per_peer_) {
+    log("verbs: connection from " + endpoint + " refused: over the connection limit");
+    rdma_reject(id, nullptr, 0);
+    return;
+  }
+  auto connection = std::make_shared<Connection>(device_, completions_.get(), std::move(owned),
+                                                 false, *peer, endpoint);
   try {
     connection->create_queue_pair();
     const auto ours = encode_hello(connector_name_, kAcceptPrivateData);

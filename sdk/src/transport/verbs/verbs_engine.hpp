@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "active_transfer.hpp"
+#include "file_descriptor.hpp"
 #include "registration_table.hpp"
 #include "transport/transport.hpp"
 #include "transport/verbs/local_mr_cache.hpp"
 #include "transport/verbs/progress_loop.hpp"
-#include "file_descriptor.hpp"
 #include "transport/verbs/verbs_connection.hpp"
 #include "transport/verbs/verbs_device.hpp"
 #include "transport/verbs/verbs_handles.hpp"
@@ -105,6 +105,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const std::string connector_name_;
   const std::function<void(std::string_view)> log_;
   const std::chrono::milliseconds connect_timeout_;
+  const std::size_t max_connections_;  // accepted ones, and per peer host below
+  const std::size_t max_connections_per_peer_;
   const std::shared_ptr<RegistrationTable> registrations_;
   const std::shared_ptr<const VerbsDevice> device_;
   std::uint64_t chunk_bytes_;

@@ -1,0 +1,156 @@
+// Item 4 of issue 14: a flood of connections must not livelock the data plane. Under a small
+// RLIMIT_NOFILE the owner's accept loop spun at 100% CPU for ever and never reclaimed closed
+// connections; without a cap, every idle socket cost two threads.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "file_descriptor.hpp"
+#include "memwire/memwire.hpp"
+#include "support/pattern.hpp"
+#include "support/test_peer_process.hpp"
+#include "transport/stream/socket.hpp"
+
+using namespace memwire;
+using namespace std::chrono_literals;
+using memwire::detail::FileDescriptor;
+
+namespace {
+
+std::string tcp_address(const RdmaMetadata& metadata) {
+  for (const auto& offer : metadata.endpoint().transports)
+    if (offer.name == "tcp") return offer.address;
+  ADD_FAILURE() << "no tcp offer";
+  return "";
+}
+
+// Connects without sending a byte; invalid when the kernel refused at once.
+FileDescriptor silent_connection(const std::string& address) {
+  auto peer = detail::parse_host_port(address);
+  FileDescriptor socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in target{};
+  target.sin_family = AF_INET;
+  target.sin_port = htons(peer.port);
+  ::inet_pton(AF_INET, peer.host.c_str(), &target.sin_addr);
+  if (::connect(socket.get(), reinterpret_cast<sockaddr*>(&target), sizeof target) != 0) return {};
+  return socket;
+}
+
+// Seconds of CPU the process has used (user + system), from /proc.
+double cpu_seconds(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  std::string field;
+  unsigned long long user = 0, system = 0;
+  for (int n = 3; n <= 15 && fields >> field; ++n) {
+    if (n == 14) user = std::stoull(field);
+    if (n == 15) system = std::stoull(field);
+  }
+  return static_cast<double>(user + system) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+int thread_count(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+
+// Whether the peer closed `socket` within `timeout`.
+bool closed_by_peer(int socket, std::chrono::milliseconds timeout) {
+  timeval limit{static_cast<time_t>(timeout.count() / 1000),
+                static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  char byte;
+  return ::recv(socket, &byte, 1, 0) == 0;
+}
+
+TEST(ConnectionFlood, FdExhaustionNeitherSpinsNorStopsLaterTransfers) {
+  constexpr std::size_t kSize = 1u << 20;
+  auto owner = test_support::start_test_peer({"publish", "readable", std::to_string(kSize), "5"},
+                                             {"MEMWIRE_PEER_NOFILE=64"});
+  auto metadata = RdmaMetadata::from_json(test_support::expect_line(owner));
+  const auto address = tcp_address(metadata);
+  std::vector<FileDescriptor> flood;
+  for (int n = 0; n < 300; ++n)
+    if (auto socket = silent_connection(address)) flood.push_back(std::move(socket));
+  std::this_thread::sleep_for(500ms);  // the owner takes what it takes
+  const double cpu_before = cpu_seconds(owner.pid());
+  std::this_thread::sleep_for(2s);
+  const double cpu_used = cpu_seconds(owner.pid()) - cpu_before;
+  const int threads = thread_count(owner.pid());
+  std::cout << "under the flood: " << cpu_used << " s CPU in 2 s, " << threads << " threads, "
+            << flood.size() << " connections made\n";
+  EXPECT_LT(cpu_used, 0.2) << "the owner spins";
+  EXPECT_LE(threads, 2 * 64 + 16);
+  flood.clear();
+
+  // The flood is gone: a real read goes through.
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  Connector reader(options);
+  std::vector<std::byte> destination(kSize);
+  const auto began = std::chrono::steady_clock::now();
+  auto read = reader.begin_read(metadata, {Descriptor(std::span(destination))});
+  EXPECT_EQ(read.wait_for_completion(20s), OperationStatus::Complete);
+  std::cout << "read after the flood took "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count()
+            << " s\n";
+  EXPECT_EQ(test_support::first_mismatch(destination, 5), destination.size());
+  EXPECT_EQ(test_support::expect_line(owner, 20s).rfind("complete", 0), 0u);
+  EXPECT_EQ(owner.wait(10s), 0);
+}
+
+// 3,000 idle sockets once made 6,004 threads in the owner.
+TEST(ConnectionFlood, IdleSocketsCostBoundedThreads) {
+  auto owner = test_support::start_test_peer({"publish", "readable", "4096", "5"});
+  auto metadata = RdmaMetadata::from_json(test_support::expect_line(owner));
+  const auto address = tcp_address(metadata);
+  std::vector<FileDescriptor> flood;
+  for (int n = 0; n < 400; ++n)
+    if (auto socket = silent_connection(address)) flood.push_back(std::move(socket));
+  std::this_thread::sleep_for(1s);
+  const int threads = thread_count(owner.pid());
+  std::cout << flood.size() << " idle connections: " << threads << " threads in the owner\n";
+  EXPECT_LE(threads, 2 * 64 + 16);
+  owner.kill(SIGTERM);
+}
+
+TEST(ConnectionFlood, ConnectionsThatNeverSpeakAreClosed) {
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  options.handshake_timeout = 300ms;
+  Connector owner(options);
+  std::vector<std::byte> source(4096);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  auto silent = silent_connection(tcp_address(readable.metadata()));
+  ASSERT_TRUE(silent);
+  EXPECT_TRUE(closed_by_peer(silent.get(), 5s));
+}
+
+TEST(ConnectionFlood, ConnectionsPerPeerAreCapped) {
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  options.max_connections_per_peer = 4;
+  Connector owner(options);
+  std::vector<std::byte> source(4096);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  const auto address = tcp_address(readable.metadata());
+  std::vector<FileDescriptor> sockets;
+  for (int n = 0; n < 12; ++n) sockets.push_back(silent_connection(address));
+  int refused = 0;
+  for (auto& socket : sockets)
+    if (!socket || closed_by_peer(socket.get(), 300ms)) ++refused;
+  EXPECT_EQ(refused, 12 - 4);
+}
+
+}  // namespace
