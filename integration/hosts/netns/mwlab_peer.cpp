@@ -35,7 +35,7 @@ constexpr const char* kHelp =
             --kv-replicas R (when creating the NATS bucket)
   producer: publishes every name for reading (again after each read) and serves requests for
             P.*; until SIGTERM. --write-timeout-ms T bounds each write into a requester.
-  consumer: --mode read|request|both  --transfers K  --first I (start at name I)
+  consumer: --mode read|request|both  --transfers K  --first I (uses names P.I .. P.I+N-1)
             --deadline-ms D (per transfer)  --pause-ms M (between transfers)  --hang-grace-ms G
 output: "event KIND key=value ..." lines, then one "result ..." line.
 )";
@@ -69,9 +69,12 @@ std::size_t wrong_bytes(const std::byte* data, std::size_t size, std::size_t ind
   return wrong;
 }
 
+// The error's code as one token ("peer_lost"), for the script to match.
 std::string code_of(const std::exception& error) {
-  if (auto* e = dynamic_cast<const Error*>(&error)) return std::string(to_string(e->code()));
-  return "other";
+  auto* e = dynamic_cast<const Error*>(&error);
+  std::string code = e ? std::string(to_string(e->code())) : "other";
+  std::replace(code.begin(), code.end(), ' ', '_');
+  return code;
 }
 
 std::string one_line(std::string text) {
@@ -116,7 +119,7 @@ std::unique_ptr<sideband::Channel> open_channel(const services::Arguments& args,
     } catch (const Error& error) {
       if (Clock::now() >= deadline || error.code() == ErrorCode::AccessDenied) throw;
       say("event channel-retry attempt=" + std::to_string(attempt) +
-          " code=" + std::string(to_string(error.code())));
+          " code=" + code_of(error));
     }
     std::this_thread::sleep_for(milliseconds(250));  // the cluster is electing: look again
   }
@@ -285,7 +288,7 @@ int run_consumer(const services::Arguments& args, const Setup& setup) {
   });
 
   for (std::uint64_t t = 0; t < transfers; ++t) {
-    const std::size_t index = (first + t) % setup.names;
+    const std::size_t index = first + t % setup.names;
     const std::string name = setup.name(index);
     const bool read = mode == "read" || (mode == "both" && t % 2 == 0);
     std::fill(memory.begin(), memory.end(), kGuardByte);
@@ -296,6 +299,8 @@ int run_consumer(const services::Arguments& args, const Setup& setup) {
       running_since = started;
     }
     ++attempted;
+    say("event begin name=" + name + " op=" + (read ? "read" : "request") +
+        " at=" + std::to_string(unix_ms()));
     std::string transport;
     try {
       if (read) {
@@ -305,6 +310,9 @@ int run_consumer(const services::Arguments& args, const Setup& setup) {
       }
       ++completed;
       ++transports[transport];
+      say("event done name=" + name + " via=" + transport + " ms=" +
+          std::to_string(std::chrono::duration_cast<milliseconds>(Clock::now() - started).count()) +
+          " at=" + std::to_string(unix_ms()));
       std::size_t bad = wrong_bytes(destination, setup.size, index);
       wrong += bad;
       if (bad != 0) say("event wrong-bytes name=" + name + " count=" + std::to_string(bad));
