@@ -182,7 +182,8 @@ int run_producer(const services::Arguments& args, const Setup& setup) {
   std::vector<std::atomic<std::uint64_t>> generation(setup.names);
   auto watch = [&](std::size_t i) {
     auto mine = ++generation[i];
-    leases[i]->operation().on_complete([&, i, mine](OperationStatus) {
+    leases[i]->operation().on_complete([&, i, mine](OperationStatus status) {
+      if (status == OperationStatus::Complete) ++reads;
       if (generation[i] != mine) return;  // an older publication of the name
       std::lock_guard lock(mutex);
       finished.push_back(i);
@@ -218,7 +219,6 @@ int run_producer(const services::Arguments& args, const Setup& setup) {
         if (!leases[i]) {
           leases[i].emplace(worker.publish(setup.name(i), descriptors(i)));
         } else {
-          if (leases[i]->operation().status() == OperationStatus::Complete) ++reads;
           worker.republish(*leases[i], descriptors(i));
         }
         watch(i);
