@@ -23,8 +23,12 @@ void ActiveTransfer::succeed() { finish(OperationStatus::Complete); }
 void ActiveTransfer::fail(Error error) { stop(OperationStatus::Errored, std::move(error)); }
 
 void ActiveTransfer::stop(OperationStatus status, Error error) {
-  if (!finish(status, error)) return;
+  if (is_terminal(this->status())) return;
+  // The gate first: once a waiter sees the failure, no other connection of this transfer may
+  // still be copying into its buffer (one connection's loss used to be reported while another
+  // went on writing the bytes it had already received).
   gate_.close(grace_);
+  if (!finish(status, error)) return;
   std::function<void(const Error&)> notify;
   {
     std::lock_guard lock(notifier_mutex_);
