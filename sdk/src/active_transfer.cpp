@@ -35,9 +35,11 @@ void ActiveTransfer::succeed() { finish(OperationStatus::Complete); }
 void ActiveTransfer::fail(Error error) {
   // Mostly called on a transport thread, which may itself hold pins (requests still out on its
   // connection) that it lets go of only after this returns: refuse new pins, wait for none.
-  // Cancelling or dropping the operation waits for the last pin.
-  if (!finish(OperationStatus::Errored, error)) return;
+  // Cancelling or dropping the operation waits for the last pin. Refused before the failure is
+  // visible, so no connection starts copying into a buffer whose transfer a waiter saw fail.
+  if (is_terminal(status())) return;
   gate_.refuse();
+  if (!finish(OperationStatus::Errored, error)) return;
   notify_passive_side(error);
 }
 

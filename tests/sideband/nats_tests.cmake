@@ -16,3 +16,14 @@ target_link_libraries(memwire_nats_tests
 target_include_directories(memwire_nats_tests
   PRIVATE ${CMAKE_CURRENT_LIST_DIR}/.. ${CMAKE_CURRENT_LIST_DIR}/../support ${PROJECT_SOURCE_DIR}/sideband/src)
 gtest_discover_tests(memwire_nats_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
+
+# The same against a real 3-node cluster (routes and JetStream on free loopback ports): nodes are
+# killed and restarted, so these take seconds each; their own binary keeps them apart.
+add_executable(memwire_nats_cluster_tests
+  ${CMAKE_CURRENT_LIST_DIR}/nats_cluster_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/../support/nats_server.cpp)
+target_link_libraries(memwire_nats_cluster_tests
+  PRIVATE memwire::sideband PkgConfig::MEMWIRE_TEST_LIBNATS GTest::gtest_main Threads::Threads)
+target_include_directories(memwire_nats_cluster_tests
+  PRIVATE ${CMAKE_CURRENT_LIST_DIR}/.. ${CMAKE_CURRENT_LIST_DIR}/../support)
+gtest_discover_tests(memwire_nats_cluster_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 180)

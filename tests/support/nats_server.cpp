@@ -33,9 +33,11 @@ bool executable(const std::filesystem::path& path) {
   return std::filesystem::is_regular_file(path, error) && ::access(path.c_str(), X_OK) == 0;
 }
 
-// Asks the kernel for a free loopback port. Another process could take it before the server
-// binds; the server then exits with "address already in use" and start() reports it.
-std::uint16_t free_port() {
+}  // namespace
+
+// Another process could take the port before the server binds; the server then exits with
+// "address already in use" and start() reports it.
+std::uint16_t free_loopback_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) fail(errno_text("socket"));
   sockaddr_in address{};
@@ -51,6 +53,8 @@ std::uint16_t free_port() {
   ::close(fd);
   return ntohs(address.sin_port);
 }
+
+namespace {
 
 // Config file strings are double-quoted; keep test-made secrets from breaking out.
 std::string quoted(const std::string& text) {
@@ -94,7 +98,9 @@ NatsServer::NatsServer(NatsServerOptions options)
   config_ = dir_ / "server.conf";
   try {
     std::filesystem::create_directories(store_dir_);
-    port_ = free_port();
+    port_ = options_.port != 0 ? options_.port : free_loopback_port();
+    if (options_.server_name.empty())
+      options_.server_name = "memwire_test_" + std::to_string(port_);
     write_config();
     start();
   } catch (...) {
@@ -126,7 +132,14 @@ std::string NatsServer::log() const {
 void NatsServer::write_config() const {
   std::ofstream config(config_);
   config << "listen: \"127.0.0.1:" << port_ << "\"\n";
-  config << "server_name: memwire_test_" << port_ << "\n";
+  config << "server_name: " << quoted(options_.server_name) << "\n";
+  if (options_.monitor_port != 0) config << "http: \"127.0.0.1:" << options_.monitor_port << "\"\n";
+  if (!options_.cluster_name.empty()) {
+    config << "cluster {\n  name: " << quoted(options_.cluster_name)
+           << "\n  listen: \"127.0.0.1:" << options_.cluster_port << "\"\n  routes: [";
+    for (auto route : options_.route_ports) config << " \"nats-route://127.0.0.1:" << route << "\",";
+    config << " ]\n}\n";
+  }
   if (options_.jetstream) config << "jetstream { store_dir: " << quoted(store_dir_) << " }\n";
   if (options_.max_payload > 0) config << "max_payload: " << options_.max_payload << "\n";
   if (!options_.tls_cert_file.empty()) {
@@ -252,6 +265,112 @@ void NatsServer::stop(bool graceful) {
   }
   pid_ = -1;
   if (reader_.joinable()) reader_.join();
+}
+
+}  // namespace memwire::test
+
+namespace memwire::test {
+
+std::pair<int, std::string> NatsServer::monitor(const std::string& path) const {
+  if (!running() || options_.monitor_port == 0) return {0, {}};
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {0, {}};
+  // A stalled server must not stall the test: both directions give up after 2 s.
+  timeval limit{2, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(options_.monitor_port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
+    const std::string request =
+        "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+        static_cast<ssize_t>(request.size())) {
+      char buffer[4096];
+      for (;;) {
+        ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0 || response.size() > (std::size_t{1} << 22)) break;
+        response.append(buffer, static_cast<std::size_t>(n));
+      }
+    }
+  }
+  ::close(fd);
+  // "HTTP/1.x NNN ...\r\n...\r\n\r\nbody"
+  if (response.size() < 12 || !response.starts_with("HTTP/")) return {0, {}};
+  int status = std::atoi(response.c_str() + response.find(' ') + 1);
+  auto body = response.find("\r\n\r\n");
+  return {status, body == std::string::npos ? std::string() : response.substr(body + 4)};
+}
+
+NatsCluster::NatsCluster(std::size_t nodes, NatsServerOptions base) {
+  std::vector<std::uint16_t> client_ports, cluster_ports, monitor_ports;
+  for (std::size_t i = 0; i < nodes; ++i) {
+    client_ports.push_back(free_loopback_port());
+    cluster_ports.push_back(free_loopback_port());
+    monitor_ports.push_back(free_loopback_port());
+  }
+  const std::string cluster_name = "memwire_test_cluster_" + std::to_string(client_ports[0]);
+  for (std::size_t i = 0; i < nodes; ++i) {
+    auto options = base;
+    options.port = client_ports[i];
+    options.server_name = "n" + std::to_string(i) + "_" + std::to_string(client_ports[i]);
+    options.cluster_name = cluster_name;
+    options.cluster_port = cluster_ports[i];
+    options.monitor_port = monitor_ports[i];
+    options.route_ports.clear();
+    for (std::size_t j = 0; j < nodes; ++j) {
+      if (j != i) options.route_ports.push_back(cluster_ports[j]);
+    }
+    nodes_.push_back(std::make_unique<NatsServer>(std::move(options)));
+  }
+  wait_until_healthy();
+}
+
+std::vector<std::string> NatsCluster::urls() const { return urls_starting_at(0); }
+
+std::vector<std::string> NatsCluster::urls_starting_at(std::size_t first) const {
+  std::vector<std::string> urls;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    urls.push_back(nodes_[(first + i) % nodes_.size()]->url());
+  }
+  return urls;
+}
+
+std::size_t NatsCluster::index_of(const std::string& server_name) const {
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i]->name() == server_name) return i;
+  }
+  fail("no node called '" + server_name + "' in the cluster");
+}
+
+void NatsCluster::wait_until_healthy(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::size_t running = 0;
+  for (const auto& node : nodes_) running += node->running() ? 1 : 0;
+  for (int round = 0;; ++round) {
+    bool healthy = true;
+    for (const auto& node : nodes_) {
+      if (!node->running()) continue;
+      auto [status, body] = node->monitor("/healthz");
+      auto [routes_status, routes] = node->monitor("/routez");
+      // /routez lists "num_routes": N; every other running node must be routed to.
+      const std::string want = "\"num_routes\": " + std::to_string(running - 1);
+      healthy = healthy && status == 200 && routes_status == 200 &&
+                routes.find(want) != std::string::npos;
+    }
+    if (healthy) return;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::string logs;
+      for (const auto& node : nodes_) logs += "--- " + node->name() + ":\n" + node->log();
+      fail("cluster not healthy within " + std::to_string(timeout.count()) + " ms:\n" + logs);
+    }
+    // The monitoring endpoint has no push: look again shortly (bounded by the deadline).
+    std::this_thread::sleep_for(std::chrono::milliseconds(round < 20 ? 50 : 200));
+  }
 }
 
 }  // namespace memwire::test

@@ -10,9 +10,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace memwire::test {
 
@@ -29,7 +32,18 @@ struct NatsServerOptions {
   bool jetstream = true;
   std::size_t max_payload = 0;  // 0 = the server's default (1 MiB)
   std::chrono::milliseconds start_timeout = std::chrono::seconds(15);
+  // Cluster membership (NatsCluster fills these): fixed ports instead of free ones, a unique
+  // server name, the cluster's name and route listener, the other nodes' route ports.
+  std::uint16_t port = 0;  // 0 = a free loopback port
+  std::string server_name;
+  std::string cluster_name;
+  std::uint16_t cluster_port = 0;
+  std::vector<std::uint16_t> route_ports;
+  std::uint16_t monitor_port = 0;  // 0 = no monitoring endpoint
 };
+
+// Asks the kernel for a free loopback TCP port (another process could take it before use).
+std::uint16_t free_loopback_port();
 
 class NatsServer {
  public:
@@ -55,6 +69,10 @@ class NatsServer {
   }
   bool running() const noexcept { return pid_ > 0; }
   std::string log() const;  // everything the server printed, for failure messages
+  const std::string& name() const noexcept { return options_.server_name; }
+  // GET http://127.0.0.1:<monitor_port><path>: the HTTP status and the body. Status 0 when the
+  // endpoint does not answer (server down or no monitor port).
+  std::pair<int, std::string> monitor(const std::string& path) const;
 
   // Path of the nats-server executable: PATH, then /usr/bin, /usr/sbin, /usr/local/bin.
   // Throws std::runtime_error when there is none.
@@ -79,6 +97,28 @@ class NatsServer {
   std::string log_;
   bool output_closed_ = true;
   std::thread reader_;
+};
+
+// A real nats-server cluster on loopback: `nodes` servers with JetStream, full mesh of routes,
+// each with a monitoring port. Returns once JetStream is healthy on every node (a meta leader is
+// elected), so a client may create R3 buckets at once.
+class NatsCluster {
+ public:
+  explicit NatsCluster(std::size_t nodes = 3, NatsServerOptions base = {});
+  NatsServer& node(std::size_t index) { return *nodes_.at(index); }
+  std::size_t size() const noexcept { return nodes_.size(); }
+  // Every node's client URL, node 0 first.
+  std::vector<std::string> urls() const;
+  // Every node's client URL, node `first` first and then the others in order.
+  std::vector<std::string> urls_starting_at(std::size_t first) const;
+  // Index of the node called `server_name`; throws std::runtime_error for none.
+  std::size_t index_of(const std::string& server_name) const;
+  // Waits (bounded) until every running node answers /healthz with 200 and sees its routes to
+  // the other running nodes. Throws std::runtime_error with the nodes' logs otherwise.
+  void wait_until_healthy(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+ private:
+  std::vector<std::unique_ptr<NatsServer>> nodes_;
 };
 
 }  // namespace memwire::test

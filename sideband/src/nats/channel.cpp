@@ -246,6 +246,24 @@ class ServeSubscription final : public Subscription {
   std::vector<std::thread> threads_;
 };
 
+// "a,b" entries become "a" and "b"; blanks around commas and empty items are dropped.
+std::vector<std::string> split_server_lists(const std::vector<std::string>& entries) {
+  std::vector<std::string> urls;
+  for (const auto& entry : entries) {
+    std::size_t start = 0;
+    while (start <= entry.size()) {
+      auto comma = entry.find(',', start);
+      if (comma == std::string::npos) comma = entry.size();
+      auto item = entry.substr(start, comma - start);
+      auto first = item.find_first_not_of(" \t");
+      auto last = item.find_last_not_of(" \t");
+      if (first != std::string::npos) urls.push_back(item.substr(first, last - first + 1));
+      start = comma + 1;
+    }
+  }
+  return urls;
+}
+
 void check(natsStatus status, const char* what) {
   if (status != NATS_OK) fail(status, std::string("nats options: ") + what);
 }
@@ -302,6 +320,14 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
     }
     if (options_.kv_bucket.empty()) {
       throw Error(ErrorCode::InvalidArgument, "nats: kv_bucket must not be empty");
+    }
+    if (options_.kv_replicas < 1 || options_.kv_replicas > 5) {
+      throw Error(ErrorCode::InvalidArgument,
+                  "nats: kv_replicas must be 1..5, not " + std::to_string(options_.kv_replicas));
+    }
+    options_.servers = split_server_lists(options_.servers);
+    if (options_.servers.empty()) {
+      throw Error(ErrorCode::InvalidArgument, "nats: no server URL given");
     }
     if (options_.kv_max_age.count() != 0 && options_.kv_max_age < std::chrono::milliseconds(100)) {
       throw Error(ErrorCode::InvalidArgument, "nats: kv_max_age must be 0 or at least 100 ms");
@@ -714,6 +740,8 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
     check(natsOptions_SetMaxReconnect(o, options_.max_reconnect), "max reconnect");
     check(natsOptions_SetReconnectWait(o, to_millis(options_.reconnect_wait)), "reconnect wait");
     check(natsOptions_SetReconnectBufSize(o, options_.reconnect_buffer_bytes), "reconnect buffer");
+    check(natsOptions_SetPingInterval(o, to_millis(options_.ping_interval)), "ping interval");
+    check(natsOptions_SetMaxPingsOut(o, std::max(1, options_.max_pings_out)), "max pings out");
 
     events_ = std::make_shared<ConnectionEvents>();
     events_->on_disconnected = options_.on_disconnected;
@@ -771,7 +799,7 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
       config.TTL =
           std::chrono::duration_cast<std::chrono::nanoseconds>(options_.kv_max_age).count();
       config.StorageType = js_FileStorage;
-      config.Replicas = 1;
+      config.Replicas = options_.kv_replicas;
       status = js_CreateKeyValue(&raw, js_.get(), &config);
       if (status != NATS_OK) {
         const std::string why = describe(status);

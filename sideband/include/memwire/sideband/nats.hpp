@@ -13,7 +13,10 @@
 namespace memwire::sideband {
 
 struct NatsOptions {
-  // One or more server URLs ("nats://host:4222", "tls://host:4222"); tried in this order.
+  // One or more server URLs ("nats://host:4222", "tls://host:4222"); tried in this order. An
+  // entry may itself be a comma-separated list ("nats://a:4222,nats://b:4222"), as one
+  // command-line flag or environment variable gives it. Give every node of a cluster: a client
+  // reconnects to the next one when its server goes away.
   std::vector<std::string> servers{"nats://127.0.0.1:4222"};
   std::string connection_name;  // shown by the server's monitoring; empty = none
 
@@ -39,6 +42,10 @@ struct NatsOptions {
   // Upper bound on how long any entry stays in the bucket (its MaxAge), applied only when this
   // channel creates the bucket. 0 = none: entries without a TTL stay until withdrawn.
   std::chrono::milliseconds kv_max_age{0};
+  // How many servers hold a copy of each KV bucket, applied only when this channel creates the
+  // bucket (1..5, at most the cluster's size). 1 suits a single server; 3 on a 3-node cluster
+  // keeps every name readable (and lets a new stream leader take over) when one node dies.
+  int kv_replicas = 1;
 
   // Connecting, and every JetStream/KV call, give up after this long (Error{Timeout}).
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(2);
@@ -49,6 +56,10 @@ struct NatsOptions {
   int max_reconnect = -1;
   std::chrono::milliseconds reconnect_wait = std::chrono::milliseconds(250);
   int reconnect_buffer_bytes = 8 * 1024 * 1024;
+  // A server that stops answering (its host or link gone, no TCP reset) counts as lost after
+  // max_pings_out unanswered pings sent ping_interval apart; then the next server is tried.
+  std::chrono::milliseconds ping_interval = std::chrono::seconds(5);
+  int max_pings_out = 2;
 
   // Called on a nats.c thread when the connection drops and when it is back (subscriptions
   // already resent). Keep them short; they must not call back into the channel.
@@ -103,9 +114,19 @@ struct NatsOptions {
 // A request whose reply does not arrive in time is Error{Timeout}; the owner may still write.
 //
 // Reconnects: nats.c resubscribes responders, serve() subscriptions and waiters by itself
-// after a lost connection; calls made meanwhile are buffered (up to reconnect_buffer_bytes)
-// and fail with Error{Timeout} if the server is not back within their timeout. Entries live
-// in the JetStream store, so a server restarted on the same store answers for them again.
+// after a lost connection (to the same server or, with a server list, the next one that
+// answers); calls made meanwhile are buffered (up to reconnect_buffer_bytes) and fail with
+// Error{Timeout} if no server is back within their timeout. Entries live in the JetStream
+// store, so a server restarted on the same store answers for them again, and with
+// kv_replicas > 1 in a cluster the other nodes answer for them while one is down.
+//
+// A dead owner: a process that exits (or is killed) closes its connection, the server drops
+// its subscriptions at once, so request() of its names is Error{NotFound} ("no responders")
+// without waiting for the timeout, and fetch() falls back to the registry, which may still hold
+// the dead owner's entry (no withdraw() ran): reading it then fails in the connector
+// (PeerLost: nobody listens at the endpoint; Timeout when the whole host is gone). A host that
+// vanishes without closing its sockets keeps its subscriptions until the server's ping
+// timeout (ping_interval x ping_max; deploy/nats sets 5 s x 2).
 //
 // withdraw() of a name that is not published is not an error; it removes the registry entry
 // even when another process published it (that process's responder stays until it withdraws

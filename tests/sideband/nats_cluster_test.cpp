@@ -1,0 +1,258 @@
+// NatsChannel against a real 3-node nats-server cluster with JetStream (tests/support starts it
+// on free loopback ports): nodes killed with SIGKILL while clients work, KV at 3 replicas, a
+// stream leader lost, owners moving to another node, requests to dead owners. No mocks.
+
+#include <gtest/gtest.h>
+#include <nats/nats.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "memwire/error.hpp"
+#include "memwire/metadata.hpp"
+#include "memwire/sideband/nats.hpp"
+#include "nats_server.hpp"
+#include "support/error_code_of.hpp"
+
+namespace memwire::sideband {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using memwire::test_support::error_code_of;
+using test::NatsCluster;
+
+std::string hex32(std::uint64_t seed) {
+  char text[33];
+  std::snprintf(text, sizeof(text), "%016llx%016llx", static_cast<unsigned long long>(seed),
+                static_cast<unsigned long long>(~seed));
+  return text;
+}
+
+RdmaMetadata make_metadata(std::uint64_t seed, OperationKind kind = OperationKind::Read) {
+  std::vector<RemoteDescriptor> list{
+      RemoteDescriptor{Device{}, 0x7f0000000000ULL + seed * 0x100000, 4096}};
+  Endpoint endpoint{hex32(seed + 7), "node-a", {TransportOffer{"tcp", "127.0.0.1:4711", {}, {}}}};
+  return RdmaMetadata(kind, std::move(list), hex32(seed), std::move(endpoint), hex32(seed + 1), 0);
+}
+
+// A client of the cluster that tries node `first` first, with the KV at 3 replicas.
+NatsOptions options_for(const NatsCluster& cluster, std::size_t first) {
+  NatsOptions options;
+  options.servers = cluster.urls_starting_at(first);
+  options.kv_replicas = 3;
+  options.reconnect_wait = 50ms;
+  options.request_timeout = 3s;
+  return options;
+}
+
+// Runs `call` until it succeeds; errors a failover may cause for a while (leader election:
+// Timeout or Transport; interest not yet propagated: NotFound) are retried until `limit`.
+template <class Call>
+auto eventually(Call&& call, std::chrono::milliseconds limit = 20s) {
+  const auto deadline = Clock::now() + limit;
+  for (;;) {
+    try {
+      return call();
+    } catch (const Error& error) {
+      const bool transient = error.code() == ErrorCode::Timeout ||
+                             error.code() == ErrorCode::Transport ||
+                             error.code() == ErrorCode::NotFound;
+      if (!transient || Clock::now() >= deadline) throw;
+    }
+    // The cluster has no event to wait on for "leader elected": look again soon, bounded.
+    std::this_thread::sleep_for(100ms);
+  }
+}
+
+// The server that leads the KV bucket's stream right now, asked with a plain nats.c client.
+std::string stream_leader(const NatsCluster& cluster, const std::string& stream) {
+  natsOptions* options = nullptr;
+  natsOptions_Create(&options);
+  std::vector<std::string> urls = cluster.urls();
+  std::vector<const char*> raw_urls;
+  for (const auto& url : urls) raw_urls.push_back(url.c_str());
+  natsOptions_SetServers(options, raw_urls.data(), static_cast<int>(raw_urls.size()));
+  natsConnection* connection = nullptr;
+  EXPECT_EQ(natsConnection_Connect(&connection, options), NATS_OK);
+  natsOptions_Destroy(options);
+  jsCtx* js = nullptr;
+  EXPECT_EQ(natsConnection_JetStream(&js, connection, nullptr), NATS_OK);
+  jsStreamInfo* info = nullptr;
+  jsErrCode code{};
+  std::string leader;
+  if (js_GetStreamInfo(&info, js, stream.c_str(), nullptr, &code) == NATS_OK && info->Cluster &&
+      info->Cluster->Leader) {
+    leader = info->Cluster->Leader;
+    EXPECT_EQ(info->Config->Replicas, 3) << "the bucket's stream is not at 3 replicas";
+  }
+  if (info) jsStreamInfo_Destroy(info);
+  jsCtx_Destroy(js);
+  natsConnection_Destroy(connection);
+  return leader;
+}
+
+// Waits for a channel's reconnected event.
+struct ReconnectEvents {
+  std::mutex mutex;
+  std::condition_variable changed;
+  int reconnects = 0;
+
+  void hook(NatsOptions& options) {
+    options.on_reconnected = [this] {
+      std::lock_guard lock(mutex);
+      ++reconnects;
+      changed.notify_all();
+    };
+  }
+  bool wait(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, timeout, [&] { return reconnects > 0; });
+  }
+};
+
+class NatsClusterTest : public ::testing::Test {
+ protected:
+  NatsCluster cluster_{3};
+};
+
+// The KV stream's leader dies: another replica takes over and every name stays readable and
+// listed from a client on a surviving node; the node comes back, rejoins, and a client pinned to
+// it reads every name too. Fails with kv_replicas = 1 (the only copy is on the dead node).
+TEST_F(NatsClusterTest, NamesSurviveTheLossOfTheStreamLeader) {
+  constexpr int kNames = 20;
+  {
+    // The owner leaves without withdraw(): only the registry answers for its names.
+    NatsChannel owner(options_for(cluster_, 0));
+    for (int i = 0; i < kNames; ++i) {
+      owner.publish("cluster.name-" + std::to_string(i), make_metadata(i), 0ms);
+    }
+  }
+  const std::string leader = stream_leader(cluster_, "KV_memwire");
+  ASSERT_FALSE(leader.empty());
+  const std::size_t dead = cluster_.index_of(leader);
+  const std::size_t survivor = (dead + 1) % cluster_.size();
+  cluster_.node(dead).stop(/*graceful=*/false);
+
+  // Opening the bucket is a JetStream call too: it waits out the election like the reads.
+  auto reader_channel =
+      eventually([&] { return std::make_unique<NatsChannel>(options_for(cluster_, survivor)); });
+  NatsChannel& reader = *reader_channel;
+  for (int i = 0; i < kNames; ++i) {
+    const std::string name = "cluster.name-" + std::to_string(i);
+    EXPECT_EQ(eventually([&] { return reader.fetch(name, 2s); }), make_metadata(i)) << name;
+  }
+  EXPECT_EQ(eventually([&] { return reader.list(); }).size(), std::size_t{kNames});
+  const std::string new_leader = stream_leader(cluster_, "KV_memwire");
+  EXPECT_FALSE(new_leader.empty());
+  EXPECT_NE(new_leader, leader);
+
+  // Back on its store, it rejoins: routes to both others, and it answers on its own.
+  cluster_.node(dead).start();
+  cluster_.wait_until_healthy();
+  NatsOptions pinned = options_for(cluster_, dead);
+  pinned.servers = {cluster_.node(dead).url()};
+  auto rejoined_channel = eventually([&] { return std::make_unique<NatsChannel>(pinned); });
+  NatsChannel& rejoined = *rejoined_channel;
+  for (int i = 0; i < kNames; ++i) {
+    const std::string name = "cluster.name-" + std::to_string(i);
+    EXPECT_EQ(eventually([&] { return rejoined.fetch(name, 2s); }), make_metadata(i)) << name;
+  }
+}
+
+// The owner's server dies: the owner reconnects to the next server in its list, its responder
+// and serve() subscription come back there, and a client on a third node gets answers from the
+// live owner (the registry no longer holds the name, so only the owner can answer).
+TEST_F(NatsClusterTest, OwnerMovesToAnotherNodeAndKeepsAnswering) {
+  ReconnectEvents events;
+  auto owner_options = options_for(cluster_, 0);
+  events.hook(owner_options);
+  NatsChannel owner(owner_options);
+  ASSERT_EQ(owner.connected_url(), cluster_.node(0).url());
+  const auto metadata = make_metadata(42);
+  owner.publish("moving.owner", metadata, 0ms);
+  std::atomic<int> served{0};
+  auto subscription = owner.serve("moving", [&](const std::string&, const RdmaMetadata&) {
+    ++served;  // one serve thread per subject; requests come one at a time here
+  });
+
+  NatsChannel client(options_for(cluster_, 2));
+  client.withdraw("moving.owner");  // registry entry gone; the owner's responder stays
+  EXPECT_EQ(client.fetch("moving.owner", 2s), metadata);
+
+  cluster_.node(0).stop(/*graceful=*/false);
+  ASSERT_TRUE(events.wait(15s)) << "the owner did not reconnect";
+  EXPECT_EQ(owner.connected_url(), cluster_.node(1).url());
+  owner.flush(2s);  // its subscriptions are back on node 1
+
+  // Interest travels from node 1 to node 2 over the route: NotFound may be seen for a moment.
+  EXPECT_EQ(eventually([&] { return client.fetch("moving.owner", 2s); }, 5s), metadata);
+  eventually(
+      [&] {
+        client.request("moving.owner.part", make_metadata(43, OperationKind::Write), 2s);
+        return 0;
+      },
+      5s);
+  EXPECT_EQ(served.load(), 1);
+}
+
+// An owner that is gone (its connection closed, its registry entry left behind): a request is
+// NotFound at once ("no responders" across the cluster), not after its 20 s timeout, and fetch
+// returns the registry's entry at once instead of waiting for the dead responder.
+TEST_F(NatsClusterTest, RequestToADeadOwnerFailsFast) {
+  const auto metadata = make_metadata(7);
+  {
+    NatsChannel owner(options_for(cluster_, 0));
+    owner.publish("dead.owner", metadata, 0ms);
+    auto subscription = owner.serve("dead", [](const std::string&, const RdmaMetadata&) {});
+  }
+  NatsChannel client(options_for(cluster_, 1));
+  auto started = Clock::now();
+  EXPECT_EQ(error_code_of(
+                [&] { client.request("dead.owner", make_metadata(8, OperationKind::Write), 20s); }),
+            ErrorCode::NotFound);
+  EXPECT_LT(Clock::now() - started, 1s);
+  started = Clock::now();
+  EXPECT_EQ(client.fetch("dead.owner", 20s), metadata);
+  EXPECT_LT(Clock::now() - started, 1s);
+}
+
+// One comma-separated entry (as a --nats flag gives it) is a server list: the client goes on
+// to the next node when its server dies.
+TEST_F(NatsClusterTest, CommaSeparatedServerListFailsOver) {
+  ReconnectEvents events;
+  auto options = options_for(cluster_, 0);
+  options.servers = {cluster_.node(0).url() + ", " + cluster_.node(1).url() + "," +
+                     cluster_.node(2).url()};
+  events.hook(options);
+  NatsChannel channel(options);
+  ASSERT_EQ(channel.connected_url(), cluster_.node(0).url());
+  channel.publish("comma.list", make_metadata(9), 0ms);
+  cluster_.node(0).stop(/*graceful=*/false);
+  ASSERT_TRUE(events.wait(15s));
+  EXPECT_EQ(channel.connected_url(), cluster_.node(1).url());
+  EXPECT_EQ(eventually([&] { return channel.fetch("comma.list", 2s); }), make_metadata(9));
+}
+
+TEST(NatsClusterOptions, ReplicasOutOfRangeAreRejected) {
+  for (int replicas : {0, 6, -1}) {
+    NatsOptions options;
+    options.kv_replicas = replicas;
+    EXPECT_EQ(error_code_of([&] { NatsChannel channel(options); }), ErrorCode::InvalidArgument)
+        << replicas;
+  }
+  NatsOptions options;
+  options.servers = {" , "};
+  EXPECT_EQ(error_code_of([&] { NatsChannel channel(options); }), ErrorCode::InvalidArgument);
+}
+
+}  // namespace
+}  // namespace memwire::sideband
