@@ -202,7 +202,7 @@ TEST_F(Cli, GetWritesOnlyRegularFilesAndLeavesNothingBehind) {
   EXPECT_TRUE(fs::is_symlink(link));
   EXPECT_TRUE(fs::is_fifo(fifo));
   EXPECT_TRUE(fs::is_directory(folder) && fs::is_empty(folder));
-  EXPECT_EQ(read_all(victim), victim_text);
+  EXPECT_TRUE(read_all(victim) == victim_text) << "the victim was overwritten";
 
   // A link where the old fixed temporary name was: neither followed nor removed.
   auto out = dir_.file("out.bin");
@@ -211,7 +211,7 @@ TEST_F(Cli, GetWritesOnlyRegularFilesAndLeavesNothingBehind) {
   EXPECT_EQ(got.status, 0) << got.err;
   EXPECT_TRUE(same_file(in, out));
   EXPECT_TRUE(fs::is_symlink(out + ".part"));
-  EXPECT_EQ(read_all(victim), victim_text);
+  EXPECT_TRUE(read_all(victim) == victim_text) << "the victim was overwritten";
   fs::remove(out + ".part");
 
   // An existing regular file is replaced whole.
