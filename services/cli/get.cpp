@@ -161,8 +161,9 @@ int get(int argc, char** argv, int first) {
         pending.path.clear();
       }
       // `memwire serve --count N` publishes NAME again after each read: a reader that fetched
-      // just before may find that memory consumed. Look again (briefly, a bounded number of
-      // times) for NAME to point at new memory; any other failure stands.
+      // just before may find that memory consumed (or its metadata since renewed). Look again
+      // (briefly, a bounded number of times) for NAME to point at new memory; any other failure
+      // stands.
       bool consumed = e.code() == ErrorCode::AccessDenied || e.code() == ErrorCode::NotFound ||
                       e.code() == ErrorCode::Cancelled || e.code() == ErrorCode::Expired;
       if (!consumed || attempt >= kAttempts) throw;
@@ -172,7 +173,8 @@ int get(int argc, char** argv, int first) {
         std::this_thread::sleep_for(pause);
         pause = std::min(pause * 2, milliseconds(200));
         auto again = channel->fetch(name, left_until(deadline));
-        if (again.notification_key() != metadata.notification_key()) {
+        // New memory, or the same memory renewed (a later expiry): worth another read.
+        if (again != metadata) {
           metadata = std::move(again);
           break;
         }
