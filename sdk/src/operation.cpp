@@ -55,6 +55,16 @@ RdmaMetadata WritableOperation::metadata() const {
   return static_cast<const detail::Registration&>(core()).metadata();
 }
 
+RdmaMetadata ReadableOperation::renew(std::chrono::milliseconds lifetime) {
+  core();
+  return static_cast<detail::Registration&>(*core_).renew(lifetime);
+}
+
+RdmaMetadata WritableOperation::renew(std::chrono::milliseconds lifetime) {
+  core();
+  return static_cast<detail::Registration&>(*core_).renew(lifetime);
+}
+
 const std::vector<Descriptor>& ReadOperation::results() const {
   const auto& transfer = static_cast<const detail::ActiveTransfer&>(core());
   if (transfer.status() != OperationStatus::Complete)

@@ -1,5 +1,7 @@
 #include "registration.hpp"
 
+#include <cstdint>
+
 #include "clock.hpp"
 #include "registration_table.hpp"
 
@@ -28,7 +30,7 @@ Registration::Access Registration::check_access(const Id128& token, OperationKin
   if (kind != this->kind())
     throw Error(ErrorCode::AccessDenied,
                 "operation allows remote " + std::string(to_string(this->kind())) + " only");
-  if (expires_at_ms_ != 0 && unix_now_ms() > expires_at_ms_)
+  if (const auto expires = expires_at_ms_.load(); expires != 0 && unix_now_ms() > expires)
     throw Error(ErrorCode::Expired, "metadata expired");
   if (index >= descriptors_.size())
     throw Error(ErrorCode::AccessDenied,
@@ -45,6 +47,37 @@ Registration::Access Registration::check_access(const Id128& token, OperationKin
     mark_in_progress();
   }
   return Access{std::move(*pin), static_cast<std::byte*>(descriptors_[index].ptr()) + offset};
+}
+
+RdmaMetadata Registration::metadata() const {
+  std::lock_guard lock(metadata_mutex_);
+  return *metadata_;
+}
+
+void Registration::set_metadata(RdmaMetadata metadata) {
+  std::lock_guard lock(metadata_mutex_);
+  metadata_ = std::move(metadata);
+}
+
+RdmaMetadata Registration::renew(std::chrono::milliseconds lifetime) {
+  if (lifetime.count() <= 0)
+    throw Error(ErrorCode::InvalidArgument, "renew: the lifetime must be positive");
+  std::lock_guard lock(metadata_mutex_);
+  if (!gate_.is_open() || is_terminal(status()))
+    throw Error(ErrorCode::Cancelled, "renew: the operation already ended");
+  const auto expires = expires_at_ms_.load();
+  if (expires == 0) return *metadata_;
+  const auto now = unix_now_ms();
+  // Expired access stays expired: readers were already refused, a renewal would mislead.
+  if (now > expires) throw Error(ErrorCode::Expired, "renew: the metadata already expired");
+  // Saturating: a lifetime of centuries must not wrap into the past.
+  const auto renewed = lifetime.count() > INT64_MAX - now ? INT64_MAX : now + lifetime.count();
+  expires_at_ms_.store(renewed);
+  RdmaMetadata renewed_metadata(metadata_->operation_kind(), metadata_->descriptors(),
+                                metadata_->notification_key(), metadata_->endpoint(),
+                                metadata_->token(), renewed);
+  metadata_ = std::move(renewed_metadata);
+  return *metadata_;
 }
 
 void Registration::complete_from_remote(const Id128& token,

@@ -37,11 +37,15 @@ class Registration final : public OperationCore {
   const Id128& key() const noexcept { return key_; }
   const Id128& token() const noexcept { return token_; }
   const std::vector<Descriptor>& descriptors() const noexcept { return descriptors_; }
-  std::int64_t expires_at_ms() const noexcept { return expires_at_ms_; }
+  std::int64_t expires_at_ms() const noexcept { return expires_at_ms_.load(); }
   AccessGate& gate() noexcept { return gate_; }
-  // What the owner hands out; set once by the connector after every transport made its offer.
-  const RdmaMetadata& metadata() const { return *metadata_; }
-  void set_metadata(RdmaMetadata metadata) { metadata_ = std::move(metadata); }
+  // What the owner hands out; set by the connector after every transport made its offer, and
+  // again (with a later expiry) by renew().
+  RdmaMetadata metadata() const;
+  void set_metadata(RdmaMetadata metadata);
+  // Moves the expiry to `lifetime` from now (never-expiring stays so) and returns the metadata
+  // that says so. Throws InvalidArgument (lifetime <= 0), Expired or Cancelled (ended).
+  RdmaMetadata renew(std::chrono::milliseconds lifetime);
 
   // A checked, pinned window into one descriptor. Memory stays valid while `pin` lives.
   struct Access {
@@ -73,9 +77,10 @@ class Registration final : public OperationCore {
   const Id128 key_ = random_id();
   const Id128 token_ = random_id();
   const std::vector<Descriptor> descriptors_;
-  const std::int64_t expires_at_ms_;
+  std::atomic<std::int64_t> expires_at_ms_;
   const std::weak_ptr<RegistrationTable> table_;
   const std::chrono::milliseconds grace_;
+  mutable std::mutex metadata_mutex_;
   std::optional<RdmaMetadata> metadata_;
   AccessGate gate_;
   std::atomic<bool> completing_{false};  // a completion notice was accepted

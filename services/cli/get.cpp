@@ -1,12 +1,17 @@
+#include <unistd.h>
+
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <mutex>
 #include <thread>
 
 #include "cli/commands.hpp"
-#include "cli/file_bytes.hpp"
+#include "cli/mapped_file.hpp"
 #include "cli/progress.hpp"
 #include "common/channel_options.hpp"
+#include "common/signals.hpp"
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/channel.hpp"
 
@@ -23,17 +28,37 @@ milliseconds left_until(Clock::time_point deadline) {
                   std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
 }
 
-// One read of `metadata` into `buffer`; waits with a redrawn progress line.
-std::string read_once(Connector& connector, const RdmaMetadata& metadata,
-                      std::vector<std::byte>& buffer, const std::string& name,
-                      Clock::time_point deadline) {
+std::string in_seconds(milliseconds span) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", static_cast<double>(span.count()) / 1000);
+  return text;
+}
+
+// The temporary file being written, removed when SIGINT or SIGTERM ends the program.
+struct PendingOutput {
+  std::mutex mutex;
+  std::string path;
+};
+
+struct ReadResult {
+  std::string transport;
+  std::chrono::nanoseconds took;
+};
+
+// One read of `metadata` into `output`; waits with a redrawn progress line.
+ReadResult read_once(Connector& connector, const RdmaMetadata& metadata, OutputFile& output,
+                     const std::string& name, Clock::time_point deadline, milliseconds timeout,
+                     bool show_progress) {
   std::vector<Descriptor> local;
-  std::size_t offset = 0;
+  std::uint64_t offset = 0;
   for (const auto& remote : metadata.descriptors()) {
-    local.emplace_back(buffer.data() + offset, remote.size);
+    if (remote.size > output.size() - offset)
+      throw Error(ErrorCode::InvalidMetadata, "'" + name + "' describes more bytes than it sums");
+    local.emplace_back(output.data() + offset, remote.size);
     offset += remote.size;
   }
-  Progress progress(name, buffer.size());
+  Progress progress(name, output.size(), show_progress);
+  const auto began = Clock::now();
   auto operation = connector.begin_read(metadata, local);
   std::mutex mutex;
   std::condition_variable done;
@@ -45,43 +70,62 @@ std::string read_once(Connector& connector, const RdmaMetadata& metadata,
   });
   {
     std::unique_lock lock(mutex);
-    // The 100 ms tick only redraws the progress line; completion wakes us at once.
-    while (!done.wait_for(lock, milliseconds(100), [&] { return finished; })) {
+    // The tick only redraws the progress line; completion wakes us at once.
+    while (!done.wait_for(lock, std::min(milliseconds(100), left_until(deadline)),
+                          [&] { return finished; })) {
       if (Clock::now() >= deadline) break;
       lock.unlock();
-      progress.tick();
+      progress.tick(output.bytes_written());
       lock.lock();
     }
+    if (!finished) {
+      progress.finish(false, Clock::now() - began);
+      // The whole --timeout, not the sliver left of it: that is what the user gave.
+      throw Error(ErrorCode::Timeout,
+                  "reading '" + name + "' timed out after " + in_seconds(timeout) + " (--timeout)");
+    }
   }
+  const auto took = Clock::now() - began;
   try {
-    auto status = operation.wait_for_completion(std::max(left_until(deadline), milliseconds(1)));
+    auto status = operation.wait_for_completion(milliseconds(0));
     if (status != OperationStatus::Complete) {
       throw Error(ErrorCode::Cancelled,
                   "reading " + name + " was cancelled: " + operation.error_message());
     }
   } catch (...) {
-    progress.finish(false);
+    progress.finish(false, took);
     throw;
   }
-  progress.finish(true);
-  return operation.transport();
+  progress.finish(true, took);
+  return {operation.transport(), took};
 }
 
 }  // namespace
 
-// memwire get NAME OUT [--timeout S] [--wait]
+// memwire get NAME OUT [--timeout S] [--wait] [--progress]
 int get(int argc, char** argv, int first) {
   auto valued = services::channel_option_names();
   valued.insert("--timeout");
-  services::Arguments args(argc, argv, first, valued, {"--wait"});
+  services::Arguments args(argc, argv, first, valued, {"--wait", "--progress"});
   if (args.positional().size() != 2) throw services::UsageError("get needs NAME OUT");
-  const auto& name = args.positional()[0];
+  const auto& name = services::checked_name(args.positional()[0]);
   const auto& out = args.positional()[1];
-  sideband::validate_name(name);
-  auto timeout = milliseconds(static_cast<long long>(args.get_double("--timeout", 30) * 1000));
+  const auto timeout = args.get_seconds("--timeout", std::chrono::seconds(30));
+  const bool show_progress = args.has("--progress") || isatty(STDERR_FILENO) == 1;
+  // Before anything is fetched: a target memwire will not write is a usage error.
+  OutputFile::check_target(out);
+
+  // Before any thread starts: every thread then leaves SIGINT/SIGTERM to the watcher, which
+  // removes the temporary file and ends the program as the signal would have.
+  static PendingOutput pending;
+  services::SignalWatcher watcher([](int signal) {
+    std::lock_guard lock(pending.mutex);
+    if (!pending.path.empty()) ::unlink(pending.path.c_str());
+    std::_Exit(128 + signal);
+  });
+
   auto started = Clock::now();
   auto deadline = started + timeout;
-
   Connector connector(ConnectorOptions::from_environment());
   auto channel = services::make_channel(args);
   auto metadata =
@@ -91,19 +135,35 @@ int get(int argc, char** argv, int first) {
     if (metadata.operation_kind() != OperationKind::Read) {
       throw Error(ErrorCode::Pairing, "'" + name + "' is published for writing, not reading");
     }
-    std::vector<std::byte> buffer(metadata.total_size());
     try {
-      auto transport = read_once(connector, metadata, buffer, name, deadline);
-      write_file(out, buffer);
-      auto took = Clock::now() - started;
-      std::cout << "got " << name << " " << buffer.size() << " bytes via " << transport << " in "
-                << std::chrono::duration<double>(took).count() << " s ("
-                << Progress::rate(buffer.size(), took) << ") -> " << out << std::endl;
+      OutputFile output(out, metadata.total_size());
+      {
+        std::lock_guard lock(pending.mutex);
+        pending.path = output.temp_path();
+      }
+      auto result = read_once(connector, metadata, output, name, deadline, timeout, show_progress);
+      const auto size = output.size();
+      {
+        std::lock_guard lock(pending.mutex);
+        output.commit();
+        pending.path.clear();
+      }
+      auto total = Clock::now() - started;
+      std::cout << "got " << name << " " << size << " bytes via " << result.transport << " in "
+                << std::chrono::duration<double>(result.took).count() << " s ("
+                << Progress::rate(size, result.took) << "; "
+                << std::chrono::duration<double>(total).count() << " s with lookup) -> " << out
+                << std::endl;
       return 0;
     } catch (const Error& e) {
+      {
+        std::lock_guard lock(pending.mutex);
+        pending.path.clear();
+      }
       // `memwire serve --count N` publishes NAME again after each read: a reader that fetched
-      // just before may find that memory consumed. Look again (briefly, a bounded number of
-      // times) for NAME to point at new memory; any other failure stands.
+      // just before may find that memory consumed (or its metadata since renewed). Look again
+      // (briefly, a bounded number of times) for NAME to point at new memory; any other failure
+      // stands.
       bool consumed = e.code() == ErrorCode::AccessDenied || e.code() == ErrorCode::NotFound ||
                       e.code() == ErrorCode::Cancelled || e.code() == ErrorCode::Expired;
       if (!consumed || attempt >= kAttempts) throw;
@@ -113,7 +173,8 @@ int get(int argc, char** argv, int first) {
         std::this_thread::sleep_for(pause);
         pause = std::min(pause * 2, milliseconds(200));
         auto again = channel->fetch(name, left_until(deadline));
-        if (again.notification_key() != metadata.notification_key()) {
+        // New memory, or the same memory renewed (a later expiry): worth another read.
+        if (again != metadata) {
           metadata = std::move(again);
           break;
         }

@@ -9,13 +9,19 @@
 namespace {
 
 constexpr const char* kHelp = R"(usage: memwire COMMAND ... (--http URL | --nats URL) [auth]
-  memwire serve NAME FILE [--count N] [--ttl-ms T]
-      publish FILE's bytes under NAME until read N times (default 1; 0 = until SIGTERM)
-  memwire get NAME OUT [--timeout S] [--wait]
-      read NAME into the file OUT (--wait: wait for NAME to be published)
+  memwire serve NAME FILE [--count N] [--ttl-ms T] [--metadata-ttl-ms L]
+      publish FILE's bytes under NAME until read N times (default 1; 0 = until SIGTERM).
+      --ttl-ms: each publication ends after T ms (default: never). The metadata handed out is
+      valid for L ms (default 600000, at least 100) and renewed before it expires.
+  memwire get NAME OUT [--timeout S] [--wait] [--progress]
+      read NAME into the file OUT (--wait: wait for NAME to be published). OUT must be a
+      regular file or not exist; it is replaced whole once all bytes arrived. --timeout:
+      seconds (default 30), from 0.001 to 31536000. --progress: draw progress on stderr
+      even when it is not a terminal.
   memwire ls
       list the published names
-auth: --token T, --user U --password P, --ca-file F (HTTPS / TLS)
+auth: --token T | --token-file F (one line; empty files are refused), --user U --password P,
+      --ca-file F (HTTPS / TLS)
 exit status: 0 ok, 1 failure, 2 usage, 3 not found, 4 timeout
 )";
 

@@ -3,8 +3,7 @@
 #include <mutex>
 
 #include "cli/commands.hpp"
-#include "cli/file_bytes.hpp"
-#include "cli/progress.hpp"
+#include "cli/mapped_file.hpp"
 #include "common/channel_options.hpp"
 #include "common/signals.hpp"
 #include "memwire/memwire.hpp"
@@ -12,18 +11,26 @@
 
 namespace memwire::cli {
 
-// memwire serve NAME FILE [--count N] [--ttl-ms T]: after each read the same bytes are published
-// again under NAME (republish: no moment where the name is missing), until N reads are done.
+// The shortest --metadata-ttl-ms: renewals run at half of it.
+constexpr std::chrono::milliseconds kShortestLifetime(100);
+
+// memwire serve NAME FILE [--count N] [--ttl-ms T] [--metadata-ttl-ms L]: after each read the
+// same bytes are published again under NAME (republish: no moment where the name is missing),
+// until N reads are done. The file is served from a read-only mapping (no copy); the worker
+// renews the metadata and the name before they expire, for as long as it serves.
 int serve(int argc, char** argv, int first) {
   auto valued = services::channel_option_names();
-  valued.insert({"--count", "--ttl-ms"});
+  valued.insert({"--count", "--ttl-ms", "--metadata-ttl-ms"});
   services::Arguments args(argc, argv, first, valued);
   if (args.positional().size() != 2) throw services::UsageError("serve needs NAME FILE");
-  const auto& name = args.positional()[0];
+  const auto& name = services::checked_name(args.positional()[0]);
   const auto& path = args.positional()[1];
-  sideband::validate_name(name);
   auto count = args.get_uint("--count", 1);
-  auto ttl = std::chrono::milliseconds(args.get_uint("--ttl-ms", 0));
+  auto ttl =
+      args.get_milliseconds("--ttl-ms", std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  auto options = ConnectorOptions::from_environment();
+  options.metadata_ttl =
+      args.get_milliseconds("--metadata-ttl-ms", options.metadata_ttl, kShortestLifetime);
 
   std::mutex mutex;
   std::condition_variable changed;
@@ -37,12 +44,11 @@ int serve(int argc, char** argv, int first) {
     changed.notify_all();
   });
 
-  auto bytes = read_file(path);
-  if (bytes.empty()) throw Error(ErrorCode::InvalidArgument, path + " is empty: nothing to serve");
-  Connector connector(ConnectorOptions::from_environment());
+  InputFile file(path);
+  Connector connector(options);
   auto channel = services::make_channel(args);
   sideband::Worker worker(connector, *channel);
-  std::vector<Descriptor> local{Descriptor(bytes.data(), bytes.size())};
+  std::vector<Descriptor> local{Descriptor(file.data(), file.size())};
 
   auto watch = [&](sideband::Lease& lease) {
     std::uint64_t mine;
@@ -62,7 +68,7 @@ int serve(int argc, char** argv, int first) {
 
   auto lease = worker.publish(name, local, ttl);
   watch(lease);
-  std::cout << "published " << name << " " << bytes.size() << " bytes from " << path << " via "
+  std::cout << "published " << name << " " << file.size() << " bytes from " << path << " via "
             << services::channel_kind(args) << std::endl;
   std::uint64_t reads = 0;
   for (;;) {
@@ -75,7 +81,7 @@ int serve(int argc, char** argv, int first) {
     }
     if (status == OperationStatus::Complete) {
       ++reads;
-      std::cout << "read " << name << " " << bytes.size() << " bytes via "
+      std::cout << "read " << name << " " << file.size() << " bytes via "
                 << lease.operation().transport() << " (" << reads << "/"
                 << (count == 0 ? std::string("unlimited") : std::to_string(count)) << ")"
                 << std::endl;

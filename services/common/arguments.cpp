@@ -1,6 +1,7 @@
 #include "common/arguments.hpp"
 
 #include <charconv>
+#include <cmath>
 
 namespace memwire::services {
 
@@ -39,29 +40,47 @@ std::string Arguments::get(const std::string& option, const std::string& fallbac
   return it == values_.end() ? fallback : it->second;
 }
 
-std::uint64_t Arguments::get_uint(const std::string& option, std::uint64_t fallback) const {
+std::uint64_t Arguments::get_uint(const std::string& option, std::uint64_t fallback,
+                                  std::uint64_t min, std::uint64_t max) const {
   auto it = values_.find(option);
   if (it == values_.end()) return fallback;
   std::uint64_t value = 0;
   const auto& text = it->second;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end != text.data() + text.size()) {
-    throw UsageError(option + " needs a non-negative integer, got '" + text + "'");
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || value < min ||
+      value > max) {
+    throw UsageError(option + " needs a whole number from " + std::to_string(min) + " to " +
+                     std::to_string(max) + ", got '" + text + "'");
   }
   return value;
 }
 
-double Arguments::get_double(const std::string& option, double fallback) const {
+std::chrono::milliseconds Arguments::get_seconds(const std::string& option,
+                                                 std::chrono::milliseconds fallback,
+                                                 std::chrono::milliseconds max) const {
   auto it = values_.find(option);
   if (it == values_.end()) return fallback;
-  try {
-    std::size_t used = 0;
-    double value = std::stod(it->second, &used);
-    if (used != it->second.size() || value < 0) throw std::invalid_argument("");
-    return value;
-  } catch (const std::exception&) {
-    throw UsageError(option + " needs a non-negative number, got '" + it->second + "'");
+  const auto& text = it->second;
+  double seconds = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
+  const double max_seconds = static_cast<double>(max.count()) / 1000;
+  // Checked as a double before any conversion: nan, inf and 1e300 never reach a clock.
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() ||
+      !std::isfinite(seconds) || seconds < 0.001 || seconds > max_seconds) {
+    throw UsageError(option + " needs seconds from 0.001 to " +
+                     std::to_string(static_cast<long long>(max_seconds)) + ", got '" + text + "'");
   }
+  return std::chrono::milliseconds(std::llround(seconds * 1000));
+}
+
+std::chrono::milliseconds Arguments::get_milliseconds(const std::string& option,
+                                                      std::chrono::milliseconds fallback,
+                                                      std::chrono::milliseconds min,
+                                                      std::chrono::milliseconds max) const {
+  auto value =
+      get_uint(option, static_cast<std::uint64_t>(fallback.count()),
+               static_cast<std::uint64_t>(min.count()), static_cast<std::uint64_t>(max.count()));
+  return std::chrono::milliseconds(static_cast<std::int64_t>(value));
 }
 
 }  // namespace memwire::services

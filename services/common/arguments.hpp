@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -15,6 +16,10 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The longest duration any program accepts (timeouts, TTLs): 365 days. Longer values are
+// refused as usage errors rather than overflowing clocks downstream.
+inline constexpr std::chrono::milliseconds kMaxDuration = std::chrono::hours(24 * 365);
+
 // "--name value" options and positional words, checked against what a program accepts.
 class Arguments {
  public:
@@ -25,8 +30,19 @@ class Arguments {
   const std::vector<std::string>& positional() const noexcept { return positional_; }
   bool has(const std::string& option) const { return values_.contains(option); }
   std::string get(const std::string& option, const std::string& fallback = {}) const;
-  std::uint64_t get_uint(const std::string& option, std::uint64_t fallback) const;
-  double get_double(const std::string& option, double fallback) const;
+  // A decimal integer (digits only) in [min, max]; UsageError otherwise.
+  std::uint64_t get_uint(const std::string& option, std::uint64_t fallback, std::uint64_t min = 0,
+                         std::uint64_t max = UINT64_MAX) const;
+  // A duration in seconds ("30", "0.5", "1e3"): finite, at least 1 ms, at most `max`;
+  // UsageError otherwise (nan, inf, 0, negative, too long, trailing text).
+  std::chrono::milliseconds get_seconds(const std::string& option,
+                                        std::chrono::milliseconds fallback,
+                                        std::chrono::milliseconds max = kMaxDuration) const;
+  // A duration in whole milliseconds in [min, max].
+  std::chrono::milliseconds get_milliseconds(const std::string& option,
+                                             std::chrono::milliseconds fallback,
+                                             std::chrono::milliseconds min,
+                                             std::chrono::milliseconds max = kMaxDuration) const;
 
  private:
   std::vector<std::string> positional_;

@@ -1,5 +1,7 @@
 #include "common/channel_options.hpp"
 
+#include "common/token_file.hpp"
+#include "memwire/error.hpp"
 #include "memwire/sideband/http.hpp"
 #if MEMWIRE_SERVICES_HAVE_NATS
 #include "memwire/sideband/nats.hpp"
@@ -8,9 +10,29 @@
 namespace memwire::services {
 
 const std::set<std::string>& channel_option_names() {
-  static const std::set<std::string> names{"--http", "--nats",     "--token",
-                                           "--user", "--password", "--ca-file"};
+  static const std::set<std::string> names{"--http",     "--nats", "--token",  "--token-file",
+                                           "--password", "--user", "--ca-file"};
   return names;
+}
+
+namespace {
+
+// --token T or --token-file F (never both): the file keeps it out of the process list.
+std::string token_of(const Arguments& arguments) {
+  if (!arguments.has("--token-file")) return arguments.get("--token");
+  if (arguments.has("--token")) throw UsageError("give --token or --token-file, not both");
+  return read_token_file(arguments.get("--token-file"));
+}
+
+}  // namespace
+
+const std::string& checked_name(const std::string& name) {
+  try {
+    sideband::validate_name(name);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  return name;
 }
 
 std::string channel_kind(const Arguments& arguments) {
@@ -21,10 +43,11 @@ std::unique_ptr<sideband::Channel> make_channel(const Arguments& arguments) {
   bool http = arguments.has("--http");
   bool nats = arguments.has("--nats");
   if (http == nats) throw UsageError("give exactly one of --http URL or --nats URL");
+  auto token = token_of(arguments);
   if (http) {
     sideband::HttpChannelOptions options;
     options.url = arguments.get("--http");
-    options.token = arguments.get("--token");
+    options.token = token;
     options.user = arguments.get("--user");
     options.password = arguments.get("--password");
     options.ca_file = arguments.get("--ca-file");
@@ -33,7 +56,7 @@ std::unique_ptr<sideband::Channel> make_channel(const Arguments& arguments) {
 #if MEMWIRE_SERVICES_HAVE_NATS
   sideband::NatsOptions options;
   options.servers = {arguments.get("--nats")};
-  options.token = arguments.get("--token");
+  options.token = token;
   options.user = arguments.get("--user");
   options.password = arguments.get("--password");
   options.ca_file = arguments.get("--ca-file");

@@ -148,8 +148,7 @@ int main(int argc, char** argv) {
     auto requests = args.get_uint("--requests", 8);
     auto dim = static_cast<std::size_t>(args.get_uint("--dim", 1024));
     if (requests == 0 || dim == 0) throw services::UsageError("--requests and --dim must be > 0");
-    auto deadline = Clock::now() +
-                    milliseconds(static_cast<long long>(args.get_double("--timeout", 30) * 1000));
+    auto deadline = Clock::now() + args.get_seconds("--timeout", std::chrono::seconds(30));
 
     Progress progress;
     // Before any thread starts, so that all of them leave SIGINT/SIGTERM to the watcher.

@@ -1,6 +1,10 @@
 #include "memwire/sideband/worker.hpp"
 
 #include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
 #include <utility>
 
 #include "memwire/error.hpp"
@@ -31,34 +35,153 @@ void require_complete(OperationStatus status, Operation& operation, std::string_
           (operation.error_message().empty() ? std::string() : ": " + operation.error_message()));
 }
 
+// Metadata is renewed at half its remaining lifetime, never more often than this; a renewal
+// the channel refused is tried again after at most kRenewalRetry.
+constexpr milliseconds kShortestRenewal(5);
+constexpr milliseconds kRenewalRetry(1000);
+
+// How long the name should live in the channel: no longer than the metadata behind it, nor
+// than the publisher's ttl (`until`); zero = for ever.
+milliseconds name_ttl(const RdmaMetadata& metadata, std::optional<Clock::time_point> until) {
+  milliseconds ttl(0);
+  if (metadata.expires_at_ms() != 0)
+    ttl = milliseconds(std::max<std::int64_t>(1, metadata.expires_at_ms() - unix_now_ms()));
+  if (until) {
+    auto left = std::max(milliseconds(1), left_until(*until));
+    ttl = ttl.count() > 0 ? std::min(ttl, left) : left;
+  }
+  return ttl;
+}
+
+// When `metadata` must be renewed; none when it never expires or outlives the publisher's ttl.
+std::optional<Clock::time_point> renewal_due(const RdmaMetadata& metadata,
+                                             std::optional<Clock::time_point> until) {
+  if (metadata.expires_at_ms() == 0) return std::nullopt;
+  const auto now = Clock::now();
+  const milliseconds remaining(std::max<std::int64_t>(0, metadata.expires_at_ms() - unix_now_ms()));
+  if (until && *until <= now + remaining) return std::nullopt;
+  return now + std::max(kShortestRenewal, remaining / 2);
+}
+
 }  // namespace
 
-Lease::Lease(Channel& channel, std::string name, ReadableOperation operation)
-    : channel_(&channel), name_(std::move(name)), operation_(std::move(operation)) {}
+namespace detail {
 
-Lease::Lease(Lease&& other) noexcept
-    : channel_(std::exchange(other.channel_, nullptr)),
-      name_(std::move(other.name_)),
-      operation_(std::move(other.operation_)) {
-  other.operation_.reset();
-}
+// What a lease and its worker's renewer share; the renewer holds it weakly. The mutex orders
+// renewals with republish and release: a renewal never brings back a withdrawn name.
+struct LeaseState {
+  std::mutex mutex;
+  Channel* channel = nullptr;  // null once released
+  std::string name;
+  std::optional<ReadableOperation> operation;
+  std::optional<Clock::time_point> until;  // the publisher's ttl: nothing is renewed past it
+  milliseconds lifetime{0};                // what each renewal extends the metadata by
+  std::uint64_t generation = 0;            // bumped by each (re)publish: older renewals are void
+};
+
+// One thread per worker that renews leases when due: it sleeps on a condition variable until
+// the earliest renewal (or a new one, or the end).
+class LeaseRenewer {
+ public:
+  LeaseRenewer() = default;
+  LeaseRenewer(const LeaseRenewer&) = delete;
+  LeaseRenewer& operator=(const LeaseRenewer&) = delete;
+  ~LeaseRenewer() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void schedule(std::weak_ptr<LeaseState> state, std::uint64_t generation, Clock::time_point due) {
+    std::lock_guard lock(mutex_);
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    due_.emplace(due, Entry{std::move(state), generation});
+    wake_.notify_all();
+  }
+
+ private:
+  struct Entry {
+    std::weak_ptr<LeaseState> state;
+    std::uint64_t generation;
+  };
+
+  void run() {
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+      if (due_.empty()) {
+        wake_.wait(lock);
+        continue;
+      }
+      if (auto first = due_.begin()->first; Clock::now() < first) {
+        wake_.wait_until(lock, first);
+        continue;
+      }
+      auto entry = std::move(due_.begin()->second);
+      due_.erase(due_.begin());
+      lock.unlock();
+      auto next = renew(entry);
+      lock.lock();
+      if (next) due_.emplace(*next, std::move(entry));
+    }
+  }
+
+  // Renews the metadata and the name; returns when to do it again, if ever.
+  static std::optional<Clock::time_point> renew(const Entry& entry) {
+    auto state = entry.state.lock();
+    if (!state) return std::nullopt;
+    std::lock_guard lock(state->mutex);
+    if (!state->channel || !state->operation || state->generation != entry.generation)
+      return std::nullopt;
+    if (state->until && Clock::now() >= *state->until) return std::nullopt;
+    try {
+      auto metadata = state->operation->renew(state->lifetime);
+      state->channel->publish(state->name, metadata, name_ttl(metadata, state->until));
+      return renewal_due(metadata, state->until);
+    } catch (const std::exception&) {
+      // Read, cancelled or expired: nothing left to keep alive.
+      if (is_terminal(state->operation->status())) return std::nullopt;
+      auto expires = state->operation->metadata().expires_at_ms();
+      if (expires != 0 && unix_now_ms() > expires) return std::nullopt;
+      // The channel refused (down, restarting): again soon, within what is left.
+      milliseconds left(std::max<std::int64_t>(0, expires - unix_now_ms()));
+      return Clock::now() + std::clamp(left / 4, kShortestRenewal, kRenewalRetry);
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::multimap<Clock::time_point, Entry> due_;
+  std::thread thread_;
+};
+
+}  // namespace detail
+
+Lease::Lease(std::shared_ptr<detail::LeaseState> state) : state_(std::move(state)) {}
+Lease::Lease(Lease&& other) noexcept = default;
 
 Lease& Lease::operator=(Lease&& other) noexcept {
   if (this != &other) {
     release();
-    channel_ = std::exchange(other.channel_, nullptr);
-    name_ = std::move(other.name_);
-    operation_ = std::move(other.operation_);
-    other.operation_.reset();
+    state_ = std::move(other.state_);
   }
   return *this;
 }
 
 Lease::~Lease() { release(); }
 
+const std::string& Lease::name() const {
+  static const std::string none;
+  return state_ ? state_->name : none;
+}
+
 ReadableOperation& Lease::operation() {
-  if (!operation_) throw Error(ErrorCode::InvalidArgument, "the lease was released");
-  return *operation_;
+  if (!state_ || !state_->operation)
+    throw Error(ErrorCode::InvalidArgument, "the lease was released");
+  return *state_->operation;
 }
 
 OperationStatus Lease::wait(milliseconds timeout) {
@@ -66,53 +189,83 @@ OperationStatus Lease::wait(milliseconds timeout) {
 }
 
 void Lease::release() {
-  if (channel_) {
-    try {
-      channel_->withdraw(name_);
-    } catch (const std::exception&) {
-      // The name expires by itself; a lease must end even when the channel is down.
+  if (!state_) return;
+  std::optional<ReadableOperation> ending;
+  {
+    std::lock_guard lock(state_->mutex);
+    if (auto* channel = std::exchange(state_->channel, nullptr)) {
+      try {
+        channel->withdraw(state_->name);
+      } catch (const std::exception&) {
+        // The name expires by itself; a lease must end even when the channel is down.
+      }
     }
-    channel_ = nullptr;
+    ending = std::move(state_->operation);
+    state_->operation.reset();
   }
-  if (operation_) {
+  if (ending) {
     try {
-      if (!is_terminal(operation_->status())) operation_->cancel();
+      if (!is_terminal(ending->status())) ending->cancel();
     } catch (const std::exception&) {
       // It ended meanwhile (errored): nothing left to revoke.
     }
-    operation_.reset();
   }
 }
 
 Worker::Worker(Connector& connector, Channel& channel)
-    : connector_(&connector), channel_(&channel) {}
+    : connector_(&connector),
+      channel_(&channel),
+      renewer_(std::make_unique<detail::LeaseRenewer>()) {}
 
-// The name should not outlive the metadata behind it.
-milliseconds Worker::publish_operation(std::string_view name, const ReadableOperation& operation,
-                                       milliseconds ttl) {
-  auto metadata = operation.metadata();
-  if (metadata.expires_at_ms() != 0) {
-    milliseconds remaining(std::max<std::int64_t>(1, metadata.expires_at_ms() - unix_now_ms()));
-    ttl = ttl.count() > 0 ? std::min(ttl, remaining) : remaining;
-  }
-  channel_->publish(name, metadata, ttl);
-  return ttl;
+Worker::~Worker() = default;
+
+void Worker::publish_current(detail::LeaseState& state, milliseconds ttl) {
+  // (Re)published now: the publisher's ttl counts from here.
+  state.until.reset();
+  if (ttl.count() > 0) state.until = Clock::now() + ttl;
+  auto metadata = state.operation->metadata();
+  channel_->publish(state.name, metadata, name_ttl(metadata, state.until));
+  if (metadata.expires_at_ms() != 0)
+    state.lifetime =
+        milliseconds(std::max<std::int64_t>(1, metadata.expires_at_ms() - unix_now_ms()));
 }
 
 Lease Worker::publish(std::string_view name, std::vector<Descriptor> local, milliseconds ttl) {
   validate_name(name);
-  auto operation = connector_->create_readable(std::move(local));
-  publish_operation(name, operation, ttl);
-  return Lease(*channel_, std::string(name), std::move(operation));
+  auto state = std::make_shared<detail::LeaseState>();
+  state->name = std::string(name);
+  state->operation.emplace(connector_->create_readable(std::move(local)));
+  std::lock_guard lock(state->mutex);
+  publish_current(*state, ttl);
+  state->channel = channel_;
+  if (auto due = renewal_due(state->operation->metadata(), state->until))
+    renewer_->schedule(state, state->generation, *due);
+  return Lease(state);
 }
 
 void Worker::republish(Lease& lease, std::vector<Descriptor> local, milliseconds ttl) {
-  if (!lease.channel_) throw Error(ErrorCode::InvalidArgument, "republish: the lease was released");
+  auto& state = lease.state_;
+  if (!state) throw Error(ErrorCode::InvalidArgument, "republish: the lease was released");
   auto operation = connector_->create_readable(std::move(local));
-  publish_operation(lease.name_, operation, ttl);
+  std::optional<ReadableOperation> replaced;
+  {
+    std::lock_guard lock(state->mutex);
+    if (!state->channel)
+      throw Error(ErrorCode::InvalidArgument, "republish: the lease was released");
+    replaced = std::move(state->operation);
+    state->operation.emplace(std::move(operation));
+    try {
+      publish_current(*state, ttl);
+    } catch (...) {
+      // The name still points at the old memory: keep serving it.
+      state->operation = std::move(replaced);
+      throw;
+    }
+    ++state->generation;
+    if (auto due = renewal_due(state->operation->metadata(), state->until))
+      renewer_->schedule(state, state->generation, *due);
+  }
   // The old operation ends here (its remote access with it); the name points at the new one.
-  lease.operation_.reset();
-  lease.operation_.emplace(std::move(operation));
 }
 
 ReadOperation Worker::read(std::string_view name, std::vector<Descriptor> local,

@@ -97,7 +97,7 @@ TEST_P(GraphWorkers, CliServeGetLsAndExitCodes) {
   EXPECT_TRUE(std::equal(std::istreambuf_iterator<char>(a), {}, std::istreambuf_iterator<char>(b)));
   EXPECT_EQ(cli({"get", "cli.missing", out}), 3);
   EXPECT_EQ(cli({"get", "cli.missing", out, "--wait", "--timeout", "0.3"}), 4);
-  EXPECT_EQ(cli({"get", "bad..name", out}), 1);
+  EXPECT_EQ(cli({"get", "bad..name", out}), 2);  // a usage error
 }
 
 INSTANTIATE_TEST_SUITE_P(Channels, GraphWorkers, ::testing::Values("http", "nats"),

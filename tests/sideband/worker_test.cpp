@@ -11,6 +11,8 @@
 #include "http_test_support.hpp"
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/http.hpp"
+#include "memwire/sideband/nats.hpp"
+#include "nats_server.hpp"
 #include "support/error_code_of.hpp"
 
 namespace {
@@ -198,5 +200,158 @@ TEST_F(WorkerTest, HundredNamesPublishedAndReadConcurrently) {
     EXPECT_EQ(leases[i]->wait(5s), OperationStatus::Complete) << i;
   }
 }
+
+std::int64_t unix_now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// ReadableOperation::renew, what the Worker's renewals rest on: access stays open past the
+// first expiry under the same key and token; the old metadata still expires on the reader.
+TEST(OperationRenew, ExtendsAccessUnderTheSameKeyAndToken) {
+  ConnectorOptions short_lived;
+  short_lived.metadata_ttl = 300ms;
+  Connector owner(short_lived), reader;
+  auto source = pattern(512, 21);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  auto first = readable.metadata();
+  auto renewed = readable.renew(2s);
+  EXPECT_EQ(renewed.notification_key(), first.notification_key());
+  EXPECT_EQ(renewed.token(), first.token());
+  EXPECT_GE(renewed.expires_at_ms(), unix_now_ms() + 1500);
+  EXPECT_EQ(readable.metadata(), renewed);
+  std::this_thread::sleep_for(500ms);  // past the first expiry
+  std::vector<std::uint32_t> target(source.size(), 0);
+  EXPECT_EQ(error_code_of([&] { reader.begin_read(first, {Descriptor(std::span(target))}); }),
+            ErrorCode::Expired);
+  auto read = reader.begin_read(renewed, {Descriptor(std::span(target))});
+  EXPECT_EQ(read.wait_for_completion(5s), OperationStatus::Complete);
+  EXPECT_EQ(target, source);
+}
+
+TEST(OperationRenew, RefusesBadLifetimesAndEndedOperations) {
+  ConnectorOptions short_lived;
+  short_lived.metadata_ttl = 100ms;
+  Connector owner(short_lived);
+  std::vector<std::uint32_t> memory(16, 1);
+  auto writable = owner.create_writable({Descriptor(std::span(memory))});
+  EXPECT_EQ(error_code_of([&] { writable.renew(0ms); }), ErrorCode::InvalidArgument);
+  EXPECT_EQ(error_code_of([&] { writable.renew(-5ms); }), ErrorCode::InvalidArgument);
+  std::this_thread::sleep_for(250ms);
+  EXPECT_EQ(error_code_of([&] { writable.renew(1s); }), ErrorCode::Expired);
+
+  auto readable = owner.create_readable({Descriptor(std::span(memory))});
+  readable.cancel();
+  EXPECT_EQ(error_code_of([&] { readable.renew(1s); }), ErrorCode::Cancelled);
+
+  // Metadata that never expires stays so; a huge lifetime saturates instead of wrapping.
+  ConnectorOptions forever;
+  forever.metadata_ttl = 0ms;
+  Connector keeper(forever);
+  auto kept = keeper.create_readable({Descriptor(std::span(memory))});
+  EXPECT_EQ(kept.renew(1s).expires_at_ms(), 0);
+  auto far = owner.create_readable({Descriptor(std::span(memory))});
+  EXPECT_GT(far.renew(std::chrono::milliseconds::max()).expires_at_ms(), unix_now_ms());
+}
+
+// Publications that outlive their metadata's lifetime: a producer whose connector hands out
+// metadata valid for 300 ms, read 1.5 s later (five lifetimes), over a real HTTP endpoint and a
+// real nats-server. Without renewal the name and the memory's access expire together.
+class LeaseRenewalTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  static constexpr auto kLifetime = 300ms;
+
+  void SetUp() override {
+    if (GetParam() == "nats") {
+      nats_ = std::make_unique<memwire::test::NatsServer>();
+      NatsOptions options;
+      options.servers = {nats_->url()};
+      producer_channel_ = std::make_unique<NatsChannel>(options);
+      consumer_channel_ = std::make_unique<NatsChannel>(options);
+    } else {
+      HttpEndpointOptions endpoint_options;
+      endpoint_options.ttl_sweep_interval = 50ms;
+      endpoint_ = std::make_unique<HttpEndpoint>(endpoint_options);
+      endpoint_->start();
+      HttpChannelOptions options;
+      options.url = endpoint_->url();
+      producer_channel_ = std::make_unique<HttpChannel>(options);
+      consumer_channel_ = std::make_unique<HttpChannel>(options);
+    }
+    ConnectorOptions short_lived;
+    short_lived.metadata_ttl = kLifetime;
+    producer_connector_ = std::make_unique<Connector>(short_lived);
+    producer_ = std::make_unique<Worker>(*producer_connector_, *producer_channel_);
+    consumer_ = std::make_unique<Worker>(consumer_connector_, *consumer_channel_);
+  }
+
+  std::unique_ptr<memwire::test::NatsServer> nats_;
+  std::unique_ptr<HttpEndpoint> endpoint_;
+  std::unique_ptr<Channel> producer_channel_;
+  std::unique_ptr<Channel> consumer_channel_;
+  std::unique_ptr<Connector> producer_connector_;
+  Connector consumer_connector_;
+  std::unique_ptr<Worker> producer_;
+  std::unique_ptr<Worker> consumer_;
+};
+
+TEST_P(LeaseRenewalTest, LeaseOutlivesItsMetadataLifetime) {
+  auto source = pattern(4096, 11);
+  auto lease = producer_->publish("t.renewed", {Descriptor(std::span(source))});
+  std::this_thread::sleep_for(1500ms);
+  // Renewed metadata, with the same key and token: what was handed out stays valid.
+  auto fetched = consumer_channel_->fetch("t.renewed", 2s);
+  EXPECT_EQ(fetched.notification_key(), lease.operation().metadata().notification_key());
+  EXPECT_GT(fetched.expires_at_ms(), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count());
+  std::vector<std::uint32_t> target(source.size(), 0);
+  auto read = consumer_->read("t.renewed", {Descriptor(std::span(target))}, 5s);
+  EXPECT_EQ(read.status(), OperationStatus::Complete);
+  EXPECT_EQ(target, source);
+  EXPECT_EQ(lease.wait(5s), OperationStatus::Complete);
+  lease.release();
+  EXPECT_EQ(error_code_of([&] { consumer_channel_->fetch("t.renewed", 1s); }), ErrorCode::NotFound);
+}
+
+TEST_P(LeaseRenewalTest, RepublishedLeaseIsRenewedToo) {
+  auto source = pattern(1024, 12);
+  auto lease = producer_->publish("t.again", {Descriptor(std::span(source))});
+  for (int round = 0; round < 2; ++round) {
+    std::this_thread::sleep_for(900ms);
+    std::vector<std::uint32_t> target(source.size(), 0);
+    consumer_->read("t.again", {Descriptor(std::span(target))}, 5s);
+    EXPECT_EQ(target, source) << round;
+    EXPECT_EQ(lease.wait(5s), OperationStatus::Complete);
+    producer_->republish(lease, {Descriptor(std::span(source))});
+  }
+}
+
+// A publisher's ttl still ends the name: renewals stop there.
+TEST_P(LeaseRenewalTest, RenewalStopsAtThePublishersTtl) {
+  auto source = pattern(256, 13);
+  auto lease = producer_->publish("t.ttl", {Descriptor(std::span(source))}, 1200ms);
+  std::this_thread::sleep_for(700ms);  // past two metadata lifetimes, within the ttl
+  EXPECT_NO_THROW(consumer_channel_->fetch("t.ttl", 2s));
+  std::this_thread::sleep_for(1800ms);  // past the ttl
+  EXPECT_EQ(error_code_of([&] { consumer_channel_->fetch("t.ttl", 2s); }), ErrorCode::NotFound);
+}
+
+// Serving by request holds nothing that expires (each requester brings fresh metadata).
+TEST_P(LeaseRenewalTest, ServeAnswersLongAfterItsConnectorsLifetime) {
+  auto subscription = producer_->serve("emb", [](const std::string&) {
+    auto data = std::make_shared<std::vector<std::uint32_t>>(pattern(64, 14));
+    return ServedData{{Descriptor(std::span(*data))}, data};
+  });
+  std::this_thread::sleep_for(1500ms);
+  std::vector<std::uint32_t> target(64, 0);
+  EXPECT_EQ(consumer_->request("emb.x", {Descriptor(std::span(target))}, 5s).status(),
+            OperationStatus::Complete);
+  EXPECT_EQ(target, pattern(64, 14));
+}
+
+INSTANTIATE_TEST_SUITE_P(Channels, LeaseRenewalTest, ::testing::Values("http", "nats"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace

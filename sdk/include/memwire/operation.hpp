@@ -60,6 +60,12 @@ class Operation {
 class ReadableOperation : public Operation {
  public:
   RdmaMetadata metadata() const;
+  // Keeps remote access open until `lifetime` from now instead of the metadata's expiry, and
+  // returns the metadata to hand out from now on (same key and token, later expires_at): for
+  // publications that outlive the connector's metadata_ttl. Never-expiring metadata stays so.
+  // Throws Error{InvalidArgument} for lifetime <= 0, Error{Expired} once the old expiry passed,
+  // Error{Cancelled} once the operation ended.
+  RdmaMetadata renew(std::chrono::milliseconds lifetime);
 
  private:
   friend class Connector;
@@ -70,6 +76,12 @@ class ReadableOperation : public Operation {
 class WritableOperation : public Operation {
  public:
   RdmaMetadata metadata() const;
+  // Keeps remote access open until `lifetime` from now instead of the metadata's expiry, and
+  // returns the metadata to hand out from now on (same key and token, later expires_at): for
+  // publications that outlive the connector's metadata_ttl. Never-expiring metadata stays so.
+  // Throws Error{InvalidArgument} for lifetime <= 0, Error{Expired} once the old expiry passed,
+  // Error{Cancelled} once the operation ended.
+  RdmaMetadata renew(std::chrono::milliseconds lifetime);
 
  private:
   friend class Connector;

@@ -15,8 +15,14 @@
 
 namespace memwire::sideband {
 
+namespace detail {
+struct LeaseState;
+class LeaseRenewer;
+}  // namespace detail
+
 // Memory published under a name by Worker::publish. Ending the lease (destruction or release())
 // withdraws the name and revokes remote access; the operation completes when a reader is done.
+// While it lives, its worker renews the metadata and the name before they expire.
 class Lease {
  public:
   Lease(Lease&&) noexcept;
@@ -25,7 +31,7 @@ class Lease {
   Lease& operator=(const Lease&) = delete;
   ~Lease();
 
-  const std::string& name() const noexcept { return name_; }
+  const std::string& name() const;
   ReadableOperation& operation();
   // Waits until the data was read: Complete (or Cancelled); throws like wait_for_completion.
   OperationStatus wait(std::chrono::milliseconds timeout);
@@ -34,11 +40,9 @@ class Lease {
 
  private:
   friend class Worker;
-  Lease(Channel& channel, std::string name, ReadableOperation operation);
+  explicit Lease(std::shared_ptr<detail::LeaseState> state);
 
-  Channel* channel_ = nullptr;
-  std::string name_;
-  std::optional<ReadableOperation> operation_;
+  std::shared_ptr<detail::LeaseState> state_;
 };
 
 // What a serve() handler hands back for a name: the descriptors to write from, and whatever
@@ -49,13 +53,19 @@ struct ServedData {
 };
 
 // A worker in a graph: a connector to move bytes and a channel to find peers' memory by name.
-// Both must outlive the worker and everything it hands out.
+// Both must outlive the worker and everything it hands out. A worker renews its leases on a
+// thread of its own (started with the first lease whose metadata expires); leases that outlive
+// their worker are no longer renewed.
 class Worker {
  public:
   Worker(Connector& connector, Channel& channel);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
 
-  // Publishes `local` for remote reads under `name`. ttl zero = until the lease ends or the
-  // operation's metadata expires, whichever is first.
+  // Publishes `local` for remote reads under `name`. ttl zero = until the lease ends; otherwise
+  // until the lease ends or `ttl` passed, whichever is first. Metadata that expires sooner (the
+  // connector's metadata_ttl) is renewed, with the name, before it does (at half its lifetime).
   Lease publish(std::string_view name, std::vector<Descriptor> local,
                 std::chrono::milliseconds ttl = std::chrono::milliseconds(0));
 
@@ -95,12 +105,12 @@ class Worker {
   Channel& channel() noexcept { return *channel_; }
 
  private:
-  std::chrono::milliseconds publish_operation(std::string_view name,
-                                              const ReadableOperation& operation,
-                                              std::chrono::milliseconds ttl);
+  // Publishes the state's current operation and schedules its renewal; state's mutex held.
+  void publish_current(detail::LeaseState& state, std::chrono::milliseconds ttl);
 
   Connector* connector_;
   Channel* channel_;
+  std::unique_ptr<detail::LeaseRenewer> renewer_;
 };
 
 }  // namespace memwire::sideband

@@ -1,0 +1,17 @@
+# The programs in services/: the memwire CLI as a real process against a real memwire-registry
+# and a real nats-server, and the parts it is built from (arguments, token files, mapped files,
+# the progress line) directly.
+add_executable(memwire_services_tests
+  ${CMAKE_CURRENT_LIST_DIR}/cli_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/parts_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/../support/child_process.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/../support/nats_server.cpp)
+target_link_libraries(memwire_services_tests
+  PRIVATE memwire-cli-parts GTest::gtest_main Threads::Threads)
+target_include_directories(memwire_services_tests PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/.. ${CMAKE_CURRENT_LIST_DIR}/../support ${CMAKE_CURRENT_LIST_DIR}/../sideband)
+target_compile_definitions(memwire_services_tests PRIVATE
+  MEMWIRE_REGISTRY_BINARY="$<TARGET_FILE:memwire-registry>"
+  MEMWIRE_CLI_BINARY="$<TARGET_FILE:memwire-cli>")
+add_dependencies(memwire_services_tests memwire-registry memwire-cli)
+gtest_discover_tests(memwire_services_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300)
