@@ -23,12 +23,11 @@ void ActiveTransfer::succeed() { finish(OperationStatus::Complete); }
 void ActiveTransfer::fail(Error error) { stop(OperationStatus::Errored, std::move(error)); }
 
 void ActiveTransfer::stop(OperationStatus status, Error error) {
-  if (is_terminal(this->status())) return;
-  // The gate first: once a waiter sees the failure, no other connection of this transfer may
-  // still be copying into its buffer (one connection's loss used to be reported while another
-  // went on writing the bytes it had already received).
-  gate_.close(grace_);
-  if (!finish(status, error)) return;
+  // Transports see the final status at once and stop; the caller hears of the end only once
+  // the gate is closed, so that no other connection of this transfer is still copying into
+  // its buffer (one connection's loss used to be reported while another went on writing the
+  // bytes it had already received).
+  if (!finish(status, error, [this] { gate_.close(grace_); })) return;
   std::function<void(const Error&)> notify;
   {
     std::lock_guard lock(notifier_mutex_);
