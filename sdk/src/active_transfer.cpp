@@ -44,9 +44,11 @@ void ActiveTransfer::fail(Error error) {
 }
 
 void ActiveTransfer::stop(OperationStatus status, Error error) {
-  const bool first = finish(status, error);
-  // Also after a transport failed it: the caller may free its buffers once this returns.
-  gate_.close(grace_);
+  // Transports see the final status at once and stop; the caller hears of the end only once
+  // the gate is closed, so that no other connection of this transfer is still copying into
+  // its buffer. Also after a transport failed it: the caller may free its buffers then.
+  const bool first = finish(status, error, [this] { gate_.close(grace_); });
+  if (!first) gate_.close(grace_);
   if (first) notify_passive_side(error);
 }
 

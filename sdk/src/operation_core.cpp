@@ -29,7 +29,7 @@ std::optional<Error> OperationCore::failure() const {
 
 OperationStatus OperationCore::wait(std::optional<std::chrono::milliseconds> timeout) const {
   std::unique_lock lock(mutex_);
-  auto done = [&] { return is_terminal(status_); };
+  auto done = [&] { return is_terminal(status_) && !settling_; };
   if (!timeout) {
     finished_.wait(lock, done);
   } else if (!finished_.wait_for(lock, *timeout, done)) {
@@ -43,7 +43,7 @@ OperationStatus OperationCore::wait(std::optional<std::chrono::milliseconds> tim
 
 void OperationCore::on_complete(Callback callback) {
   std::unique_lock lock(mutex_);
-  if (!is_terminal(status_)) {
+  if (!is_terminal(status_) || settling_) {
     callbacks_.push_back(std::move(callback));
     return;
   }
@@ -52,13 +52,21 @@ void OperationCore::on_complete(Callback callback) {
   callback(status);
 }
 
-bool OperationCore::finish(OperationStatus status, std::optional<Error> error) {
+bool OperationCore::finish(OperationStatus status, std::optional<Error> error,
+                           const std::function<void()>& settle) {
   std::vector<Callback> callbacks;
   {
     std::lock_guard lock(mutex_);
     if (is_terminal(status_)) return false;
     status_ = status;
     error_ = std::move(error);
+    settling_ = static_cast<bool>(settle);
+    if (!settling_) callbacks.swap(callbacks_);
+  }
+  if (settle) {
+    settle();
+    std::lock_guard lock(mutex_);
+    settling_ = false;
     callbacks.swap(callbacks_);
   }
   finished_.notify_all();

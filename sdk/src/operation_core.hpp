@@ -35,8 +35,11 @@ class OperationCore {
   void on_complete(Callback callback);
 
   // Moves into a final state, once: the first caller wins and gets true. Runs callbacks on the
-  // calling thread, outside the lock.
-  bool finish(OperationStatus status, std::optional<Error> error = std::nullopt);
+  // calling thread, outside the lock. `settle`, when given, runs first, with status() already
+  // final (so transports stop) but waiters and callbacks not yet told: they hear of the end
+  // only once it returns (e.g. once nothing touches the caller's memory any more).
+  bool finish(OperationStatus status, std::optional<Error> error = std::nullopt,
+              const std::function<void()>& settle = {});
   void mark_in_progress();
   // The error this operation ended with, if it errored.
   std::optional<Error> failure() const;
@@ -58,6 +61,7 @@ class OperationCore {
   std::optional<Error> error_;
   std::string transport_;
   std::vector<Callback> callbacks_;
+  bool settling_ = false;  // final, but waiters and callbacks wait for finish's `settle`
 };
 
 }  // namespace memwire::detail

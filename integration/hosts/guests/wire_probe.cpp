@@ -444,8 +444,8 @@ int main(int argc, char** argv) {
     if (role != "produce" && role != "consume") throw services::UsageError("produce or consume");
     Plan plan{args.get("--prefix", "probe"), args.get_uint("--count", 8),
               parse_sizes(args.get("--sizes", "1048576")),
-              milliseconds(static_cast<long long>(args.get_double("--timeout", 20) * 1000)),
-              milliseconds(static_cast<long long>(args.get_double("--settle", 1) * 1000))};
+              args.get_seconds("--timeout", std::chrono::seconds(20)),
+              args.get_seconds("--settle", std::chrono::seconds(1))};
     sideband::validate_name(plan.prefix);
     if (plan.count == 0 || plan.count > 1000) throw services::UsageError("--count in 1..1000");
     const auto mode = args.get("--mode", role == "produce" ? "readable" : "read");
