@@ -48,8 +48,8 @@ inline int listen_loopback(std::uint16_t& port) {
 }
 
 // Sends what the peer takes, while draining what it answers (so neither side blocks on a full
-// buffer); stops early when the peer closed. Then half-closes: the peer sees the end.
-inline void send_then_half_close(int fd, std::string_view bytes) {
+// buffer); stops early when the peer closed.
+inline void send_draining(int fd, std::string_view bytes) {
   while (!bytes.empty()) {
     pollfd ready{fd, POLLOUT | POLLIN, 0};
     if (::poll(&ready, 1, kAnswerTimeoutMs) <= 0) break;
@@ -64,19 +64,25 @@ inline void send_then_half_close(int fd, std::string_view bytes) {
       bytes.remove_prefix(static_cast<std::size_t>(sent));
     }
   }
+}
+
+// The same, then half-closes: the peer sees the end of the input.
+inline void send_then_half_close(int fd, std::string_view bytes) {
+  send_draining(fd, bytes);
   ::shutdown(fd, SHUT_WR);
 }
 
-// Reads (and drops) everything until the peer closes, within kAnswerTimeoutMs in all.
-// False when the peer kept the connection open that long.
-inline bool drain_until_closed(int fd) {
+// Reads (and drops) everything until the peer closes, within kAnswerTimeoutMs in all, or (when
+// quiet_ms >= 0) until nothing came for quiet_ms. False when the peer kept the connection open.
+inline bool drain_until_closed(int fd, int quiet_ms = -1) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(kAnswerTimeoutMs);
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          deadline - std::chrono::steady_clock::now())
-                          .count();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
     if (left <= 0) return false;
+    if (quiet_ms >= 0 && left > quiet_ms) left = quiet_ms;
     pollfd ready{fd, POLLIN, 0};
     if (::poll(&ready, 1, static_cast<int>(left)) <= 0) return false;
     char sink[65536];

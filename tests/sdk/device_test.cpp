@@ -28,7 +28,7 @@ TEST(Device, RejectsAnythingElse) {
       EXPECT_EQ(error.code(), ErrorCode::InvalidArgument) << text;
     }
   }
-  EXPECT_THROW(Device(DeviceKind::Unspecified), Error);
+  EXPECT_THROW((void)Device(DeviceKind::Unspecified), Error);  // (void): not a declaration
   EXPECT_THROW(Device(DeviceKind::Host, 1), Error);
 }
 
