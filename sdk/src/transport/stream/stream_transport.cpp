@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -248,7 +249,12 @@ class StreamTransport final : public Transport {
     auto connection = std::make_shared<StreamConnection>(std::move(socket), std::move(handler),
                                                          settings_.name + " peer");
     passive->bind(connection);
-    connection->run(context_.options.handshake_timeout, [this] { wake(); });
+    try {
+      connection->run(context_.options.handshake_timeout, [this] { wake(); });
+    } catch (const std::system_error& error) {
+      log(std::string("connection closed: cannot start its threads: ") + error.what());
+      return;
+    }
     std::lock_guard lock(mutex_);
     accepted_.push_back({std::move(connection), std::move(peer)});
   }
