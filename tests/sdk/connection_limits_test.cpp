@@ -75,6 +75,11 @@ bool closed_by_peer(int socket, std::chrono::milliseconds timeout) {
 }
 
 TEST(ConnectionFlood, FdExhaustionNeitherSpinsNorStopsLaterTransfers) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // The sanitizers' own checks need a free descriptor now and then (a pipe to probe memory):
+  // out of descriptors, they report errors that are theirs, not ours.
+  GTEST_SKIP() << "needs the descriptor limit to be ours alone";
+#endif
   constexpr std::size_t kSize = 1u << 20;
   auto owner = test_support::start_test_peer({"publish", "readable", std::to_string(kSize), "5"},
                                              {"MEMWIRE_PEER_NOFILE=64"});
@@ -93,6 +98,10 @@ TEST(ConnectionFlood, FdExhaustionNeitherSpinsNorStopsLaterTransfers) {
   EXPECT_LT(cpu_used, 0.2) << "the owner spins";
   EXPECT_LE(threads, 2 * 64 + 16);
   flood.clear();
+  // The owner works through what the flood left in its backlog, then is idle again.
+  for (int n = 0; n < 100 && thread_count(owner.pid()) > 16; ++n)
+    std::this_thread::sleep_for(100ms);
+  EXPECT_LE(thread_count(owner.pid()), 16) << "connections not reclaimed after the flood";
 
   // The flood is gone: a real read goes through.
   ConnectorOptions options;

@@ -314,6 +314,24 @@ TEST(VerbsTransport, ForgedTokenWriteIsRefusedAndLeavesTheTargetUntouched) {
   memwire::test_support::expect_forged_writes_refused(verbs_options(), verbs_options());
 }
 
+// Item 4 of issue 14: accepted connections are capped per peer host; one over the cap is
+// refused at once and its transfer fails, not hangs.
+TEST(VerbsTransport, ConnectionsOverThePerPeerLimitAreRefused) {
+  REQUIRE_RDMA();
+  auto owner_options = verbs_options();
+  owner_options.max_connections_per_peer = 1;
+  Connector owner(owner_options), first(verbs_options()), second(verbs_options());
+  std::vector<std::byte> source(4096), a(4096), b(4096);
+  fill_pattern(source, 9);
+  auto one = owner.create_readable({Descriptor(std::span(source))});
+  auto other = owner.create_readable({Descriptor(std::span(source))});
+  auto read = first.begin_read(one.metadata(), {Descriptor(std::span(a))});
+  EXPECT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
+  auto refused = second.begin_read(other.metadata(), {Descriptor(std::span(b))});
+  EXPECT_THROW(refused.wait_for_completion(30s), Error);
+  EXPECT_EQ(refused.status(), OperationStatus::Errored);
+}
+
 TEST(VerbsTransport, ReadOfACancelledOperationFailsCleanly) {
   REQUIRE_RDMA();
   Connector owner(verbs_options()), peer(verbs_options());

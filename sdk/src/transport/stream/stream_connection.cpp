@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <system_error>
 
 namespace memwire::detail {
 
@@ -31,10 +32,16 @@ void StreamConnection::run(std::chrono::milliseconds first_frame_timeout,
     read_loop();
     if (--running_threads_ == 0 && on_finished_) on_finished_();
   });
-  writer_ = std::thread([this] {
-    write_loop();
-    if (--running_threads_ == 0 && on_finished_) on_finished_();
-  });
+  try {
+    writer_ = std::thread([this] {
+      write_loop();
+      if (--running_threads_ == 0 && on_finished_) on_finished_();
+    });
+  } catch (const std::system_error&) {  // out of threads: nothing may run half-started
+    --running_threads_;
+    join();
+    throw;
+  }
 }
 
 namespace {

@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -234,10 +235,15 @@ class StreamTransport final : public Transport {
     auto peer = peer_identity(socket.get(), process);
     {
       std::lock_guard lock(mutex_);
-      const auto same_peer = std::count_if(accepted_.begin(), accepted_.end(),
-                                           [&](const auto& entry) { return entry.peer == peer; });
-      if (accepted_.size() >= context_.options.max_connections ||
-          static_cast<std::size_t>(same_peer) >= context_.options.max_connections_per_peer) {
+      // Connections already closing are on their way out: they do not count.
+      std::size_t live = 0, same_peer = 0;
+      for (const auto& entry : accepted_) {
+        if (!entry.connection->alive()) continue;
+        ++live;
+        if (entry.peer == peer) ++same_peer;
+      }
+      if (live >= context_.options.max_connections ||
+          same_peer >= context_.options.max_connections_per_peer) {
         log("connection from " + peer + " closed: over the connection limit");
         return;
       }
@@ -248,7 +254,12 @@ class StreamTransport final : public Transport {
     auto connection = std::make_shared<StreamConnection>(std::move(socket), std::move(handler),
                                                          settings_.name + " peer");
     passive->bind(connection);
-    connection->run(context_.options.handshake_timeout, [this] { wake(); });
+    try {
+      connection->run(context_.options.handshake_timeout, [this] { wake(); });
+    } catch (const std::system_error& error) {
+      log(std::string("connection closed: cannot start its threads: ") + error.what());
+      return;
+    }
     std::lock_guard lock(mutex_);
     accepted_.push_back({std::move(connection), std::move(peer)});
   }
