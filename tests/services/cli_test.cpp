@@ -246,6 +246,31 @@ TEST_F(Cli, TimedOutGetReportsItsTimeoutAndCleansUp) {
   EXPECT_EQ(leftovers(dir_.path()), std::vector<std::string>{});
 }
 
+// A get ended by SIGTERM or SIGINT mid-read removes its temporary file and exits as the signal
+// would have (128 + signal).
+TEST_F(Cli, InterruptedGetRemovesItsTemporaryFile) {
+  auto in = dir_.file("in.bin");
+  write_pattern(in, 4 << 20, 11);
+  const std::vector<std::string> tcp{"MEMWIRE_TRANSPORTS=tcp"};
+  Server server(with_registry({"serve", "cli.stalled", in}), tcp);
+  server.process().kill(SIGSTOP);
+  for (int signal : {SIGTERM, SIGINT}) {
+    std::vector<std::string> args{kCli,        "get", "cli.stalled", dir_.file("out.bin"),
+                                  "--timeout", "30",  "--http",      registry_.url()};
+    ChildProcess get(args, tcp);
+    // The temporary file appears once the read started.
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (leftovers(dir_.path()).empty() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(leftovers(dir_.path()).size(), 1u);
+    get.kill(signal);
+    EXPECT_EQ(get.wait(10s), 128 + signal);
+    EXPECT_EQ(leftovers(dir_.path()), std::vector<std::string>{});
+    EXPECT_FALSE(fs::exists(dir_.file("out.bin")));
+  }
+  server.process().kill(SIGCONT);
+}
+
 // Issue 14 item 11: --timeout nan|inf|1e300 timed out at once, 9.3e12 hung; every number on the
 // command line is now checked (exit status 2, a message naming the flag).
 TEST_F(Cli, NumbersOnTheCommandLineAreCheckedStrictly) {
