@@ -35,8 +35,9 @@ void require_complete(OperationStatus status, Operation& operation, std::string_
           (operation.error_message().empty() ? std::string() : ": " + operation.error_message()));
 }
 
-// Metadata is renewed at half its remaining lifetime, never more often than this; a renewal
-// the channel refused is tried again after at most kRenewalRetry.
+// Metadata is renewed when a third of its remaining lifetime passed (two thirds are left for a
+// slow channel or a busy machine), never more often than this; a renewal the channel refused
+// is tried again after at most kRenewalRetry.
 constexpr milliseconds kShortestRenewal(5);
 constexpr milliseconds kRenewalRetry(1000);
 
@@ -60,7 +61,7 @@ std::optional<Clock::time_point> renewal_due(const RdmaMetadata& metadata,
   const auto now = Clock::now();
   const milliseconds remaining(std::max<std::int64_t>(0, metadata.expires_at_ms() - unix_now_ms()));
   if (until && *until <= now + remaining) return std::nullopt;
-  return now + std::max(kShortestRenewal, remaining / 2);
+  return now + std::max(kShortestRenewal, remaining / 3);
 }
 
 }  // namespace
@@ -252,13 +253,17 @@ void Worker::republish(Lease& lease, std::vector<Descriptor> local, milliseconds
     std::lock_guard lock(state->mutex);
     if (!state->channel)
       throw Error(ErrorCode::InvalidArgument, "republish: the lease was released");
+    const auto old_until = state->until;
+    const auto old_lifetime = state->lifetime;
     replaced = std::move(state->operation);
     state->operation.emplace(std::move(operation));
     try {
       publish_current(*state, ttl);
     } catch (...) {
-      // The name still points at the old memory: keep serving it.
+      // The name still points at the old memory: keep serving (and renewing) it.
       state->operation = std::move(replaced);
+      state->until = old_until;
+      state->lifetime = old_lifetime;
       throw;
     }
     ++state->generation;

@@ -65,7 +65,7 @@ class Worker {
 
   // Publishes `local` for remote reads under `name`. ttl zero = until the lease ends; otherwise
   // until the lease ends or `ttl` passed, whichever is first. Metadata that expires sooner (the
-  // connector's metadata_ttl) is renewed, with the name, before it does (at half its lifetime).
+  // connector's metadata_ttl) is renewed, with the name, before it does (a third into it).
   Lease publish(std::string_view name, std::vector<Descriptor> local,
                 std::chrono::milliseconds ttl = std::chrono::milliseconds(0));
 
