@@ -4,6 +4,7 @@
 
 #include <array>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "ids.hpp"
 #include "memwire/error.hpp"
@@ -31,14 +32,98 @@ struct Path {
   }
 };
 
+// Text from the document (field names, a parser's "last read" token) in a message: bytes
+// outside printable ASCII become \xNN, so that a message is always printable and valid UTF-8
+// (an HTTP endpoint dumps it as JSON; a raw 0xff made that throw).
+std::string printable(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    }
+  }
+  return out;
+}
+
 [[noreturn]] void invalid(const Path& where, const std::string& why) {
-  throw Error(ErrorCode::InvalidMetadata, "field '" + where.str() + "': " + why);
+  throw Error(ErrorCode::InvalidMetadata, "field '" + printable(where.str()) + "': " + why);
 }
 
 [[noreturn]] void not_json(simdjson::error_code code) {
   throw Error(ErrorCode::InvalidMetadata,
               std::string("not JSON: ") + simdjson::error_message(code));
 }
+
+// Rejects nesting deeper than any metadata has, in one pass and no memory: brackets outside
+// strings are counted.
+void check_depth(std::string_view text) {
+  std::size_t depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > RdmaMetadata::kMaxDepth)
+        throw Error(ErrorCode::InvalidMetadata,
+                    "nested deeper than " + std::to_string(RdmaMetadata::kMaxDepth) + " levels");
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
+// Reads the whole text as JSON without building it (the error path of from_json): says why
+// it is not JSON, or that it nests deeper than any metadata does. Memory stays independent of
+// the text's size: a DOM of 16 MB of '[' peaked at ~700 MB.
+class ShapeCheck final : public json::json_sax_t {
+ public:
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return deeper(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return shallower(); }
+  bool start_array(std::size_t) override { return deeper(); }
+  bool end_array() override { return shallower(); }
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& error) override {
+    problem_ = std::string("not JSON: ") + printable(error.what());
+    return false;
+  }
+  const std::string& problem() const { return problem_; }
+
+ private:
+  bool deeper() {
+    if (++depth_ <= RdmaMetadata::kMaxDepth) return true;
+    problem_ = "nested deeper than " + std::to_string(RdmaMetadata::kMaxDepth) + " levels";
+    return false;
+  }
+  bool shallower() {
+    --depth_;
+    return true;
+  }
+  std::size_t depth_ = 0;
+  std::string problem_;
+};
 
 // The value of `result`; a value of the wrong type or range is `where`'s fault (`expected`
 // says what it must be), anything else means the text is not JSON.
@@ -115,26 +200,29 @@ std::size_t read_array(ondemand::value value, const Path& where, const char* exp
 RemoteDescriptor parse_descriptor(ondemand::value item, const Path& where) {
   static constexpr std::array<std::string_view, 3> kFields{"device", "ptr", "size"};
   RemoteDescriptor descriptor;
-  read_object(item, where, kFields, 3,
-              [&](std::size_t field, ondemand::value value, const Path& path) {
-                switch (field) {
-                  case 0:
-                    try {
-                      descriptor.device = Device::parse(string_value(value, path));
-                    } catch (const Error& error) {
-                      if (error.code() == ErrorCode::InvalidMetadata) throw;
-                      invalid(path, error.what());
-                    }
-                    break;
-                  case 1:
-                    descriptor.ptr = unsigned_value(value, path);
-                    if (descriptor.ptr == 0) invalid(path, "must not be null");
-                    break;
-                  default:
-                    descriptor.size = unsigned_value(value, path);
-                    if (descriptor.size == 0) invalid(path, "must not be zero");
-                }
-              });
+  read_object(
+      item, where, kFields, 3, [&](std::size_t field, ondemand::value value, const Path& path) {
+        switch (field) {
+          case 0:
+            try {
+              descriptor.device = Device::parse(string_value(value, path));
+            } catch (const Error& error) {
+              if (error.code() == ErrorCode::InvalidMetadata) throw;
+              invalid(path, error.what());
+            }
+            break;
+          case 1:
+            descriptor.ptr = unsigned_value(value, path);
+            if (descriptor.ptr == 0) invalid(path, "must not be null");
+            break;
+          default:
+            descriptor.size = unsigned_value(value, path);
+            if (descriptor.size == 0) invalid(path, "must not be zero");
+            if (descriptor.size > RdmaMetadata::kMaxTotalSize)
+              invalid(path,
+                      "must be at most " + std::to_string(RdmaMetadata::kMaxTotalSize) + " bytes");
+        }
+      });
   if (descriptor.ptr + descriptor.size < descriptor.ptr) invalid(where, "range overflows");
   return descriptor;
 }
@@ -223,10 +311,10 @@ RdmaMetadata RdmaMetadata::from_json(std::string_view text) {
   try {
     return parse_metadata(text);
   } catch (const Error&) {
-    try {
-      [[maybe_unused]] auto whole = json::parse(text);
-    } catch (const json::exception& error) {
-      throw Error(ErrorCode::InvalidMetadata, std::string("not JSON: ") + error.what());
+    ShapeCheck check;
+    if (!json::sax_parse(text, &check)) {
+      throw Error(ErrorCode::InvalidMetadata,
+                  check.problem().empty() ? std::string("not JSON") : check.problem());
     }
     throw;
   }
@@ -236,9 +324,21 @@ namespace {
 
 RdmaMetadata parse_metadata(std::string_view text) {
   // simdjson reads a few bytes past the text: parse from a padded copy. One parser and one
-  // buffer per thread, reused: a fetch by name parses metadata every time.
-  thread_local ondemand::parser parser;
-  thread_local std::string padded;
+  // buffer per thread, reused: a fetch by name parses metadata every time. A large text gets
+  // its own, freed at once: the parser's index is 4 bytes per byte of text, and a server
+  // thread would otherwise keep that for ever.
+  constexpr std::size_t kReusedCapacity = 64u << 10;
+  thread_local ondemand::parser reused_parser;
+  thread_local std::string reused_padded;
+  std::optional<ondemand::parser> own_parser;
+  std::string own_padded;
+  const bool large = text.size() > kReusedCapacity;
+  if (large) {
+    check_depth(text);  // before the parser's index (4 bytes per byte) is allocated
+    own_parser.emplace();
+  }
+  auto& parser = large ? *own_parser : reused_parser;
+  auto& padded = large ? own_padded : reused_padded;
   padded.assign(text);
   padded.resize(text.size() + simdjson::SIMDJSON_PADDING);
   auto document =
@@ -249,6 +349,7 @@ RdmaMetadata parse_metadata(std::string_view text) {
       "endpoint", "token",          "expires_at"};
   std::uint64_t kind_value = 0;
   std::vector<RemoteDescriptor> descriptors;
+  std::uint64_t total_size = 0;  // at most kMaxTotalSize: never wraps
   std::string key, token;
   Endpoint endpoint;
   std::int64_t expires_at = 0;
@@ -267,12 +368,20 @@ RdmaMetadata parse_metadata(std::string_view text) {
             if (kind_value != 1 && kind_value != 2) invalid(path, "must be 1 (read) or 2 (write)");
             break;
           case 2:
-            read_array(value, path, "must be a non-empty array",
-                       [&](ondemand::value item, const Path& at) {
-                         descriptors.push_back(parse_descriptor(item, at));
-                         if (descriptors.back().device.kind() != descriptors.front().device.kind())
-                           invalid(path, "all descriptors must share one memory kind");
-                       });
+            read_array(
+                value, path, "must be a non-empty array",
+                [&](ondemand::value item, const Path& at) {
+                  if (descriptors.size() == RdmaMetadata::kMaxDescriptors)
+                    invalid(path, "more than " + std::to_string(RdmaMetadata::kMaxDescriptors) +
+                                      " descriptors");
+                  descriptors.push_back(parse_descriptor(item, at));
+                  if (descriptors.back().device.kind() != descriptors.front().device.kind())
+                    invalid(path, "all descriptors must share one memory kind");
+                  total_size += descriptors.back().size;
+                  if (total_size > RdmaMetadata::kMaxTotalSize)
+                    invalid(path, "sizes add up to more than " +
+                                      std::to_string(RdmaMetadata::kMaxTotalSize) + " bytes");
+                });
             if (descriptors.empty()) invalid(path, "must be a non-empty array");
             break;
           case 3:
@@ -294,6 +403,12 @@ RdmaMetadata parse_metadata(std::string_view text) {
   const char* after = nullptr;  // the root object must be all there is
   if (document.current_location().get(after) == simdjson::SUCCESS)
     throw Error(ErrorCode::InvalidMetadata, "not JSON: text after the object");
+  // Keys are per descriptor (verbs rkeys): more than one each is nonsense, and unbounded.
+  for (std::size_t i = 0; i < endpoint.transports.size(); ++i) {
+    if (endpoint.transports[i].keys.size() > descriptors.size())
+      invalid(root.field("endpoint").field("transports").element(i).field("keys"),
+              "more keys than descriptors");
+  }
   return RdmaMetadata(static_cast<OperationKind>(kind_value), std::move(descriptors),
                       std::move(key), std::move(endpoint), std::move(token), expires_at);
 }

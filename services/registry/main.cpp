@@ -1,7 +1,9 @@
 // memwire-registry: the HTTP metadata endpoint as a standalone service.
+#include <chrono>
 #include <condition_variable>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <mutex>
 
 #include "common/arguments.hpp"
@@ -20,7 +22,13 @@ constexpr const char* kHelp = R"(usage: memwire-registry [options]
   --state FILE           keep names in FILE so that a restart does not lose them
   --tls-cert FILE        serve HTTPS with this certificate chain (PEM) ...
   --tls-key FILE         ... and this private key
-  --threads N            server threads; each long poll holds one (default 128)
+  --threads N            server threads started up front; more start on demand, one per
+                         open connection (default 8)
+  --max-connections N    connections served at once; one more gets 503 (default 1024)
+  --max-long-polls N     requests waiting at once (long polls, request/reply); one more
+                         gets 503; below --max-connections (default 512)
+  --max-body-bytes N     largest request body, however framed; more gets 413 (default 16 MiB)
+  --request-read-ms N    a request's headers and body must arrive within N ms (default 10000)
   --quiet-requests       no log line per request
 Prints its URL on stdout once listening; logs one JSON object per line on stderr.
 Stops gracefully on SIGTERM or SIGINT.
@@ -34,11 +42,26 @@ std::pair<std::string, std::uint16_t> split_listen(const std::string& text) {
   return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
 }
 
+// The whole file is the token, less one trailing newline (LF or CRLF). Empty, or holding any
+// other control character (a second line, a stray CR), is an error: an empty token would
+// silently turn authentication off, and a CR would never match what clients send.
 std::string read_token(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) throw memwire::services::UsageError("cannot read --token-file " + file);
-  std::string token;
-  std::getline(in, token);
+  using memwire::services::UsageError;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw UsageError("cannot read --token-file " + file);
+  std::string token{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (token.ends_with("\r\n")) {
+    token.resize(token.size() - 2);
+  } else if (token.ends_with('\n')) {
+    token.pop_back();
+  }
+  if (token.empty()) throw UsageError("--token-file " + file + " is empty");
+  for (unsigned char c : token) {
+    if (c < 0x20 || c == 0x7f) {
+      throw UsageError("--token-file " + file +
+                       " holds a control character (only one trailing newline is allowed)");
+    }
+  }
   return token;
 }
 
@@ -50,7 +73,8 @@ int main(int argc, char** argv) {
   try {
     Arguments args(argc, argv, 1,
                    {"--listen", "--token", "--token-file", "--ttl-sweep-ms", "--state",
-                    "--tls-cert", "--tls-key", "--threads"},
+                    "--tls-cert", "--tls-key", "--threads", "--max-connections", "--max-long-polls",
+                    "--max-body-bytes", "--request-read-ms"},
                    {"--help", "--quiet-requests"});
     if (args.has("--help")) {
       std::cout << kHelp;
@@ -65,14 +89,32 @@ int main(int argc, char** argv) {
     } catch (const std::logic_error&) {
       throw UsageError("--listen needs ADDR:PORT");
     }
+    if (args.has("--token-file") && args.has("--token")) {
+      throw UsageError("--token and --token-file exclude each other");
+    }
     options.token =
         args.has("--token-file") ? read_token(args.get("--token-file")) : args.get("--token");
+    if (args.has("--token") && options.token.empty()) throw UsageError("--token is empty");
     options.ttl_sweep_interval = std::chrono::milliseconds(args.get_uint("--ttl-sweep-ms", 1000));
     if (options.ttl_sweep_interval.count() == 0) throw UsageError("--ttl-sweep-ms must be > 0");
     options.state_file = args.get("--state");
     options.cert_file = args.get("--tls-cert");
     options.key_file = args.get("--tls-key");
     options.threads = args.get_uint("--threads", options.threads);
+    options.max_connections = args.get_uint("--max-connections", options.max_connections);
+    options.max_long_polls = args.get_uint("--max-long-polls", options.max_long_polls);
+    options.max_body_size = args.get_uint("--max-body-bytes", options.max_body_size);
+    options.request_read_timeout = std::chrono::milliseconds(
+        args.get_uint("--request-read-ms", options.request_read_timeout.count()));
+    if (options.max_connections == 0 || options.max_long_polls == 0 || options.max_body_size == 0 ||
+        options.request_read_timeout.count() == 0) {
+      throw UsageError(
+          "--max-connections, --max-long-polls, --max-body-bytes and "
+          "--request-read-ms must be > 0");
+    }
+    if (options.max_long_polls >= options.max_connections) {
+      throw UsageError("--max-long-polls must be below --max-connections");
+    }
     if (!args.has("--quiet-requests")) {
       options.access_log = [](const sideband::HttpAccessRecord& r) {
         log_json("info", "request",

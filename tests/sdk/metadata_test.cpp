@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <nlohmann/json.hpp>
 
@@ -202,4 +203,93 @@ TEST(Metadata, ReadsEscapedStringsAndAnyFieldOrder) {
   EXPECT_EQ(metadata.endpoint().host, "h\u00e9\"st");
   EXPECT_EQ(metadata.descriptors()[0].size, 100u);
   EXPECT_EQ(metadata.descriptors()[0].device.kind(), DeviceKind::Host);
+}
+
+namespace {
+
+long peak_rss_kib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+}  // namespace
+
+// Issue 14 item 5: rejecting a hostile document costs about its size. 16 MB of '[' made the
+// fallback DOM parse peak at ~700 MB.
+TEST(Metadata, DeepNestingIsRejectedAtTheCostOfItsSize) {
+  const std::vector<std::string> texts{std::string(16u << 20, '['),
+                                       "{\"version\":" + std::string(16u << 20, '[')};
+  const auto before = peak_rss_kib();
+  for (const auto& text : texts) {
+    try {
+      RdmaMetadata::from_json(text);
+      FAIL() << "accepted nested brackets";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::InvalidMetadata);
+    }
+  }
+  // At most a copy of the text and parser buffers; never a tree of 16 M arrays.
+  EXPECT_LT(peak_rss_kib() - before, 40 * 1024)
+      << "peak grew by " << peak_rss_kib() - before << " KiB";
+}
+
+// Issue 14 item 1: an invalid UTF-8 byte must not end up raw in the message.
+TEST(Metadata, InvalidUtf8IsRejectedWithAPrintableMessage) {
+  for (std::string text :
+       {std::string("\xff"), std::string("{\"version\":\xff}"), std::string("{\"a\xc3\":1}")}) {
+    try {
+      RdmaMetadata::from_json(text);
+      FAIL() << "accepted invalid UTF-8";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::InvalidMetadata);
+      for (unsigned char c : std::string(error.what())) {
+        EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "raw byte " << int(c) << " in: " << error.what();
+      }
+      EXPECT_NO_THROW((void)json({{"error", error.what()}}).dump());
+    }
+  }
+}
+
+// Issue 14 item 11: sizes are bounded (kMaxTotalSize) and never overflow when summed.
+TEST(Metadata, RejectsSizesPastTheLimitOrOverflowingTheirSum) {
+  auto document = valid_document();
+  document["descriptors"][0]["size"] = std::uint64_t(1) << 40;  // 1 TiB
+  expect_rejected(document, "descriptors[0].size");
+
+  document = valid_document();
+  document["descriptors"][0]["ptr"] = 4096;
+  document["descriptors"][0]["size"] = RdmaMetadata::kMaxTotalSize;
+  document["descriptors"][1]["ptr"] = 4096;
+  document["descriptors"][1]["size"] = 1;
+  expect_rejected(document, "descriptors");
+
+  // Two halves of 2^64: each alone in range of a pointer, their sum wraps to zero.
+  document = valid_document();
+  for (int i = 0; i < 2; ++i) {
+    document["descriptors"][i]["ptr"] = 4096;
+    document["descriptors"][i]["size"] = std::uint64_t(1) << 63;
+  }
+  expect_rejected(document, "descriptors");
+
+  document = valid_document();
+  document["descriptors"][0]["size"] = RdmaMetadata::kMaxTotalSize - 5;
+  EXPECT_EQ(RdmaMetadata::from_json(document.dump()).total_size(), RdmaMetadata::kMaxTotalSize);
+
+  document = valid_document();
+  document["expires_at"] = "9223372036854775808";
+  expect_rejected(document, "expires_at");
+  auto text = valid_document().dump();
+  auto at = text.find("\"expires_at\":0");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 14, "\"expires_at\":9223372036854775808");
+  try {
+    RdmaMetadata::from_json(text);
+    FAIL() << "accepted an expiry past int64";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::InvalidMetadata);
+  }
+  document = valid_document();
+  document["endpoint"]["transports"][0]["keys"] = json::array({17, 18, 19});
+  expect_rejected(document, "keys");
 }

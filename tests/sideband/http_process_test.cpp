@@ -1,10 +1,12 @@
 // Separate processes over HTTP: the memwire-registry service, the memwire CLI and the example
 // graph workers, spawned as real programs.
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "http_test_support.hpp"
 #include "memwire/error.hpp"
@@ -189,3 +191,52 @@ TEST(HttpProcesses, RegistryFlagsAreChecked) {
 }
 
 }  // namespace
+
+namespace {
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+}  // namespace
+
+// Issue 14 item 10: an empty --token-file silently turned authentication off, and a CRLF file
+// gave a token ending in '\r' that no client could send.
+TEST(HttpProcesses, RegistryTokenFileIsCheckedAndTrimmed) {
+  test_support::TempDir dir;
+  write_text(dir.file("empty"), "");
+  write_text(dir.file("newline-only"), "\n");
+  write_text(dir.file("two-lines"), "s3cret\nmore\n");
+  write_text(dir.file("control"),
+             "s3\x01"
+             "cret");
+  for (const char* bad : {"empty", "newline-only", "two-lines", "control"}) {
+    EXPECT_EQ(
+        run({MEMWIRE_REGISTRY_BINARY, "--listen", "127.0.0.1:0", "--token-file", dir.file(bad)}), 2)
+        << bad;
+  }
+  for (const char* text : {"s3cret\r\n", "s3cret\n", "s3cret"}) {
+    write_text(dir.file("token"), text);
+    Registry registry({"--token-file", dir.file("token")});
+    httplib::Client client("127.0.0.1", std::stoi(registry.port()));
+    EXPECT_EQ(client.Get("/v1/metadata")->status, 401);
+    EXPECT_EQ(client.Get("/v1/metadata", {{"Authorization", "Bearer s3cret"}})->status, 200)
+        << "token file " << nlohmann::json(text).dump();
+    EXPECT_EQ(registry.stop(), 0);
+  }
+}
+
+// The limits are options of the registry, checked at start.
+TEST(HttpProcesses, RegistryLimitFlagsAreChecked) {
+  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--max-connections", "0"}), 2);
+  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--max-connections", "8", "--max-long-polls", "8"}), 2);
+  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--max-body-bytes", "0"}), 2);
+  Registry registry({"--max-body-bytes", "100", "--max-connections", "64", "--max-long-polls", "16",
+                     "--request-read-ms", "500"});
+  httplib::Client client("127.0.0.1", std::stoi(registry.port()));
+  auto put = client.Put("/v1/metadata/a", std::string(101, ' '), "application/json");
+  ASSERT_TRUE(put);
+  EXPECT_EQ(put->status, 413);
+  EXPECT_EQ(registry.stop(), 0);
+}

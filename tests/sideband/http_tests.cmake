@@ -22,3 +22,6 @@ target_compile_definitions(memwire_sideband_tests PRIVATE
   MEMWIRE_CONSUMER_BINARY="$<TARGET_FILE:memwire-consumer>")
 add_dependencies(memwire_sideband_tests memwire-registry memwire-cli memwire-producer memwire-consumer)
 gtest_discover_tests(memwire_sideband_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
+# Hostile-input tests reach two internals (the metrics text and the state file) directly.
+target_sources(memwire_sideband_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/http_hardening_test.cpp)
+target_include_directories(memwire_sideband_tests PRIVATE ${PROJECT_SOURCE_DIR}/sideband/src)

@@ -41,6 +41,12 @@ struct Endpoint {
 class RdmaMetadata {
  public:
   static constexpr int kVersion = 1;
+  // Bounds from_json enforces: more bytes than this in all descriptors together (larger than
+  // any one device's memory today; a reader allocates what the metadata declares), more
+  // descriptors, or deeper nesting than a document of this shape has, are InvalidMetadata.
+  static constexpr std::uint64_t kMaxTotalSize = std::uint64_t(1) << 38;  // 256 GiB
+  static constexpr std::size_t kMaxDescriptors = 65536;
+  static constexpr std::size_t kMaxDepth = 16;
 
   RdmaMetadata(OperationKind kind, std::vector<RemoteDescriptor> descriptors,
                std::string notification_key, Endpoint endpoint, std::string token,

@@ -1,14 +1,18 @@
 #include <httplib.h>
 #include <openssl/crypto.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <charconv>
 #include <condition_variable>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <thread>
 
+#include "http/connection.hpp"
 #include "http/metadata_store.hpp"
 #include "http/metrics.hpp"
 #include "http/request_broker.hpp"
@@ -23,10 +27,19 @@ using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
 constexpr int kListenBacklog = 1024;  // httplib's compiled-in 5 drops bursts of connects
-constexpr std::size_t kMaxBody = 16u << 20;
+constexpr std::size_t kKeepAliveMaxRequests = 100000;
+// Unread bytes of a refused body are read and dropped for this long before the close, so that
+// the client reads the answer instead of a reset.
+constexpr auto kLingerOnClose = std::chrono::seconds(2);
+
+// What a connection's thread runs for each request: httplib's parser and router.
+using ProcessRequest =
+    std::function<bool(httplib::Stream&, bool close_connection, bool& connection_closed, SSL* ssl)>;
 
 // httplib keeps the listening socket to itself; this reaches it to widen the backlog and to
 // close it whether or not listen() has started yet (Server::stop() only acts once running).
+// It also takes over each accepted connection (see http/connection.hpp): `serve_connection`
+// runs on the connection's thread and calls process() for each request.
 template <class Base>
 class OwnedServer : public Base {
  public:
@@ -39,7 +52,32 @@ class OwnedServer : public Base {
       ::close(sock);
     }
   }
+  bool process(httplib::Stream& stream, bool close_connection, bool& connection_closed, SSL* ssl) {
+    return this->process_request(stream, close_connection, connection_closed,
+                                 [ssl](httplib::Request& req) {
+                                   if (ssl != nullptr) req.ssl = ssl;
+                                 });
+  }
+  std::function<bool(int fd, const ProcessRequest&)> serve_connection;
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    return serve_connection(sock, [this](httplib::Stream& stream, bool close_connection,
+                                         bool& connection_closed, SSL* ssl) {
+      return process(stream, close_connection, connection_closed, ssl);
+    });
+  }
 };
+
+// An answer other than 400/500, thrown by a handler.
+struct HttpStatusError : std::runtime_error {
+  HttpStatusError(int status, const std::string& message)
+      : std::runtime_error(message), status(status) {}
+  int status;
+};
+
+// Set by a handler that leaves part of a request unread: the connection closes after the answer.
+thread_local bool close_after_response = false;
 
 // Set by the pre-routing handler; the same server thread then runs the handler and the hooks.
 thread_local Clock::time_point request_started;
@@ -48,9 +86,57 @@ std::chrono::microseconds since_request_started() {
   return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - request_started);
 }
 
+// Never throws on bytes that are not UTF-8 (they become U+FFFD): a dump that threw inside the
+// error path took the process down.
+std::string safe_dump(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 void reply_error(httplib::Response& res, int status, const std::string& message) {
   res.status = status;
-  res.set_content(json{{"error", message}}.dump(), "application/json");
+  res.set_content(safe_dump(json{{"error", message}}), "application/json");
+}
+
+// The methods a path takes ("GET, HEAD, PUT"), empty when no route has the path. Checked before
+// routing, so that a wrong method is 405 with Allow and its body is never read.
+std::string allowed_methods(const std::string& path) {
+  auto segment_ok = [](std::string_view s) {
+    return !s.empty() && s.find('/') == std::string_view::npos;
+  };
+  std::string_view p = path;
+  if (p == "/healthz" || p == "/metrics" || p == "/v1/metadata") return "GET, HEAD";
+  if (p == "/v1/servers") return "POST";
+  if (p.starts_with("/v1/metadata/") && segment_ok(p.substr(13))) return "GET, HEAD, PUT, DELETE";
+  if (p.starts_with("/v1/servers/")) {
+    auto rest = p.substr(12);
+    if (segment_ok(rest)) return "DELETE";
+    if (rest.ends_with("/requests") && segment_ok(rest.substr(0, rest.size() - 9))) {
+      return "GET, HEAD";
+    }
+    return {};
+  }
+  if (p.starts_with("/v1/requests/")) {
+    auto rest = p.substr(13);
+    if (segment_ok(rest)) return "POST";
+    if (rest.ends_with("/reply") && segment_ok(rest.substr(0, rest.size() - 6))) return "POST";
+  }
+  return {};
+}
+
+bool method_allowed(const std::string& method, const std::string& allowed) {
+  std::string_view list = allowed;
+  while (!list.empty()) {
+    auto comma = list.find(", ");
+    if (list.substr(0, comma) == method) return true;
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 2);
+  }
+  return false;
+}
+
+bool has_body_framing(const httplib::Request& req) {
+  return req.has_header("Transfer-Encoding") ||
+         (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
 }
 
 // A non-negative integer query parameter or header; nullopt when absent; throws when malformed.
@@ -81,6 +167,17 @@ class HttpEndpoint::Impl {
       : options_(std::move(options)),
         expected_authorization_("Bearer " + options_.token),
         store_(options_.state_file) {
+    if (options_.max_connections == 0 || options_.max_long_polls == 0 ||
+        options_.max_body_size == 0 || options_.request_read_timeout.count() <= 0 ||
+        options_.keep_alive_timeout.count() <= 0 || options_.max_ttl.count() <= 0) {
+      throw Error(ErrorCode::InvalidArgument, "HTTP endpoint limits must be positive");
+    }
+    if (options_.max_long_polls >= options_.max_connections) {
+      throw Error(ErrorCode::InvalidArgument,
+                  "max_long_polls must be below max_connections, or long polls can take them all");
+    }
+    limits_.keep_alive_timeout = options_.keep_alive_timeout;
+    limits_.request_read_timeout = options_.request_read_timeout;
     bool tls = !options_.cert_file.empty() || !options_.key_file.empty();
     if (tls) {
       if (options_.cert_file.empty() || options_.key_file.empty()) {
@@ -94,6 +191,7 @@ class HttpEndpoint::Impl {
             "cannot load TLS certificate " + options_.cert_file + " / key " + options_.key_file);
       }
       hooks(*server);
+      ssl_context_ = server->ssl_context();
       server_ = std::move(server);
     } else {
       auto server = std::make_unique<OwnedServer<httplib::Server>>();
@@ -120,7 +218,8 @@ class HttpEndpoint::Impl {
     std::lock_guard lock(lifecycle_);
     if (started_ || stopped_) return;
     started_ = true;
-    pool_ = std::make_unique<httplib::ThreadPool>(pool_threads_);
+    pool_ = std::make_unique<http::ConnectionPool>(options_.threads, options_.max_connections,
+                                                   std::chrono::seconds(30));
     listener_ = std::thread([this] { server_->listen_after_bind(); });
     sweeper_ = std::thread([this] { sweep_loop(); });
   }
@@ -138,6 +237,7 @@ class HttpEndpoint::Impl {
     broker_.stop();
     close_listener_();
     if (listener_.joinable()) listener_.join();
+    stop_signal_.raise();          // wakes idle connections and unfinished reads and writes
     if (pool_) pool_->shutdown();  // waits for the requests still being served
     if (sweeper_.joinable()) sweeper_.join();
   }
@@ -154,7 +254,118 @@ class HttpEndpoint::Impl {
   void hooks(S& server) {
     widen_backlog_ = [&server] { server.widen_backlog(); };
     close_listener_ = [&server] { server.close_listener(); };
+    server.serve_connection = [this](int fd, const ProcessRequest& process) {
+      serve_connection(fd, process);
+      return true;
+    };
   }
+
+  // One accepted connection, on its own thread, until it closes, idles past the keep-alive
+  // timeout, is too slow to send a request, or the endpoint stops.
+  void serve_connection(int fd, const ProcessRequest& process) {
+    if (http::ConnectionPool::rejecting()) return refuse_connection(fd);
+    std::unique_ptr<SSL, decltype(&SSL_free)> ssl(nullptr, SSL_free);
+    if (ssl_context_ != nullptr) {
+      ssl.reset(SSL_new(ssl_context_));
+      if (!ssl || SSL_set_fd(ssl.get(), fd) != 1) {
+        ::close(fd);
+        return;
+      }
+    }
+    http::ConnectionStream stream(fd, ssl.get(), limits_, stop_signal_);
+    bool linger = false;
+    if (!ssl || stream.accept_tls()) {
+      for (auto left = kKeepAliveMaxRequests; left > 0; --left) {
+        if (!stream.wait_for_request()) break;
+        close_after_response = false;
+        bool closed = false;
+        bool ok = process(stream, left == 1, closed, ssl.get());
+        linger = close_after_response;
+        if (!ok || closed || close_after_response) break;
+      }
+    }
+    if (ssl) SSL_shutdown(ssl.get());  // one try: the socket is non-blocking
+    if (linger) drain_before_close(fd);
+    ::shutdown(fd, SHUT_RDWR);
+    ::close(fd);
+  }
+
+  // Over max_connections: a short 503 (plain HTTP only), then the close; on the accepting
+  // thread, so nothing here may block.
+  void refuse_connection(int fd) {
+    if (ssl_context_ == nullptr) {
+      static const std::string kBusy = [] {
+        std::string body = R"({"error":"too many connections"})";
+        return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+               "Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
+               std::to_string(body.size()) + "\r\n\r\n" + body;
+      }();
+      [[maybe_unused]] auto sent =
+          ::send(fd, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    ::shutdown(fd, SHUT_RDWR);
+    ::close(fd);
+  }
+
+  // Half-closes, then reads and drops what the client still sends (the rest of a refused
+  // body) for a while: closing with unread bytes would reset the connection, and the client
+  // might never read the answer.
+  void drain_before_close(int fd) {
+    ::shutdown(fd, SHUT_WR);
+    auto deadline = Clock::now() + kLingerOnClose;
+    char scratch[16384];
+    while (Clock::now() < deadline) {
+      pollfd fds[2] = {{fd, POLLIN, 0}, {stop_signal_.fd(), POLLIN, 0}};
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (::poll(fds, 2, static_cast<int>(std::max<long long>(left, 0))) <= 0) break;
+      if (fds[1].revents != 0) break;
+      auto n = ::recv(fd, scratch, sizeof scratch, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
+    }
+  }
+
+  // A request body, however it is framed (length, chunks), read up to max_body_size.
+  std::string read_body(httplib::Response& res, const httplib::ContentReader& reader) {
+    std::string body;
+    bool too_large = false;
+    bool complete = reader([&](const char* data, std::size_t size) {
+      if (body.size() + size > options_.max_body_size) {
+        too_large = true;
+        return false;
+      }
+      body.append(data, size);
+      return true;
+    });
+    if (too_large || res.status == 413) {
+      close_after_response = true;
+      throw HttpStatusError(
+          413, "the body is larger than " + std::to_string(options_.max_body_size) + " bytes");
+    }
+    if (!complete) {
+      close_after_response = true;
+      throw Error(ErrorCode::InvalidArgument, "the body did not arrive whole");
+    }
+    return body;
+  }
+
+  // One waiting request (a long poll or a request/reply call) while it waits.
+  class LongPollSlot {
+   public:
+    explicit LongPollSlot(Impl& impl) : impl_(impl) {
+      if (impl_.long_polls_.fetch_add(1) >= impl_.options_.max_long_polls) {
+        impl_.long_polls_.fetch_sub(1);
+        throw HttpStatusError(503, "too many waiting requests (max_long_polls " +
+                                       std::to_string(impl_.options_.max_long_polls) +
+                                       "); try again");
+      }
+    }
+    ~LongPollSlot() { impl_.long_polls_.fetch_sub(1); }
+    LongPollSlot(const LongPollSlot&) = delete;
+    LongPollSlot& operator=(const LongPollSlot&) = delete;
+
+   private:
+    Impl& impl_;
+  };
 
   // Long polls without ?wait_ms= wait 30 s (or max_wait when that is shorter).
   Clock::time_point wait_deadline(const httplib::Request& req) {
@@ -165,11 +376,8 @@ class HttpEndpoint::Impl {
 
   void configure() {
     auto& s = *server_;
-    auto threads = std::max<std::size_t>(options_.threads, 4);
     // The pool is made in start(), on the caller's thread: httplib would make it on the
-    // listener's, after start() returned, and until its last thread exists nothing is served
-    // (256 threads under TSan on a loaded machine took 2.5 s).
-    pool_threads_ = threads;
+    // listener's, after start() returned, and until its first threads exist nothing is served.
     s.new_task_queue = [this] { return new BorrowedPool(*pool_); };
     s.set_tcp_nodelay(true);
     // httplib's default also sets SO_REUSEPORT, which lets a second endpoint share the port
@@ -178,22 +386,42 @@ class HttpEndpoint::Impl {
       int yes = 1;
       ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     });
-    s.set_keep_alive_max_count(100000);
-    s.set_keep_alive_timeout(5);
-    s.set_payload_max_length(kMaxBody);
+    s.set_payload_max_length(options_.max_body_size);  // a declared length over it: 413
 
+    // Runs once the headers are in and before any body is read.
     s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       request_started = Clock::now();
-      if (options_.token.empty() || req.path == "/healthz") {
-        return httplib::Server::HandlerResponse::Unhandled;
+      auto refuse = [&](int status, const std::string& message) {
+        reply_error(res, status, message);
+        // The body was not read: the connection cannot carry another request.
+        if (has_body_framing(req)) close_after_response = true;
+        return httplib::Server::HandlerResponse::Handled;
+      };
+      bool authorized = options_.token.empty() || req.path == "/healthz" ||
+                        same_secret(req.get_header_value("Authorization"), expected_authorization_);
+      if (!authorized) {
+        res.set_header("WWW-Authenticate", "Bearer");
+        return refuse(401, "missing or wrong bearer token");
       }
-      if (same_secret(req.get_header_value("Authorization"), expected_authorization_)) {
-        return httplib::Server::HandlerResponse::Unhandled;
+      auto allowed = allowed_methods(req.path);
+      if (allowed.empty()) return refuse(404, "no such route");
+      if (!method_allowed(req.method, allowed)) {
+        res.set_header("Allow", allowed);
+        return refuse(405, req.method + " is not allowed here; use " + allowed);
       }
-      res.set_header("WWW-Authenticate", "Bearer");
-      reply_error(res, 401, "missing or wrong bearer token");
-      return httplib::Server::HandlerResponse::Handled;
+      // No length and no chunks: the request has no body (RFC 9112 6.3); httplib would read
+      // until the client closes.
+      if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
+        const_cast<httplib::Request&>(req).set_header("Content-Length", "0");
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
     });
+    s.set_error_handler(
+        httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+          if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+          reply_error(res, res.status, res.status == 404 ? "no such route" : "request failed");
+          return httplib::Server::HandlerResponse::Handled;
+        }));
     // Counted before the response goes out, so that a client's next request already sees it.
     s.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       metrics_.record(req.method, req.path, res.status, since_request_started());
@@ -210,6 +438,8 @@ class HttpEndpoint::Impl {
         [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
           try {
             std::rethrow_exception(ep);
+          } catch (const HttpStatusError& e) {
+            reply_error(res, e.status, e.what());
           } catch (const Error& e) {
             bool client_fault =
                 e.code() == ErrorCode::InvalidArgument || e.code() == ErrorCode::InvalidMetadata;
@@ -227,6 +457,7 @@ class HttpEndpoint::Impl {
       validate_name(name);
       std::optional<std::string> document;
       if (req.has_param("wait_ms")) {
+        LongPollSlot slot(*this);
         document = store_.wait_for(name, wait_deadline(req));
         if (!document) return reply_error(res, 504, "'" + name + "' was not published in time");
       } else {
@@ -248,36 +479,53 @@ class HttpEndpoint::Impl {
     });
 
     s.Get("/v1/metadata", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(json{{"names", store_.names()}}.dump(), "application/json");
+      res.set_content(safe_dump(json{{"names", store_.names()}}), "application/json");
     });
-    s.Put(R"(/v1/metadata/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    // Every route that takes a body reads it through read_body(): bounded however it is framed.
+    s.Put(R"(/v1/metadata/([^/]+))", [this](const httplib::Request& req, httplib::Response& res,
+                                            const httplib::ContentReader& reader) {
       auto name = req.matches[1].str();
       validate_name(name);
-      RdmaMetadata::from_json(req.body);  // throws InvalidMetadata -> 400
+      auto body = read_body(res, reader);
+      RdmaMetadata::from_json(body);  // throws InvalidMetadata -> 400
       auto ttl = number(req.get_param_value("ttl_ms"), "ttl_ms");
-      if (!ttl) ttl = number(req.get_header_value("X-Memwire-TTL-Ms"), "X-Memwire-TTL-Ms");
-      store_.put(name, req.body, std::chrono::milliseconds(ttl.value_or(0)));
+      const char* ttl_from = "ttl_ms";
+      if (!ttl) {
+        ttl = number(req.get_header_value("X-Memwire-TTL-Ms"), "X-Memwire-TTL-Ms");
+        ttl_from = "X-Memwire-TTL-Ms";
+      }
+      // Past max_ttl, now + ttl could overflow the clock (9.2e12 ms did: 204, then 404).
+      if (ttl && *ttl > options_.max_ttl.count()) {
+        throw Error(ErrorCode::InvalidArgument, std::string(ttl_from) + " must be at most " +
+                                                    std::to_string(options_.max_ttl.count()) +
+                                                    " (max_ttl)");
+      }
+      store_.put(name, std::move(body), std::chrono::milliseconds(ttl.value_or(0)));
       res.status = 204;
     });
-    s.Delete(R"(/v1/metadata/([^/]+))",
-             [this](const httplib::Request& req, httplib::Response& res) {
-               auto name = req.matches[1].str();
-               validate_name(name);
-               if (!store_.erase(name)) return reply_error(res, 404, "no such name '" + name + "'");
-               res.status = 204;
-             });
+    s.Delete(R"(/v1/metadata/([^/]+))", [this](const httplib::Request& req, httplib::Response& res,
+                                               const httplib::ContentReader& reader) {
+      auto name = req.matches[1].str();
+      validate_name(name);
+      read_body(res, reader);
+      if (!store_.erase(name)) return reply_error(res, 404, "no such name '" + name + "'");
+      res.status = 204;
+    });
 
-    s.Post("/v1/servers", [this](const httplib::Request& req, httplib::Response& res) {
-      auto body = json::parse(req.body, nullptr, false);
+    s.Post("/v1/servers", [this](const httplib::Request&, httplib::Response& res,
+                                 const httplib::ContentReader& reader) {
+      auto body = json::parse(read_body(res, reader), nullptr, false);
       if (!body.is_object() || !body.contains("prefix") || !body["prefix"].is_string()) {
         return reply_error(res, 400, "body must be {\"prefix\": \"...\"}");
       }
       auto prefix = body["prefix"].get<std::string>();
       if (!prefix.empty()) validate_name(prefix);
-      res.set_content(json{{"id", broker_.add_server(prefix)}}.dump(), "application/json");
+      res.set_content(safe_dump(json{{"id", broker_.add_server(prefix)}}), "application/json");
     });
     s.Delete(R"(/v1/servers/([0-9a-f]+))",
-             [this](const httplib::Request& req, httplib::Response& res) {
+             [this](const httplib::Request& req, httplib::Response& res,
+                    const httplib::ContentReader& reader) {
+               read_body(res, reader);
                if (!broker_.remove_server(req.matches[1].str())) {
                  return reply_error(res, 404, "no such server");
                }
@@ -285,17 +533,19 @@ class HttpEndpoint::Impl {
              });
     s.Get(R"(/v1/servers/([0-9a-f]+)/requests)",
           [this](const httplib::Request& req, httplib::Response& res) {
+            LongPollSlot slot(*this);
             auto requests = broker_.poll(req.matches[1].str(), wait_deadline(req));
             if (!requests) return reply_error(res, 404, "no such server");
             json out = json::array();
             for (auto& r : *requests) {
               out.push_back({{"id", r.id}, {"name", r.name}, {"metadata", r.document}});
             }
-            res.set_content(json{{"requests", out}}.dump(), "application/json");
+            res.set_content(safe_dump(json{{"requests", out}}), "application/json");
           });
     s.Post(R"(/v1/requests/([0-9a-f]+)/reply)",
-           [this](const httplib::Request& req, httplib::Response& res) {
-             auto body = json::parse(req.body, nullptr, false);
+           [this](const httplib::Request& req, httplib::Response& res,
+                  const httplib::ContentReader& reader) {
+             auto body = json::parse(read_body(res, reader), nullptr, false);
              if (!body.is_object() || !body.contains("status") || !body["status"].is_string()) {
                return reply_error(res, 400, "body must be {\"status\": \"done\"|\"error\", ...}");
              }
@@ -310,17 +560,20 @@ class HttpEndpoint::Impl {
              }
              res.status = 204;
            });
-    s.Post(R"(/v1/requests/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    s.Post(R"(/v1/requests/([^/]+))", [this](const httplib::Request& req, httplib::Response& res,
+                                             const httplib::ContentReader& reader) {
       auto name = req.matches[1].str();
       validate_name(name);
-      auto writable = RdmaMetadata::from_json(req.body);
+      auto body = read_body(res, reader);
+      auto writable = RdmaMetadata::from_json(body);
       if (writable.operation_kind() != OperationKind::Write) {
         throw Error(ErrorCode::InvalidMetadata, "a request carries writable metadata");
       }
-      auto result = broker_.submit(name, req.body, wait_deadline(req));
+      LongPollSlot slot(*this);
+      auto result = broker_.submit(name, std::move(body), wait_deadline(req));
       if (!result.done && result.code == "not found") return reply_error(res, 404, result.message);
       if (!result.done && result.code == "timeout") return reply_error(res, 504, result.message);
-      res.set_content(result_json(result).dump(), "application/json");
+      res.set_content(safe_dump(result_json(result)), "application/json");
     });
   }
 
@@ -344,13 +597,16 @@ class HttpEndpoint::Impl {
   // Lends the pool made in start() to the server, which deletes what new_task_queue gives it.
   // stop() shuts the pool down itself, once the listener is gone (also if it never ran).
   struct BorrowedPool final : httplib::TaskQueue {
-    explicit BorrowedPool(httplib::ThreadPool& pool) : pool(pool) {}
+    explicit BorrowedPool(http::ConnectionPool& pool) : pool(pool) {}
     void enqueue(std::function<void()> fn) override { pool.enqueue(std::move(fn)); }
     void shutdown() override {}
-    httplib::ThreadPool& pool;
+    http::ConnectionPool& pool;
   };
-  std::size_t pool_threads_ = 4;
-  std::unique_ptr<httplib::ThreadPool> pool_;
+  http::ConnectionLimits limits_;
+  http::StopSignal stop_signal_;
+  std::atomic<std::size_t> long_polls_{0};
+  SSL_CTX* ssl_context_ = nullptr;  // set when serving HTTPS; owned by the server
+  std::unique_ptr<http::ConnectionPool> pool_;
   std::unique_ptr<httplib::Server> server_;
   std::function<void()> widen_backlog_;
   std::function<void()> close_listener_;

@@ -1,6 +1,11 @@
 #include "http/metadata_store.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -11,16 +16,54 @@
 namespace memwire::sideband::http {
 namespace {
 
+using json = nlohmann::json;
+
 std::int64_t unix_ms_now() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
+// Expiries are stored as wall-clock times so that they survive the process; 0 = never.
+std::int64_t unix_expiry(const std::optional<MetadataStore::Clock::time_point>& expires) {
+  if (!expires) return 0;
+  auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(*expires - MetadataStore::Clock::now());
+  return unix_ms_now() + std::max<std::int64_t>(left.count(), 1);
+}
+
+std::string put_line(const std::string& name, const std::string& document,
+                     std::int64_t expires_unix_ms) {
+  return json{{"op", "put"},
+              {"name", name},
+              {"document", document},
+              {"expires_unix_ms", expires_unix_ms}}
+             .dump(-1, ' ', false, json::error_handler_t::replace) +
+         "\n";
+}
+
+bool write_all(int fd, const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    auto n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
 }  // namespace
 
 MetadataStore::MetadataStore(std::string state_file) : state_file_(std::move(state_file)) {
-  if (!state_file_.empty()) load();
+  if (state_file_.empty()) return;
+  std::lock_guard lock(mutex_);
+  load();
+  compact_locked();  // a clean file to append to: no torn tail, no dead records
+}
+
+MetadataStore::~MetadataStore() {
+  if (log_fd_ >= 0) ::close(log_fd_);
 }
 
 bool MetadataStore::live(const Entry& entry, Clock::time_point now) const {
@@ -33,8 +76,9 @@ void MetadataStore::put(const std::string& name, std::string document,
     std::lock_guard lock(mutex_);
     Entry entry{std::move(document), std::nullopt};
     if (ttl.count() > 0) entry.expires = Clock::now() + ttl;
-    entries_[name] = std::move(entry);
-    save_locked();
+    auto& stored = entries_[name];
+    stored = std::move(entry);
+    log_put_locked(name, stored);
   }
   changed_.notify_all();
 }
@@ -52,7 +96,7 @@ bool MetadataStore::erase(const std::string& name) {
   if (it == entries_.end()) return false;
   bool was_live = live(it->second, Clock::now());
   entries_.erase(it);
-  save_locked();
+  log_erase_locked(name);
   return was_live;
 }
 
@@ -83,10 +127,8 @@ std::optional<std::string> MetadataStore::wait_for(const std::string& name,
 std::size_t MetadataStore::sweep() {
   std::lock_guard lock(mutex_);
   auto now = Clock::now();
-  std::size_t dropped =
-      std::erase_if(entries_, [&](const auto& kv) { return !live(kv.second, now); });
-  if (dropped > 0) save_locked();
-  return dropped;
+  // Expired names need no record: their expiry is in the log, and a load skips them.
+  return std::erase_if(entries_, [&](const auto& kv) { return !live(kv.second, now); });
 }
 
 void MetadataStore::stop() {
@@ -97,63 +139,118 @@ void MetadataStore::stop() {
   changed_.notify_all();
 }
 
-void MetadataStore::save_locked() {
+void MetadataStore::append_locked(const std::string& line) {
   if (state_file_.empty()) return;
-  // Expiries are stored as wall-clock times so that they survive the process.
-  nlohmann::json names = nlohmann::json::object();
-  auto now = Clock::now();
-  auto unix_now = unix_ms_now();
-  for (const auto& [name, entry] : entries_) {
-    if (!live(entry, now)) continue;
-    std::int64_t expires = 0;
-    if (entry.expires) {
-      expires = unix_now +
-                std::chrono::duration_cast<std::chrono::milliseconds>(*entry.expires - now).count();
-    }
-    names[name] = {{"document", entry.document}, {"expires_unix_ms", expires}};
+  if (log_fd_ < 0 || !write_all(log_fd_, line)) {
+    std::cerr << "memwire: cannot append to state file " << state_file_ << ": "
+              << std::strerror(errno) << "\n";
+    return;
   }
-  // Write aside and rename, so that a crash never leaves half a file.
-  std::string temp = state_file_ + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << nlohmann::json{{"version", 1}, {"names", names}}.dump();
-    if (!out) {
-      std::cerr << "memwire: cannot write state file " << temp << "\n";
-      return;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(temp, state_file_, ec);
-  if (ec)
-    std::cerr << "memwire: cannot replace state file " << state_file_ << ": " << ec.message()
-              << "\n";
+  ++log_records_;
+  if (log_records_ > kCompactAfter && log_records_ > 2 * entries_.size()) compact_locked();
 }
 
-void MetadataStore::load() {
-  std::ifstream in(state_file_);
-  if (!in) return;
-  auto state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!state.is_object() || !state.contains("names") || !state["names"].is_object()) {
-    std::cerr << "memwire: ignoring unreadable state file " << state_file_ << "\n";
+void MetadataStore::log_put_locked(const std::string& name, const Entry& entry) {
+  if (state_file_.empty()) return;
+  append_locked(put_line(name, entry.document, unix_expiry(entry.expires)));
+}
+
+void MetadataStore::log_erase_locked(const std::string& name) {
+  if (state_file_.empty()) return;
+  append_locked(
+      json{{"op", "erase"}, {"name", name}}.dump(-1, ' ', false, json::error_handler_t::replace) +
+      "\n");
+}
+
+void MetadataStore::compact_locked() {
+  // Written aside, synced, renamed over: a crash leaves the old log or the new one, whole.
+  std::string temp = state_file_ + ".tmp";
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    std::cerr << "memwire: cannot write state file " << temp << ": " << std::strerror(errno)
+              << "\n";
     return;
   }
   auto now = Clock::now();
-  auto unix_now = unix_ms_now();
-  for (const auto& [name, value] : state["names"].items()) {
-    try {
-      auto document = value.at("document").get<std::string>();
-      RdmaMetadata::from_json(document);  // only documents that still parse come back
-      auto expires = value.at("expires_unix_ms").get<std::int64_t>();
-      Entry entry{std::move(document), std::nullopt};
-      if (expires != 0) {
-        if (expires <= unix_now) continue;
-        entry.expires = now + std::chrono::milliseconds(expires - unix_now);
+  std::string text;
+  std::size_t records = 0;
+  for (const auto& [name, entry] : entries_) {
+    if (!live(entry, now)) continue;
+    text += put_line(name, entry.document, unix_expiry(entry.expires));
+    ++records;
+  }
+  bool ok = write_all(fd, text) && ::fsync(fd) == 0;
+  ::close(fd);
+  std::error_code ec;
+  if (ok) std::filesystem::rename(temp, state_file_, ec);
+  if (!ok || ec) {
+    std::cerr << "memwire: cannot replace state file " << state_file_ << "\n";
+    std::filesystem::remove(temp, ec);
+    return;
+  }
+  if (log_fd_ >= 0) ::close(log_fd_);
+  log_fd_ = ::open(state_file_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (log_fd_ < 0) {
+    std::cerr << "memwire: cannot open state file " << state_file_ << ": " << std::strerror(errno)
+              << "\n";
+  }
+  log_records_ = records;
+}
+
+void MetadataStore::load() {
+  std::ifstream in(state_file_, std::ios::binary);
+  if (!in) return;
+  // name -> (document, expires_unix_ms), as the log leaves them.
+  std::map<std::string, std::pair<std::string, std::int64_t>> latest;
+  std::string line;
+  std::size_t number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    bool whole = !in.eof();  // the last line without its newline may be torn
+    auto record = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    // The file of the earlier format: one object {"version": 1, "names": {...}}.
+    if (number == 1 && record.is_object() && record.contains("names") &&
+        record["names"].is_object()) {
+      for (const auto& [name, value] : record["names"].items()) {
+        if (value.is_object() && value.contains("document") && value["document"].is_string() &&
+            value.contains("expires_unix_ms") && value["expires_unix_ms"].is_number_integer()) {
+          latest[name] = {value["document"].get<std::string>(),
+                          value["expires_unix_ms"].get<std::int64_t>()};
+        }
       }
-      entries_[name] = std::move(entry);
-    } catch (const std::exception& e) {
-      std::cerr << "memwire: state file " << state_file_ << ": skipping an entry: " << e.what()
-                << "\n";
+      continue;
     }
+    bool put = record.is_object() && record.value("op", "") == "put" && record.contains("name") &&
+               record["name"].is_string() && record.contains("document") &&
+               record["document"].is_string() && record.contains("expires_unix_ms") &&
+               record["expires_unix_ms"].is_number_integer();
+    bool erase = record.is_object() && record.value("op", "") == "erase" &&
+                 record.contains("name") && record["name"].is_string();
+    if (put) {
+      latest[record["name"].get<std::string>()] = {record["document"].get<std::string>(),
+                                                   record["expires_unix_ms"].get<std::int64_t>()};
+    } else if (erase) {
+      latest.erase(record["name"].get<std::string>());
+    } else if (whole) {
+      std::cerr << "memwire: state file " << state_file_ << ": skipping unreadable line " << number
+                << "\n";
+    }  // else: a torn last record, from a crash halfway through an append
+  }
+  auto now = Clock::now();
+  auto unix_now = unix_ms_now();
+  for (auto& [name, value] : latest) {
+    auto& [document, expires] = value;
+    if (expires != 0 && expires <= unix_now) continue;
+    try {
+      RdmaMetadata::from_json(document);  // only documents that still parse come back
+    } catch (const std::exception& e) {
+      std::cerr << "memwire: state file " << state_file_ << ": skipping '" << name
+                << "': " << e.what() << "\n";
+      continue;
+    }
+    Entry entry{std::move(document), std::nullopt};
+    if (expires != 0) entry.expires = now + std::chrono::milliseconds(expires - unix_now);
+    entries_[name] = std::move(entry);
   }
 }
 

@@ -1,8 +1,20 @@
 #include "http/metrics.hpp"
 
+#include <charconv>
 #include <sstream>
 
 namespace memwire::sideband::http {
+namespace {
+
+// The shortest text that reads back as exactly `value` (ostream's default kept 6 significant
+// digits: 1234567.891011 became 1.23457e+06).
+std::string exact(double value) {
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return ec == std::errc{} ? std::string(buffer, end) : std::string("NaN");
+}
+
+}  // namespace
 
 std::string Metrics::route_of(const std::string& method, const std::string& path) {
   if (path == "/healthz") return "healthz";
@@ -43,12 +55,12 @@ std::string Metrics::render(const std::map<std::string, double>& gauges) {
       << "# TYPE memwire_http_request_duration_seconds summary\n";
   for (const auto& [route, latency] : latency_) {
     out << "memwire_http_request_duration_seconds_sum{route=\"" << route << "\"} "
-        << latency.seconds << "\n"
+        << exact(latency.seconds) << "\n"
         << "memwire_http_request_duration_seconds_count{route=\"" << route << "\"} "
         << latency.count << "\n";
   }
   for (const auto& [name, value] : gauges) {
-    out << "# TYPE " << name << " gauge\n" << name << " " << value << "\n";
+    out << "# TYPE " << name << " gauge\n" << name << " " << exact(value) << "\n";
   }
   return out.str();
 }

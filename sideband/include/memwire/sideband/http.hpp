@@ -36,8 +36,25 @@ struct HttpEndpointOptions {
   // Non-empty: names are written to this file on every change and reloaded at start, so a
   // restarted endpoint still knows them.
   std::string state_file;
-  // Server threads. An idle keep-alive connection and every long poll each hold one.
-  std::size_t threads = 128;
+  // Limits. Each has a default that survives floods (see sideband/README.md, "Limits").
+  // Server threads started up front; more start on demand, one per open connection, up to
+  // max_connections.
+  std::size_t threads = 8;
+  // Connections served at once (each holds a thread while open); one more is answered 503
+  // and closed.
+  std::size_t max_connections = 1024;
+  // Requests that wait (long polls, request/reply calls) at once; one more is answered 503.
+  // Kept below max_connections so that short requests always find room.
+  std::size_t max_long_polls = 512;
+  // Request body size; a larger body (however framed: length or chunks) is answered 413.
+  std::size_t max_body_size = 16u << 20;
+  // A request's headers and body must arrive within this time after its first byte (against
+  // slowloris: a byte now and then never times out a single read).
+  std::chrono::milliseconds request_read_timeout = std::chrono::seconds(10);
+  // An idle keep-alive connection is closed after this time.
+  std::chrono::milliseconds keep_alive_timeout = std::chrono::seconds(5);
+  // Longest ttl_ms a PUT may ask for; more is answered 400.
+  std::chrono::milliseconds max_ttl = std::chrono::days(365);
   // Called after each request (on a server thread): keep it short.
   std::function<void(const HttpAccessRecord&)> access_log;
 };
