@@ -65,6 +65,17 @@ std::string read_token(const std::string& file) {
   return token;
 }
 
+// A duration flag in milliseconds: 1 ms to a day (more would overflow deadlines).
+std::chrono::milliseconds milliseconds_option(const memwire::services::Arguments& args,
+                                              const std::string& flag, std::uint64_t fallback) {
+  constexpr std::uint64_t kDayMs = 24ULL * 3600 * 1000;
+  auto value = args.get_uint(flag, fallback);
+  if (value == 0 || value > kDayMs) {
+    throw memwire::services::UsageError(flag + " must be between 1 and " + std::to_string(kDayMs));
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(value));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -95,8 +106,8 @@ int main(int argc, char** argv) {
     options.token =
         args.has("--token-file") ? read_token(args.get("--token-file")) : args.get("--token");
     if (args.has("--token") && options.token.empty()) throw UsageError("--token is empty");
-    options.ttl_sweep_interval = std::chrono::milliseconds(args.get_uint("--ttl-sweep-ms", 1000));
-    if (options.ttl_sweep_interval.count() == 0) throw UsageError("--ttl-sweep-ms must be > 0");
+    options.ttl_sweep_interval = milliseconds_option(args, "--ttl-sweep-ms", 1000);
+
     options.state_file = args.get("--state");
     options.cert_file = args.get("--tls-cert");
     options.key_file = args.get("--tls-key");
@@ -104,13 +115,11 @@ int main(int argc, char** argv) {
     options.max_connections = args.get_uint("--max-connections", options.max_connections);
     options.max_long_polls = args.get_uint("--max-long-polls", options.max_long_polls);
     options.max_body_size = args.get_uint("--max-body-bytes", options.max_body_size);
-    options.request_read_timeout = std::chrono::milliseconds(
-        args.get_uint("--request-read-ms", options.request_read_timeout.count()));
-    if (options.max_connections == 0 || options.max_long_polls == 0 || options.max_body_size == 0 ||
-        options.request_read_timeout.count() == 0) {
-      throw UsageError(
-          "--max-connections, --max-long-polls, --max-body-bytes and "
-          "--request-read-ms must be > 0");
+    options.request_read_timeout =
+        milliseconds_option(args, "--request-read-ms",
+                            static_cast<std::uint64_t>(options.request_read_timeout.count()));
+    if (options.max_connections == 0 || options.max_long_polls == 0 || options.max_body_size == 0) {
+      throw UsageError("--max-connections, --max-long-polls and --max-body-bytes must be > 0");
     }
     if (options.max_long_polls >= options.max_connections) {
       throw UsageError("--max-long-polls must be below --max-connections");

@@ -232,6 +232,9 @@ TEST(HttpProcesses, RegistryLimitFlagsAreChecked) {
   EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--max-connections", "0"}), 2);
   EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--max-connections", "8", "--max-long-polls", "8"}), 2);
   EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--max-body-bytes", "0"}), 2);
+  // Durations that would overflow a deadline (they wrapped to negative before).
+  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--request-read-ms", "18446744073709551615"}), 2);
+  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--ttl-sweep-ms", "9223372036854775808"}), 2);
   Registry registry({"--max-body-bytes", "100", "--max-connections", "64", "--max-long-polls", "16",
                      "--request-read-ms", "500"});
   httplib::Client client("127.0.0.1", std::stoi(registry.port()));

@@ -172,6 +172,16 @@ class HttpEndpoint::Impl {
         options_.keep_alive_timeout.count() <= 0 || options_.max_ttl.count() <= 0) {
       throw Error(ErrorCode::InvalidArgument, "HTTP endpoint limits must be positive");
     }
+    // Beyond these a deadline (now + timeout) could overflow the clock.
+    constexpr auto kLongestTimeout = std::chrono::hours(24);
+    constexpr auto kLongestTtl = std::chrono::days(3650);
+    if (options_.request_read_timeout > kLongestTimeout ||
+        options_.keep_alive_timeout > kLongestTimeout || options_.max_wait > kLongestTimeout ||
+        options_.ttl_sweep_interval > kLongestTimeout || options_.max_ttl > kLongestTtl ||
+        options_.max_wait.count() < 0 || options_.ttl_sweep_interval.count() <= 0) {
+      throw Error(ErrorCode::InvalidArgument,
+                  "HTTP endpoint timeouts must be positive and at most a day (max_ttl: 10 years)");
+    }
     if (options_.max_long_polls >= options_.max_connections) {
       throw Error(ErrorCode::InvalidArgument,
                   "max_long_polls must be below max_connections, or long polls can take them all");

@@ -249,7 +249,10 @@ void MetadataStore::load() {
       continue;
     }
     Entry entry{std::move(document), std::nullopt};
-    if (expires != 0) entry.expires = now + std::chrono::milliseconds(expires - unix_now);
+    // A file from elsewhere may say anything: past 10 years, now + left would near overflow.
+    constexpr std::int64_t kLongestLeftMs = 3650LL * 24 * 3600 * 1000;
+    if (expires != 0)
+      entry.expires = now + std::chrono::milliseconds(std::min(expires - unix_now, kLongestLeftMs));
     entries_[name] = std::move(entry);
   }
 }
