@@ -33,8 +33,8 @@ struct HttpEndpointOptions {
   std::chrono::milliseconds ttl_sweep_interval = std::chrono::seconds(1);
   // Upper bound of one long poll; clients that want longer poll again.
   std::chrono::milliseconds max_wait = std::chrono::minutes(5);
-  // Non-empty: names are written to this file on every change and reloaded at start, so a
-  // restarted endpoint still knows them.
+  // Non-empty: every change is appended to this file (a log, compacted as it grows) and it is
+  // reloaded at start, so a restarted endpoint still knows its names.
   std::string state_file;
   // Limits. Each has a default that survives floods (see sideband/README.md, "Limits").
   // Server threads started up front; more start on demand, one per open connection, up to
