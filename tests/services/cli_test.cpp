@@ -13,34 +13,17 @@
 #include "http_test_support.hpp"
 #include "nats_server.hpp"
 #include "support/child_process.hpp"
+#include "support/registry_process.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 using memwire::test_support::ChildProcess;
+using memwire::test_support::RegistryProcess;
 using memwire::test_support::TempDir;
 namespace fs = std::filesystem;
 
 const std::string kCli = MEMWIRE_CLI_BINARY;
-
-// A memwire-registry on a free port; its URL is its first line of output.
-class RegistryProcess {
- public:
-  explicit RegistryProcess(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv{MEMWIRE_REGISTRY_BINARY, "--quiet-requests", "--listen",
-                                  "127.0.0.1:0",           "--ttl-sweep-ms",   "50"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    process_ = std::make_unique<ChildProcess>(argv);
-    auto line = process_->read_line(10s);
-    if (!line || !line->starts_with("http")) throw std::runtime_error("registry did not start");
-    url_ = *line;
-  }
-  const std::string& url() const { return url_; }
-
- private:
-  std::unique_ptr<ChildProcess> process_;
-  std::string url_;
-};
 
 struct Outcome {
   int status = -1;  // -1: still running at the limit (then killed)

@@ -7,27 +7,13 @@
 #include "http_test_support.hpp"
 #include "nats_server.hpp"
 #include "support/child_process.hpp"
+#include "support/registry_process.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 using memwire::test_support::ChildProcess;
-
-// A memwire-registry on a free port; its URL is its first line of output.
-class RegistryProcess {
- public:
-  RegistryProcess()
-      : process_({MEMWIRE_REGISTRY_BINARY, "--quiet-requests", "--listen", "127.0.0.1:0"}) {
-    auto line = process_.read_line(10s);
-    if (!line || !line->starts_with("http")) throw std::runtime_error("registry did not start");
-    url_ = *line;
-  }
-  const std::string& url() const { return url_; }
-
- private:
-  ChildProcess process_;
-  std::string url_;
-};
+using memwire::test_support::RegistryProcess;
 
 // One sideband server per test: the channel flag and URL the programs are given.
 class GraphWorkers : public ::testing::TestWithParam<std::string> {

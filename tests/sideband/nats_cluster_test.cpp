@@ -21,6 +21,7 @@
 #include "memwire/sideband/nats.hpp"
 #include "nats_server.hpp"
 #include "support/error_code_of.hpp"
+#include "support/sample_metadata.hpp"
 
 namespace memwire::sideband {
 namespace {
@@ -30,19 +31,8 @@ using Clock = std::chrono::steady_clock;
 using memwire::test_support::error_code_of;
 using test::NatsCluster;
 
-std::string hex32(std::uint64_t seed) {
-  char text[33];
-  std::snprintf(text, sizeof(text), "%016llx%016llx", static_cast<unsigned long long>(seed),
-                static_cast<unsigned long long>(~seed));
-  return text;
-}
-
-RdmaMetadata make_metadata(std::uint64_t seed, OperationKind kind = OperationKind::Read) {
-  std::vector<RemoteDescriptor> list{
-      RemoteDescriptor{Device{}, 0x7f0000000000ULL + seed * 0x100000, 4096}};
-  Endpoint endpoint{hex32(seed + 7), "node-a", {TransportOffer{"tcp", "127.0.0.1:4711", {}, {}}}};
-  return RdmaMetadata(kind, std::move(list), hex32(seed), std::move(endpoint), hex32(seed + 1), 0);
-}
+using test_support::hex32;
+using test_support::make_metadata;
 
 // A client of the cluster that tries node `first` first, with the KV at 3 replicas.
 NatsOptions options_for(const NatsCluster& cluster, std::size_t first) {
