@@ -10,6 +10,7 @@
 #include "common/exit_codes.hpp"
 #include "common/json_log.hpp"
 #include "common/signals.hpp"
+#include "common/token_file.hpp"
 #include "memwire/sideband/http.hpp"
 
 namespace {
@@ -40,29 +41,6 @@ std::pair<std::string, std::uint16_t> split_listen(const std::string& text) {
   auto port = std::stoul(text.substr(colon + 1));
   if (port > 65535) throw memwire::services::UsageError("--listen: port out of range");
   return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
-}
-
-// The whole file is the token, less one trailing newline (LF or CRLF). Empty, or holding any
-// other control character (a second line, a stray CR), is an error: an empty token would
-// silently turn authentication off, and a CR would never match what clients send.
-std::string read_token(const std::string& file) {
-  using memwire::services::UsageError;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw UsageError("cannot read --token-file " + file);
-  std::string token{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  if (token.ends_with("\r\n")) {
-    token.resize(token.size() - 2);
-  } else if (token.ends_with('\n')) {
-    token.pop_back();
-  }
-  if (token.empty()) throw UsageError("--token-file " + file + " is empty");
-  for (unsigned char c : token) {
-    if (c < 0x20 || c == 0x7f) {
-      throw UsageError("--token-file " + file +
-                       " holds a control character (only one trailing newline is allowed)");
-    }
-  }
-  return token;
 }
 
 // A duration flag in milliseconds: 1 ms to a day (more would overflow deadlines).
@@ -104,7 +82,7 @@ int main(int argc, char** argv) {
       throw UsageError("--token and --token-file exclude each other");
     }
     options.token =
-        args.has("--token-file") ? read_token(args.get("--token-file")) : args.get("--token");
+        args.has("--token-file") ? memwire::services::read_token_file(args.get("--token-file")) : args.get("--token");
     if (args.has("--token") && options.token.empty()) throw UsageError("--token is empty");
     options.ttl_sweep_interval = milliseconds_option(args, "--ttl-sweep-ms", 1000);
 
