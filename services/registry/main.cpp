@@ -1,9 +1,7 @@
 // memwire-registry: the HTTP metadata endpoint as a standalone service.
 #include <chrono>
 #include <condition_variable>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <mutex>
 
 #include "common/arguments.hpp"
