@@ -4,7 +4,7 @@
 // is Debian's uninstrumented library). The endpoint's token is "fuzz-token"; long polls are
 // capped at 100 ms. Input: requests separated by "\n\0\0\n", each sent on its own connection
 // (cpp-httplib 0.11 drops pipelined requests; half-closing gets no answer at all), which ends
-// with the first complete response, the endpoint closing, or 200 ms of silence.
+// with the first complete response, the endpoint closing, or 50 ms of silence.
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -22,7 +22,7 @@
 namespace {
 
 constexpr std::string_view kSeparator("\n\0\0\n", 4);
-constexpr int kQuietMs = 200;
+constexpr int kQuietMs = 50;
 
 // True once `answer` holds a whole response: headers, and the body its Content-Length gives.
 bool complete_response(const std::string& answer) {
