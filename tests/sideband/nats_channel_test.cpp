@@ -21,7 +21,7 @@
 #include "memwire/sideband/nats.hpp"
 #include "nats_server.hpp"
 #include "support/error_code_of.hpp"
-#include "support/sample_metadata.hpp"
+#include "support/metadata_samples.hpp"
 
 namespace memwire::sideband {
 namespace {
