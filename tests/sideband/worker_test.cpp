@@ -423,7 +423,7 @@ TEST_P(RequestOwnerKilledTest, RequesterGetsPeerLostPromptly) {
   // The writer dies about 0.3 s after it began; a timeout would be 20 s.
   EXPECT_LT(took, 3s) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
                       << " ms";
-  std::cout << "[ measured ] " << GetParam() << ": PeerLost after "
+  std::cout << "[ measured ] " << GetParam() << ": the request ended after "
             << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms\n";
 }
 
