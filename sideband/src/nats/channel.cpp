@@ -523,6 +523,11 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
     }
   }
 
+  static Error abandoned(std::string_view name) {
+    return Error(ErrorCode::Cancelled, "nats: the request for " + in_quotes(name) +
+                                           " was abandoned before the owner answered");
+  }
+
   static Error timed_out(std::string_view name, std::chrono::milliseconds timeout) {
     return Error(ErrorCode::Timeout, "nats: " + in_quotes(name) + " was not published within " +
                                          std::to_string(timeout.count()) + " ms");
@@ -586,6 +591,7 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
     // own; the wait ends on the reply, the deadline or `abandon`, whichever comes first.
     const std::string subject = service_subject_ + std::string(name);
     const std::string what = "nats: requesting " + in_quotes(name);
+    if (abandon.stop_requested()) throw abandoned(name);
     natsInbox* raw_inbox = nullptr;
     auto status = natsInbox_Create(&raw_inbox);
     if (status != NATS_OK) fail(status, what);
@@ -618,10 +624,7 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
                                           " did not answer within " +
                                           std::to_string(timeout.count()) + " ms");
     }
-    if (waiter->updates.empty()) {
-      throw Error(ErrorCode::Cancelled, "nats: the request for " + in_quotes(name) +
-                                            " was abandoned before the owner answered");
-    }
+    if (waiter->updates.empty()) throw abandoned(name);
     MsgPtr reply = std::move(waiter->updates.front());
     lock.unlock();
     // With headers (nats-server 2.2+), the server itself answers when nobody listens.
