@@ -10,6 +10,7 @@ add_executable(memwire_sideband_tests
   ${CMAKE_CURRENT_LIST_DIR}/http_process_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/graph_workers_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../support/child_process.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/../support/tcp_received.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../support/nats_server.cpp)
 target_link_libraries(memwire_sideband_tests
   PRIVATE memwire::sideband PkgConfig::MEMWIRE_TEST_HTTPLIB nlohmann_json::nlohmann_json

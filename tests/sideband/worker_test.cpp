@@ -16,6 +16,7 @@
 #include "memwire/sideband/nats.hpp"
 #include "nats_server.hpp"
 #include "support/error_code_of.hpp"
+#include "support/tcp_received.hpp"
 #include "support/test_peer_process.hpp"
 
 namespace {
@@ -398,12 +399,17 @@ TEST_P(RequestOwnerKilledTest, RequesterGetsPeerLostPromptly) {
   std::promise<std::string> writer_said;
   auto subscription =
       owner_channel_->serve("emb", [&](const std::string&, const RdmaMetadata& writable) {
+        const auto received_before = memwire::test_support::tcp_bytes_received();
         auto writer = memwire::test_support::start_test_peer(
             {"active", "write", std::to_string(kSize), "3", "4096"});
         writer.write_line(writable.to_json());
         auto begun = memwire::test_support::expect_line(writer, 30s);
-        // Let the first requests reach the requester: only a touched operation learns of the loss.
-        std::this_thread::sleep_for(300ms);
+        // Killed once its data is arriving (1 MiB of 256): only an operation that the writer
+        // reached learns of the loss; the rest of this process's traffic is a few KiB.
+        const auto deadline = std::chrono::steady_clock::now() + 30s;
+        while (memwire::test_support::tcp_bytes_received() < received_before + (1u << 20) &&
+               std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(1ms);
         writer.kill(SIGKILL);
         writer.wait(10s);
         writer_said.set_value(begun + " / " + writer.read_line(0ms).value_or("(nothing more)"));
@@ -420,7 +426,7 @@ TEST_P(RequestOwnerKilledTest, RequesterGetsPeerLostPromptly) {
   auto said = writer_said.get_future();
   ASSERT_EQ(said.wait_for(30s), std::future_status::ready);
   EXPECT_EQ(said.get(), "begun / (nothing more)") << "the writer finished before it was killed";
-  // The writer dies about 0.3 s after it began; a timeout would be 20 s.
+  // The writer dies soon after its first MiB arrived; a timeout would be 20 s.
   EXPECT_LT(took, 3s) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
                       << " ms";
   std::cout << "[ measured ] " << GetParam() << ": the request ended after "
