@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <stop_token>
 #include <thread>
 #include <utility>
 
@@ -305,7 +306,19 @@ WritableOperation Worker::request(std::string_view name, std::vector<Descriptor>
   validate_name(name);
   auto deadline = Clock::now() + timeout;
   auto operation = connector_->create_writable(std::move(local));
-  channel_->request(name, operation.metadata(), timeout);
+  // When the owner dies mid-write our connector sees it at once (the operation errors with
+  // PeerLost): the request stops waiting for a reply that will never come.
+  std::stop_source abandon;
+  operation.on_complete([abandon](OperationStatus status) mutable {
+    if (status == OperationStatus::Errored) abandon.request_stop();
+  });
+  try {
+    channel_->request(name, operation.metadata(), timeout, abandon.get_token());
+  } catch (const Error&) {
+    // The operation's own failure says more than the channel's view of it: throws it.
+    if (operation.status() == OperationStatus::Errored) operation.wait_for_completion();
+    throw;
+  }
   // The owner replies once its write completed; our side completes on the notice that follows.
   require_complete(
       operation.wait_for_completion(std::max(left_until(deadline), milliseconds(1000))), operation,

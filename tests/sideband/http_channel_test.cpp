@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <future>
 #include <latch>
+#include <stop_token>
+#include <thread>
 
 #include "http_test_support.hpp"
 #include "memwire/error.hpp"
@@ -321,6 +323,28 @@ TEST_F(HttpChannelTest, SlowOwnerIsTimeoutAndTheServingEndsCleanly) {
               channel_.request("slow.x", sample_metadata(1, OperationKind::Write), 300ms);
             }),
             ErrorCode::NotFound);
+}
+
+// A stop on the request's token ends the wait long before its timeout: Error{Cancelled}.
+TEST_F(HttpChannelTest, AbandonedRequestEndsBeforeItsTimeout) {
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  auto subscription = channel_.serve(
+      "slow", [released](const std::string&, const RdmaMetadata&) { released.wait(); });
+  std::stop_source abandon;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(200ms);
+    abandon.request_stop();
+  });
+  auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(error_code_of([&] {
+              channel_.request("slow.x", sample_metadata(1, OperationKind::Write), 20s,
+                               abandon.get_token());
+            }),
+            ErrorCode::Cancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);  // not the 20 s timeout
+  stopper.join();
+  release.set_value();
 }
 
 TEST_F(HttpChannelTest, HundredNamesPublishedAndFetchedConcurrently) {

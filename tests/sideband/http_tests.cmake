@@ -10,6 +10,7 @@ add_executable(memwire_sideband_tests
   ${CMAKE_CURRENT_LIST_DIR}/http_process_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/graph_workers_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../support/child_process.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/../support/tcp_received.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../support/nats_server.cpp)
 target_link_libraries(memwire_sideband_tests
   PRIVATE memwire::sideband PkgConfig::MEMWIRE_TEST_HTTPLIB nlohmann_json::nlohmann_json
@@ -21,6 +22,9 @@ target_compile_definitions(memwire_sideband_tests PRIVATE
   MEMWIRE_PRODUCER_BINARY="$<TARGET_FILE:memwire-producer>"
   MEMWIRE_CONSUMER_BINARY="$<TARGET_FILE:memwire-consumer>")
 add_dependencies(memwire_sideband_tests memwire-registry memwire-cli memwire-producer memwire-consumer)
+# worker_test kills a writing owner (tests/support/test_peer.cpp) in the middle of a request.
+target_compile_definitions(memwire_sideband_tests PRIVATE MEMWIRE_PEER_BINARY="$<TARGET_FILE:memwire_test_peer>")
+add_dependencies(memwire_sideband_tests memwire_test_peer)
 gtest_discover_tests(memwire_sideband_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
 # Hostile-input tests reach two internals (the metrics text and the state file) directly.
 target_sources(memwire_sideband_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/http_hardening_test.cpp)

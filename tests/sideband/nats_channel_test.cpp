@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -573,6 +574,22 @@ TEST_F(NatsChannelTest, RequestReplyErrors) {
             ErrorCode::Transport);
   EXPECT_EQ(error_code_of([&] { requester.request("slow.owner", writable, 200ms); }),
             ErrorCode::Timeout);
+  // A stop on the request's token ends the wait long before its timeout.
+  std::stop_source abandon;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(200ms);
+    abandon.request_stop();
+  });
+  auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(
+      error_code_of([&] { requester.request("slow.owner", writable, 20s, abandon.get_token()); }),
+      ErrorCode::Cancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);  // not the 20 s timeout
+  stopper.join();
+  // Already abandoned: nothing to wait for.
+  EXPECT_EQ(
+      error_code_of([&] { requester.request("slow.owner", writable, 20s, abandon.get_token()); }),
+      ErrorCode::Cancelled);
   release.set_value();
   // Readable metadata cannot be written into.
   EXPECT_EQ(error_code_of([&] { requester.request("any.name", make_metadata(41), 2s); }),

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <future>
+#include <iostream>
 #include <latch>
 #include <numeric>
 
@@ -14,6 +16,8 @@
 #include "memwire/sideband/nats.hpp"
 #include "nats_server.hpp"
 #include "support/error_code_of.hpp"
+#include "support/tcp_received.hpp"
+#include "support/test_peer_process.hpp"
 
 namespace {
 
@@ -351,6 +355,91 @@ TEST_P(LeaseRenewalTest, ServeAnswersLongAfterItsConnectorsLifetime) {
             OperationStatus::Complete);
   EXPECT_EQ(target, pattern(64, 14));
 }
+
+// An owner killed mid-write (issue 8 of the multi-host labs): the requester's connector sees
+// the writer's connection drop at once, and the request must end then with PeerLost instead of
+// waiting out its timeout for a reply that never comes. The name is served here; the writing
+// is done by a separate process (tests/support/test_peer.cpp), SIGKILLed in the middle.
+class RequestOwnerKilledTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "nats") {
+      nats_ = std::make_unique<memwire::test::NatsServer>();
+      NatsOptions options;
+      options.servers = {nats_->url()};
+      owner_channel_ = std::make_unique<NatsChannel>(options);
+      requester_channel_ = std::make_unique<NatsChannel>(options);
+    } else {
+      endpoint_ = std::make_unique<HttpEndpoint>(HttpEndpointOptions{});
+      endpoint_->start();
+      HttpChannelOptions options;
+      options.url = endpoint_->url();
+      owner_channel_ = std::make_unique<HttpChannel>(options);
+      requester_channel_ = std::make_unique<HttpChannel>(options);
+    }
+    ConnectorOptions tcp_only;
+    tcp_only.transports = {"tcp"};  // a real connection that drops when the writer dies
+    requester_connector_ = std::make_unique<Connector>(tcp_only);
+    requester_ = std::make_unique<Worker>(*requester_connector_, *requester_channel_);
+  }
+
+  std::unique_ptr<memwire::test::NatsServer> nats_;
+  std::unique_ptr<HttpEndpoint> endpoint_;
+  std::unique_ptr<Channel> owner_channel_;
+  std::unique_ptr<Channel> requester_channel_;
+  std::unique_ptr<Connector> requester_connector_;
+  std::unique_ptr<Worker> requester_;
+};
+
+TEST_P(RequestOwnerKilledTest, RequesterGetsPeerLostPromptly) {
+  // 4 KiB requests: a 256 MiB write takes long enough to be killed in the middle.
+  constexpr std::size_t kSize = 256u << 20;
+  std::promise<void> requester_done;
+  auto released = requester_done.get_future().share();
+  std::promise<std::string> writer_said;
+  std::promise<std::chrono::steady_clock::time_point> killed_at;
+  auto subscription =
+      owner_channel_->serve("emb", [&](const std::string&, const RdmaMetadata& writable) {
+        const auto received_before = memwire::test_support::tcp_bytes_read();
+        auto writer = memwire::test_support::start_test_peer(
+            {"active", "write", std::to_string(kSize), "3", "4096"});
+        writer.write_line(writable.to_json());
+        auto begun = memwire::test_support::expect_line(writer, 30s);
+        // Killed once the requester took in 1 MiB of 256: only an operation that the writer's
+        // requests reached learns of the loss; the rest of this process's traffic is a few KiB.
+        const auto deadline = std::chrono::steady_clock::now() + 30s;
+        while (memwire::test_support::tcp_bytes_read() < received_before + (1u << 20) &&
+               std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(1ms);
+        writer.kill(SIGKILL);
+        killed_at.set_value(std::chrono::steady_clock::now());
+        writer.wait(10s);
+        writer_said.set_value(begun + " / " + writer.read_line(0ms).value_or("(nothing more)"));
+        // A killed owner never answers: this one stays silent until the test is over.
+        released.wait_for(30s);
+      });
+  std::vector<std::byte> target(kSize);
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(
+      error_code_of([&] { requester_->request("emb.big", {Descriptor(std::span(target))}, 20s); }),
+      ErrorCode::PeerLost);
+  const auto ended = std::chrono::steady_clock::now();
+  requester_done.set_value();
+  auto said = writer_said.get_future();
+  ASSERT_EQ(said.wait_for(30s), std::future_status::ready);
+  EXPECT_EQ(said.get(), "begun / (nothing more)") << "the writer finished before it was killed";
+  // From the kill, not from the start: a sanitized writer takes seconds to fill its buffer.
+  auto in_ms = [](auto duration) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(duration).count();
+  };
+  const auto after_kill = ended - killed_at.get_future().get();
+  EXPECT_LT(after_kill, 2s) << in_ms(after_kill) << " ms after the kill (a timeout is 20 s)";
+  std::cout << "[ measured ] " << GetParam() << ": the request ended " << in_ms(after_kill)
+            << " ms after the kill, " << in_ms(ended - started) << " ms after it began\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Channels, RequestOwnerKilledTest, ::testing::Values("http", "nats"),
+                         [](const auto& info) { return info.param; });
 
 INSTANTIATE_TEST_SUITE_P(Channels, LeaseRenewalTest, ::testing::Values("http", "nats"),
                          [](const auto& info) { return info.param; });

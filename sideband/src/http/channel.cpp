@@ -278,7 +278,7 @@ std::unique_ptr<Subscription> HttpChannel::serve(std::string_view prefix, Reques
 }
 
 void HttpChannel::request(std::string_view name, const RdmaMetadata& writable,
-                          std::chrono::milliseconds timeout) {
+                          std::chrono::milliseconds timeout, std::stop_token abandon) {
   validate_name(name);
   if (writable.operation_kind() != OperationKind::Write) {
     throw Error(ErrorCode::Pairing, "request: the metadata must be a writable operation's");
@@ -288,7 +288,7 @@ void HttpChannel::request(std::string_view name, const RdmaMetadata& writable,
                       "/v1/requests/" + std::string(name) +
                           "?wait_ms=" + std::to_string(std::max<long long>(0, timeout.count())),
                       writable.to_json(), timeout + kPollSlack, false};
-  auto reply = impl_->client.perform(call);
+  auto reply = impl_->client.perform(call, std::move(abandon));
   check(reply, "request", name);
   auto body = json::parse(reply.body, nullptr, false);
   if (!body.is_object() || !body.contains("status")) {

@@ -27,6 +27,12 @@ std::size_t append_body(char* data, std::size_t size, std::size_t count, void* u
   return size * count;
 }
 
+// libcurl calls this often during a transfer (about once a second while it waits): a non-zero
+// return aborts the transfer with CURLE_ABORTED_BY_CALLBACK.
+int abort_when_abandoned(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<const std::stop_token*>(user)->stop_requested() ? 1 : 0;
+}
+
 bool is_connect_failure(CURLcode code) {
   return code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST;
 }
@@ -100,7 +106,7 @@ void CurlClient::release(std::unique_ptr<CurlHandle> handle) {
 }
 
 CURLcode CurlClient::attempt(CurlHandle& handle, const HttpCall& call, milliseconds budget,
-                             HttpReply& reply) {
+                             const std::stop_token& abandon, HttpReply& reply) {
   // No curl_easy_reset: the fixed options stay from make_handle(), and every option that
   // differs between calls (URL, timeouts, method, body, headers) is set here each time.
   CURL* h = handle.easy.get();
@@ -122,6 +128,13 @@ CURLcode CurlClient::attempt(CurlHandle& handle, const HttpCall& call, milliseco
   }
   curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST,
                    method == "GET" || method == "POST" ? nullptr : call.method);
+  if (abandon.stop_possible()) {
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, abort_when_abandoned);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, &abandon);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+  } else {
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 1L);  // undoes a previous call's callback
+  }
   reply.body.clear();
   handle.error[0] = '\0';
   CURLcode code = curl_easy_perform(h);
@@ -129,7 +142,7 @@ CURLcode CurlClient::attempt(CurlHandle& handle, const HttpCall& call, milliseco
   return code;
 }
 
-HttpReply CurlClient::perform(const HttpCall& call) {
+HttpReply CurlClient::perform(const HttpCall& call, std::stop_token abandon) {
   auto deadline = Clock::now() + call.timeout;
   auto backoff = options_.retry_backoff;
   auto handle = acquire();
@@ -142,7 +155,7 @@ HttpReply CurlClient::perform(const HttpCall& call) {
                                           (last_error.empty() ? "" : " (" + last_error + ")"));
     }
     HttpReply reply;
-    CURLcode code = attempt(*handle, call, budget, reply);
+    CURLcode code = attempt(*handle, call, budget, abandon, reply);
     bool retry;
     if (code == CURLE_OK) {
       retry = call.idempotent && is_retryable_status(reply.status);
@@ -152,6 +165,10 @@ HttpReply CurlClient::perform(const HttpCall& call) {
       }
       last_error = "HTTP " + std::to_string(reply.status);
     } else {
+      if (code == CURLE_ABORTED_BY_CALLBACK) {
+        // The connection may be mid-exchange: this handle is not kept.
+        throw Error(ErrorCode::Cancelled, where() + ": abandoned before the answer came");
+      }
       last_error = handle->error[0] ? handle->error : curl_easy_strerror(code);
       // A timeout with budget left was the connect timeout: the server was never reached.
       // Without budget left, the loop's head reports the timeout.

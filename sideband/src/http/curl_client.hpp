@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,8 @@ class CurlClient {
   explicit CurlClient(const HttpChannelOptions& options);
   // Any HTTP status comes back; wire failures throw Error{Timeout} or Error{Transport} once the
   // retries (connection failures, 500/502/503) are spent.
-  HttpReply perform(const HttpCall& call);
+  // A stop requested on `abandon` aborts the call (Error{Cancelled}) instead of waiting on.
+  HttpReply perform(const HttpCall& call, std::stop_token abandon = {});
   const std::string& url() const noexcept { return base_url_; }
 
  private:
@@ -57,7 +59,7 @@ class CurlClient {
   std::unique_ptr<CurlHandle> acquire();
   void release(std::unique_ptr<CurlHandle> handle);
   CURLcode attempt(CurlHandle& handle, const HttpCall& call, std::chrono::milliseconds budget,
-                   HttpReply& reply);
+                   const std::stop_token& abandon, HttpReply& reply);
 
   HttpChannelOptions options_;
   std::string base_url_;

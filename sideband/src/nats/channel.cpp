@@ -5,6 +5,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <stop_token>
 #include <thread>
 #include <utility>
 
@@ -522,6 +523,11 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
     }
   }
 
+  static Error abandoned(std::string_view name) {
+    return Error(ErrorCode::Cancelled, "nats: the request for " + in_quotes(name) +
+                                           " was abandoned before the owner answered");
+  }
+
   static Error timed_out(std::string_view name, std::chrono::milliseconds timeout) {
     return Error(ErrorCode::Timeout, "nats: " + in_quotes(name) + " was not published within " +
                                          std::to_string(timeout.count()) + " ms");
@@ -558,8 +564,9 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
   }
 
   void request(std::string_view name, const RdmaMetadata& writable,
-               std::chrono::milliseconds timeout) {
+               std::chrono::milliseconds timeout, std::stop_token abandon) {
     validate_name(name);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     if (writable.operation_kind() != OperationKind::Write) {
       throw Error(ErrorCode::Pairing,
                   "nats: a request for " + in_quotes(name) + " must carry writable metadata");
@@ -580,22 +587,52 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
       }
     } cleanup{this, part_key};
 
+    // Not natsConnection_Request: it cannot be abandoned. The reply comes to an inbox of our
+    // own; the wait ends on the reply, the deadline or `abandon`, whichever comes first.
     const std::string subject = service_subject_ + std::string(name);
-    natsMsg* raw = nullptr;
-    auto status = natsConnection_Request(&raw, connection_.get(), subject.c_str(), payload.data(),
-                                         static_cast<int>(payload.size()), to_millis(timeout));
-    MsgPtr reply(raw);
-    if (status == NATS_NO_RESPONDERS) {
-      throw Error(ErrorCode::NotFound, "nats: nobody serves " + in_quotes(name));
+    const std::string what = "nats: requesting " + in_quotes(name);
+    if (abandon.stop_requested()) throw abandoned(name);
+    natsInbox* raw_inbox = nullptr;
+    auto status = natsInbox_Create(&raw_inbox);
+    if (status != NATS_OK) fail(status, what);
+    InboxPtr inbox(raw_inbox);
+    auto waiter = std::make_shared<Waiter>();
+    auto* closure = new std::shared_ptr<Waiter>(waiter);
+    natsSubscription* raw = nullptr;
+    status =
+        natsConnection_Subscribe(&raw, connection_.get(), inbox.get(), deliver_update, closure);
+    if (status != NATS_OK) {
+      delete closure;
+      fail(status, what);
     }
-    if (status == NATS_TIMEOUT) {
+    SubscriptionPtr subscription(raw);
+    natsSubscription_SetOnCompleteCB(raw, release_waiter, closure);
+    // The server handles our SUB before the PUB that follows it: no reply can slip past.
+    status = natsConnection_PublishRequest(connection_.get(), subject.c_str(), inbox.get(),
+                                           payload.data(), static_cast<int>(payload.size()));
+    if (status != NATS_OK) fail(status, what);
+
+    // Taking the mutex before notifying: a stop between the predicate and the wait is not lost.
+    std::stop_callback wake(abandon, [waiter] {
+      std::lock_guard lock(waiter->mutex);
+      waiter->changed.notify_all();
+    });
+    std::unique_lock lock(waiter->mutex);
+    if (!waiter->changed.wait_until(
+            lock, deadline, [&] { return !waiter->updates.empty() || abandon.stop_requested(); })) {
       throw Error(ErrorCode::Timeout, "nats: the owner of " + in_quotes(name) +
                                           " did not answer within " +
                                           std::to_string(timeout.count()) + " ms");
     }
-    if (status != NATS_OK) fail(status, "nats: requesting " + in_quotes(name));
-    check_reply(std::string_view(natsMsg_GetData(raw),
-                                 static_cast<std::size_t>(natsMsg_GetDataLength(raw))),
+    if (waiter->updates.empty()) throw abandoned(name);
+    MsgPtr reply = std::move(waiter->updates.front());
+    lock.unlock();
+    // With headers (nats-server 2.2+), the server itself answers when nobody listens.
+    if (natsMsg_IsNoResponders(reply.get())) {
+      throw Error(ErrorCode::NotFound, "nats: nobody serves " + in_quotes(name));
+    }
+    check_reply(std::string_view(natsMsg_GetData(reply.get()),
+                                 static_cast<std::size_t>(natsMsg_GetDataLength(reply.get()))),
                 name);
   }
 
@@ -1054,8 +1091,8 @@ std::unique_ptr<Subscription> NatsChannel::serve(std::string_view prefix, Reques
 }
 
 void NatsChannel::request(std::string_view name, const RdmaMetadata& writable,
-                          std::chrono::milliseconds timeout) {
-  impl_->request(name, writable, timeout);
+                          std::chrono::milliseconds timeout, std::stop_token abandon) {
+  impl_->request(name, writable, timeout, std::move(abandon));
 }
 
 void NatsChannel::flush(std::chrono::milliseconds timeout) { impl_->flush(timeout); }

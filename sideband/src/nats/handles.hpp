@@ -27,6 +27,7 @@ using JsPtr = std::unique_ptr<jsCtx, Deleter<jsCtx_Destroy>>;
 using KvPtr = std::unique_ptr<kvStore, Deleter<kvStore_Destroy>>;
 using WatcherPtr = std::unique_ptr<kvWatcher, Deleter<kvWatcher_Destroy>>;
 using EntryPtr = std::unique_ptr<kvEntry, Deleter<kvEntry_Destroy>>;
+using InboxPtr = std::unique_ptr<natsInbox, Deleter<natsInbox_Destroy>>;
 
 // nats.c takes int64 milliseconds; never hand it zero or a negative wait.
 inline std::int64_t to_millis(std::chrono::milliseconds duration) {

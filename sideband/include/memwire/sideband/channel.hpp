@@ -3,6 +3,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,8 +45,10 @@ class Channel {
   virtual std::unique_ptr<Subscription> serve(std::string_view prefix, RequestHandler handler) = 0;
   // Sends `writable` to the owner of `name` and returns when the owner reports it written;
   // throws the owner's error, Error{NotFound} when nobody serves `name`, Error{Timeout}.
+  // A stop requested on `abandon` ends the wait early with Error{Cancelled}: the caller knows
+  // the answer already (its writable operation failed) and need not wait for the timeout.
   virtual void request(std::string_view name, const RdmaMetadata& writable,
-                       std::chrono::milliseconds timeout) = 0;
+                       std::chrono::milliseconds timeout, std::stop_token abandon = {}) = 0;
 };
 
 }  // namespace memwire::sideband

@@ -129,7 +129,7 @@ class HttpChannel final : public Channel {
   std::vector<std::string> list() override;
   std::unique_ptr<Subscription> serve(std::string_view prefix, RequestHandler handler) override;
   void request(std::string_view name, const RdmaMetadata& writable,
-               std::chrono::milliseconds timeout) override;
+               std::chrono::milliseconds timeout, std::stop_token abandon = {}) override;
 
  private:
   class Impl;

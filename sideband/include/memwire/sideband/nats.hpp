@@ -149,7 +149,7 @@ class NatsChannel final : public Channel {
   std::vector<std::string> list() override;
   std::unique_ptr<Subscription> serve(std::string_view prefix, RequestHandler handler) override;
   void request(std::string_view name, const RdmaMetadata& writable,
-               std::chrono::milliseconds timeout) override;
+               std::chrono::milliseconds timeout, std::stop_token abandon = {}) override;
 
   // Round trip to the server: everything sent before (subscriptions included) has been
   // processed when it returns. Error{Timeout} or Error{Transport} otherwise.

@@ -98,6 +98,8 @@ class Worker {
   }
 
   // Asks the owner of `name` to write it into `local`; returns the completed operation.
+  // An owner whose connection drops mid-write (killed) ends the call at once with that error
+  // (Error{PeerLost}), not with Error{Timeout} after `timeout`.
   WritableOperation request(std::string_view name, std::vector<Descriptor> local,
                             std::chrono::milliseconds timeout);
 
