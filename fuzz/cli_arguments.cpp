@@ -2,6 +2,7 @@
 // whatever a script passes. Parsing and every typed getter must give a value or throw
 // UsageError (exit status 2), never crash or throw anything else. Input: argv words separated
 // by NUL bytes.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -46,7 +47,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       } catch (const UsageError&) {
       }
       try {
-        (void)args.get_double(option, 1);
+        (void)args.get_seconds(option, std::chrono::seconds(1));
+      } catch (const UsageError&) {
+      }
+      try {
+        (void)args.get_milliseconds(option, std::chrono::milliseconds(1),
+                                    std::chrono::milliseconds(1));
       } catch (const UsageError&) {
       }
     }
