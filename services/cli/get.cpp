@@ -59,10 +59,11 @@ ReadResult read_once(Connector& connector, const RdmaMetadata& metadata, OutputF
   }
   Progress progress(name, output.size(), show_progress);
   const auto began = Clock::now();
-  auto operation = connector.begin_read(metadata, local);
+  // Declared before the operation: dropping it early (a timeout) runs the callback below.
   std::mutex mutex;
   std::condition_variable done;
   bool finished = false;
+  auto operation = connector.begin_read(metadata, local);
   operation.on_complete([&](OperationStatus) {
     std::lock_guard lock(mutex);
     finished = true;

@@ -16,6 +16,7 @@
 #include "file_descriptor.hpp"
 #include "memwire/memwire.hpp"
 #include "support/pattern.hpp"
+#include "support/sanitizers.hpp"
 #include "support/test_peer_process.hpp"
 #include "transport/stream/socket.hpp"
 
@@ -75,7 +76,7 @@ bool closed_by_peer(int socket, std::chrono::milliseconds timeout) {
 }
 
 TEST(ConnectionFlood, FdExhaustionNeitherSpinsNorStopsLaterTransfers) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if MEMWIRE_TEST_UNDER_SANITIZER
   // The sanitizers' own checks need a free descriptor now and then (a pipe to probe memory):
   // out of descriptors, they report errors that are theirs, not ours.
   GTEST_SKIP() << "needs the descriptor limit to be ours alone";

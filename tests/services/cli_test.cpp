@@ -14,6 +14,7 @@
 #include "nats_server.hpp"
 #include "support/child_process.hpp"
 #include "support/registry_process.hpp"
+#include "support/sanitizers.hpp"
 
 namespace {
 
@@ -351,7 +352,7 @@ TEST(CliTokenFile, TokenFilesAreReadStrictly) {
 // resident on each side). Under a data limit (RLIMIT_DATA counts private memory, not shared file
 // mappings) smaller than the file, both must still move it.
 TEST_F(Cli, ServeAndGetDoNotCopyTheFileIntoMemory) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if MEMWIRE_TEST_UNDER_SANITIZER
   GTEST_SKIP() << "sanitizer runtimes reserve private memory beyond any data limit";
 #endif
   constexpr std::size_t kSize = 256u << 20;
