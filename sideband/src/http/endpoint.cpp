@@ -484,7 +484,8 @@ class HttpEndpoint::Impl {
     s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       auto text = metrics_.render({{"memwire_names", static_cast<double>(store_.size())},
                                    {"memwire_request_servers", double(broker_.servers())},
-                                   {"memwire_requests_pending", double(broker_.pending())}});
+                                   {"memwire_requests_pending", double(broker_.pending())},
+                                   {"memwire_http_waiting_requests", double(long_polls_.load())}});
       res.set_content(text, "text/plain; version=0.0.4");
     });
 
