@@ -16,6 +16,7 @@
 
 #include "memwire/error.hpp"
 #include "memwire/sideband/nats.hpp"
+#include "metadata_samples.hpp"
 #include "nats_server.hpp"
 
 namespace {
@@ -25,12 +26,7 @@ using namespace memwire::sideband;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::string hex32(std::uint64_t seed) {
-  char text[33];
-  std::snprintf(text, sizeof(text), "%016llx%016llx", static_cast<unsigned long long>(seed),
-                static_cast<unsigned long long>(~seed));
-  return text;
-}
+using memwire::test_support::hex32;
 
 // A typical metadata: a handful of descriptors, one TCP offer.
 RdmaMetadata sample(std::uint64_t seed, OperationKind kind) {

@@ -5,20 +5,15 @@
 // ratios compare the protocols, not payload sizes.
 
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <vector>
 
+#include "../../tests/support/metadata_samples.hpp"
 #include "memwire/metadata.hpp"
 
 namespace memwire::bench {
 
-inline std::string hex32(std::uint64_t seed) {
-  char text[33];
-  std::snprintf(text, sizeof(text), "%016llx%016llx", static_cast<unsigned long long>(seed),
-                static_cast<unsigned long long>(~seed));
-  return text;
-}
+using test_support::hex32;
 
 inline RdmaMetadata sample_metadata(std::uint64_t seed = 1) {
   std::vector<RemoteDescriptor> descriptors;
