@@ -607,6 +607,9 @@ class NatsChannel::Impl : public std::enable_shared_from_this<NatsChannel::Impl>
     }
     SubscriptionPtr subscription(raw);
     natsSubscription_SetOnCompleteCB(raw, release_waiter, closure);
+    // One answer is all a request takes: a responder that keeps sending cannot grow the queue.
+    status = natsSubscription_AutoUnsubscribe(raw, 1);
+    if (status != NATS_OK) fail(status, what);
     // The server handles our SUB before the PUB that follows it: no reply can slip past.
     status = natsConnection_PublishRequest(connection_.get(), subject.c_str(), inbox.get(),
                                            payload.data(), static_cast<int>(payload.size()));
