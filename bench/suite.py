@@ -316,6 +316,48 @@ def pingpong_p50(results, size):
     return None
 
 
+def request_reply_entry(results, socket, depth):
+    for entry in results["baselines"].get("request_reply", {}).get(socket, []) or []:
+        if entry.get("depth") == depth:
+            return entry
+    return None
+
+
+def pipelined_entry(results, transport):
+    runs = results["memwire"].get("pipelined", {}).get(transport, {})
+    for entry in runs.get("results", []) or []:
+        if "gbps" in entry:
+            return entry
+    return None
+
+
+def kv_entry(results, transport, op, descs):
+    runs = results["memwire"].get("kv_cache", {}).get(transport, {})
+    for entry in runs.get("results", []) or []:
+        if entry["op"] == op and entry["descs"] == descs and "gbps" in entry:
+            return entry
+    return None
+
+
+def metadata_allowance(results, channel):
+    """(2048-descriptor made + fetched) / (2 x 1-descriptor made + fetched + its bytes at line
+    rate); line rate: iperf3's loopback single stream."""
+    rows = {e["descriptors"]: e for e in results["memwire"].get("metadata_scale", {}).get("results", [])}
+    iperf = (results["baselines"].get("iperf3", {}).get("gbps") or {}).get("median")
+    one, many = rows.get(1), rows.get(2048)
+    if not one or not many or not iperf:
+        return None, ""
+    cost = lambda e: e["made"]["p50_us"] + e[channel + "_fetch"]["p50_us"]
+    wire_us = many["bytes"] / (iperf * 1e9) * 1e6
+    allowance = 2 * cost(one) + wire_us
+    return cost(many) / allowance, (f"{cost(many):.0f} us against {allowance:.0f} us "
+                                    f"(2 x {cost(one):.0f} + {many['bytes']} B in {wire_us:.0f} us)")
+
+
+# The raw request/reply baseline each memwire transport compares with: the socket it sends on.
+FAIR_SOCKET = {"tcp": "tcp", "shm": "unix"}
+
+
 def verdict(measured, target, at_least):
     if measured is None:
         return "not measured"
@@ -360,11 +402,42 @@ def evaluate_targets(results):
         add(f"same-host READ 64 MiB ({kind}) vs 1-thread memcpy 64 MiB", 0.8,
             ratio(gbps(find_throughput(results, transport, "read", 64 * MiB)),
                   memcpy_gbps(results, 64 * MiB)), True, "for information" if info else shm_note)
+    lead = [r["ratio"] for r in results["memwire"].get("shared_lead", []) if r["ratio"]]
+    spread = (f"{len(lead)} rounds: " + " ".join(f"{r:.2f}" for r in lead)) if lead else ""
+    add("SharedBuffer READ 16 MiB vs UCX sm get, alternating rounds: median", 1.0,
+        median(lead) if lead else None, True, spread)
+    add("SharedBuffer READ 16 MiB vs UCX sm get, alternating rounds: worst", 0.9,
+        min(lead) if lead else None, True)
     for transport in ("tcp", "shm"):
         entry = latency_entry(results, transport, 4096)
         add(f"4 KiB READ round trip p50 ({transport}) vs raw TCP ping-pong p50", 2.0,
             ratio(entry["us"]["p50"] if entry else None, pingpong_p50(results, 4096)), False,
             shm_note if transport == "shm" else "")
+    for transport in ("tcp", "shm"):
+        entry = latency_entry(results, transport, 4096)
+        socket = FAIR_SOCKET[transport]
+        raw_rr = request_reply_entry(results, socket, 1)
+        add(f"4 KiB READ p50 ({transport}, active side) vs raw 64 B -> 4 KiB over {socket}", 1.2,
+            ratio(entry["active_us"]["p50"] if entry else None,
+                  raw_rr["us"]["p50"] if raw_rr else None), False,
+            "begin_read until wait returns, the raw client's send until its reply is read")
+    for transport in ("tcp", "shm"):
+        entry = pipelined_entry(results, transport)
+        socket = FAIR_SOCKET[transport]
+        raw_rr = request_reply_entry(results, socket, 64)
+        add(f"4 KiB READs, 64 in flight ({transport}) vs raw pipelined over {socket}, ops/s", 0.7,
+            ratio(entry["ops_per_s_median"] if entry else None,
+                  raw_rr["ops_per_s"] if raw_rr else None), True)
+    for transport in ("tcp", "shm"):
+        for op in ("read", "write"):
+            whole = kv_entry(results, transport, op, 1)
+            for descs, block in ((512, "32 KiB"), (2048, "8 KiB")):
+                add(f"{op.upper()} {descs} x {block} scattered ({transport}) vs contiguous 16 MiB",
+                    0.8, ratio(gbps(kv_entry(results, transport, op, descs)), gbps(whole)), True)
+    for channel in ("http", "nats"):
+        measured, note = metadata_allowance(results, channel)
+        add(f"2048-descriptor metadata made + fetched ({channel}) vs 2x 1-descriptor + bytes", 1.0,
+            measured, False, note)
     fetch = results["memwire"]["fetch"]
     raw = results["baselines"]
     add("NATS request/reply fetch p50 vs raw nats.c request/reply p50", 1.2,
@@ -532,6 +605,61 @@ def render(results):
                        f"   {entry['active_us']['p50']:.1f}/{entry['active_us']['p99']:.1f}")
     out.append("")
 
+    out.append("READ against the raw request/reply it does (64 B request -> 4 KiB reply, one kept "
+               f"connection), microseconds; median of {n_rounds} alternating rounds")
+    out.append(f"  {'':22}{'active p50':>11}{'p99':>9}   {'raw over':10}{'p50':>9}{'p99':>9}"
+               f"{'ratio p50':>11}")
+    for transport in ("tcp", "shm"):
+        entry = latency_entry(results, transport, 4096)
+        socket = FAIR_SOCKET[transport]
+        raw_rr = request_reply_entry(results, socket, 1)
+        if not entry or not raw_rr:
+            out.append(f"  {transport}: not measured")
+            continue
+        out.append(f"  {transport + ' READ 4K':22}{entry['active_us']['p50']:>11.1f}"
+                   f"{entry['active_us']['p99']:>9.1f}   {socket:10}{raw_rr['us']['p50']:>9.1f}"
+                   f"{raw_rr['us']['p99']:>9.1f}"
+                   f"{fmt_ratio(ratio(entry['active_us']['p50'], raw_rr['us']['p50'])):>11}")
+    n_pipelined = len(results.get("rounds", {}).get("pipelined_tcp", [])) or 1
+    out.append("4 KiB READs with 64 in flight against raw pipelined request/reply (64 in flight); "
+               f"median of {n_pipelined} alternating rounds; CPU us per operation (all threads)")
+    out.append(f"  {'':22}{'ops/s':>10}{'cpu driver':>12}{'peer':>8}   {'raw over':10}"
+               f"{'ops/s':>10}{'cpu client':>12}{'server':>8}{'ratio':>8}")
+    for transport in ("tcp", "shm"):
+        entry = pipelined_entry(results, transport)
+        socket = FAIR_SOCKET[transport]
+        raw_rr = request_reply_entry(results, socket, 64)
+        if not entry or not raw_rr:
+            out.append(f"  {transport}: not measured")
+            continue
+        cpu = entry.get("cpu_us_per_op", {})
+        out.append(f"  {transport + ' READ 4K c=64':22}{entry['ops_per_s_median']:>10.0f}"
+                   f"{cpu.get('driver', 0):>12.2f}{cpu.get('peer', 0):>8.2f}   {socket:10}"
+                   f"{raw_rr['ops_per_s']:>10.0f}{raw_rr['client_cpu_us_per_op']:>12.2f}"
+                   f"{raw_rr['server_cpu_us_per_op']:>8.2f}"
+                   f"{fmt_ratio(ratio(entry['ops_per_s_median'], raw_rr['ops_per_s'])):>8}")
+    out.append("")
+
+    out.append("KV-cache-shaped transfers: 16 MiB as scattered blocks (every other block of a "
+               "32 MiB buffer), GB/s, median [min-max], against one 16 MiB block")
+    for transport in ("tcp", "shm"):
+        for op in ("read", "write"):
+            cells = []
+            for descs, label in ((1, "1 x 16M"), (512, "512 x 32K"), (2048, "2048 x 8K")):
+                e = kv_entry(results, transport, op, descs)
+                cells.append(f"{label} " + (f"{e['gbps']['median']:.2f} [{e['gbps']['min']:.2f}-"
+                                            f"{e['gbps']['max']:.2f}]" if e else "n/a"))
+            out.append(f"  {transport:4} {op:5}  " + "   ".join(cells))
+    scale = results["memwire"].get("metadata_scale", {}).get("results", [])
+    if scale:
+        out.append("  metadata, p50 us: descriptors, bytes, made (built + JSON), parsed, "
+                   "fetched by name over HTTP, over NATS request/reply")
+        for e in scale:
+            out.append(f"    {e['descriptors']:>5} {e['bytes']:>8} B  made {e['made']['p50_us']:8.1f}"
+                       f"  parsed {e['parsed']['p50_us']:8.1f}  HTTP {e['http_fetch']['p50_us']:8.1f}"
+                       f"  NATS {e['nats_fetch']['p50_us']:8.1f}")
+    out.append("")
+
     out.append("by-name fetch latency, microseconds (client and server on loopback); median of "
                f"{n_rounds} alternating rounds")
     out.append(f"  {'':34}{'p50':>9}{'p99':>9}   {'baseline':28}{'p50':>9}{'p99':>9}{'ratio p50':>11}")
@@ -558,7 +686,7 @@ def render(results):
                    f"alone takes {parse['median_us']:.1f} us (p50)")
     out.append("")
 
-    out.append("targets (issue 5)")
+    out.append("targets (issues 5 and 12)")
     for t in results["targets"]:
         measured = "n/a" if t["measured"] is None else f"{t['measured']:.2f}x"
         note = f"  ({t['note']})" if t["note"] else ""
@@ -709,16 +837,44 @@ def main():
                     entry.update({"tls": tls, "test": test, "size": size})
                     results["baselines"]["ucx"].append(entry)
 
+        # The same-host lead, measured so that it can hold: SharedBuffer READ 16 MiB and UCX sm get
+        # in alternating rounds (a ratio per round; both sides long enough trials: 1 GiB per
+        # memwire trial, UCX's 100 iterations), so that neither side's figure comes from a
+        # quieter moment or a warmer cache than the other's.
+        lead_rounds = 2 if args.quick else 5
+        log(f"== SharedBuffer READ 16 MiB vs UCX sm get, {lead_rounds} alternating rounds")
+        lead = []
+        for round_index in range(lead_rounds):
+            mine = run_program(
+                [exe("transfer_bench"), "throughput", "--transport", "shm", "--memory", "shared",
+                 "--ops", "read", "--sizes", "16M", "--descs", "1", "--conc", "1",
+                 "--trials", "3", "--target-bytes", "1G"], 300)
+            try:
+                theirs = ucx_perftest("sm", "ucp_get", 16 * MiB, 1)
+            except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+                theirs = {"error": str(error)}
+            entry = next((e for e in mine.get("results", []) or [] if "gbps" in e), None)
+            lead.append({"memwire_gbps": gbps(entry),
+                         "ucx_gbps": (theirs.get("gbps") or {}).get("median"),
+                         "ratio": ratio(gbps(entry), (theirs.get("gbps") or {}).get("median"))})
+            log(f"    round {round_index + 1}: memwire {lead[-1]['memwire_gbps']} GB/s, "
+                f"UCX {lead[-1]['ucx_gbps']} GB/s")
+        results["memwire"]["shared_lead"] = lead
+
         # Latencies drift with whatever else the machine does: each memwire figure and its baseline
         # run in alternating rounds, and the rounds' percentiles are combined by their median.
         log(f"== latency and by-name fetch, {rounds} alternating rounds")
         collected = {key: [] for key in ("pingpong", "tcp", "shm", "http_raw", "http", "nats_raw",
-                                         "nats")}
+                                         "nats", "rr_tcp", "rr_unix")}
         with NatsServer() as nats:
             for round_index in range(rounds):
                 log(f"-- round {round_index + 1} of {rounds}")
                 collected["pingpong"].append(run_program(
                     [exe("tcp_pingpong"), "--samples", str(samples)], 120).get("tcp_pingpong", []))
+                for socket in ("tcp", "unix"):
+                    collected["rr_" + socket].append(run_program(
+                        [exe("request_reply"), "--socket", socket, "--depth", "1",
+                         "--samples", str(samples)], 120).get("request_reply", []))
                 for transport in ("tcp", "shm"):
                     collected[transport].append(run_program(
                         [exe("transfer_bench"), "latency", "--transport", transport,
@@ -733,7 +889,43 @@ def main():
                 collected["nats"].append(run_program(
                     [exe("nats_fetch_latency"), "--nats", nats.url, "--iterations", str(iterations)],
                     300))
+        # Many small READs in flight against the raw pipelined request/reply, alternating.
+        pipelined_rounds = 2 if args.quick else 3
+        log(f"== 4 KiB READs with 64 in flight, {pipelined_rounds} alternating rounds")
+        for key in ("pipelined_tcp", "pipelined_shm", "rr64_tcp", "rr64_unix"):
+            collected[key] = []
+        for round_index in range(pipelined_rounds):
+            for transport in ("tcp", "shm"):
+                socket = FAIR_SOCKET[transport]
+                collected["rr64_" + socket].append(run_program(
+                    [exe("request_reply"), "--socket", socket, "--depth", "64",
+                     "--pipelined-ops", "20000" if args.quick else "100000"],
+                    120).get("request_reply", []))
+                collected["pipelined_" + transport].append(run_program(
+                    [exe("transfer_bench"), "throughput", "--transport", transport, "--ops", "read",
+                     "--sizes", "4K", "--descs", "1", "--conc", "64", "--max-ops", "16384",
+                     "--target-bytes", "64M", "--trials", "3" if args.quick else "5"], 300))
+        # KV-cache-shaped: 512 x 32 KiB and 2048 x 8 KiB, every other block of a buffer twice
+        # the size, against one contiguous 16 MiB block laid out the same way, in one run.
+        results["memwire"]["kv_cache"] = {}
+        for transport in ("tcp", "shm"):
+            log(f"== KV-cache-shaped transfers, {transport}")
+            results["memwire"]["kv_cache"][transport] = run_program(
+                [exe("transfer_bench"), "throughput", "--transport", transport, "--ops", "read,write",
+                 "--sizes", "16M", "--descs", "1,512,2048", "--conc", "1", "--gap", "2"] + trials
+                + (["--target-bytes", "64M"] if args.quick else []), 600)
+        log("== metadata of 1 and 2048 descriptors: made, fetched (HTTP, NATS), parsed")
+        with NatsServer() as nats:
+            results["memwire"]["metadata_scale"] = run_program(
+                [exe("metadata_scale"), "--nats", nats.url,
+                 "--iterations", "100" if args.quick else "300"], 300)
         results["rounds"] = collected
+        results["baselines"]["request_reply"] = {
+            socket: (merge_rounds(collected["rr_" + socket]) or [])
+            + (merge_rounds(collected["rr64_" + socket]) or [])
+            for socket in ("tcp", "unix")}
+        results["memwire"]["pipelined"] = {
+            transport: merge_rounds(collected["pipelined_" + transport]) for transport in ("tcp", "shm")}
         results["baselines"]["tcp_pingpong"] = merge_rounds(collected["pingpong"])
         for transport in ("tcp", "shm"):
             results["memwire"]["latency"][transport] = merge_rounds(collected[transport])

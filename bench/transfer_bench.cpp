@@ -5,6 +5,7 @@
 //   transfer_bench throughput --transport tcp|shm [--ops read,write] [--sizes 4K,...,1G]
 //                  [--descs 1,16] [--conc 1,64] [--trials 5] [--large-trials 3]
 //                  [--max-inflight 1G] [--target-bytes 256M] [--max-ops 2048] [--slots 1]
+//                  [--gap 1] (descriptors GAP x their size apart: scattered blocks)
 //   transfer_bench latency --transport tcp|shm [--sizes 64,4K] [--samples 3000] [--warmup 300]
 //   either mode: [--memory plain|shared] (the peer's buffers: plain pages, or a SharedBuffer that
 //   a same-host driver maps)
@@ -56,6 +57,8 @@ struct Args {
   // Buffers per configuration, at least CONC: c=1 over 64 buffers touches as much memory as
   // c=64, so comparing the two shows what concurrency itself costs, apart from the caches.
   unsigned slots = 1;
+  // Descriptors GAP x their size apart (1: contiguous): a KV cache's blocks, scattered.
+  unsigned gap = 1;
   int trials = 5;
   int large_trials = 3;
   std::size_t max_inflight = 1ull << 30;
@@ -102,9 +105,11 @@ class Peer {
     return *line;
   }
 
-  std::uint64_t alloc(std::size_t size, unsigned descs, unsigned slots, std::uint64_t seed) {
+  std::uint64_t alloc(std::size_t size, unsigned descs, unsigned slots, std::uint64_t seed,
+                      unsigned gap = 1) {
     process_.write_line("alloc " + std::to_string(size) + " " + std::to_string(descs) + " " +
-                        std::to_string(slots) + " " + std::to_string(seed));
+                        std::to_string(slots) + " " + std::to_string(seed) + " " +
+                        std::to_string(gap));
     auto line = expect_line("alloc");
     return std::strtoull(line.c_str() + 3, nullptr, 10);
   }
@@ -148,24 +153,30 @@ class Peer {
   std::string hello_;
 };
 
-// Local buffers: SLOTS of SIZE bytes, each split into DESCS descriptors.
+// Local buffers: SLOTS of SIZE bytes, each split into DESCS descriptors, GAP x their size apart.
 struct LocalBuffers {
   PageBuffer memory;
   std::vector<std::vector<Descriptor>> slots;
+  unsigned gap = 1;
 
-  LocalBuffers(std::size_t size, unsigned descs, unsigned slot_count, std::uint64_t seed)
-      : memory(size * slot_count) {
+  LocalBuffers(std::size_t size, unsigned descs, unsigned slot_count, std::uint64_t seed,
+               unsigned gap_factor = 1)
+      : memory(size * slot_count * gap_factor), gap(gap_factor) {
     const std::size_t piece = size / descs;
     for (unsigned s = 0; s < slot_count; ++s) {
-      std::byte* base = memory.data() + s * size;
-      if (seed != 0) {
+      std::byte* base = memory.data() + s * size * gap;
+      if (seed != 0 && gap == 1) {
         test_support::fill_pattern({base, size}, seed);
       } else {
-        std::memset(base, 0, size);  // touch every page: no page faults while timed
+        std::memset(base, 0, size * gap);  // touch every page: no page faults while timed
       }
       std::vector<Descriptor> list;
       for (unsigned d = 0; d < descs; ++d) {
-        list.emplace_back(base + piece * d, d + 1 == descs ? size - piece * d : piece);
+        const std::size_t length = d + 1 == descs ? size - piece * d : piece;
+        std::byte* start = base + piece * d * gap;
+        if (seed != 0 && gap > 1)
+          test_support::fill_pattern({start, length}, descriptor_seed(seed, d));
+        list.emplace_back(start, length);
       }
       slots.push_back(std::move(list));
     }
@@ -173,6 +184,18 @@ struct LocalBuffers {
 
   // Empty when every slot holds the pattern of `seed`; else where it first does not.
   std::string damage(std::uint64_t seed) const {
+    if (gap > 1) {
+      for (std::size_t s = 0; s < slots.size(); ++s)
+        for (unsigned d = 0; d < slots[s].size(); ++d) {
+          const auto& piece = slots[s][d];
+          std::span<const std::byte> bytes(static_cast<const std::byte*>(piece.ptr()),
+                                           piece.size());
+          if (test_support::first_mismatch(bytes, descriptor_seed(seed, d)) != bytes.size())
+            return "data differs after transfer: buffer " + std::to_string(s) + ", descriptor " +
+                   std::to_string(d);
+        }
+      return "";
+    }
     const std::size_t size = memory.size() / slots.size();
     for (std::size_t s = 0; s < slots.size(); ++s) {
       auto bad = test_support::first_mismatch({memory.data() + s * size, size}, seed);
@@ -198,6 +221,7 @@ struct Window {
 struct BatchResult {
   double seconds = 0;         // first begin_* until the peer reported the batch complete
   double active_seconds = 0;  // first begin_* until the last active operation completed
+  double driver_cpu_seconds = 0, peer_cpu_seconds = 0;  // both processes' threads, this batch
   Peer::Done peer;
   std::string transport_used;
   std::string error;
@@ -211,6 +235,8 @@ BatchResult run_batch(Connector& connector, Peer& peer, LocalBuffers& local, boo
   std::vector<std::optional<Operation>> operations(count);
   BatchResult result;
 
+  const auto peer_pid = std::to_string(peer.pid());
+  const double driver_cpu = process_cpu_seconds(), peer_cpu = process_cpu_seconds(peer_pid);
   const auto start = Clock::now();
   const auto deadline = start + kReply;
   for (std::size_t i = 0; i < count; ++i) {
@@ -246,6 +272,8 @@ BatchResult run_batch(Connector& connector, Peer& peer, LocalBuffers& local, boo
   result.active_seconds = seconds_since(start);
   result.peer = peer.done();
   result.seconds = seconds_since(start);
+  result.driver_cpu_seconds = process_cpu_seconds() - driver_cpu;
+  result.peer_cpu_seconds = process_cpu_seconds(peer_pid) - peer_cpu;
   result.transport_used = operations.front()->transport();
   for (auto& operation : operations) {
     if (operation->status() != OperationStatus::Complete && result.error.empty()) {
@@ -272,17 +300,17 @@ json throughput(const Args& args, Connector& connector, Peer& peer) {
       for (unsigned conc : args.concurrency) {
         for (std::size_t size : args.sizes) {
           const unsigned slots = std::max(conc, args.slots);
-          json entry = {
-              {"op", op}, {"size", size}, {"descs", descs}, {"conc", conc}, {"slots", slots}};
+          json entry = {{"op", op},     {"size", size},   {"descs", descs},
+                        {"conc", conc}, {"slots", slots}, {"gap", args.gap}};
           if (conc * size > args.max_inflight) {
             entry["skipped"] = "conc x size exceeds --max-inflight " + size_name(args.max_inflight);
             results.push_back(entry);
             continue;
           }
           // Peer's buffers first, then ours: the previous configuration's are gone by then.
-          const auto peer_rss = peer.alloc(size, descs, slots, read ? kPeerSeed : 0);
+          const auto peer_rss = peer.alloc(size, descs, slots, read ? kPeerSeed : 0, args.gap);
           std::optional<LocalBuffers> local;
-          local.emplace(size, descs, slots, read ? 0 : kDriverSeed);
+          local.emplace(size, descs, slots, read ? 0 : kDriverSeed, args.gap);
           // RSS before the reset: the new peak then starts at or above it.
           const auto local_rss = proc_status_kb("VmRSS");
           reset_peak_rss();
@@ -301,7 +329,7 @@ json throughput(const Args& args, Connector& connector, Peer& peer) {
             continue;
           }
           const int trials = size >= (256ull << 20) ? args.large_trials : args.trials;
-          std::vector<double> gbps, active_gbps;
+          std::vector<double> gbps, active_gbps, driver_cpu_us, peer_cpu_us;
           std::uint64_t peer_hwm = 0;
           for (int t = 0; t < trials; ++t) {
             auto batch = run_batch(connector, peer, *local, read, count, conc);
@@ -312,6 +340,8 @@ json throughput(const Args& args, Connector& connector, Peer& peer) {
             const double bytes = static_cast<double>(count * size);
             gbps.push_back(bytes / batch.seconds / 1e9);
             active_gbps.push_back(bytes / batch.active_seconds / 1e9);
+            driver_cpu_us.push_back(batch.driver_cpu_seconds * 1e6 / count);
+            peer_cpu_us.push_back(batch.peer_cpu_seconds * 1e6 / count);
             peer_hwm = std::max(peer_hwm, batch.peer.hwm_kb);
           }
           const auto local_hwm = proc_status_kb("VmHWM");
@@ -322,6 +352,11 @@ json throughput(const Args& args, Connector& connector, Peer& peer) {
           entry["trials"] = gbps;
           entry["gbps"] = {{"median", s.median}, {"min", s.min}, {"max", s.max}};
           entry["active_gbps_median"] = a.median;
+          entry["ops_per_s_median"] = s.median * 1e9 / static_cast<double>(size);
+          // CPU time per operation, all threads of each process (the driver's includes the
+          // batch's bookkeeping, the peer's its line protocol): median of the trials.
+          entry["cpu_us_per_op"] = {{"driver", summarize(driver_cpu_us).median},
+                                    {"peer", summarize(peer_cpu_us).median}};
           // Buffers: RSS once the buffers are filled; hwm: peak during the timed trials.
           entry["rss_kb"] = {
               {"driver", {{"buffers", local_rss}, {"hwm", local_hwm}}},
@@ -350,11 +385,12 @@ json latency(const Args& args, Connector& connector, Peer& peer) {
     LocalBuffers local(size, 1, 1, 0);
     const std::size_t total = args.warmup + args.samples;
     auto metadata = peer.publish(true, total, true);
-    std::vector<double> end_to_end, active;
+    std::vector<double> end_to_end, active, begin;
     std::string used;
     for (std::size_t i = 0; i < total; ++i) {
       const auto start = Clock::now();
       auto read = connector.begin_read(metadata[i], local.slots[0]);
+      const double begin_us = seconds_since(start) * 1e6;  // the request is on the socket
       read.wait_for_completion(kReply);
       const double active_us = seconds_since(start) * 1e6;
       if (peer.expect_line("a completion") != "c") fail("peer did not report completion");
@@ -362,6 +398,7 @@ json latency(const Args& args, Connector& connector, Peer& peer) {
       if (i >= args.warmup) {
         end_to_end.push_back(both_us);
         active.push_back(active_us);
+        begin.push_back(begin_us);
       }
       if (used.empty()) used = read.transport();
     }
@@ -369,9 +406,12 @@ json latency(const Args& args, Connector& connector, Peer& peer) {
     if (done.errors > 0) fail("peer: " + done.reason);
     const auto e = summarize(end_to_end);
     const auto a = summarize(active);
+    const auto b = summarize(begin);
     std::printf(
-        "%-5s READ %6s  p50 %7.1f us  p99 %7.1f us   (active side alone: p50 %.1f p99 %.1f)\n",
-        args.transport.c_str(), size_name(size).c_str(), e.median, e.p99, a.median, a.p99);
+        "%-5s READ %6s  p50 %7.1f us  p99 %7.1f us   (active side alone: p50 %.1f p99 %.1f; "
+        "begin_read alone: p50 %.1f)\n",
+        args.transport.c_str(), size_name(size).c_str(), e.median, e.p99, a.median, a.p99,
+        b.median);
     std::fflush(stdout);
     results.push_back(
         {{"op", "read"},
@@ -380,7 +420,8 @@ json latency(const Args& args, Connector& connector, Peer& peer) {
          {"transport_used", used},
          {"us",
           {{"p50", e.median}, {"p90", e.p90}, {"p99", e.p99}, {"min", e.min}, {"max", e.max}}},
-         {"active_us", {{"p50", a.median}, {"p99", a.p99}}}});
+         {"active_us", {{"p50", a.median}, {"p99", a.p99}}},
+         {"begin_us", {{"p50", b.median}, {"p99", b.p99}}}});
   }
   return results;
 }
@@ -414,6 +455,8 @@ Args parse(int argc, char** argv) {
       args.concurrency = unsigned_list(value);
     else if (key == "--slots")
       args.slots = std::stoul(value);
+    else if (key == "--gap")
+      args.gap = std::max(1u, static_cast<unsigned>(std::stoul(value)));
     else if (key == "--trials")
       args.trials = std::stoi(value);
     else if (key == "--large-trials")

@@ -4,7 +4,8 @@
 //   transfer_peer --transport NAME [--memory plain|shared]
 //     (shared: the buffers are one memwire::SharedBuffer, which same-host peers map)
 //     -> "ready <transports>"  or  "unavailable <reason>" (then exits)
-//   alloc SIZE DESCS SLOTS SEED   SLOTS buffers of SIZE bytes, each split into DESCS descriptors,
+//   alloc SIZE DESCS SLOTS SEED [GAP]  SLOTS buffers of SIZE bytes, each split into DESCS
+//                                 descriptors GAP x their size apart (default 1: contiguous),
 //                                 filled with the pattern of SEED (0: zeros)
 //     -> "ok <VmRSS kB>"          after the fill; the peak RSS is reset to it
 //   publish readable|writable COUNT all|each
@@ -57,32 +58,38 @@ struct Buffers {
   std::optional<SharedBuffer> shared;
   std::byte* memory = nullptr;
   std::size_t size = 0;
+  unsigned gap = 1;
   std::vector<std::vector<Descriptor>> slots;
 
-  void allocate(std::size_t slot_size, unsigned descs, unsigned slot_count, std::uint64_t seed) {
+  void allocate(std::size_t slot_size, unsigned descs, unsigned slot_count, std::uint64_t seed,
+                unsigned gap_factor) {
+    gap = std::max(1u, gap_factor);
     plain = PageBuffer();  // the old buffers leave before the new ones arrive
     shared.reset();
     slots.clear();
     if (use_shared) {
-      memory = shared.emplace(slot_size * slot_count).data();
+      memory = shared.emplace(slot_size * slot_count * gap).data();
     } else {
-      plain = PageBuffer(slot_size * slot_count);
+      plain = PageBuffer(slot_size * slot_count * gap);
       memory = plain.data();
     }
     size = slot_size;
     const std::size_t piece = slot_size / descs;
     for (unsigned s = 0; s < slot_count; ++s) {
-      std::byte* base = memory + s * slot_size;
+      std::byte* base = memory + s * slot_size * gap;
       std::span<std::byte> slot(base, slot_size);
-      if (seed != 0) {
+      if (seed != 0 && gap == 1) {
         test_support::fill_pattern(slot, seed);
       } else {
-        std::memset(base, 0, slot_size);  // touch every page: no page faults while timed
+        std::memset(base, 0, slot_size * gap);  // touch every page: no page faults while timed
       }
       std::vector<Descriptor> list;
       for (unsigned d = 0; d < descs; ++d) {
         const std::size_t length = d + 1 == descs ? slot_size - piece * d : piece;
-        list.emplace_back(base + piece * d, length);
+        std::byte* start = base + piece * d * gap;
+        if (seed != 0 && gap > 1)
+          test_support::fill_pattern({start, length}, bench::descriptor_seed(seed, d));
+        list.emplace_back(start, length);
       }
       slots.push_back(std::move(list));
     }
@@ -90,6 +97,17 @@ struct Buffers {
 
   // "ok" when every buffer holds the pattern of `seed`; else where it first does not.
   std::string damage(std::uint64_t seed) const {
+    if (gap > 1) {
+      for (std::size_t s = 0; s < slots.size(); ++s)
+        for (unsigned d = 0; d < slots[s].size(); ++d) {
+          const auto& piece = slots[s][d];
+          std::span<const std::byte> bytes(static_cast<const std::byte*>(piece.ptr()),
+                                           piece.size());
+          if (test_support::first_mismatch(bytes, bench::descriptor_seed(seed, d)) != bytes.size())
+            return "buffer " + std::to_string(s) + ", descriptor " + std::to_string(d);
+        }
+      return "ok";
+    }
     for (std::size_t s = 0; s < slots.size(); ++s) {
       auto bad = test_support::first_mismatch({memory + s * size, size}, seed);
       if (bad != size) {
@@ -190,8 +208,10 @@ int main(int argc, char** argv) {
         std::size_t size = 0;
         unsigned descs = 1, slots = 1;
         std::uint64_t seed = 0;
+        unsigned gap = 1;
         command >> size >> descs >> slots >> seed;
-        buffers.allocate(size, descs, slots, seed);
+        if (!(command >> gap)) gap = 1;
+        buffers.allocate(size, descs, slots, seed, gap);
         // RSS before the reset: the new peak then starts at or above it.
         const auto rss = bench::proc_status_kb("VmRSS");
         bench::reset_peak_rss();

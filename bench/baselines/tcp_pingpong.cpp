@@ -20,48 +20,15 @@
 #include <vector>
 
 #include "bench_support.hpp"
+#include "blocking_io.hpp"
 
 namespace {
 
 using namespace memwire::bench;
 
-class Socket {
- public:
-  explicit Socket(int fd) : fd_(fd) {
-    if (fd_ < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
-  }
-  ~Socket() { ::close(fd_); }
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 void no_delay(int fd) {
   int on = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
-}
-
-bool send_all(int fd, const char* data, std::size_t size) {
-  while (size > 0) {
-    ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    data += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-bool recv_all(int fd, char* data, std::size_t size) {
-  while (size > 0) {
-    ssize_t n = ::recv(fd, data, size, 0);
-    if (n <= 0) return false;
-    data += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
 }
 
 // The echoing side: the same sequence of sizes and counts as the client.

@@ -5,10 +5,12 @@
 #include <climits>
 
 #include "active_transfer.hpp"
-#include "clock.hpp"
+#include "memwire/clock.hpp"
 #include "memwire/error.hpp"
 #include "registration.hpp"
 #include "registration_table.hpp"
+#include "telemetry/event_log.hpp"
+#include "telemetry/telemetry_recorder.hpp"
 #include "transport/transport.hpp"
 
 namespace memwire {
@@ -62,6 +64,19 @@ void check_pairing(OperationKind wanted, const RdmaMetadata& remote,
     throw Error(ErrorCode::Expired, "remote metadata expired");
 }
 
+std::uint64_t total_bytes(const std::vector<Descriptor>& descriptors) {
+  std::uint64_t total = 0;
+  for (const auto& descriptor : descriptors) total += descriptor.size();
+  return total;
+}
+
+std::string code_label(ErrorCode code) {
+  std::string label(to_string(code));
+  for (auto& c : label)
+    if (c == ' ') c = '_';
+  return label;
+}
+
 }  // namespace
 
 class Connector::Impl {
@@ -71,20 +86,47 @@ class Connector::Impl {
     context_.hostname = local_hostname();
     context_.options = std::move(options);
     context_.registrations = std::make_shared<detail::RegistrationTable>();
+    if (context_.options.telemetry)
+      context_.telemetry = std::make_shared<detail::TelemetryRecorder>();
+    events_ = std::make_shared<const detail::EventLog>(
+        context_.connector_name, context_.options.log_level, std::move(context_.options.log));
+    context_.events = events_;
+    // Transports that report in plain text (verbs) still come out as structured lines.
+    context_.options.log = nullptr;
+    if (events_->enabled(LogLevel::Info))
+      context_.options.log = [events = events_](std::string_view text) {
+        events->write(LogLevel::Info, "transport_note", text);
+      };
     for (const auto& name : context_.options.transports) {
       try {
         transports_.push_back(detail::make_transport(name, context_));
+        events_->write(LogLevel::Debug, "transport_started", "transport " + name + " started",
+                       detail::LogFields().transport(name));
       } catch (const Error& error) {
-        log("transport " + name + " not started: " + error.what());
+        events_->write(LogLevel::Info, "transport_skipped",
+                       "transport " + name + " not started: " + error.what(),
+                       detail::LogFields().transport(name).code(code_label(error.code())));
       }
     }
-    if (transports_.empty()) throw Error(ErrorCode::Transport, "no transport could start");
+    if (transports_.empty()) {
+      events_->write(LogLevel::Error, "connector_failed", "no transport could start");
+      throw Error(ErrorCode::Transport, "no transport could start");
+    }
   }
 
   ~Impl() { context_.registrations->revoke_all(); }
 
   const std::string& name() const noexcept { return context_.connector_name; }
   const std::string& hostname() const noexcept { return context_.hostname; }
+
+  TelemetrySnapshot telemetry() const {
+    if (!context_.telemetry) {
+      TelemetrySnapshot empty;
+      empty.connector = name();
+      return empty;
+    }
+    return context_.telemetry->snapshot(name(), transport_names());
+  }
 
   std::vector<std::string> transport_names() const {
     std::vector<std::string> names;
@@ -99,6 +141,9 @@ class Connector::Impl {
     const std::int64_t expires = ttl.count() > 0 ? unix_now_ms() + ttl.count() : 0;
     auto registration = std::make_shared<detail::Registration>(
         kind, std::move(local), expires, context_.registrations, context_.options.connect_timeout);
+    const auto key = to_hex(registration->key());
+    registration->observe(
+        observation(detail::Side::Passive, total_bytes(registration->descriptors()), key, ""));
     Endpoint endpoint{name(), hostname(), {}};
     // A transport that cannot serve this memory (verbs registration refused, ...) is left out;
     // the others still offer it.
@@ -107,8 +152,13 @@ class Connector::Impl {
       try {
         endpoint.transports.push_back(transport->offer(*registration));
       } catch (const Error& error) {
-        log("transport " + std::string(transport->name()) +
-            " cannot offer this memory: " + error.what());
+        events_->write(LogLevel::Warn, "transport_refused_memory",
+                       "transport " + std::string(transport->name()) +
+                           " cannot offer this memory: " + error.what(),
+                       detail::LogFields()
+                           .transport(transport->name())
+                           .key(key)
+                           .code(code_label(error.code())));
         refusals += std::string(refusals.empty() ? "" : "; ") + error.what();
       }
     }
@@ -118,9 +168,9 @@ class Connector::Impl {
     for (const auto& descriptor : registration->descriptors())
       described.push_back({descriptor.device(), reinterpret_cast<std::uintptr_t>(descriptor.ptr()),
                            descriptor.size()});
-    registration->set_metadata(RdmaMetadata(kind, std::move(described), to_hex(registration->key()),
-                                            std::move(endpoint), to_hex(registration->token()),
-                                            expires));
+    registration->set_metadata(RdmaMetadata(kind, std::move(described), key, std::move(endpoint),
+                                            to_hex(registration->token()), expires));
+    registration->count_registered();
     context_.registrations->insert(registration);
     return registration;
   }
@@ -132,26 +182,65 @@ class Connector::Impl {
     check_pairing(kind, remote, local);
     auto transfer = std::make_shared<detail::ActiveTransfer>(kind, std::move(local), remote,
                                                              context_.options.connect_timeout);
+    const auto& peer = remote.endpoint().connector;
+    const auto& key = remote.notification_key();
+    transfer->observe(observation(detail::Side::Active, total_bytes(transfer->local()), key, peer));
     // Best shared transport first; one that cannot reach the peer after all (shm refused by the
     // kernel, ...) gives way to the next, with the reason logged.
     std::string refusals;
     for (auto [transport, offer] : candidates(remote.endpoint())) {
+      const std::string transport_name(transport->name());
       try {
-        transfer->set_transport(std::string(transport->name()));
+        transfer->set_transport(transport_name);
+        events_->write(LogLevel::Debug, "transport_chosen",
+                       "transport " + transport_name + " chosen",
+                       detail::LogFields()
+                           .peer(peer)
+                           .transport(transport_name)
+                           .key(key)
+                           .kind(to_string(kind)));
         transport->start(transfer, *offer);
         return transfer;
       } catch (const Error& error) {
-        if (error.code() != ErrorCode::Transport) throw;
-        log("transport " + std::string(transport->name()) +
-            " unusable, trying the next: " + error.what());
+        if (error.code() != ErrorCode::Transport) {
+          // Counted and logged like any failed operation, on the transport it tried.
+          transfer->fail(error);
+          throw;
+        }
+        events_->write(
+            LogLevel::Warn, "transport_fallback",
+            "transport " + transport_name + " unusable, trying the next: " + error.what(),
+            detail::LogFields()
+                .peer(peer)
+                .transport(transport_name)
+                .key(key)
+                .code(code_label(error.code())));
         refusals += std::string(refusals.empty() ? "" : "; ") + error.what();
       }
     }
-    throw Error(ErrorCode::Transport, no_shared_transport(remote.endpoint()) +
-                                          (refusals.empty() ? "" : " (" + refusals + ")"));
+    Error failure(ErrorCode::Transport, no_shared_transport(remote.endpoint()) +
+                                            (refusals.empty() ? "" : " (" + refusals + ")"));
+    transfer->set_transport("");  // counted under transport "none": no transport took it
+    transfer->fail(failure);
+    throw failure;
   }
 
  private:
+  detail::Observation observation(detail::Side side, std::uint64_t bytes, std::string_view key,
+                                  std::string_view peer) const {
+    detail::Observation observation;
+    observation.telemetry = context_.telemetry;
+    observation.side = side;
+    observation.bytes = bytes;
+    // The strings only serve log lines: not copied when nothing would be logged.
+    if (events_->enabled(LogLevel::Warn)) {
+      observation.events = events_;
+      observation.key = key;
+      observation.peer = peer;
+    }
+    return observation;
+  }
+
   // Transports both ends run, in the remote's order of preference (best first).
   std::vector<std::pair<detail::Transport*, const TransportOffer*>> candidates(
       const Endpoint& remote) {
@@ -172,11 +261,8 @@ class Connector::Impl {
            ours + "]";
   }
 
-  void log(const std::string& line) const {
-    if (context_.options.log) context_.options.log(line);
-  }
-
   detail::TransportContext context_;
+  std::shared_ptr<const detail::EventLog> events_;
   std::vector<std::unique_ptr<detail::Transport>> transports_;
 };
 
@@ -187,6 +273,7 @@ Connector::~Connector() = default;
 const std::string& Connector::name() const noexcept { return impl_->name(); }
 const std::string& Connector::hostname() const noexcept { return impl_->hostname(); }
 std::vector<std::string> Connector::transports() const { return impl_->transport_names(); }
+TelemetrySnapshot Connector::telemetry() const { return impl_->telemetry(); }
 
 ReadableOperation Connector::create_readable(std::vector<Descriptor> local) {
   return ReadableOperation(impl_->create_passive(OperationKind::Read, std::move(local)));

@@ -1,6 +1,7 @@
+#include <cstdio>
 #include <cstdlib>
-#include <iostream>
 #include <sstream>
+#include <string>
 
 #include "memwire/connector.hpp"
 #include "memwire/error.hpp"
@@ -18,6 +19,13 @@ Number number_from(const char* variable, const char* text) {
   return static_cast<Number>(value);
 }
 
+// One JSON line per call, written with one call: lines from several threads never interleave.
+void log_to_stderr(std::string_view line) {
+  std::string text(line);
+  text += '\n';
+  std::fwrite(text.data(), 1, text.size(), stderr);
+}
+
 }  // namespace
 
 // The one place memwire reads the environment.
@@ -32,6 +40,14 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
   if (const char* text = std::getenv("MEMWIRE_PORT"))
     options.port = number_from<std::uint16_t>("MEMWIRE_PORT", text);
   if (const char* text = std::getenv("MEMWIRE_RDMA_DEVICE")) options.rdma_device = text;
+  if (const char* text = std::getenv("MEMWIRE_RDMA_DEVICES")) {
+    options.rdma_devices.clear();
+    std::istringstream in(text);
+    for (std::string name; std::getline(in, name, ',');)
+      if (!name.empty()) options.rdma_devices.push_back(name);
+  }
+  if (const char* text = std::getenv("MEMWIRE_RDMA_SLICE_SIZE"))
+    options.rdma_slice_size = number_from<std::size_t>("MEMWIRE_RDMA_SLICE_SIZE", text);
   if (const char* text = std::getenv("MEMWIRE_GID_INDEX"))
     options.gid_index = number_from<int>("MEMWIRE_GID_INDEX", text);
   if (const char* text = std::getenv("MEMWIRE_TCP_CHUNK_SIZE"))
@@ -44,7 +60,15 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
     options.max_connections_per_peer =
         number_from<unsigned>("MEMWIRE_MAX_CONNECTIONS_PER_PEER", text);
   if (const char* text = std::getenv("MEMWIRE_LOG"); text && std::string_view(text) == "1")
-    options.log = [](std::string_view line) { std::clog << "memwire: " << line << '\n'; };
+    options.log = log_to_stderr;
+  if (const char* text = std::getenv("MEMWIRE_LOG_LEVEL"); text && *text) {
+    const auto level = parse_log_level(text);
+    if (!level)
+      throw Error(ErrorCode::InvalidArgument, std::string("MEMWIRE_LOG_LEVEL='") + text +
+                                                  "' is not one of debug, info, warn, error");
+    options.log_level = *level;
+    if (!options.log) options.log = log_to_stderr;
+  }
   return options;
 }
 

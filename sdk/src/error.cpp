@@ -1,38 +1,31 @@
 #include "memwire/error.hpp"
 
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include "memwire/error_codes.hpp"
+
 namespace memwire {
 
+// The human text is the stable name with spaces ("not found"), so the two cannot drift apart.
 std::string_view to_string(ErrorCode code) noexcept {
-  switch (code) {
-    case ErrorCode::InvalidArgument:
-      return "invalid argument";
-    case ErrorCode::InvalidMetadata:
-      return "invalid metadata";
-    case ErrorCode::Pairing:
-      return "pairing";
-    case ErrorCode::SizeMismatch:
-      return "size mismatch";
-    case ErrorCode::Timeout:
-      return "timeout";
-    case ErrorCode::Cancelled:
-      return "cancelled";
-    case ErrorCode::PeerLost:
-      return "peer lost";
-    case ErrorCode::AccessDenied:
-      return "access denied";
-    case ErrorCode::Transport:
-      return "transport";
-    case ErrorCode::NotFound:
-      return "not found";
-    case ErrorCode::Protocol:
-      return "protocol";
-    case ErrorCode::Expired:
-      return "expired";
-  }
-  return "unknown";
+  static const auto texts = [] {
+    std::array<std::string, kAllErrorCodes.size()> spelled;
+    for (auto each : kAllErrorCodes) {
+      auto& text = spelled[static_cast<std::size_t>(each)];
+      text = error_code_name(each);
+      std::replace(text.begin(), text.end(), '_', ' ');
+    }
+    return spelled;
+  }();
+  const auto index = static_cast<std::size_t>(code);
+  return index < texts.size() ? std::string_view(texts[index]) : std::string_view("unknown");
 }
 
 Error::Error(ErrorCode code, const std::string& message)
-    : std::runtime_error(std::string(to_string(code)) + ": " + message), code_(code) {}
+    : std::runtime_error(std::string(to_string(code)) + ": " + message),
+      code_(code),
+      message_at_(to_string(code).size() + 2) {}
 
 }  // namespace memwire

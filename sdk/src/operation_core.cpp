@@ -1,6 +1,26 @@
 #include "operation_core.hpp"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace memwire::detail {
+
+namespace {
+
+// How long wait() spins before it sleeps on the condition variable: about one loopback round
+// trip of a small READ, so that such an operation usually ends while its waiter still runs (no
+// futex wake, no scheduler round trip: 1 us of a 12 us 4 KiB READ here). Longer spins gained
+// little more and, on a busy 2-core host, took the CPU the transport's threads needed (p99 up).
+constexpr std::chrono::nanoseconds kWaitSpin{10'000};
+
+void relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+}  // namespace
 
 OperationStatus OperationCore::status() const {
   std::lock_guard lock(mutex_);
@@ -28,6 +48,13 @@ std::optional<Error> OperationCore::failure() const {
 }
 
 OperationStatus OperationCore::wait(std::optional<std::chrono::milliseconds> timeout) const {
+  if (!settled_.load(std::memory_order_acquire) && (!timeout || timeout->count() > 0)) {
+    const auto until = std::chrono::steady_clock::now() + kWaitSpin;
+    for (unsigned round = 1; !settled_.load(std::memory_order_acquire); ++round) {
+      relax();
+      if (round % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
+    }
+  }
   std::unique_lock lock(mutex_);
   auto done = [&] { return is_terminal(status_) && !settling_; };
   if (!timeout) {
@@ -52,9 +79,54 @@ void OperationCore::on_complete(Callback callback) {
   callback(status);
 }
 
+namespace {
+
+std::string code_label(ErrorCode code) {
+  std::string label(to_string(code));
+  for (auto& c : label)
+    if (c == ' ') c = '_';
+  return label;
+}
+
+}  // namespace
+
+void OperationCore::record_end_locked() const noexcept {
+  if (!observation_.telemetry) return;
+  std::optional<ErrorCode> code;
+  if (status_ == OperationStatus::Errored && error_) code = error_->code();
+  observation_.telemetry->operation_ended(transport_, kind_, observation_.side, status_, code,
+                                          observation_.bytes,
+                                          std::chrono::steady_clock::now() - observation_.started);
+}
+
+void OperationCore::log_end(OperationStatus status, const std::string& transport) const {
+  const bool errored = status == OperationStatus::Errored;
+  const auto level = errored ? LogLevel::Warn : LogLevel::Debug;
+  if (!observation_.events || !observation_.events->enabled(level)) return;
+  std::string code, message;
+  if (auto error = failure()) {
+    if (errored || error->code() != ErrorCode::Cancelled) code = code_label(error->code());
+    message = error->what();
+  }
+  const char* event = errored                                ? "operation_failed"
+                      : status == OperationStatus::Cancelled ? "operation_cancelled"
+                                                             : "operation_complete";
+  if (message.empty()) message = "operation complete";
+  observation_.events->write(level, event, message,
+                             LogFields()
+                                 .peer(observation_.peer)
+                                 .transport(transport)
+                                 .key(observation_.key)
+                                 .code(code)
+                                 .kind(kind_ == OperationKind::Read ? "read" : "write")
+                                 .side(observation_.side == Side::Active ? "active" : "passive")
+                                 .bytes(observation_.bytes));
+}
+
 bool OperationCore::finish(OperationStatus status, std::optional<Error> error,
                            const std::function<void()>& settle) {
   std::vector<Callback> callbacks;
+  std::string transport;
   {
     std::lock_guard lock(mutex_);
     if (is_terminal(status_)) return false;
@@ -62,12 +134,19 @@ bool OperationCore::finish(OperationStatus status, std::optional<Error> error,
     error_ = std::move(error);
     settling_ = static_cast<bool>(settle);
     if (!settling_) callbacks.swap(callbacks_);
+    record_end_locked();
+    transport = transport_;
   }
+  if (!settle) settled_.store(true, std::memory_order_release);
+  log_end(status, transport);
   if (settle) {
     settle();
-    std::lock_guard lock(mutex_);
-    settling_ = false;
-    callbacks.swap(callbacks_);
+    {
+      std::lock_guard lock(mutex_);
+      settling_ = false;
+      callbacks.swap(callbacks_);
+    }
+    settled_.store(true, std::memory_order_release);
   }
   finished_.notify_all();
   for (auto& callback : callbacks) callback(status);

@@ -1,8 +1,11 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -10,8 +13,21 @@
 
 #include "memwire/error.hpp"
 #include "memwire/status.hpp"
+#include "telemetry/event_log.hpp"
+#include "telemetry/telemetry_recorder.hpp"
 
 namespace memwire::detail {
+
+// What telemetry and the log need to know about one operation.
+struct Observation {
+  std::shared_ptr<TelemetryRecorder> telemetry;  // null: not counted
+  std::shared_ptr<const EventLog> events;        // null: not logged
+  Side side = Side::Active;
+  std::uint64_t bytes = 0;
+  std::string key;   // the notification key, hex
+  std::string peer;  // the remote connector, when known
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+};
 
 // The state every operation shares: a status that moves forward once into a final state,
 // a condition variable for waiters and callbacks for event loops.
@@ -19,7 +35,8 @@ class OperationCore {
  public:
   using Callback = std::function<void(OperationStatus)>;
 
-  OperationCore(OperationKind kind, OperationStatus initial) : kind_(kind), status_(initial) {}
+  OperationCore(OperationKind kind, OperationStatus initial)
+      : kind_(kind), status_(initial), settled_(is_terminal(initial)) {}
   virtual ~OperationCore() = default;
   OperationCore(const OperationCore&) = delete;
   OperationCore& operator=(const OperationCore&) = delete;
@@ -29,8 +46,13 @@ class OperationCore {
   std::string transport() const;
   std::string error_message() const;
   void set_transport(std::string name);
+  // Counted and logged when it ends. Set once, before the operation is shared with any thread.
+  void observe(Observation observation) { observation_ = std::move(observation); }
+  const Observation& observation() const noexcept { return observation_; }
 
-  // Returns Complete or Cancelled; throws the failure or Error{Timeout}.
+  // Returns Complete or Cancelled; throws the failure or Error{Timeout}. Spins briefly before it
+  // sleeps: a small operation often ends within a network round trip, and waking a sleeping
+  // waiter from the transport's thread costs about as much again.
   OperationStatus wait(std::optional<std::chrono::milliseconds> timeout) const;
   void on_complete(Callback callback);
 
@@ -49,6 +71,11 @@ class OperationCore {
   virtual void abandon() = 0;
 
  protected:
+  // Counts the final status (under the lock, so that a waiter that sees it sees the counts).
+  void record_end_locked() const noexcept;
+  // Logs the final status; outside the lock, the sink may be slow.
+  void log_end(OperationStatus status, const std::string& transport) const;
+
   // Cancel rules shared by all operations: errored throws, finished changes nothing.
   // Returns true when the caller should go on to cancel.
   bool cancel_applies() const;
@@ -62,6 +89,9 @@ class OperationCore {
   std::string transport_;
   std::vector<Callback> callbacks_;
   bool settling_ = false;  // final, but waiters and callbacks wait for finish's `settle`
+  // Final and settled: what wait() watches while it spins, set once the lock is free again.
+  std::atomic<bool> settled_{false};
+  Observation observation_;
 };
 
 }  // namespace memwire::detail

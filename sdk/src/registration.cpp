@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "clock.hpp"
+#include "memwire/clock.hpp"
 #include "registration_table.hpp"
 
 namespace memwire::detail {
@@ -111,7 +111,14 @@ void Registration::attach(std::unique_ptr<TransportState> state) {
   attachments_.push_back(std::move(state));
 }
 
+void Registration::count_registered() {
+  if (observation().telemetry && !counted_registered_.exchange(true))
+    observation().telemetry->registered(observation().bytes);
+}
+
 void Registration::revoke() {
+  if (counted_registered_.exchange(false))
+    observation().telemetry->unregistered(observation().bytes);
   if (auto table = table_.lock()) table->erase(key_);
   gate_.close(grace_);
   std::vector<std::unique_ptr<TransportState>> released;

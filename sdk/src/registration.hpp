@@ -64,6 +64,9 @@ class Registration final : public OperationCore {
   void fail_from_remote(const Id128& token, Error error);
   void fail(Error error);
 
+  // Counts its bytes as registered (memwire_registered_bytes) until it is revoked.
+  void count_registered();
+
   void attach(std::unique_ptr<TransportState> state);
   // Withdraws remote access at once: out of the table, gate closed, transport state released.
   void revoke();
@@ -84,6 +87,7 @@ class Registration final : public OperationCore {
   std::optional<RdmaMetadata> metadata_;
   AccessGate gate_;
   std::atomic<bool> completing_{false};  // a completion notice was accepted
+  std::atomic<bool> counted_registered_{false};
   std::mutex attachments_mutex_;
   std::vector<std::unique_ptr<TransportState>> attachments_;
 };

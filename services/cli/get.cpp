@@ -12,6 +12,7 @@
 #include "cli/progress.hpp"
 #include "common/channel_options.hpp"
 #include "common/signals.hpp"
+#include "common/telemetry.hpp"
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/channel.hpp"
 
@@ -22,11 +23,6 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr int kAttempts = 5;
-
-milliseconds left_until(Clock::time_point deadline) {
-  return std::max(milliseconds(0),
-                  std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
-}
 
 std::string in_seconds(milliseconds span) {
   char text[32];
@@ -127,7 +123,7 @@ int get(int argc, char** argv, int first) {
 
   auto started = Clock::now();
   auto deadline = started + timeout;
-  Connector connector(ConnectorOptions::from_environment());
+  Connector connector(services::connector_options_from_environment());
   auto channel = services::make_channel(args);
   auto metadata =
       args.has("--wait") ? channel->wait_for(name, timeout) : channel->fetch(name, timeout);

@@ -13,6 +13,8 @@ constexpr const char* kHelp = R"(usage: memwire COMMAND ... (--http URL | --nats
       publish FILE's bytes under NAME until read N times (default 1; 0 = until SIGTERM).
       --ttl-ms: each publication ends after T ms (default: never). The metadata handed out is
       valid for L ms (default 600000, at least 100) and renewed before it expires.
+      --metrics-listen ADDR:PORT (default $MEMWIRE_METRICS_LISTEN): serve the data plane's
+      telemetry on GET /metrics and /healthz there.
   memwire get NAME OUT [--timeout S] [--wait] [--progress]
       read NAME into the file OUT (--wait: wait for NAME to be published). OUT must be a
       regular file or not exist; it is replaced whole once all bytes arrived. --timeout:

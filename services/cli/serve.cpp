@@ -6,6 +6,7 @@
 #include "cli/mapped_file.hpp"
 #include "common/channel_options.hpp"
 #include "common/signals.hpp"
+#include "common/telemetry.hpp"
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/worker.hpp"
 
@@ -20,7 +21,7 @@ constexpr std::chrono::milliseconds kShortestLifetime(100);
 // renews the metadata and the name before they expire, for as long as it serves.
 int serve(int argc, char** argv, int first) {
   auto valued = services::channel_option_names();
-  valued.insert({"--count", "--ttl-ms", "--metadata-ttl-ms"});
+  valued.insert({"--count", "--ttl-ms", "--metadata-ttl-ms", services::kMetricsListen});
   services::Arguments args(argc, argv, first, valued);
   if (args.positional().size() != 2) throw services::UsageError("serve needs NAME FILE");
   const auto& name = services::checked_name(args.positional()[0]);
@@ -28,7 +29,7 @@ int serve(int argc, char** argv, int first) {
   auto count = args.get_uint("--count", 1);
   auto ttl =
       args.get_milliseconds("--ttl-ms", std::chrono::milliseconds(0), std::chrono::milliseconds(0));
-  auto options = ConnectorOptions::from_environment();
+  auto options = services::connector_options_from_environment();
   options.metadata_ttl =
       args.get_milliseconds("--metadata-ttl-ms", options.metadata_ttl, kShortestLifetime);
 
@@ -46,6 +47,7 @@ int serve(int argc, char** argv, int first) {
 
   InputFile file(path);
   Connector connector(options);
+  auto metrics = services::start_metrics_listener(args, connector);
   auto channel = services::make_channel(args);
   sideband::Worker worker(connector, *channel);
   std::vector<Descriptor> local{Descriptor(file.data(), file.size())};

@@ -83,4 +83,25 @@ std::chrono::milliseconds Arguments::get_milliseconds(const std::string& option,
   return std::chrono::milliseconds(static_cast<std::int64_t>(value));
 }
 
+ListenAddress parse_listen_address(const std::string& text, const std::string& source) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon + 1 == text.size())
+    throw UsageError(source + " '" + text + "' is not ADDR:PORT");
+  ListenAddress address;
+  address.host = text.substr(0, colon);
+  if (address.host.size() >= 2 && address.host.front() == '[' && address.host.back() == ']')
+    address.host = address.host.substr(1, address.host.size() - 2);
+  if (address.host.empty()) address.host = "0.0.0.0";
+  const auto port_text = text.substr(colon + 1);
+  unsigned long port = 0;
+  for (char c : port_text) {
+    if (c < '0' || c > '9' || port > 65535)
+      throw UsageError(source + ": bad port in '" + text + "'");
+    port = port * 10 + static_cast<unsigned long>(c - '0');
+  }
+  if (port > 65535) throw UsageError(source + ": bad port in '" + text + "'");
+  address.port = static_cast<std::uint16_t>(port);
+  return address;
+}
+
 }  // namespace memwire::services

@@ -49,4 +49,12 @@ class Arguments {
   std::map<std::string, std::string> values_;
 };
 
+// A listening address from a flag or variable named `source`: "ADDR:PORT", "[V6]:PORT" or
+// ":PORT" (all addresses); port 0 picks a free one. UsageError when malformed.
+struct ListenAddress {
+  std::string host;
+  std::uint16_t port = 0;
+};
+ListenAddress parse_listen_address(const std::string& text, const std::string& source);
+
 }  // namespace memwire::services

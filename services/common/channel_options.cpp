@@ -2,8 +2,9 @@
 
 #include "common/token_file.hpp"
 #include "memwire/error.hpp"
+#include "memwire/sideband/config.hpp"
 #include "memwire/sideband/http.hpp"
-#if MEMWIRE_SERVICES_HAVE_NATS
+#if MEMWIRE_HAVE_NATS
 #include "memwire/sideband/nats.hpp"
 #endif
 
@@ -53,7 +54,7 @@ std::unique_ptr<sideband::Channel> make_channel(const Arguments& arguments) {
     options.ca_file = arguments.get("--ca-file");
     return std::make_unique<sideband::HttpChannel>(std::move(options));
   }
-#if MEMWIRE_SERVICES_HAVE_NATS
+#if MEMWIRE_HAVE_NATS
   sideband::NatsOptions options;
   options.servers = {arguments.get("--nats")};
   options.token = token;

@@ -33,14 +33,6 @@ Prints its URL on stdout once listening; logs one JSON object per line on stderr
 Stops gracefully on SIGTERM or SIGINT.
 )";
 
-std::pair<std::string, std::uint16_t> split_listen(const std::string& text) {
-  auto colon = text.rfind(':');
-  if (colon == std::string::npos) throw memwire::services::UsageError("--listen needs ADDR:PORT");
-  auto port = std::stoul(text.substr(colon + 1));
-  if (port > 65535) throw memwire::services::UsageError("--listen: port out of range");
-  return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
-}
-
 // A duration flag in milliseconds: 1 ms to a day (more would overflow deadlines).
 std::chrono::milliseconds milliseconds_option(const memwire::services::Arguments& args,
                                               const std::string& flag, std::uint64_t fallback) {
@@ -70,17 +62,15 @@ int main(int argc, char** argv) {
     if (!args.positional().empty()) throw UsageError("unexpected argument " + args.positional()[0]);
 
     sideband::HttpEndpointOptions options;
-    try {
-      std::tie(options.bind_address, options.port) =
-          split_listen(args.get("--listen", "127.0.0.1:8470"));
-    } catch (const std::logic_error&) {
-      throw UsageError("--listen needs ADDR:PORT");
-    }
+    const auto listen = parse_listen_address(args.get("--listen", "127.0.0.1:8470"), "--listen");
+    options.bind_address = listen.host;
+    options.port = listen.port;
     if (args.has("--token-file") && args.has("--token")) {
       throw UsageError("--token and --token-file exclude each other");
     }
-    options.token =
-        args.has("--token-file") ? memwire::services::read_token_file(args.get("--token-file")) : args.get("--token");
+    options.token = args.has("--token-file")
+                        ? memwire::services::read_token_file(args.get("--token-file"))
+                        : args.get("--token");
     if (args.has("--token") && options.token.empty()) throw UsageError("--token is empty");
     options.ttl_sweep_interval = milliseconds_option(args, "--ttl-sweep-ms", 1000);
 

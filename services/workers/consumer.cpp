@@ -9,6 +9,7 @@
 #include "common/arguments.hpp"
 #include "common/channel_options.hpp"
 #include "common/exit_codes.hpp"
+#include "common/telemetry.hpp"
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/worker.hpp"
 #include "workers/embedding.hpp"
@@ -26,13 +27,11 @@ constexpr const char* kHelp = R"(usage: memwire-consumer (--http URL | --nats UR
   --requests N         request ids 0..N-1 (default 8)
   --dim D              floats per embedding (default 1024)
   --timeout S          give up after S seconds (default 30)
+  --metrics-listen ADDR:PORT  serve GET /metrics and /healthz there (default:
+                       $MEMWIRE_METRICS_LISTEN; absent: none)
+  --linger S           stay up S seconds after finishing, for a last scrape (default 0)
   auth: --token T, --user U --password P, --ca-file F
 )";
-
-milliseconds left_until(Clock::time_point deadline) {
-  return std::max(milliseconds(0),
-                  std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
-}
 
 // Stages start in any order: until the producer serves the prefix, a request is NotFound.
 WritableOperation request_when_served(sideband::Worker& worker, const std::string& name,
@@ -55,7 +54,8 @@ WritableOperation request_when_served(sideband::Worker& worker, const std::strin
 int main(int argc, char** argv) {
   try {
     auto valued = services::channel_option_names();
-    valued.insert({"--mode", "--prefix", "--requests", "--dim", "--timeout"});
+    valued.insert({"--mode", "--prefix", "--requests", "--dim", "--timeout",
+                   services::kMetricsListen, services::kLinger});
     services::Arguments args(argc, argv, 1, valued, {"--help"});
     if (args.has("--help")) {
       std::cout << kHelp;
@@ -74,7 +74,9 @@ int main(int argc, char** argv) {
     if (requests == 0 || dim == 0) throw services::UsageError("--requests and --dim must be > 0");
     auto deadline = Clock::now() + args.get_seconds("--timeout", std::chrono::seconds(30));
 
-    Connector connector(ConnectorOptions::from_environment());
+    const auto linger = services::linger_of(args);
+    Connector connector(services::connector_options_from_environment());
+    auto metrics = services::start_metrics_listener(args, connector);
     auto channel = services::make_channel(args);
     sideband::Worker worker(connector, *channel);
     auto via = services::channel_kind(args);
@@ -120,6 +122,11 @@ int main(int argc, char** argv) {
                                  : "producer wrote into consumer's writable memory")
               << "; median " << latencies_ms[latencies_ms.size() / 2] << " ms per name, "
               << static_cast<double>(bytes) / total / 1e6 << " MB/s overall" << std::endl;
+    if (linger.count() > 0) {
+      // SIGTERM ends the wait: the default action ends the process.
+      std::cout << "consumer: lingering " << linger.count() << " ms" << std::endl;
+      std::this_thread::sleep_for(linger);
+    }
     return 0;
   } catch (...) {
     return services::report_failure("memwire-consumer", std::current_exception());

@@ -10,6 +10,7 @@
 #include "common/channel_options.hpp"
 #include "common/exit_codes.hpp"
 #include "common/signals.hpp"
+#include "common/telemetry.hpp"
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/worker.hpp"
 #include "workers/embedding.hpp"
@@ -27,6 +28,9 @@ constexpr const char* kHelp = R"(usage: memwire-producer (--http URL | --nats UR
   --requests N              request ids 0..N-1 (default 8)
   --dim D                   floats per embedding (default 1024)
   --timeout S               give up after S seconds (default 30)
+  --metrics-listen ADDR:PORT  serve GET /metrics and /healthz there (default:
+                            $MEMWIRE_METRICS_LISTEN; absent: none)
+  --linger S                stay up S seconds after finishing, for a last scrape (default 0)
   auth: --token T, --user U --password P, --ca-file F
 )";
 
@@ -130,7 +134,8 @@ int run_writable(sideband::Worker& worker, Progress& progress, const std::string
 int main(int argc, char** argv) {
   try {
     auto valued = services::channel_option_names();
-    valued.insert({"--mode", "--prefix", "--requests", "--dim", "--timeout"});
+    valued.insert({"--mode", "--prefix", "--requests", "--dim", "--timeout",
+                   services::kMetricsListen, services::kLinger});
     services::Arguments args(argc, argv, 1, valued, {"--help"});
     if (args.has("--help")) {
       std::cout << kHelp;
@@ -149,6 +154,7 @@ int main(int argc, char** argv) {
     auto dim = static_cast<std::size_t>(args.get_uint("--dim", 1024));
     if (requests == 0 || dim == 0) throw services::UsageError("--requests and --dim must be > 0");
     auto deadline = Clock::now() + args.get_seconds("--timeout", std::chrono::seconds(30));
+    const auto linger = services::linger_of(args);
 
     Progress progress;
     // Before any thread starts, so that all of them leave SIGINT/SIGTERM to the watcher.
@@ -157,13 +163,20 @@ int main(int argc, char** argv) {
       progress.stopping = true;
       progress.changed.notify_all();
     });
-    Connector connector(ConnectorOptions::from_environment());
+    Connector connector(services::connector_options_from_environment());
+    auto metrics = services::start_metrics_listener(args, connector);
     auto channel = services::make_channel(args);
     sideband::Worker worker(connector, *channel);
     auto via = services::channel_kind(args);
-    return mode == "readable"
-               ? run_readable(worker, progress, prefix, requests, dim, deadline, via)
-               : run_writable(worker, progress, prefix, requests, dim, deadline, via);
+    auto status = mode == "readable"
+                      ? run_readable(worker, progress, prefix, requests, dim, deadline, via)
+                      : run_writable(worker, progress, prefix, requests, dim, deadline, via);
+    if (linger.count() > 0) {
+      std::cout << "producer: lingering " << linger.count() << " ms" << std::endl;
+      std::unique_lock lock(progress.mutex);
+      progress.changed.wait_for(lock, linger, [&] { return progress.stopping; });
+    }
+    return status;
   } catch (...) {
     return services::report_failure("memwire-producer", std::current_exception());
   }

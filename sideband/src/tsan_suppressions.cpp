@@ -7,7 +7,9 @@
 // nats.c's TLS connect (uninstrumented libnats and libcrypto) frees an OpenSSL lock on its own
 // thread right after the connecting thread released it; TSan sees only the lock's memory, not
 // the handover inside OpenSSL (seen once in NatsChannelTls.MutualTlsNeedsAClientCertificate).
-extern "C" const char* __tsan_default_suppressions() {
+// Visible although the tree builds with -fvisibility=hidden: the TSan runtime looks it up in the
+// program's dynamic symbols.
+extern "C" __attribute__((visibility("default"))) const char* __tsan_default_suppressions() {
   return "called_from_lib:libcpp-httplib.so\n"
          "race:CRYPTO_THREAD_lock_free\n";
 }

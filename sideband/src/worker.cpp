@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "memwire/clock.hpp"
 #include "memwire/error.hpp"
 
 namespace memwire::sideband {
@@ -15,17 +16,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-milliseconds left_until(Clock::time_point deadline) {
-  return std::max(milliseconds(0),
-                  std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
-}
-
-std::int64_t unix_now_ms() {
-  return std::chrono::duration_cast<milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Complete is the only success; a cancelled transfer is reported as an error.
 void require_complete(OperationStatus status, Operation& operation, std::string_view what) {

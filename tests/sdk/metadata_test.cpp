@@ -47,6 +47,22 @@ TEST(Metadata, RoundTripsThroughJson) {
   EXPECT_EQ(RdmaMetadata::from_json(metadata.to_json()), metadata);
 }
 
+// to_json writes the descriptors itself (thousands in a KV cache): byte for byte what the json
+// tree wrote, also with devices that change from one descriptor to the next and extreme numbers.
+TEST(Metadata, WritesTheDocumentTheJsonTreeWrote) {
+  EXPECT_EQ(RdmaMetadata::from_json(valid_document().dump()).to_json(), valid_document().dump());
+  auto document = valid_document();
+  document["descriptors"] = json::array();
+  for (std::uint64_t i = 0; i < 2048; ++i)
+    document["descriptors"].push_back(
+        {{"device", "cuda:" + std::to_string(i % 3 == 0 ? 0 : 1)},
+         {"ptr", i == 7 ? ~std::uint64_t(0) - 8192 : 4096 + i * 16384},
+         {"size", i == 7 ? 8192 : 8192 + i}});
+  document["expires_at"] = std::int64_t(1) << 50;
+  document["operation_kind"] = 2;
+  EXPECT_EQ(RdmaMetadata::from_json(document.dump()).to_json(), document.dump());
+}
+
 TEST(Metadata, KeepsNixlConnectFieldNames) {
   auto document = json::parse(RdmaMetadata::from_json(valid_document().dump()).to_json());
   for (const char* field : {"descriptors", "notification_key", "operation_kind"})

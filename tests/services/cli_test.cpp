@@ -12,6 +12,7 @@
 
 #include "http_test_support.hpp"
 #include "nats_server.hpp"
+#include "support/channels.hpp"
 #include "support/child_process.hpp"
 #include "support/registry_process.hpp"
 #include "support/sanitizers.hpp"
@@ -148,7 +149,8 @@ TEST_P(CliOverChannel, ServeCountZeroOutlivesTheMetadataLifetime) {
   EXPECT_EQ(server.stop(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Channels, CliOverChannel, ::testing::Values("http", "nats"),
+INSTANTIATE_TEST_SUITE_P(Channels, CliOverChannel,
+                         ::testing::ValuesIn(memwire::test::enabled_channels()),
                          [](const auto& info) { return info.param; });
 
 class Cli : public ::testing::Test {

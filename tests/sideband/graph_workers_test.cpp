@@ -6,6 +6,7 @@
 
 #include "http_test_support.hpp"
 #include "nats_server.hpp"
+#include "support/channels.hpp"
 #include "support/child_process.hpp"
 #include "support/registry_process.hpp"
 
@@ -86,7 +87,8 @@ TEST_P(GraphWorkers, CliServeGetLsAndExitCodes) {
   EXPECT_EQ(cli({"get", "bad..name", out}), 2);  // a usage error
 }
 
-INSTANTIATE_TEST_SUITE_P(Channels, GraphWorkers, ::testing::Values("http", "nats"),
+INSTANTIATE_TEST_SUITE_P(Channels, GraphWorkers,
+                         ::testing::ValuesIn(memwire::test::enabled_channels()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

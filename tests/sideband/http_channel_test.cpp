@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "http_test_support.hpp"
-#include "memwire/error.hpp"
+#include "memwire/error_codes.hpp"
 #include "memwire/sideband/http.hpp"
 #include "support/error_code_of.hpp"
 
@@ -61,7 +61,7 @@ TEST_F(HttpChannelTest, InvalidNamesNeverReachTheWire) {
   EXPECT_EQ(error_code_of([&] { channel_.publish("a/b", sample_metadata(1), 0ms); }),
             ErrorCode::InvalidArgument);
   EXPECT_EQ(error_code_of([&] { channel_.fetch("", 1s); }), ErrorCode::InvalidArgument);
-  EXPECT_EQ(error_code_of([&] { channel_.serve("a..b", [](auto&, auto&) {}); }),
+  EXPECT_EQ(error_code_of([&] { (void)channel_.serve("a..b", [](auto&, auto&) {}); }),
             ErrorCode::InvalidArgument);
 }
 
@@ -222,7 +222,7 @@ TEST(HttpChannelAuth, WrongOrMissingTokenIsAccessDenied) {
     EXPECT_EQ(error_code_of([&] { channel->publish("x", sample_metadata(2), 0ms); }),
               ErrorCode::AccessDenied);
     EXPECT_EQ(error_code_of([&] { channel->list(); }), ErrorCode::AccessDenied);
-    EXPECT_EQ(error_code_of([&] { channel->serve("svc", [](auto&, auto&) {}); }),
+    EXPECT_EQ(error_code_of([&] { (void)channel->serve("svc", [](auto&, auto&) {}); }),
               ErrorCode::AccessDenied);
   }
 }
@@ -304,6 +304,31 @@ TEST_F(HttpChannelTest, RequestErrors) {
   // Readable metadata is no request.
   EXPECT_EQ(error_code_of([&] { channel_.request("svc.x", sample_metadata(1), 1s); }),
             ErrorCode::Pairing);
+}
+
+// Every code an owner throws reaches the requester as that code, its message once (no code text
+// folded into it on the way).
+TEST_F(HttpChannelTest, EveryOwnerErrorCodeCrossesTheWire) {
+  auto subscription = channel_.serve("code", [](const std::string& name, const RdmaMetadata&) {
+    const auto code = kAllErrorCodes.at(std::stoul(name.substr(name.rfind('.') + 1)));
+    throw Error(code, "thrown as " + std::string(error_code_name(code)));
+  });
+  for (std::size_t i = 0; i < kAllErrorCodes.size(); ++i) {
+    const auto name = "code." + std::to_string(i);
+    try {
+      channel_.request(name, sample_metadata(3, OperationKind::Write), 2s);
+      ADD_FAILURE() << name << ": request returned";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), kAllErrorCodes[i]) << e.what();
+      // The endpoint answers NotFound and Timeout with their HTTP statuses, the rest as the
+      // owner's reply: either way the owner's message ends it, once.
+      const std::string thrown = "': thrown as " + std::string(error_code_name(kAllErrorCodes[i]));
+      EXPECT_TRUE(e.message().ends_with(name + thrown)) << e.message();
+      EXPECT_EQ(e.message().find(std::string(to_string(kAllErrorCodes[i])) + ": "),
+                std::string_view::npos)
+          << e.message();
+    }
+  }
 }
 
 TEST_F(HttpChannelTest, SlowOwnerIsTimeoutAndTheServingEndsCleanly) {

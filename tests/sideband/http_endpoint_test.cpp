@@ -153,7 +153,7 @@ TEST(HttpEndpointLifecycle, StopsWithLongPollsInFlightAndFreesThePort) {
   // The same port can be listened on again at once.
   HttpEndpointOptions again;
   again.port = port;
-  EXPECT_NO_THROW(HttpEndpoint{again});
+  EXPECT_NO_THROW({ const HttpEndpoint listening_again{again}; });
 }
 
 TEST(HttpEndpointLifecycle, StopWithoutStartAndBusyPort) {

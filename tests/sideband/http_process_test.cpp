@@ -22,9 +22,9 @@ using test_support::ChildProcess;
 using test_support::sample_metadata;
 
 // The registry prints its URL on stdout once it listens.
-class Registry {
+class RegistryProcess {
  public:
-  explicit Registry(std::vector<std::string> extra = {}) {
+  explicit RegistryProcess(std::vector<std::string> extra = {}) {
     std::vector<std::string> argv{MEMWIRE_REGISTRY_BINARY, "--quiet-requests"};
     // A free port unless the test names one (the default 8470 may be taken).
     if (std::find(extra.begin(), extra.end(), "--listen") == extra.end()) {
@@ -65,7 +65,7 @@ std::string read_all(const std::string& path) {
 }
 
 TEST(HttpProcesses, CliServeAndGetBetweenProcesses) {
-  Registry registry;
+  RegistryProcess registry;
   test_support::TempDir dir;
   auto in = dir.file("in.bin");
   write_bytes(in, 3 << 20, 7);
@@ -90,7 +90,7 @@ TEST(HttpProcesses, CliServeAndGetBetweenProcesses) {
 }
 
 TEST(HttpProcesses, CliExitCodes) {
-  Registry registry({"--token", "s3cret"});
+  RegistryProcess registry({"--token", "s3cret"});
   test_support::TempDir dir;
   auto out = dir.file("out.bin");
   const std::string cli = MEMWIRE_CLI_BINARY;
@@ -116,7 +116,7 @@ TEST(HttpProcesses, CliExitCodes) {
 }
 
 TEST(HttpProcesses, GraphWorkersConsumerReadsProducersReadable) {
-  Registry registry;
+  RegistryProcess registry;
   ChildProcess producer({MEMWIRE_PRODUCER_BINARY, "--http", registry.url(), "--mode", "readable",
                          "--requests", "5", "--dim", "4096"});
   ChildProcess consumer({MEMWIRE_CONSUMER_BINARY, "--http", registry.url(), "--mode", "read",
@@ -129,7 +129,7 @@ TEST(HttpProcesses, GraphWorkersConsumerReadsProducersReadable) {
 }
 
 TEST(HttpProcesses, GraphWorkersProducerWritesIntoConsumersWritable) {
-  Registry registry;
+  RegistryProcess registry;
   // The consumer may ask before the producer serves: it retries "not found" until then.
   ChildProcess consumer({MEMWIRE_CONSUMER_BINARY, "--http", registry.url(), "--mode", "request",
                          "--requests", "5", "--dim", "4096"});
@@ -145,7 +145,7 @@ TEST(HttpProcesses, GraphWorkersProducerWritesIntoConsumersWritable) {
 TEST(HttpProcesses, RegistryRestartedKeepsNamesAndServers) {
   test_support::TempDir dir;
   auto state = dir.file("state.json");
-  auto registry = std::make_unique<Registry>(std::vector<std::string>{"--state", state});
+  auto registry = std::make_unique<RegistryProcess>(std::vector<std::string>{"--state", state});
   auto port = registry->port();
   HttpChannelOptions options;
   options.url = registry->url();
@@ -164,7 +164,7 @@ TEST(HttpProcesses, RegistryRestartedKeepsNamesAndServers) {
     EXPECT_EQ(e.code(), ErrorCode::Transport) << e.what();
   }
 
-  registry = std::make_unique<Registry>(
+  registry = std::make_unique<RegistryProcess>(
       std::vector<std::string>{"--state", state, "--listen", "127.0.0.1:" + port});
   // The same channel reconnects; the names came back from the state file.
   EXPECT_EQ(channel.fetch("kept", 2s), sample_metadata(1));
@@ -218,7 +218,7 @@ TEST(HttpProcesses, RegistryTokenFileIsCheckedAndTrimmed) {
   }
   for (const char* text : {"s3cret\r\n", "s3cret\n", "s3cret"}) {
     write_text(dir.file("token"), text);
-    Registry registry({"--token-file", dir.file("token")});
+    RegistryProcess registry({"--token-file", dir.file("token")});
     httplib::Client client("127.0.0.1", std::stoi(registry.port()));
     EXPECT_EQ(client.Get("/v1/metadata")->status, 401);
     EXPECT_EQ(client.Get("/v1/metadata", {{"Authorization", "Bearer s3cret"}})->status, 200)
@@ -235,8 +235,8 @@ TEST(HttpProcesses, RegistryLimitFlagsAreChecked) {
   // Durations that would overflow a deadline (they wrapped to negative before).
   EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--request-read-ms", "18446744073709551615"}), 2);
   EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--ttl-sweep-ms", "9223372036854775808"}), 2);
-  Registry registry({"--max-body-bytes", "100", "--max-connections", "64", "--max-long-polls", "16",
-                     "--request-read-ms", "500"});
+  RegistryProcess registry({"--max-body-bytes", "100", "--max-connections", "64",
+                            "--max-long-polls", "16", "--request-read-ms", "500"});
   httplib::Client client("127.0.0.1", std::stoi(registry.port()));
   auto put = client.Put("/v1/metadata/a", std::string(101, ' '), "application/json");
   ASSERT_TRUE(put);

@@ -1,7 +1,9 @@
 # HTTP sideband tests: the endpoint and channel against real sockets, the Worker with real
 # connectors, and separate processes (memwire-registry, the memwire CLI, the graph workers; the
 # last also over a real nats-server).
-pkg_check_modules(MEMWIRE_TEST_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+if(NOT MEMWIRE_HAVE_HTTP)
+  return()
+endif()
 add_executable(memwire_sideband_tests
   ${CMAKE_CURRENT_LIST_DIR}/name_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/http_endpoint_test.cpp
@@ -9,11 +11,13 @@ add_executable(memwire_sideband_tests
   ${CMAKE_CURRENT_LIST_DIR}/worker_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/http_process_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/graph_workers_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/telemetry_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/telemetry_process_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../support/child_process.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../support/tcp_received.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../support/nats_server.cpp)
 target_link_libraries(memwire_sideband_tests
-  PRIVATE memwire::sideband PkgConfig::MEMWIRE_TEST_HTTPLIB nlohmann_json::nlohmann_json
+  PRIVATE memwire::sideband PkgConfig::CPP_HTTPLIB nlohmann_json::nlohmann_json
           GTest::gtest_main Threads::Threads)
 target_include_directories(memwire_sideband_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/.. ${CMAKE_CURRENT_LIST_DIR}/../support)
 target_compile_definitions(memwire_sideband_tests PRIVATE
@@ -28,4 +32,4 @@ add_dependencies(memwire_sideband_tests memwire_test_peer)
 gtest_discover_tests(memwire_sideband_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
 # Hostile-input tests reach two internals (the metrics text and the state file) directly.
 target_sources(memwire_sideband_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/http_hardening_test.cpp)
-target_include_directories(memwire_sideband_tests PRIVATE ${PROJECT_SOURCE_DIR}/sideband/src)
+target_link_libraries(memwire_sideband_tests PRIVATE memwire-sideband-internal-headers)

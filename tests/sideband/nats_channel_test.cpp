@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "memwire/error.hpp"
+#include "memwire/error_codes.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/sideband/nats.hpp"
 #include "nats_server.hpp"
@@ -545,6 +545,28 @@ TEST_F(NatsChannelTest, RequestReplyWritesIntoTheRequestersMetadata) {
   subscription.reset();
   EXPECT_EQ(error_code_of([&] { requester.request("models.embed.req-8", writable, 1s); }),
             ErrorCode::NotFound);
+}
+
+// Every code an owner throws reaches the requester as that code, its message once (no code text
+// folded into it on the way).
+TEST_F(NatsChannelTest, EveryOwnerErrorCodeCrossesTheWire) {
+  NatsChannel owner(options_for(server_));
+  NatsChannel requester(options_for(server_));
+  auto subscription = owner.serve("code", [](const std::string& name, const RdmaMetadata&) {
+    const auto code = kAllErrorCodes.at(std::stoul(name.substr(name.rfind('.') + 1)));
+    throw Error(code, "thrown as " + std::string(error_code_name(code)));
+  });
+  for (std::size_t i = 0; i < kAllErrorCodes.size(); ++i) {
+    const auto name = "code." + std::to_string(i);
+    try {
+      requester.request(name, make_metadata(40, OperationKind::Write), 2s);
+      ADD_FAILURE() << name << ": request returned";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), kAllErrorCodes[i]) << e.what();
+      EXPECT_EQ(e.message(), "the owner of '" + name + "' failed: thrown as " +
+                                 std::string(error_code_name(kAllErrorCodes[i])));
+    }
+  }
 }
 
 TEST_F(NatsChannelTest, RequestReplyErrors) {

@@ -2,7 +2,9 @@
 # with JetStream in a temporary folder). nats-server must be installed: the tests fail without it.
 # The TLS tests make certificates with the openssl tool (they skip without it); the NKey test
 # makes its key with libcrypto.
-pkg_check_modules(MEMWIRE_TEST_LIBNATS REQUIRED IMPORTED_TARGET libnats)
+if(NOT MEMWIRE_HAVE_NATS)
+  return()
+endif()
 find_package(OpenSSL REQUIRED)
 add_executable(memwire_nats_tests
   ${CMAKE_CURRENT_LIST_DIR}/nats_channel_test.cpp
@@ -10,11 +12,12 @@ add_executable(memwire_nats_tests
   ${CMAKE_CURRENT_LIST_DIR}/nats_entry_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../support/nats_server.cpp)
 target_link_libraries(memwire_nats_tests
-  PRIVATE memwire::sideband PkgConfig::MEMWIRE_TEST_LIBNATS OpenSSL::Crypto GTest::gtest_main
+  PRIVATE memwire::sideband PkgConfig::LIBNATS OpenSSL::Crypto GTest::gtest_main
           Threads::Threads)
 # nats_entry_test reaches into the library's private entry codec (sideband/src/nats/entry.hpp).
 target_include_directories(memwire_nats_tests
-  PRIVATE ${CMAKE_CURRENT_LIST_DIR}/.. ${CMAKE_CURRENT_LIST_DIR}/../support ${PROJECT_SOURCE_DIR}/sideband/src)
+  PRIVATE ${CMAKE_CURRENT_LIST_DIR}/.. ${CMAKE_CURRENT_LIST_DIR}/../support)
+target_link_libraries(memwire_nats_tests PRIVATE memwire-sideband-internal-headers)
 gtest_discover_tests(memwire_nats_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
 
 # The same against a real 3-node cluster (routes and JetStream on free loopback ports): nodes are
@@ -23,7 +26,7 @@ add_executable(memwire_nats_cluster_tests
   ${CMAKE_CURRENT_LIST_DIR}/nats_cluster_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../support/nats_server.cpp)
 target_link_libraries(memwire_nats_cluster_tests
-  PRIVATE memwire::sideband PkgConfig::MEMWIRE_TEST_LIBNATS GTest::gtest_main Threads::Threads)
+  PRIVATE memwire::sideband PkgConfig::LIBNATS GTest::gtest_main Threads::Threads)
 target_include_directories(memwire_nats_cluster_tests
   PRIVATE ${CMAKE_CURRENT_LIST_DIR}/.. ${CMAKE_CURRENT_LIST_DIR}/../support)
 gtest_discover_tests(memwire_nats_cluster_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 180)

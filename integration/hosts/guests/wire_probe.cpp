@@ -258,9 +258,12 @@ std::string code_of(std::exception_ptr error) {
   }
 }
 
+// The message alone: the verdict line prints the code before it.
 std::string message_of(std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
+  } catch (const memwire::Error& e) {
+    return std::string(e.message());
   } catch (const std::exception& e) {
     return e.what();
   } catch (...) {
@@ -355,11 +358,6 @@ int produce_writable(sideband::Worker& worker, const Plan& plan, Verdict& verdic
     seen = written;
   }
   return 0;
-}
-
-milliseconds left_until(Clock::time_point deadline) {
-  return std::max(milliseconds(0),
-                  std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
 }
 
 // Consumer: reads (or requests) each name in turn into a zeroed buffer and checks it. After a

@@ -5,11 +5,12 @@
 #include <type_traits>
 
 #include "memwire/device.hpp"
+#include "memwire/export.hpp"
 
 namespace memwire {
 
 // A view of memory: (ptr, size, device). Never copies and never owns.
-class Descriptor {
+class MEMWIRE_API Descriptor {
  public:
   Descriptor(void* ptr, std::size_t size, Device device = {})
       : ptr_(ptr), size_(size), device_(device) {}

@@ -3,14 +3,16 @@
 #include <string>
 #include <string_view>
 
+#include "memwire/export.hpp"
+
 namespace memwire {
 
 enum class DeviceKind { Unspecified = 0, Host = 1, Cuda = 2 };
 
-std::string_view to_string(DeviceKind kind) noexcept;
+MEMWIRE_API std::string_view to_string(DeviceKind kind) noexcept;
 
 // Where a descriptor's memory lives: host memory or one CUDA device.
-class Device {
+class MEMWIRE_API Device {
  public:
   Device() = default;  // host:0
   explicit Device(DeviceKind kind, int id = 0);

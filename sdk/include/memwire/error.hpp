@@ -1,8 +1,11 @@
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+
+#include "memwire/export.hpp"
 
 namespace memwire {
 
@@ -21,16 +24,21 @@ enum class ErrorCode {
   Expired,
 };
 
-std::string_view to_string(ErrorCode code) noexcept;
+MEMWIRE_API std::string_view to_string(ErrorCode code) noexcept;
 
-// The one exception type memwire throws at its API boundary.
-class Error : public std::runtime_error {
+// The one exception type memwire throws at its API boundary. what() is "<code>: <message>",
+// composed once; code() and message() give the two parts apart (for a channel that sends them
+// on, or a caller that words its own).
+class MEMWIRE_API Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message);
   ErrorCode code() const noexcept { return code_; }
+  // The message without the code's text in front.
+  std::string_view message() const noexcept { return std::string_view(what()).substr(message_at_); }
 
  private:
   ErrorCode code_;
+  std::size_t message_at_;  // where the message starts in what()
 };
 
 }  // namespace memwire

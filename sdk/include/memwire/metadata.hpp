@@ -7,13 +7,14 @@
 #include <vector>
 
 #include "memwire/device.hpp"
+#include "memwire/export.hpp"
 #include "memwire/status.hpp"
 
 namespace memwire {
 
 // One remote descriptor as the metadata describes it. `ptr` is the owner's address: only the
 // owner's transports interpret it, and only inside its registration.
-struct RemoteDescriptor {
+struct MEMWIRE_API RemoteDescriptor {
   Device device;
   std::uint64_t ptr = 0;
   std::uint64_t size = 0;
@@ -21,7 +22,7 @@ struct RemoteDescriptor {
 };
 
 // How to reach the owner over one transport ("tcp", "shm", "verbs", ...).
-struct TransportOffer {
+struct MEMWIRE_API TransportOffer {
   std::string name;
   std::string address;                            // e.g. "127.0.0.1:4711"
   std::vector<std::uint64_t> keys;                // per-descriptor keys (verbs rkeys), may be empty
@@ -29,7 +30,7 @@ struct TransportOffer {
   friend bool operator==(const TransportOffer&, const TransportOffer&) = default;
 };
 
-struct Endpoint {
+struct MEMWIRE_API Endpoint {
   std::string connector;                   // the owner's connector name
   std::string host;                        // the owner's hostname
   std::vector<TransportOffer> transports;  // best first
@@ -38,7 +39,7 @@ struct Endpoint {
 
 // What a passive operation hands out over a sideband so that a remote can read or write it.
 // JSON keeps nixl_connect's field names and adds version, endpoint, token and expires_at.
-class RdmaMetadata {
+class MEMWIRE_API RdmaMetadata {
  public:
   static constexpr int kVersion = 1;
   // Bounds from_json enforces: more bytes than this in all descriptors together (larger than

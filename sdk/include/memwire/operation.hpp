@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "memwire/descriptor.hpp"
+#include "memwire/export.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/status.hpp"
 
@@ -19,7 +20,7 @@ class OperationCore;
 
 // What the four operations share: status, waiting, cancelling, completion callbacks.
 // Move-only. Destroying an unfinished operation cancels it (a passive one revokes remote access).
-class Operation {
+class MEMWIRE_API Operation {
  public:
   using Callback = std::function<void(OperationStatus)>;
 
@@ -57,7 +58,8 @@ class Operation {
 };
 
 // Passive: local memory that a remote may read. Hand `metadata()` to the reader.
-class ReadableOperation : public Operation {
+class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API ReadableOperation
+    : public Operation {
  public:
   RdmaMetadata metadata() const;
   // Keeps remote access open until `lifetime` from now instead of the metadata's expiry, and
@@ -73,7 +75,8 @@ class ReadableOperation : public Operation {
 };
 
 // Passive: local memory that a remote may write. Hand `metadata()` to the writer.
-class WritableOperation : public Operation {
+class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API WritableOperation
+    : public Operation {
  public:
   RdmaMetadata metadata() const;
   // Keeps remote access open until `lifetime` from now instead of the metadata's expiry, and
@@ -89,7 +92,8 @@ class WritableOperation : public Operation {
 };
 
 // Active: reads remote readable memory into local descriptors.
-class ReadOperation : public Operation {
+class [[nodiscard("dropping it cancels the transfer")]] MEMWIRE_API ReadOperation
+    : public Operation {
  public:
   // The local descriptors, filled; throws Error{InvalidArgument} before the read completed.
   const std::vector<Descriptor>& results() const;
@@ -100,7 +104,8 @@ class ReadOperation : public Operation {
 };
 
 // Active: writes local descriptors into remote writable memory.
-class WriteOperation : public Operation {
+class [[nodiscard("dropping it cancels the transfer")]] MEMWIRE_API WriteOperation
+    : public Operation {
  private:
   friend class Connector;
   using Operation::Operation;

@@ -4,6 +4,7 @@
 #include <span>
 
 #include "memwire/descriptor.hpp"
+#include "memwire/export.hpp"
 
 namespace memwire {
 
@@ -15,11 +16,11 @@ namespace memwire {
 // Zero-filled; size() is what was asked for. Move-only; destroying it unmaps it here, while a
 // peer that still maps it keeps the pages until it lets go. Do not destroy it while an
 // operation uses it, as with any registered memory.
-class SharedBuffer {
+class [[nodiscard("dropping it unmaps the memory at once")]] MEMWIRE_API SharedBuffer {
  public:
-  explicit SharedBuffer(std::size_t size);
+  [[nodiscard("dropping it unmaps the memory at once")]] explicit SharedBuffer(std::size_t size);
   ~SharedBuffer();
-  SharedBuffer(SharedBuffer&& other) noexcept;
+  SharedBuffer(SharedBuffer && other) noexcept;
   SharedBuffer& operator=(SharedBuffer&& other) noexcept;
   SharedBuffer(const SharedBuffer&) = delete;
   SharedBuffer& operator=(const SharedBuffer&) = delete;

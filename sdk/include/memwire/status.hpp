@@ -2,6 +2,8 @@
 
 #include <string_view>
 
+#include "memwire/export.hpp"
+
 namespace memwire {
 
 enum class OperationKind { Unspecified = 0, Read = 1, Write = 2 };
@@ -16,8 +18,8 @@ enum class OperationStatus {
   Errored = 5,
 };
 
-std::string_view to_string(OperationKind kind) noexcept;
-std::string_view to_string(OperationStatus status) noexcept;
+MEMWIRE_API std::string_view to_string(OperationKind kind) noexcept;
+MEMWIRE_API std::string_view to_string(OperationStatus status) noexcept;
 
 constexpr bool is_terminal(OperationStatus status) noexcept {
   return status == OperationStatus::Complete || status == OperationStatus::Cancelled ||

@@ -5,8 +5,10 @@
 #include <string_view>
 #include <vector>
 
-#include "memwire/connector.hpp"
+#include "memwire/connector_options.hpp"
 #include "memwire/metadata.hpp"
+#include "telemetry/event_log.hpp"
+#include "telemetry/telemetry_recorder.hpp"
 
 namespace memwire::detail {
 
@@ -20,6 +22,8 @@ struct TransportContext {
   std::string hostname;
   ConnectorOptions options;
   std::shared_ptr<RegistrationTable> registrations;
+  std::shared_ptr<TelemetryRecorder> telemetry;  // null when telemetry is off
+  std::shared_ptr<const EventLog> events;        // never null
 };
 
 // The seam between the connector and the ways bytes move. One folder per implementation.

@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "http/curl_client.hpp"
-#include "memwire/error.hpp"
+#include "memwire/error_codes.hpp"
 #include "memwire/sideband/http.hpp"
 
 namespace memwire::sideband {
@@ -60,28 +60,12 @@ void check(const http::HttpReply& reply, std::string_view verb, std::string_view
   if (!succeeded(reply)) fail(reply, std::string(verb) + " '" + std::string(name) + "'");
 }
 
-ErrorCode code_from_string(std::string_view text) {
-  for (int i = 0; i <= static_cast<int>(ErrorCode::Expired); ++i) {
-    auto code = static_cast<ErrorCode>(i);
-    if (to_string(code) == text) return code;
-  }
-  return ErrorCode::Transport;
-}
-
-// Error::what() is "<code>: <message>"; the code travels separately.
-std::string bare_message(const Error& e) {
-  std::string_view what = e.what();
-  auto prefix = std::string(to_string(e.code())) + ": ";
-  if (what.starts_with(prefix)) what.remove_prefix(prefix.size());
-  return std::string(what);
-}
-
 RdmaMetadata parse_metadata(const std::string& body, std::string_view name) {
   try {
     return RdmaMetadata::from_json(body);
   } catch (const Error& e) {
     throw Error(ErrorCode::InvalidMetadata,
-                "metadata under '" + std::string(name) + "': " + bare_message(e));
+                "metadata under '" + std::string(name) + "': " + std::string(e.message()));
   } catch (const std::exception& e) {
     throw Error(ErrorCode::InvalidMetadata,
                 "metadata under '" + std::string(name) + "': " + e.what());
@@ -157,9 +141,11 @@ class HttpServeSubscription final : public Subscription {
     try {
       handler_(name, parse_metadata(request.at("metadata").get<std::string>(), name));
     } catch (const Error& e) {
-      result = {{"status", "error"}, {"code", to_string(e.code())}, {"message", bare_message(e)}};
+      // to_string()'s text, as owners always sent it: older requesters know only that one.
+      result = {{"status", "error"}, {"code", to_string(e.code())}, {"message", e.message()}};
     } catch (const std::exception& e) {
-      result = {{"status", "error"}, {"code", "transport"}, {"message", e.what()}};
+      result = {
+          {"status", "error"}, {"code", to_string(ErrorCode::Transport)}, {"message", e.what()}};
     }
     // A 404 here means the requester gave up meanwhile: nothing left to tell.
     client().perform({"POST", "/v1/requests/" + id + "/reply", result.dump(),
@@ -295,7 +281,7 @@ void HttpChannel::request(std::string_view name, const RdmaMetadata& writable,
     throw Error(ErrorCode::Protocol, "request '" + std::string(name) + "': unexpected answer");
   }
   if (body["status"] == "done") return;
-  throw Error(code_from_string(body.value("code", "transport")),
+  throw Error(error_code_from_name(body.value("code", "transport")),
               "owner of '" + std::string(name) + "': " + body.value("message", "failed"));
 }
 

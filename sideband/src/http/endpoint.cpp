@@ -99,12 +99,14 @@ void reply_error(httplib::Response& res, int status, const std::string& message)
 
 // The methods a path takes ("GET, HEAD, PUT"), empty when no route has the path. Checked before
 // routing, so that a wrong method is 405 with Allow and its body is never read.
-std::string allowed_methods(const std::string& path) {
+std::string allowed_methods(const std::string& path, bool metrics_only) {
   auto segment_ok = [](std::string_view s) {
     return !s.empty() && s.find('/') == std::string_view::npos;
   };
   std::string_view p = path;
-  if (p == "/healthz" || p == "/metrics" || p == "/v1/metadata") return "GET, HEAD";
+  if (p == "/healthz" || p == "/metrics") return "GET, HEAD";
+  if (metrics_only) return "";
+  if (p == "/v1/metadata") return "GET, HEAD";
   if (p == "/v1/servers") return "POST";
   if (p.starts_with("/v1/metadata/") && segment_ok(p.substr(13))) return "GET, HEAD, PUT, DELETE";
   if (p.starts_with("/v1/servers/")) {
@@ -413,7 +415,7 @@ class HttpEndpoint::Impl {
         res.set_header("WWW-Authenticate", "Bearer");
         return refuse(401, "missing or wrong bearer token");
       }
-      auto allowed = allowed_methods(req.path);
+      auto allowed = allowed_methods(req.path, options_.metrics_only);
       if (allowed.empty()) return refuse(404, "no such route");
       if (!method_allowed(req.method, allowed)) {
         res.set_header("Allow", allowed);
@@ -482,10 +484,14 @@ class HttpEndpoint::Impl {
       res.set_content("ok\n", "text/plain");
     });
     s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      auto text = metrics_.render({{"memwire_names", static_cast<double>(store_.size())},
-                                   {"memwire_request_servers", double(broker_.servers())},
-                                   {"memwire_requests_pending", double(broker_.pending())},
-                                   {"memwire_http_waiting_requests", double(long_polls_.load())}});
+      std::map<std::string, double> gauges;
+      if (!options_.metrics_only)
+        gauges = {{"memwire_names", static_cast<double>(store_.size())},
+                  {"memwire_request_servers", double(broker_.servers())},
+                  {"memwire_requests_pending", double(broker_.pending())},
+                  {"memwire_http_waiting_requests", double(long_polls_.load())}};
+      auto text = metrics_.render(gauges);
+      if (options_.metrics) text += options_.metrics();
       res.set_content(text, "text/plain; version=0.0.4");
     });
 

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "memwire/clock.hpp"
 #include "memwire/metadata.hpp"
 
 namespace memwire::sideband::http {
@@ -18,18 +19,12 @@ namespace {
 
 using json = nlohmann::json;
 
-std::int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // Expiries are stored as wall-clock times so that they survive the process; 0 = never.
 std::int64_t unix_expiry(const std::optional<MetadataStore::Clock::time_point>& expires) {
   if (!expires) return 0;
   auto left =
       std::chrono::duration_cast<std::chrono::milliseconds>(*expires - MetadataStore::Clock::now());
-  return unix_ms_now() + std::max<std::int64_t>(left.count(), 1);
+  return unix_now_ms() + std::max<std::int64_t>(left.count(), 1);
 }
 
 std::string put_line(const std::string& name, const std::string& document,
@@ -237,7 +232,7 @@ void MetadataStore::load() {
     }  // else: a torn last record, from a crash halfway through an append
   }
   auto now = Clock::now();
-  auto unix_now = unix_ms_now();
+  auto unix_now = unix_now_ms();
   for (auto& [name, value] : latest) {
     auto& [document, expires] = value;
     if (expires != 0 && expires <= unix_now) continue;

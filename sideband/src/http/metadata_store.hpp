@@ -8,11 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
+
 namespace memwire::sideband::http {
 
 // Names -> metadata documents (already checked), each with an optional expiry. Waiters block on
 // a condition variable until a name appears; stop() releases them all.
-class MetadataStore {
+class MEMWIRE_API MetadataStore {
  public:
   using Clock = std::chrono::steady_clock;
 

@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "ids.hpp"
-#include "memwire/error.hpp"
+#include "memwire/error_codes.hpp"
 
 namespace memwire::detail {
 
@@ -59,13 +59,5 @@ struct FrameHeader {
   Id128 token{};
 };
 static_assert(sizeof(FrameHeader) == 80);
-
-inline std::uint8_t wire_code(ErrorCode code) { return static_cast<std::uint8_t>(code) + 1; }
-
-inline ErrorCode error_code_from_wire(std::uint8_t code) {
-  if (code == 0 || code > static_cast<std::uint8_t>(ErrorCode::Expired) + 1)
-    return ErrorCode::Protocol;
-  return static_cast<ErrorCode>(code - 1);
-}
 
 }  // namespace memwire::detail

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "file_descriptor.hpp"
+#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
 
 namespace memwire::detail {
 
@@ -19,26 +20,26 @@ struct HostPort {
   std::string to_string() const { return host + ":" + std::to_string(port); }
 };
 // "host:port"; throws Error{InvalidMetadata} when malformed.
-HostPort parse_host_port(std::string_view text);
+MEMWIRE_API HostPort parse_host_port(std::string_view text);
 
 // A listening TCP socket; throws Error{Transport} with the reason.
-FileDescriptor listen_tcp(const std::string& address, std::uint16_t port);
-std::uint16_t local_port(int fd);
+MEMWIRE_API FileDescriptor listen_tcp(const std::string& address, std::uint16_t port);
+MEMWIRE_API std::uint16_t local_port(int fd);
 // Connects within `timeout`; throws Error{PeerLost} when the peer cannot be reached.
-FileDescriptor connect_tcp(const HostPort& peer, std::chrono::milliseconds timeout);
+MEMWIRE_API FileDescriptor connect_tcp(const HostPort& peer, std::chrono::milliseconds timeout);
 // A listening Unix socket in the abstract namespace ("@name": no file to clean up).
-FileDescriptor listen_unix(const std::string& abstract_name);
-FileDescriptor connect_unix(const std::string& abstract_name);
+MEMWIRE_API FileDescriptor listen_unix(const std::string& abstract_name);
+MEMWIRE_API FileDescriptor connect_unix(const std::string& abstract_name);
 // The process at the other end of a Unix socket, as the kernel vouches for it; 0 otherwise.
-int peer_process(int fd);
+MEMWIRE_API int peer_process(int fd);
 
 // Low latency and fast detection of dead peers on a data connection.
-void tune_data_socket(int fd);
+MEMWIRE_API void tune_data_socket(int fd);
 
 // Blocking I/O that either moves every byte or reports the connection broken (false).
-bool send_all(int fd, iovec* parts, int count);
-bool receive_all(int fd, void* data, std::size_t length);
+MEMWIRE_API bool send_all(int fd, iovec* parts, int count);
+MEMWIRE_API bool receive_all(int fd, void* data, std::size_t length);
 // Sends what the socket takes without blocking: the byte count, or -1 when it broke.
-long send_some(int fd, iovec* parts, int count);
+MEMWIRE_API long send_some(int fd, iovec* parts, int count);
 
 }  // namespace memwire::detail

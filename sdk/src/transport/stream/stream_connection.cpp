@@ -155,6 +155,13 @@ void StreamConnection::read_loop() {
     why = close_reason_;
   }
   handler_->on_closed(*this, Error(ErrorCode::PeerLost, "connection to " + peer_ + ": " + why));
+  if (watch_) {
+    // Closed by either side on purpose (a peer closing its pooled connections as it exits is
+    // routine: operations it broke say so themselves), or lost on an error.
+    const bool routine = why == "connection closed" || why == "peer closed the connection";
+    const auto level = routine ? LogLevel::Debug : LogLevel::Warn;
+    watch_->closed(why, level);
+  }
 }
 
 void StreamConnection::write_loop() {

@@ -12,6 +12,7 @@
 
 #include "access_gate.hpp"
 #include "memwire/error.hpp"
+#include "telemetry/connection_watch.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
 
@@ -62,6 +63,9 @@ class StreamConnection {
   void run(std::chrono::milliseconds first_frame_timeout = {},
            std::function<void()> on_finished = {});
 
+  // Counts this connection open until its reader ends, and logs how it ended. Before run().
+  void watch(std::unique_ptr<ConnectionWatch> watch) { watch_ = std::move(watch); }
+
   // Queues a frame; false when the connection is closed (the frame is dropped).
   bool send(OutFrame frame);
   // Reader thread only: moves payload bytes into `data`, or skips them.
@@ -106,6 +110,7 @@ class StreamConnection {
 
   std::chrono::milliseconds first_frame_timeout_{};
   std::function<void()> on_finished_;
+  std::unique_ptr<ConnectionWatch> watch_;
   std::atomic<int> running_threads_{0};
   std::thread reader_;
   std::thread writer_;

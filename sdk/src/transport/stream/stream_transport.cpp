@@ -174,6 +174,8 @@ class StreamTransport final : public Transport {
       const int peer = settings_.cross_memory ? peer_process(socket.get()) : 0;
       auto connection = std::make_shared<StreamConnection>(
           std::move(socket), std::make_unique<StreamActiveSide>(peer), address);
+      connection->watch(std::make_unique<ConnectionWatch>(context_, settings_.name,
+                                                          Direction::Outbound, address));
       connection->run();
       if (!settings_.cross_memory) {  // a cross-memory dial already said hello, with its probe
         OutFrame hello;
@@ -218,7 +220,8 @@ class StreamTransport final : public Transport {
           reserve.reset();  // one descriptor free: take the connection and close it
           FileDescriptor(::accept4(settings_.listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
           reserve = open_reserve();
-          log("out of file descriptors: a new connection was closed");
+          log(LogLevel::Warn, "connection_refused",
+              "out of file descriptors: a new connection was closed", "");
           continue;
         }
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED ||
@@ -244,7 +247,8 @@ class StreamTransport final : public Transport {
       }
       if (live >= context_.options.max_connections ||
           same_peer >= context_.options.max_connections_per_peer) {
-        log("connection from " + peer + " closed: over the connection limit");
+        log(LogLevel::Warn, "connection_refused",
+            "connection from " + peer + " closed: over the connection limit", peer);
         return;
       }
     }
@@ -254,10 +258,13 @@ class StreamTransport final : public Transport {
     auto connection = std::make_shared<StreamConnection>(std::move(socket), std::move(handler),
                                                          settings_.name + " peer");
     passive->bind(connection);
+    connection->watch(
+        std::make_unique<ConnectionWatch>(context_, settings_.name, Direction::Inbound, peer));
     try {
       connection->run(context_.options.handshake_timeout, [this] { wake(); });
     } catch (const std::system_error& error) {
-      log(std::string("connection closed: cannot start its threads: ") + error.what());
+      log(LogLevel::Warn, "connection_refused",
+          std::string("connection closed: cannot start its threads: ") + error.what(), peer);
       return;
     }
     std::lock_guard lock(mutex_);
@@ -299,8 +306,10 @@ class StreamTransport final : public Transport {
     return FileDescriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   }
 
-  void log(const std::string& line) const {
-    if (context_.options.log) context_.options.log(settings_.name + ": " + line);
+  void log(LogLevel level, std::string_view event, const std::string& line,
+           std::string_view peer) const {
+    context_.events->write(level, event, settings_.name + ": " + line,
+                           LogFields().peer(peer).transport(settings_.name));
   }
 
   // A closed connection is dropped only once its threads are done: until then one of them may

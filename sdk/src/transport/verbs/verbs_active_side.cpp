@@ -1,7 +1,14 @@
-// The active side of the verbs protocol: Begin, then RDMA READ/WRITE batches once the owner
-// accepted, then Done; the owner's Result ends the transfer. Abort is the error notice.
-#include <algorithm>
+// The active side of the verbs protocol: Begin on each rail a transfer uses, then RDMA
+// READ/WRITE batches of its slices once the owner accepted, then Done; the owner's Result
+// ends the transfer. Abort is the error notice. A leg whose rail fails gives its slices back
+// and the legs left (or a pair not tried yet) move them.
+#include <arpa/inet.h>
 
+#include <algorithm>
+#include <bit>
+#include <sstream>
+
+#include "transport/verbs/rail_offer.hpp"
 #include "transport/verbs/verbs_engine.hpp"
 
 namespace memwire::detail::verbs {
@@ -9,17 +16,51 @@ namespace {
 
 // Work requests per post; only the last one of a batch is signalled.
 constexpr unsigned kBatch = 16;
+// A rail that failed this recently is tried last for a transfer that needs only one.
+constexpr std::chrono::seconds kRailPenalty{10};
+// With several rails, at most this many bytes per signalled batch: a completion every few
+// slices tells which rail still moves (rxe never fails an RDMA READ whose responder's link
+// went down: a rail that stops is found by its silence).
+constexpr std::uint64_t kMultiRailBatchBytes = 2u << 20;
+// At most this many bytes in flight per leg when a transfer is striped.
+constexpr std::uint64_t kLegWindow = 8u << 20;
+// A leg with requests in flight and no completion for this long, while another leg of its
+// transfer completed some, is on a rail that stopped; with none completing anywhere for
+// kPeerStall, the peer is unreachable on every rail.
+constexpr std::chrono::seconds kRailStall{4};
+constexpr std::chrono::seconds kPeerStall{10};
+// How long legs of a striped transfer keep to their share while a sibling connects.
+constexpr std::chrono::seconds kShareWait{2};
+
+std::uint32_t ipv4_bits(const std::string& endpoint) {
+  in_addr address{};
+  if (::inet_pton(AF_INET, endpoint.substr(0, endpoint.rfind(':')).c_str(), &address) != 1)
+    return 0;
+  return ntohl(address.s_addr);
+}
+
+// How many leading bits two addresses share: rails on one wire share their subnet.
+int common_prefix(const std::string& a, const std::string& b) {
+  return std::countl_zero(ipv4_bits(a) ^ ipv4_bits(b));
+}
 
 }  // namespace
 
-Notice Engine::begin_notice(const OutboundTransfer& outbound) const {
+Notice Engine::begin_notice(const OutboundTransfer& leg) const {
   Notice notice;
   notice.type = NoticeType::Begin;
-  notice.seq = outbound.seq;
-  notice.key = outbound.transfer->key();
-  notice.token = outbound.transfer->token();
-  notice.kind = outbound.transfer->kind();
+  notice.seq = leg.seq;
+  notice.key = leg.stripe->transfer->key();
+  notice.token = leg.stripe->transfer->token();
+  notice.kind = leg.stripe->transfer->kind();
   return notice;
+}
+
+OutboundTransfer* Engine::leg_of(std::uint64_t leg_seq) {
+  auto where = transfers_.find(leg_seq);
+  if (where == transfers_.end()) return nullptr;
+  auto found = where->second->outbound.find(leg_seq);
+  return found == where->second->outbound.end() ? nullptr : &found->second;
 }
 
 void Engine::begin(const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer,
@@ -27,80 +68,166 @@ void Engine::begin(const std::shared_ptr<ActiveTransfer>& transfer, const Transp
   if (is_terminal(transfer->status())) return;
   const auto& local = transfer->local();
   const auto& remote = transfer->remote().descriptors();
-  if (local.size() != remote.size() || offer.keys.size() != local.size()) {
+  if (local.size() != remote.size()) {
     transfer->fail(Error(ErrorCode::InvalidMetadata,
-                         "verbs offer has " + std::to_string(offer.keys.size()) + " keys for " +
-                             std::to_string(remote.size()) + " remote and " +
+                         "verbs: " + std::to_string(remote.size()) + " remote and " +
                              std::to_string(local.size()) + " local descriptors"));
     return;
   }
-  OutboundTransfer outbound;
-  outbound.seq = seq;
-  outbound.transfer = transfer;
+  std::uint64_t total = 0;
   for (std::size_t i = 0; i < local.size(); ++i) {
     if (local[i].size() != remote[i].size) {
       transfer->fail(
           Error(ErrorCode::SizeMismatch, "descriptor " + std::to_string(i) + " differs in size"));
       return;
     }
-    if (offer.keys[i] > UINT32_MAX) {
-      transfer->fail(Error(ErrorCode::InvalidMetadata,
-                           "verbs key " + std::to_string(offer.keys[i]) + " is not an rkey"));
-      return;
-    }
-    outbound.rkeys.push_back(static_cast<std::uint32_t>(offer.keys[i]));
+    total += local[i].size();
   }
-  std::shared_ptr<Connection> connection;
+  std::vector<PeerRail> peer;
   try {
-    connection = connection_to(transfer->remote().endpoint().connector, offer.address);
+    peer = rails_of(offer, local.size());
   } catch (const Error& error) {
     transfer->fail(error);
     return;
   }
-  auto& entry = connection->outbound.emplace(seq, std::move(outbound)).first->second;
-  transfers_[seq] = connection.get();
+
+  auto stripe = std::make_shared<Stripe>();
+  stripe->seq = seq;
+  stripe->transfer = transfer;
+  stripe->rail_bytes.assign(rails_.size(), 0);
+  stripe->rail_slices.assign(rails_.size(), 0);
+  // Each local rail with the peer rail nearest to it (same subnet: same wire), one to one,
+  // the nearest pairs first.
+  struct Candidate {
+    int bits;
+    std::size_t rail;
+    std::size_t peer_rail;
+  };
+  std::vector<Candidate> candidates;
+  for (std::size_t rail = 0; rail < rails_.size(); ++rail)
+    for (std::size_t other = 0; other < peer.size(); ++other)
+      candidates.push_back(
+          {common_prefix(rails_[rail]->device->ipv4(), peer[other].address), rail, other});
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.bits > b.bits; });
+  std::vector<bool> local_taken(rails_.size(), false), peer_taken(peer.size(), false);
+  for (const auto& candidate : candidates) {
+    if (local_taken[candidate.rail] || peer_taken[candidate.peer_rail]) continue;
+    local_taken[candidate.rail] = peer_taken[candidate.peer_rail] = true;
+    stripe->pairs.push_back({candidate.rail, peer[candidate.peer_rail].address,
+                             peer[candidate.peer_rail].rkeys, false});
+  }
+  std::sort(
+      stripe->pairs.begin(), stripe->pairs.end(),
+      [](const Stripe::Pair& a, const Stripe::Pair& b) { return a.local_rail < b.local_rail; });
+  // Rails that failed lately go last.
+  const auto now = std::chrono::steady_clock::now();
+  std::stable_partition(stripe->pairs.begin(), stripe->pairs.end(), [&](const Stripe::Pair& pair) {
+    return !rails_[pair.local_rail]->failed_within(kRailPenalty, now);
+  });
+  stripe->slice_bytes = slice_bytes_;
+  for (const auto& pair : stripe->pairs)
+    stripe->slice_bytes = std::min(stripe->slice_bytes, rails_[pair.local_rail]->chunk_bytes);
+  stripe->progress = stripe->started = now;
+  stripes_[seq] = stripe;
+
+  // A transfer of one slice goes on one rail; a larger one on every pair.
+  const std::size_t wanted = total > stripe->slice_bytes ? stripe->pairs.size() : 1;
+  std::size_t opened = 0;
+  for (std::size_t pair = 0; pair < stripe->pairs.size() && opened < wanted; ++pair)
+    if (open_leg(stripe, pair)) ++opened;
+  if (opened > 1)
+    stripe->leg_share =
+        (total / opened + stripe->slice_bytes - 1) / stripe->slice_bytes * stripe->slice_bytes;
+  if (opened > 1)
+    stripe->leg_window = std::clamp<std::uint64_t>(
+        (total / opened + stripe->slice_bytes - 1) / stripe->slice_bytes * stripe->slice_bytes,
+        stripe->slice_bytes, std::max(kLegWindow, stripe->slice_bytes));
+  if (opened == 0) {
+    stripes_.erase(seq);
+    transfer->fail(stripe->last_error.value_or(
+        Error(ErrorCode::PeerLost, "verbs: no rail pairs with the peer's")));
+  }
+  arm_timer();  // watches the legs for stalls
+}
+
+bool Engine::open_leg(const std::shared_ptr<Stripe>& stripe, std::size_t pair) {
+  auto& chosen = stripe->pairs[pair];
+  chosen.tried = true;
+  std::shared_ptr<Connection> connection;
+  try {
+    connection = connection_to(stripe->transfer->remote().endpoint().connector, chosen.address,
+                               chosen.local_rail);
+  } catch (const Error& error) {
+    log("verbs: no leg of transfer " + std::to_string(stripe->seq) + " on " +
+        rails_[chosen.local_rail]->device->name() + ": " + error.what());
+    stripe->last_error = error;
+    rails_[chosen.local_rail]->failed_at = std::chrono::steady_clock::now();
+    return false;
+  }
+  OutboundTransfer leg;
+  leg.seq = next_seq_++;
+  leg.stripe = stripe;
+  leg.pair = pair;
+  const auto leg_seq = leg.seq;
+  auto& entry = connection->outbound.emplace(leg_seq, std::move(leg)).first->second;
+  transfers_[leg_seq] = connection.get();
+  stripe->legs.insert(leg_seq);
   if (connection->state == Connection::State::Established) {
     entry.begun = true;
     if (!connection->send(begin_notice(entry)))
       fail_connection(*connection, Error(ErrorCode::Transport, "verbs: cannot post to the QP of " +
                                                                    describe(*connection)));
   }
+  return true;
 }
 
 void Engine::on_accept(Connection& connection, const Notice& notice) {
   auto found = connection.outbound.find(notice.seq);
   if (found == connection.outbound.end()) return;  // aborted meanwhile
-  auto& outbound = found->second;
+  auto& leg = found->second;
+  const auto stripe = leg.stripe;
   if (notice.error) {
-    auto transfer = outbound.transfer;
     transfers_.erase(notice.seq);
+    stripe->legs.erase(notice.seq);
     connection.outbound.erase(found);
-    transfer->fail(Error(*notice.error, "the owner refused the transfer: " + notice.text));
+    // A late leg refused after Done (the owner completed meanwhile) changes nothing.
+    if (!stripe->done_sent)
+      stripe->transfer->fail(
+          Error(*notice.error, "the owner refused the transfer: " + notice.text));
+    settle(stripe);
     return;
   }
-  if (outbound.aborted || is_terminal(outbound.transfer->status())) return;
-  auto pin = outbound.transfer->gate().pin();
-  if (!pin) return;  // being cancelled: its failure notifier (abort) comes next
-  // A device that still holds the buffers after the grace period is cut off: the QP goes.
-  outbound.transfer->gate().add_breaker(
-      reinterpret_cast<std::uintptr_t>(&outbound), [weak = weak_from_this(), seq = notice.seq] {
-        if (auto engine = weak.lock())
-          engine->run_on_loop([raw = engine.get(), seq] { raw->break_transfer(seq); });
-      });
-  const int access = outbound.transfer->kind() == OperationKind::Read ? IBV_ACCESS_LOCAL_WRITE : 0;
+  if (stripe->aborted || stripe->done_sent || is_terminal(stripe->transfer->status())) return;
+  if (!stripe->pin) {
+    auto pin = stripe->transfer->gate().pin();
+    if (!pin) return;  // being cancelled: its failure notifier (abort) comes next
+    stripe->pin = std::move(pin);
+    // A device that still holds the buffers after the grace period is cut off: the QPs go.
+    stripe->transfer->gate().add_breaker(
+        reinterpret_cast<std::uintptr_t>(stripe.get()),
+        [weak = weak_from_this(), seq = stripe->seq] {
+          if (auto engine = weak.lock())
+            engine->run_on_loop([raw = engine.get(), seq] { raw->break_transfer(seq); });
+        });
+  }
+  const int access = stripe->transfer->kind() == OperationKind::Read ? IBV_ACCESS_LOCAL_WRITE : 0;
   try {
-    for (const auto& descriptor : outbound.transfer->local())
-      outbound.regions.push_back(
-          local_regions_.acquire(descriptor.ptr(), descriptor.size(), access));
+    for (const auto& descriptor : stripe->transfer->local())
+      leg.regions.push_back(rails_[connection.rail]->local_regions.acquire(
+          descriptor.ptr(), descriptor.size(), access));
   } catch (const Error& error) {
-    outbound.regions.clear();
-    pin.reset();
-    outbound.transfer->fail(error);  // its abort tells the owner
+    leg.regions.clear();
+    stripe->transfer->fail(error);  // its abort tells the owner
+    settle(stripe);
     return;
   }
-  outbound.pin = std::move(pin);
+  leg.accepted = true;
+  // This leg first (the others may take their windows full once it is in), then those that
+  // waited for it.
   connection.ready.push_back(notice.seq);
   pump(connection);
+  wake_legs(*stripe);
 }
 
 void Engine::pump(Connection& connection) {
@@ -113,111 +240,306 @@ void Engine::pump(Connection& connection) {
     connection.ready.pop_front();
     auto found = connection.outbound.find(seq);
     if (found == connection.outbound.end()) continue;
-    auto& outbound = found->second;
-    if (outbound.aborted || is_terminal(outbound.transfer->status())) {
-      if (outbound.batches_in_flight == 0) outbound.release_buffers();
+    auto& leg = found->second;
+    const auto& stripe = *leg.stripe;
+    if (stripe.aborted || stripe.done_sent || is_terminal(stripe.transfer->status())) continue;
+    // Its window is full: it comes back to the queue when a batch of it completes.
+    if (leg.bytes_in_flight > 0 && leg.bytes_in_flight + stripe.slice_bytes > stripe.leg_window)
       continue;
+    // Until every leg opened with it is accepted, a leg takes no more than its share: a rail
+    // whose connection comes up later still gets its part.
+    // Not for longer than kShareWait: a rail that does not connect must not hold the rest.
+    auto room = stripe.leg_window - leg.bytes_in_flight;
+    // Nor for a sibling on a rail that failed lately: it may not connect at all.
+    const auto now = std::chrono::steady_clock::now();
+    if (!stripe.share_released &&
+        std::any_of(stripe.legs.begin(), stripe.legs.end(), [&](std::uint64_t other) {
+          const auto* other_leg = leg_of(other);
+          return other_leg != nullptr && !other_leg->accepted &&
+                 !rails_[stripe.pairs[other_leg->pair].local_rail]->failed_within(kRailPenalty,
+                                                                                  now);
+        })) {
+      if (leg.bytes_taken >= stripe.leg_share) continue;  // woken when the others are accepted
+      room = std::min(room, stripe.leg_share - leg.bytes_taken);
     }
-    const auto count = outbound.next_batch({requests, credits}, {elements, credits}, chunk_bytes_,
-                                           Connection::wr_id(Connection::Tag::Data, seq));
-    if (count == 0) continue;
+    const auto count = leg.next_batch(
+        {requests, credits}, {elements, credits}, Connection::wr_id(Connection::Tag::Data, seq),
+        std::min(room, rails_.size() > 1 ? kMultiRailBatchBytes : UINT64_MAX));
+    if (count == 0) continue;  // every slice is out: idle unless a failed leg gives some back
+    if (leg.batches.size() == 1) leg.progress = std::chrono::steady_clock::now();
     if (!connection.post_data(requests, count)) {
       fail_connection(connection, Error(ErrorCode::Transport,
                                         "verbs: cannot post RDMA to " + describe(connection)));
       return;
     }
-    ++outbound.batches_in_flight;
     // Round robin: transfers sharing the QP take turns batch by batch.
-    if (!outbound.all_posted()) connection.ready.push_back(seq);
+    if (!stripe.all_taken()) connection.ready.push_back(seq);
   }
 }
 
 void Engine::on_batch_done(Connection& connection, std::uint64_t seq) {
   auto found = connection.outbound.find(seq);
   if (found != connection.outbound.end()) {
-    auto& outbound = found->second;
-    --outbound.batches_in_flight;
-    if (outbound.aborted || is_terminal(outbound.transfer->status())) {
-      if (outbound.batches_in_flight == 0) {
-        outbound.release_buffers();
-        if (outbound.aborted) {
-          transfers_.erase(seq);
-          connection.outbound.erase(found);
-        }
+    auto& leg = found->second;
+    const auto stripe = leg.stripe;
+    if (!leg.batches.empty()) {
+      auto& rail = *rails_[connection.rail];
+      for (const auto& slice : leg.batches.front()) {
+        stripe->rail_bytes[connection.rail] += slice.length;
+        ++stripe->rail_slices[connection.rail];
+        rail.bytes_moved += slice.length;
+        ++rail.slices_moved;
       }
-    } else if (outbound.all_posted() && outbound.batches_in_flight == 0 && !outbound.done_sent) {
-      // Every byte is in place: let go of the buffers, then ask the owner to complete.
-      outbound.release_buffers();
-      outbound.done_sent = true;
-      Notice done;
-      done.type = NoticeType::Done;
-      done.seq = seq;
-      done.key = outbound.transfer->key();
-      done.token = outbound.transfer->token();
-      done.kind = outbound.transfer->kind();
-      if (!connection.send(done)) {
-        fail_connection(connection, Error(ErrorCode::Transport, "verbs: cannot post to the QP of " +
-                                                                    describe(connection)));
-        return;
-      }
+      for (const auto& slice : leg.batches.front()) leg.bytes_in_flight -= slice.length;
+      leg.batches.pop_front();
+      if (!stripe->all_taken() && std::find(connection.ready.begin(), connection.ready.end(),
+                                            seq) == connection.ready.end())
+        connection.ready.push_back(seq);
+      leg.progress = stripe->progress = std::chrono::steady_clock::now();
+    }
+    if (stripe->aborted || is_terminal(stripe->transfer->status())) {
+      settle(stripe);
+    } else if (!stripe->done_sent && stripe->all_taken() &&
+               std::all_of(stripe->legs.begin(), stripe->legs.end(), [&](std::uint64_t other) {
+                 const auto* other_leg = leg_of(other);
+                 return other_leg == nullptr || other_leg->idle();
+               })) {
+      finish_stripe(connection, seq, *stripe);
     }
   }
   pump(connection);
 }
 
-void Engine::on_result(Connection& connection, const Notice& notice) {
-  auto found = connection.outbound.find(notice.seq);
-  if (found == connection.outbound.end()) return;
-  auto transfer = found->second.transfer;
-  transfers_.erase(notice.seq);
-  connection.outbound.erase(found);
-  if (!notice.error)
-    transfer->succeed();
-  else
-    transfer->fail(Error(*notice.error, "the owner did not complete the transfer: " + notice.text));
-}
-
-void Engine::abort(std::uint64_t seq, const Error& error) {
-  auto where = transfers_.find(seq);
-  if (where == transfers_.end()) return;
-  Connection& connection = *where->second;
-  auto found = connection.outbound.find(seq);
-  if (found == connection.outbound.end()) {
-    transfers_.erase(where);
-    return;
-  }
-  auto& outbound = found->second;
-  outbound.aborted = true;
-  bool sent = true;
-  if (outbound.begun) {
-    Notice notice;
-    notice.type = NoticeType::Abort;
-    notice.seq = seq;
-    notice.key = outbound.transfer->key();
-    notice.token = outbound.transfer->token();
-    notice.kind = outbound.transfer->kind();
-    notice.error = error.code();
-    notice.text = error.what();
-    sent = connection.send(notice);
-  }
-  // Work requests still in flight keep the entry (and the buffers' regions) until they end.
-  if (outbound.batches_in_flight == 0) {
-    outbound.release_buffers();
-    transfers_.erase(where);
-    connection.outbound.erase(found);
-  }
-  if (!sent)
+void Engine::finish_stripe(Connection& connection, std::uint64_t leg_seq, Stripe& stripe) {
+  // Every byte is in place: let go of the buffers, then ask the owner to complete.
+  for (auto other : stripe.legs)
+    if (auto* other_leg = leg_of(other)) other_leg->release_buffers();
+  stripe.pin.reset();
+  stripe.done_sent = true;
+  stripe.done_leg = leg_seq;
+  Notice done;
+  done.type = NoticeType::Done;
+  done.seq = leg_seq;
+  done.key = stripe.transfer->key();
+  done.token = stripe.transfer->token();
+  done.kind = stripe.transfer->kind();
+  if (!connection.send(done))
     fail_connection(connection, Error(ErrorCode::Transport,
                                       "verbs: cannot post to the QP of " + describe(connection)));
 }
 
+void Engine::on_result(Connection& connection, const Notice& notice) {
+  auto found = connection.outbound.find(notice.seq);
+  if (found == connection.outbound.end()) return;
+  const auto stripe = found->second.stripe;
+  // The transfer ends on every rail it used.
+  for (auto leg_seq : stripe->legs) {
+    auto where = transfers_.find(leg_seq);
+    if (where == transfers_.end()) continue;
+    where->second->outbound.erase(leg_seq);
+    transfers_.erase(where);
+  }
+  stripe->legs.clear();
+  stripes_.erase(stripe->seq);
+  if (log_) {
+    std::ostringstream line;
+    line << "verbs: transfer " << stripe->seq << " rails";
+    for (std::size_t rail = 0; rail < rails_.size(); ++rail)
+      line << " " << rails_[rail]->device->name() << "=" << stripe->rail_bytes[rail] << "B/"
+           << stripe->rail_slices[rail];
+    if (stripe->first_failure != std::chrono::steady_clock::time_point{})
+      line << " failover-ms="
+           << std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::steady_clock::now() - stripe->first_failure)
+                  .count();
+    log(line.str());
+  }
+  if (!notice.error)
+    stripe->transfer->succeed();
+  else
+    stripe->transfer->fail(
+        Error(*notice.error, "the owner did not complete the transfer: " + notice.text));
+}
+
+void Engine::resume(const std::shared_ptr<Stripe>& stripe) {
+  auto known = stripes_.find(stripe->seq);
+  if (known == stripes_.end() || known->second != stripe) return;  // ended meanwhile
+  if (stripe->aborted || is_terminal(stripe->transfer->status())) {
+    settle(stripe);
+    return;
+  }
+  const auto peer = stripe->transfer->remote().endpoint().connector;
+  if (stripe->done_sent) {
+    // The owner may or may not have completed: without its Result there is no telling.
+    if (!stripe->legs.contains(stripe->done_leg))
+      stripe->transfer->fail(
+          Error(ErrorCode::PeerLost,
+                "verbs: the connection that carried the completion notice "
+                "to " +
+                    peer + " was lost: " + (stripe->last_error ? stripe->last_error->what() : "")));
+    return;
+  }
+  if (!stripe->legs.empty()) {
+    wake_legs(*stripe);  // the legs left take the slices given back
+    return;
+  }
+  // No leg left: a pair not tried yet, if any.
+  for (std::size_t pair = 0; pair < stripe->pairs.size(); ++pair)
+    if (!stripe->pairs[pair].tried && open_leg(stripe, pair)) {
+      log("verbs: transfer " + std::to_string(stripe->seq) + " goes on over " +
+          rails_[stripe->pairs[pair].local_rail]->device->name());
+      return;
+    }
+  // One rail: its own error, as it was. Several: which, and the last one's error.
+  const auto last = stripe->last_error.value_or(Error(ErrorCode::PeerLost, "?"));
+  if (stripe->pairs.size() == 1)
+    stripe->transfer->fail(last);
+  else
+    stripe->transfer->fail(
+        Error(last.code(), "verbs: no rail left to " + peer + " (" +
+                               std::to_string(stripe->pairs.size()) +
+                               " tried); the last: " + std::string(last.message())));
+}
+
+void Engine::wake_legs(const Stripe& stripe) {
+  std::vector<rdma_cm_id*> to_pump;
+  for (auto leg_seq : stripe.legs) {
+    auto where = transfers_.find(leg_seq);
+    if (where == transfers_.end()) continue;
+    Connection& connection = *where->second;
+    auto* leg = leg_of(leg_seq);
+    if (leg == nullptr || !leg->accepted) continue;  // it takes slices once accepted
+    if (std::find(connection.ready.begin(), connection.ready.end(), leg_seq) ==
+        connection.ready.end())
+      connection.ready.push_back(leg_seq);
+    to_pump.push_back(connection.id());
+  }
+  for (auto* id : to_pump)
+    if (auto found = connections_.find(id); found != connections_.end()) {
+      const auto keep = found->second;
+      pump(*keep);
+    }
+}
+
+std::optional<std::chrono::steady_clock::time_point> Engine::next_stall_check() {
+  if (rails_.size() < 2) return std::nullopt;
+  const bool moving = std::any_of(stripes_.begin(), stripes_.end(), [](const auto& entry) {
+    return !entry.second->aborted && !entry.second->done_sent && !entry.second->legs.empty();
+  });
+  if (!moving) return std::nullopt;
+  // Kept once set: re-arming the timer for other reasons must not push the check away.
+  const auto now = std::chrono::steady_clock::now();
+  if (stall_check_at_ <= now) stall_check_at_ = now + std::chrono::milliseconds(500);
+  return stall_check_at_;
+}
+
+void Engine::check_stalls() {
+  if (rails_.size() < 2) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < stall_check_at_) return;
+  std::map<rdma_cm_id*, std::string> stalled;
+  std::vector<std::shared_ptr<Stripe>> released;
+  for (const auto& [seq, stripe] : stripes_) {
+    if (stripe->aborted || stripe->done_sent || is_terminal(stripe->transfer->status())) continue;
+    if (!stripe->share_released && now - stripe->started >= kShareWait) {
+      stripe->share_released = true;  // legs that waited for a slow sibling take the rest
+      released.push_back(stripe);
+    }
+    for (auto leg_seq : stripe->legs) {
+      const auto* leg = leg_of(leg_seq);
+      if (leg == nullptr || leg->idle()) continue;
+      const auto quiet = now - leg->progress;
+      if (quiet < kRailStall) continue;
+      const bool others_move =
+          stripe->progress > leg->progress && now - stripe->progress < kRailStall;
+      if (!others_move && quiet < kPeerStall) continue;
+      const auto& connection = *transfers_.at(leg_seq);
+      stalled.emplace(
+          connection.id(),
+          "verbs: " + rails_[connection.rail]->device->name() + " to " + describe(connection) +
+              " moved nothing for " +
+              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count()) +
+              " ms" + (others_move ? " while other rails did (link down?)" : ""));
+    }
+  }
+  for (const auto& stripe : released) wake_legs(*stripe);
+  for (const auto& [id, why] : stalled)
+    if (auto found = connections_.find(id); found != connections_.end()) {
+      const auto keep = found->second;
+      fail_connection(*keep, Error(ErrorCode::PeerLost, why));
+    }
+}
+
+void Engine::settle(const std::shared_ptr<Stripe>& stripe) {
+  const bool ended =
+      stripe->aborted || stripe->done_sent || is_terminal(stripe->transfer->status());
+  if (!ended) return;
+  for (auto leg_seq : stripe->legs)
+    if (const auto* leg = leg_of(leg_seq); leg != nullptr && !leg->idle()) return;
+  // No request of this transfer is in flight on any rail: the buffers may go.
+  for (auto leg_seq : stripe->legs)
+    if (auto* leg = leg_of(leg_seq)) leg->release_buffers();
+  stripe->pin.reset();
+  if (stripe->aborted && stripe->legs.empty()) stripes_.erase(stripe->seq);
+}
+
+void Engine::abort(std::uint64_t seq, const Error& error) {
+  auto found = stripes_.find(seq);
+  if (found == stripes_.end()) return;
+  const auto stripe = found->second;
+  stripe->aborted = true;
+  std::vector<rdma_cm_id*> broken;
+  const std::vector<std::uint64_t> legs(stripe->legs.begin(), stripe->legs.end());
+  for (auto leg_seq : legs) {
+    auto where = transfers_.find(leg_seq);
+    if (where == transfers_.end()) continue;
+    Connection& connection = *where->second;
+    auto leg = connection.outbound.find(leg_seq);
+    if (leg == connection.outbound.end()) continue;
+    if (leg->second.begun) {
+      Notice notice;
+      notice.type = NoticeType::Abort;
+      notice.seq = leg_seq;
+      notice.key = stripe->transfer->key();
+      notice.token = stripe->transfer->token();
+      notice.kind = stripe->transfer->kind();
+      notice.error = error.code();
+      notice.text = error.what();
+      if (!connection.send(notice)) broken.push_back(connection.id());
+    }
+    // Work requests still in flight keep the leg (and the buffers' regions) until they end.
+    if (leg->second.idle()) {
+      leg->second.release_buffers();
+      connection.outbound.erase(leg);
+      transfers_.erase(where);
+      stripe->legs.erase(leg_seq);
+    }
+  }
+  settle(stripe);
+  for (auto* id : broken)
+    if (auto connection = connections_.find(id); connection != connections_.end()) {
+      const auto keep = connection->second;
+      fail_connection(
+          *keep, Error(ErrorCode::Transport, "verbs: cannot post to the QP of " + describe(*keep)));
+    }
+}
+
 void Engine::break_transfer(std::uint64_t seq) {
-  auto where = transfers_.find(seq);
-  if (where == transfers_.end()) return;
-  fail_connection(*where->second, Error(ErrorCode::PeerLost,
-                                        "verbs: a cancelled transfer's RDMA did not finish "
-                                        "within the grace period; connection to " +
-                                            describe(*where->second) + " reset"));
+  auto found = stripes_.find(seq);
+  if (found == stripes_.end()) return;
+  const auto stripe = found->second;
+  std::vector<rdma_cm_id*> holding;
+  for (auto leg_seq : stripe->legs)
+    if (auto where = transfers_.find(leg_seq); where != transfers_.end())
+      holding.push_back(where->second->id());
+  for (auto* id : holding)
+    if (auto connection = connections_.find(id); connection != connections_.end()) {
+      const auto keep = connection->second;
+      fail_connection(*keep, Error(ErrorCode::PeerLost,
+                                   "verbs: a cancelled transfer's RDMA did not finish within "
+                                   "the grace period; connection to " +
+                                       describe(*keep) + " reset"));
+    }
 }
 
 }  // namespace memwire::detail::verbs

@@ -78,6 +78,7 @@ class Connection {
   const bool outgoing;
   std::string peer;           // the peer connector's name, as it said in its hello
   const std::string address;  // "ip:port" dialled (outgoing only)
+  std::size_t rail = 0;       // the engine's rail (local device) it runs on
   std::chrono::steady_clock::time_point deadline{};
   std::map<std::uint64_t, OutboundTransfer> outbound;    // active transfers, by seq
   std::deque<std::uint64_t> ready;                       // seqs with data left to post

@@ -52,6 +52,15 @@ std::optional<Choice> choose_gid(ibv_context* context, std::uint8_t port, int ta
 
 }  // namespace
 
+std::vector<std::string> VerbsDevice::device_names() {
+  int count = 0;
+  DeviceList devices(rdma_get_devices(&count));
+  std::vector<std::string> names;
+  for (int i = 0; devices && i < count; ++i)
+    names.emplace_back(ibv_get_device_name(devices.get()[i]->device));
+  return names;
+}
+
 VerbsDevice::VerbsDevice(const std::string& wanted, int gid_index) {
   int count = 0;
   devices_.reset(rdma_get_devices(&count));

@@ -3,10 +3,15 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "transport/verbs/verbs_handles.hpp"
 
 namespace memwire::detail::verbs {
+
+// At most this many rails (RDMA devices) per connector: each costs a listener, a completion
+// channel and a registration of every offered buffer.
+inline constexpr std::size_t kMaxRails = 8;
 
 // The RDMA device port this transport runs on: librdmacm's context for it (cm ids resolve to
 // that context, so QPs and memory regions must use it too), one protection domain, the IPv4
@@ -17,6 +22,8 @@ class VerbsDevice {
   // address; `wanted` ("" = any) picks the device by name, `gid_index` (-1 = automatic) the
   // GID. Throws Error{Transport} when there is none.
   VerbsDevice(const std::string& wanted, int gid_index);
+  // The names of the RDMA devices present, in the order librdmacm lists them.
+  static std::vector<std::string> device_names();
   VerbsDevice(const VerbsDevice&) = delete;
   VerbsDevice& operator=(const VerbsDevice&) = delete;
 

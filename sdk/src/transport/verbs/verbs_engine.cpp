@@ -23,6 +23,10 @@ constexpr int kBacklog = 128;
 constexpr std::chrono::milliseconds kFlushOnClose{500};
 // RC retries (transport and receiver-not-ready); 7 = retry RNR forever, a slow peer is no error.
 constexpr std::uint8_t kRetries = 7;
+// With more than one rail, a rail that stops answering must be given up on in seconds (its
+// slices move to the others): the local ACK timeout is 4.096 us * 2^16 = 268 ms, so about
+// 2 s with the retries. A single rail keeps rdma_cm's default.
+constexpr std::uint8_t kMultiRailAckTimeout = 16;
 
 [[noreturn]] void throw_errno(ErrorCode code, const std::string& what) {
   throw Error(code, what + ": " + std::strerror(errno));
@@ -59,7 +63,47 @@ rdma_conn_param connection_parameters(const std::vector<std::byte>& hello) {
   return parameters;
 }
 
+// The rails a connector runs on: the devices listed, or every device with an active port.
+std::vector<std::shared_ptr<const VerbsDevice>> open_rails(
+    const ConnectorOptions& options, const std::function<void(std::string_view)>& log) {
+  auto wanted = options.rdma_devices;
+  if (wanted.empty() && !options.rdma_device.empty()) wanted.push_back(options.rdma_device);
+  if (wanted.size() > kMaxRails)
+    throw Error(ErrorCode::InvalidArgument, "at most " + std::to_string(kMaxRails) +
+                                                " RDMA devices, got " +
+                                                std::to_string(wanted.size()));
+  std::vector<std::shared_ptr<const VerbsDevice>> rails;
+  for (const auto& name : wanted) {
+    if (name.empty()) throw Error(ErrorCode::InvalidArgument, "an RDMA device name is empty");
+    if (std::count(wanted.begin(), wanted.end(), name) > 1)
+      throw Error(ErrorCode::InvalidArgument, "RDMA device " + name + " is listed twice");
+    rails.push_back(std::make_shared<const VerbsDevice>(name, options.gid_index));
+  }
+  if (!wanted.empty()) return rails;
+  for (const auto& name : VerbsDevice::device_names()) {
+    if (rails.size() == kMaxRails) break;
+    try {
+      rails.push_back(std::make_shared<const VerbsDevice>(name, options.gid_index));
+    } catch (const Error& error) {
+      if (log) log("verbs: " + name + " left out: " + error.what());
+    }
+  }
+  // None usable: the single-device search says why.
+  if (rails.empty()) rails.push_back(std::make_shared<const VerbsDevice>("", options.gid_index));
+  return rails;
+}
+
 }  // namespace
+
+Rail::Rail(std::shared_ptr<const VerbsDevice> rail_device)
+    : device(std::move(rail_device)),
+      local_regions(device),
+      completions(ibv_create_comp_channel(device->context())),
+      chunk_bytes(std::min<std::uint64_t>(kMaxChunk, device->max_message_size())) {
+  if (!completions) throw_errno(ErrorCode::Transport, "ibv_create_comp_channel");
+  if (chunk_bytes == 0) chunk_bytes = kMaxChunk;
+  set_nonblocking(completions->fd);
+}
 
 std::shared_ptr<Engine> Engine::create(const TransportContext& context) {
   std::shared_ptr<Engine> engine(new Engine(context));
@@ -70,34 +114,45 @@ std::shared_ptr<Engine> Engine::create(const TransportContext& context) {
 Engine::Engine(const TransportContext& context)
     : connector_name_(context.connector_name),
       log_(context.options.log),
+      telemetry_(context.telemetry),
       connect_timeout_(context.options.connect_timeout),
       max_connections_(context.options.max_connections),
       max_connections_per_peer_(context.options.max_connections_per_peer),
       registrations_(context.registrations),
-      device_(std::make_shared<const VerbsDevice>(context.options.rdma_device,
-                                                  context.options.gid_index)),
-      chunk_bytes_(std::min<std::uint64_t>(kMaxChunk, device_->max_message_size())),
-      local_regions_(device_),
+      slice_bytes_(context.options.rdma_slice_size),
       events_(rdma_create_event_channel()),
-      completions_(ibv_create_comp_channel(device_->context())),
       timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
+  if (slice_bytes_ < 4096)
+    throw Error(ErrorCode::InvalidArgument,
+                "rdma_slice_size must be at least 4096 bytes, got " + std::to_string(slice_bytes_));
   if (!events_) throw_errno(ErrorCode::Transport, "rdma_create_event_channel");
-  if (!completions_) throw_errno(ErrorCode::Transport, "ibv_create_comp_channel");
   if (!timer_) throw_errno(ErrorCode::Transport, "timerfd_create");
-  if (chunk_bytes_ == 0) chunk_bytes_ = kMaxChunk;
   set_nonblocking(events_->fd);
-  set_nonblocking(completions_->fd);
-  listen();
-  log("verbs: " + device_->name() + " port " + std::to_string(device_->port()) + ", GID index " +
-      std::to_string(device_->gid_index()) + ", listening on " + address_);
+  for (auto& device : open_rails(context.options, log_)) {
+    rails_.push_back(std::make_unique<Rail>(std::move(device)));
+    auto& rail = *rails_.back();
+    listen(rail);
+    log("verbs: rail " + std::to_string(rails_.size() - 1) + ": " + rail.device->name() + " port " +
+        std::to_string(rail.device->port()) + ", GID index " +
+        std::to_string(rail.device->gid_index()) + ", listening on " + rail.address);
+  }
   loop_.watch(events_->fd, [this] {
     on_cm_events();
     after_handler();
   });
-  loop_.watch(completions_->fd, [this] {
-    on_completions();
-    after_handler();
-  });
+  for (std::size_t index = 0; index < rails_.size(); ++index) {
+    loop_.watch(rails_[index]->completions->fd, [this, index] {
+      on_completions(*rails_[index]);
+      after_handler();
+    });
+    // Port state changes: a port that goes down fails its rail's connections at once.
+    const int async_fd = rails_[index]->device->context()->async_fd;
+    set_nonblocking(async_fd);
+    loop_.watch(async_fd, [this, index] {
+      on_async_events(index);
+      after_handler();
+    });
+  }
   loop_.watch(timer_.get(), [this] {
     on_timer();
     after_handler();
@@ -106,19 +161,20 @@ Engine::Engine(const TransportContext& context)
 
 Engine::~Engine() { shutdown(); }
 
-void Engine::listen() {
+void Engine::listen(Rail& rail) {
+  const auto& device = *rail.device;
   rdma_cm_id* raw = nullptr;
   if (rdma_create_id(events_.get(), &raw, nullptr, RDMA_PS_TCP) != 0)
     throw_errno(ErrorCode::Transport, "rdma_create_id");
-  listener_.reset(raw);
-  auto address = ipv4_address(device_->ipv4(), 0);
+  rail.listener.reset(raw);
+  auto address = ipv4_address(device.ipv4(), 0);
   if (rdma_bind_addr(raw, reinterpret_cast<sockaddr*>(&address)) != 0)
-    throw_errno(ErrorCode::Transport, "rdma_bind_addr " + device_->ipv4());
-  if (raw->verbs != device_->context())
+    throw_errno(ErrorCode::Transport, "rdma_bind_addr " + device.ipv4());
+  if (raw->verbs != device.context())
     throw Error(ErrorCode::Transport,
-                device_->ipv4() + " does not belong to RDMA device " + device_->name());
+                device.ipv4() + " does not belong to RDMA device " + device.name());
   if (rdma_listen(raw, kBacklog) != 0) throw_errno(ErrorCode::Transport, "rdma_listen");
-  address_ = device_->ipv4() + ":" + std::to_string(ntohs(rdma_get_src_port(raw)));
+  rail.address = device.ipv4() + ":" + std::to_string(ntohs(rdma_get_src_port(raw)));
 }
 
 void Engine::shutdown() {
@@ -137,13 +193,23 @@ void Engine::shutdown() {
   // The progress thread is gone: what it owned is ours now.
   std::vector<std::shared_ptr<Connection>> all;
   for (const auto& [id, connection] : connections_) all.push_back(connection);
-  for (const auto& connection : all)
-    fail_connection(*connection, Error(ErrorCode::Cancelled, "the connector is shutting down"));
+  const Error closing(ErrorCode::Cancelled, "the connector is shutting down");
+  for (const auto& connection : all) fail_connection(*connection, closing);
+  for (const auto& [seq, stripe] : stripes_) stripe->transfer->fail(closing);
+  orphaned_.clear();
+  stripes_.clear();
   bury();
-  listener_.reset();
+  for (auto& rail : rails_) rail->listener.reset();
 }
 
 void Engine::after_handler() {
+  // Transfers that lost a leg go on, now that the handler that failed it is out of the way.
+  // Bounded: each round tries pairs not tried before; what is left waits for the next handler.
+  for (int round = 0; round < 16 && !orphaned_.empty(); ++round) {
+    auto orphans = std::move(orphaned_);
+    orphaned_.clear();
+    for (const auto& stripe : orphans) resume(stripe);
+  }
   bury();
   if (flushed_ == nullptr) return;
   for (const auto& [id, connection] : connections_)
@@ -202,6 +268,11 @@ void Engine::on_cm_events() {
       switch (type) {
         case RDMA_CM_EVENT_ADDR_RESOLVED:
           connection.create_queue_pair();
+          if (rails_.size() > 1) {
+            std::uint8_t ack_timeout = kMultiRailAckTimeout;
+            rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout,
+                            sizeof ack_timeout);  // best effort: the default is only slower
+          }
           if (rdma_resolve_route(id, timeout_ms(connect_timeout_)) != 0)
             throw_errno(ErrorCode::PeerLost, "rdma_resolve_route to " + connection.address);
           break;
@@ -240,8 +311,9 @@ void Engine::on_cm_events() {
           break;
         case RDMA_CM_EVENT_DEVICE_REMOVAL:
           fail_connection(connection,
-                          Error(ErrorCode::Transport,
-                                "verbs: RDMA device " + device_->name() + " was removed"));
+                          Error(ErrorCode::PeerLost, "verbs: RDMA device " +
+                                                         rails_[connection.rail]->device->name() +
+                                                         " was removed"));
           break;
         default:
           break;  // TIMEWAIT_EXIT, ADDR_CHANGE, ...: nothing to do
@@ -255,7 +327,10 @@ void Engine::on_cm_events() {
 void Engine::on_connect_request(rdma_cm_id* id, const std::optional<std::string>& peer,
                                 const rdma_conn_param&) {
   CmId owned(id);  // destroyed (so refused) unless accepted below
-  if (!peer) {
+  const auto rail = std::find_if(rails_.begin(), rails_.end(), [&](const auto& candidate) {
+    return candidate->device->context() == id->verbs;
+  });
+  if (!peer || rail == rails_.end()) {
     rdma_reject(id, nullptr, 0);
     return;
   }
@@ -273,8 +348,9 @@ void Engine::on_connect_request(rdma_cm_id* id, const std::optional<std::string>
     rdma_reject(id, nullptr, 0);
     return;
   }
-  auto connection = std::make_shared<Connection>(device_, completions_.get(), std::move(owned),
-                                                 false, *peer, endpoint);
+  auto connection = std::make_shared<Connection>((*rail)->device, (*rail)->completions.get(),
+                                                 std::move(owned), false, *peer, endpoint);
+  connection->rail = static_cast<std::size_t>(rail - rails_.begin());
   try {
     connection->create_queue_pair();
     const auto ours = encode_hello(connector_name_, kAcceptPrivateData);
@@ -286,13 +362,14 @@ void Engine::on_connect_request(rdma_cm_id* id, const std::optional<std::string>
   }
   connection->state = Connection::State::Connecting;
   connection->deadline = std::chrono::steady_clock::now() + connect_timeout_;
+  if (telemetry_) telemetry_->connection_opened("verbs", Direction::Inbound);
   connections_[id] = std::move(connection);
   arm_timer();
 }
 
 std::shared_ptr<Connection> Engine::connection_to(const std::string& peer,
-                                                  const std::string& address) {
-  const auto key = peer + "@" + address;
+                                                  const std::string& address, std::size_t rail) {
+  const auto key = peer + "@" + address + "#" + std::to_string(rail);
   if (auto found = pool_.find(key);
       found != pool_.end() && found->second->state != Connection::State::Closed)
     return found->second;
@@ -304,15 +381,18 @@ std::shared_ptr<Connection> Engine::connection_to(const std::string& peer,
   if (rdma_create_id(events_.get(), &raw, nullptr, RDMA_PS_TCP) != 0)
     throw_errno(ErrorCode::Transport, "rdma_create_id");
   CmId id(raw);
-  // From our device's address, so that the route goes through our device.
-  auto source = ipv4_address(device_->ipv4(), 0);
+  // From the rail's address, so that the route goes through the rail's device.
+  const auto& device = rails_[rail]->device;
+  auto source = ipv4_address(device->ipv4(), 0);
   if (rdma_resolve_addr(raw, reinterpret_cast<sockaddr*>(&source),
                         reinterpret_cast<sockaddr*>(&*destination),
                         timeout_ms(connect_timeout_)) != 0)
     throw_errno(ErrorCode::PeerLost, "verbs: cannot resolve " + address);
-  auto connection =
-      std::make_shared<Connection>(device_, completions_.get(), std::move(id), true, peer, address);
+  auto connection = std::make_shared<Connection>(device, rails_[rail]->completions.get(),
+                                                 std::move(id), true, peer, address);
+  connection->rail = rail;
   connection->deadline = std::chrono::steady_clock::now() + connect_timeout_;
+  if (telemetry_) telemetry_->connection_opened("verbs", Direction::Outbound);
   connections_[raw] = connection;
   pool_[key] = connection;
   arm_timer();
@@ -345,11 +425,11 @@ void Engine::on_established(Connection& connection, const std::optional<std::str
 
 // ---- completions ----------------------------------------------------------------------------
 
-void Engine::on_completions() {
+void Engine::on_completions(Rail& rail) {
   for (;;) {
     ibv_cq* cq = nullptr;
     void* context = nullptr;
-    if (ibv_get_cq_event(completions_.get(), &cq, &context) != 0) return;  // drained
+    if (ibv_get_cq_event(rail.completions.get(), &cq, &context) != 0) return;  // drained
     // Acknowledged at once: destroying a CQ waits for its events to be acknowledged. A CQ's
     // events cannot be read once it is destroyed, so `context` is a live connection.
     ibv_ack_cq_events(cq, 1);
@@ -361,6 +441,28 @@ void Engine::on_completions() {
       continue;
     }
     drain(connection);
+  }
+}
+
+void Engine::on_async_events(std::size_t rail) {
+  auto* context = rails_[rail]->device->context();
+  const auto port = rails_[rail]->device->port();
+  for (int count = 0; count < 64; ++count) {
+    ibv_async_event event{};
+    if (ibv_get_async_event(context, &event) != 0) return;  // drained (EAGAIN)
+    const auto type = event.event_type;
+    const bool port_lost = (type == IBV_EVENT_PORT_ERR && event.element.port_num == port) ||
+                           type == IBV_EVENT_DEVICE_FATAL;
+    ibv_ack_async_event(&event);
+    if (!port_lost) continue;
+    rails_[rail]->failed_at = std::chrono::steady_clock::now();
+    std::vector<std::shared_ptr<Connection>> lost;
+    for (const auto& [id, connection] : connections_)
+      if (connection->rail == rail) lost.push_back(connection);
+    const Error error(ErrorCode::PeerLost, "verbs: " + rails_[rail]->device->name() + " port " +
+                                               std::to_string(port) + " went down (" +
+                                               ibv_event_type_str(type) + ")");
+    for (const auto& connection : lost) fail_connection(*connection, error);
   }
 }
 
@@ -430,8 +532,8 @@ void Engine::on_work_error(Connection& connection, const ibv_wc& completion) {
   // QP (which is now in the error state) get "connection broke".
   const auto seq = Connection::value_of(completion.wr_id);
   auto found = connection.outbound.find(seq);
-  const bool reading =
-      found != connection.outbound.end() && found->second.transfer->kind() == OperationKind::Read;
+  const bool reading = found != connection.outbound.end() &&
+                       found->second.stripe->transfer->kind() == OperationKind::Read;
   const std::string what = std::string("verbs: RDMA ") + (reading ? "READ" : "WRITE") + " from " +
                            describe(connection) + " failed: " + status;
   ErrorCode code = ErrorCode::Transport;
@@ -455,6 +557,7 @@ void Engine::arm_timer() {
     if (connection->state == Connection::State::Resolving ||
         connection->state == Connection::State::Connecting)
       if (!next || connection->deadline < *next) next = connection->deadline;
+  if (auto stall = next_stall_check(); stall && (!next || *stall < *next)) next = stall;
   itimerspec spec{};
   if (next) {
     // steady_clock is CLOCK_MONOTONIC; an all-zero it_value would disarm instead.
@@ -481,6 +584,7 @@ void Engine::on_timer() {
                     Error(ErrorCode::Timeout,
                           "verbs: connecting to " + describe(*connection) + " took more than " +
                               std::to_string(connect_timeout_.count()) + " ms"));
+  check_stalls();
   arm_timer();
 }
 
@@ -521,24 +625,69 @@ void Engine::fail_connection(Connection& connection, const Error& error,
   connection.outbound.clear();
   connection.inbound.clear();
   connection.ready.clear();
-  for (auto& [seq, transfer] : outbound) {
+  const auto now = std::chrono::steady_clock::now();
+  if (error.code() != ErrorCode::Cancelled) rails_[connection.rail]->failed_at = now;
+  for (auto& [seq, leg] : outbound) {
     transfers_.erase(seq);
-    transfer.release_buffers();
+    leg.release_buffers();
   }
   // Freed once the current handler returns: the caller may still hold a reference.
   if (auto found = connections_.find(connection.id()); found != connections_.end()) {
+    if (telemetry_)
+      telemetry_->connection_closed("verbs",
+                                    connection.outgoing ? Direction::Outbound : Direction::Inbound);
     graveyard_.push_back(found->second);
     connections_.erase(found);
   }
   std::erase_if(pool_, [&](const auto& entry) { return entry.second.get() == &connection; });
   arm_timer();
 
-  for (auto& [seq, transfer] : outbound)
-    if (!transfer.aborted)
-      transfer.transfer->fail(culprit && *culprit == seq && culprit_error ? *culprit_error : error);
-  for (auto& [key, weak] : inbound)
+  for (auto& [seq, leg] : outbound) {
+    const auto stripe = leg.stripe;
+    stripe->legs.erase(seq);
+    // Its unfinished slices go back to the transfer: the QP is gone, so no request of them
+    // touches memory any more, and the legs left move them again.
+    std::size_t given_back = 0;
+    for (const auto& batch : leg.batches)
+      for (const auto& slice : batch) {
+        stripe->returned.push_back(slice);
+        ++given_back;
+      }
+    leg.batches.clear();
+    leg.bytes_in_flight = 0;
+    if (stripe->aborted || is_terminal(stripe->transfer->status())) {
+      settle(stripe);
+      continue;
+    }
+    const Error& why = culprit && *culprit == seq && culprit_error ? *culprit_error : error;
+    stripe->last_error = why;
+    if (stripe->first_failure == std::chrono::steady_clock::time_point{})
+      stripe->first_failure = now;
+    // A rail that broke is worked around; a refusal, garbage or a shutdown is the transfer's.
+    const auto code = why.code();
+    if (code == ErrorCode::Cancelled || code == ErrorCode::AccessDenied ||
+        code == ErrorCode::Protocol) {
+      stripe->transfer->fail(why);
+      settle(stripe);
+      continue;
+    }
+    log("verbs: transfer " + std::to_string(stripe->seq) + " lost its leg on " +
+        rails_[connection.rail]->device->name() + "; " + std::to_string(given_back) +
+        " slices in flight go to the rails left");
+    orphaned_.push_back(stripe);
+  }
+  // A registration fails with the last connection that began it: the peer's other rails may
+  // still carry its transfer.
+  for (auto& [registration_key, weak] : inbound) {
+    const auto& key = registration_key;  // a plain reference: lambdas cannot capture a binding
+    const bool held = std::any_of(connections_.begin(), connections_.end(), [&](const auto& entry) {
+      return entry.second->state != Connection::State::Closed &&
+             entry.second->inbound.contains(key);
+    });
+    if (held) continue;
     if (auto registration = weak.lock())
       registration->fail(Error(ErrorCode::PeerLost, error.what()));
+  }
 }
 
 std::string Engine::describe(const Connection& connection) const {

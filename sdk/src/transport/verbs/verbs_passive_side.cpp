@@ -54,6 +54,8 @@ void Engine::on_done(Connection& connection, const Notice& notice) {
   try {
     registration->complete_from_remote(notice.token, [&] {
       answered = true;
+      // The transfer may have begun on several rails: it ends on all of them.
+      for (const auto& [id, other] : connections_) other->inbound.erase(notice.key);
       reply(connection, NoticeType::Result, notice.seq);
     });
   } catch (const Error& error) {

@@ -4,18 +4,17 @@
 
 #include "registration.hpp"
 #include "transport/verbs/ipv4_endpoint.hpp"
+#include "transport/verbs/rail_offer.hpp"
 #include "transport/verbs/verbs_engine.hpp"
 
 namespace memwire::detail {
 namespace {
 
-// The memory regions of one passive operation. Released when it is revoked (completed,
-// cancelled, expired or dropped): a late RDMA access with the old rkeys then fails on the
-// device with a remote access error.
+// The memory regions of one passive operation, on every rail. Released when it is revoked
+// (completed, cancelled, expired or dropped): a late RDMA access with the old rkeys then fails
+// on the device with a remote access error.
 struct OfferedRegions final : TransportState {
-  explicit OfferedRegions(std::shared_ptr<const verbs::VerbsDevice> owner)
-      : device(std::move(owner)) {}
-  std::shared_ptr<const verbs::VerbsDevice> device;  // outlives the regions: they use its PD
+  std::vector<std::shared_ptr<const verbs::VerbsDevice>> devices;  // outlive the regions (PDs)
   std::vector<verbs::Mr> regions;
 };
 
@@ -33,12 +32,18 @@ class VerbsTransport final : public Transport {
     const int access = registration.kind() == OperationKind::Read
                            ? IBV_ACCESS_REMOTE_READ
                            : IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
-    auto state = std::make_unique<OfferedRegions>(engine_->device());
-    TransportOffer offer{"verbs", engine_->address(), {}, {}};
-    for (const auto& descriptor : registration.descriptors()) {
-      auto region = state->device->register_memory(descriptor.ptr(), descriptor.size(), access);
-      offer.keys.push_back(region->rkey);
-      state->regions.push_back(std::move(region));
+    auto state = std::make_unique<OfferedRegions>();
+    TransportOffer offer{"verbs", {}, {}, {}};
+    for (std::size_t rail = 0; rail < engine_->rail_count(); ++rail) {
+      const auto& device = engine_->device(rail);
+      state->devices.push_back(device);
+      std::vector<std::uint64_t> keys;
+      for (const auto& descriptor : registration.descriptors()) {
+        auto region = device->register_memory(descriptor.ptr(), descriptor.size(), access);
+        keys.push_back(region->rkey);
+        state->regions.push_back(std::move(region));
+      }
+      verbs::add_rail(offer, rail, engine_->address(rail), keys);
     }
     registration.attach(std::move(state));
     return offer;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "memwire/error_codes.hpp"
+
 namespace memwire::detail::verbs {
 namespace {
 
@@ -62,8 +64,6 @@ class Reader {
   std::size_t at_ = 0;
 };
 
-constexpr auto kLastErrorCode = static_cast<std::uint8_t>(ErrorCode::Expired);
-
 }  // namespace
 
 std::size_t encode(const Notice& notice, std::span<std::byte, kNoticeBytes> out) {
@@ -73,9 +73,7 @@ std::size_t encode(const Notice& notice, std::span<std::byte, kNoticeBytes> out)
   writer.u8(kVersion);
   writer.u8(static_cast<std::uint8_t>(notice.type));
   writer.u8(static_cast<std::uint8_t>(notice.kind));
-  // 0 = success, otherwise the ErrorCode + 1.
-  writer.u8(notice.error ? static_cast<std::uint8_t>(static_cast<std::uint8_t>(*notice.error) + 1)
-                         : 0);
+  writer.u8(notice.error ? wire_code(*notice.error) : 0);  // 0 = success
   writer.u64(notice.seq);
   writer.bytes(notice.key.data(), notice.key.size());
   writer.bytes(notice.token.data(), notice.token.size());
@@ -101,9 +99,9 @@ Notice decode(std::span<const std::byte> in) {
     throw Error(ErrorCode::Protocol, "unknown operation kind " + std::to_string(kind));
   notice.kind = static_cast<OperationKind>(kind);
   const auto code = reader.u8();
-  if (code > kLastErrorCode + 1)
+  if (code != 0 && !is_error_wire_code(code))
     throw Error(ErrorCode::Protocol, "unknown error code " + std::to_string(code));
-  if (code != 0) notice.error = static_cast<ErrorCode>(code - 1);
+  if (code != 0) notice.error = error_code_from_wire(code);
   notice.seq = reader.u64();
   reader.bytes(notice.key.data(), notice.key.size());
   reader.bytes(notice.token.data(), notice.token.size());

@@ -10,6 +10,7 @@
 
 #include "ids.hpp"
 #include "memwire/error.hpp"
+#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
 #include "memwire/status.hpp"
 
 namespace memwire::detail::verbs {
@@ -37,15 +38,15 @@ struct Notice {
 inline constexpr std::size_t kNoticeBytes = 256;
 
 // Writes `notice` (text cut at kMaxText) into `out`; returns the bytes used.
-std::size_t encode(const Notice& notice, std::span<std::byte, kNoticeBytes> out);
+MEMWIRE_API std::size_t encode(const Notice& notice, std::span<std::byte, kNoticeBytes> out);
 // Throws Error{Protocol} on anything malformed: the peer is not speaking this protocol.
-Notice decode(std::span<const std::byte> in);
+MEMWIRE_API Notice decode(std::span<const std::byte> in);
 
 // rdma_cm private data of a connect request and of its accept: who is on the other end.
 // Private data limits of an RC connect request and of its accept on rdma_cm over IB/RoCE.
 inline constexpr std::size_t kConnectPrivateData = 56;
 inline constexpr std::size_t kAcceptPrivateData = 196;
-std::vector<std::byte> encode_hello(std::string_view connector, std::size_t limit);
-std::optional<std::string> decode_hello(const void* data, std::size_t length);
+MEMWIRE_API std::vector<std::byte> encode_hello(std::string_view connector, std::size_t limit);
+MEMWIRE_API std::optional<std::string> decode_hello(const void* data, std::size_t length);
 
 }  // namespace memwire::detail::verbs

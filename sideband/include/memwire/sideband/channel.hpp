@@ -8,27 +8,31 @@
 #include <string_view>
 #include <vector>
 
+#include "memwire/export.hpp"
 #include "memwire/metadata.hpp"
 
 namespace memwire::sideband {
 
 // Throws Error{InvalidArgument} unless `name` is 1..200 characters of [A-Za-z0-9_-] tokens
 // separated by single dots: what both NATS subject tokens and URL path segments accept.
-void validate_name(std::string_view name);
+MEMWIRE_API void validate_name(std::string_view name);
 
 // Ends a serve() registration when destroyed.
-class Subscription {
+class MEMWIRE_API Subscription {
  public:
   virtual ~Subscription() = default;
 };
 
-// The seam between workers and the ways metadata travels by name (HTTP, NATS).
+// The seams between workers and the ways metadata travels by name (HTTP, NATS): a registry of
+// names and a request service. A Channel is both, over one connection.
 // Errors: Error{NotFound} for an unknown or withdrawn name, Error{Timeout} for a slow owner or
 // server, Error{InvalidMetadata} for a stored document that does not parse, Error{AccessDenied}
 // for refused credentials, Error{Transport} for anything else on the wire.
-class Channel {
+
+// Names -> metadata.
+class MEMWIRE_API Registry {
  public:
-  virtual ~Channel() = default;
+  virtual ~Registry() = default;
 
   // Publishes `metadata` under `name` for `ttl` (zero = until withdrawn); replaces an old value.
   virtual void publish(std::string_view name, const RdmaMetadata& metadata,
@@ -38,11 +42,18 @@ class Channel {
   // Like fetch, but waits (without polling sleeps) until the name is published.
   virtual RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout) = 0;
   virtual std::vector<std::string> list() = 0;
+};
 
-  // Request/reply: the owner of names under `prefix` is asked to write the named data into a
-  // requester's writable memory. The handler returns once the data is written (or throws).
+// Request/reply: the owner of names under `prefix` is asked to write the named data into a
+// requester's writable memory.
+class MEMWIRE_API RequestService {
+ public:
+  virtual ~RequestService() = default;
+
+  // The handler returns once the data is written (or throws).
   using RequestHandler = std::function<void(const std::string& name, const RdmaMetadata& writable)>;
-  virtual std::unique_ptr<Subscription> serve(std::string_view prefix, RequestHandler handler) = 0;
+  [[nodiscard("dropping it ends the registration at once")]] virtual std::unique_ptr<Subscription>
+  serve(std::string_view prefix, RequestHandler handler) = 0;
   // Sends `writable` to the owner of `name` and returns when the owner reports it written;
   // throws the owner's error, Error{NotFound} when nobody serves `name`, Error{Timeout}.
   // A stop requested on `abandon` ends the wait early with Error{Cancelled}: the caller knows
@@ -50,5 +61,8 @@ class Channel {
   virtual void request(std::string_view name, const RdmaMetadata& writable,
                        std::chrono::milliseconds timeout, std::stop_token abandon = {}) = 0;
 };
+
+// Both halves over one connection: what a Worker takes.
+class Channel : public Registry, public RequestService {};
 
 }  // namespace memwire::sideband

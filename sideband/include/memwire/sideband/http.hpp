@@ -8,12 +8,13 @@
 #include <string_view>
 #include <vector>
 
+#include "memwire/export.hpp"
 #include "memwire/sideband/channel.hpp"
 
 namespace memwire::sideband {
 
 // One served HTTP request, for access logs.
-struct HttpAccessRecord {
+struct MEMWIRE_API HttpAccessRecord {
   std::string method;
   std::string path;
   int status = 0;
@@ -21,7 +22,7 @@ struct HttpAccessRecord {
   std::string remote;
 };
 
-struct HttpEndpointOptions {
+struct MEMWIRE_API HttpEndpointOptions {
   std::string bind_address = "127.0.0.1";
   std::uint16_t port = 0;  // 0 = any free port; see HttpEndpoint::port()
   // Bearer token every request but GET /healthz must present; empty = no authentication.
@@ -57,6 +58,11 @@ struct HttpEndpointOptions {
   std::chrono::milliseconds max_ttl = std::chrono::days(365);
   // Called after each request (on a server thread): keep it short.
   std::function<void(const HttpAccessRecord&)> access_log;
+  // More Prometheus text for GET /metrics, e.g. a worker's data-plane telemetry:
+  // [&connector] { return memwire::to_prometheus(connector.telemetry()); }
+  std::function<std::string()> metrics;
+  // Serve GET /healthz and /metrics only (see MetricsListener); every other path is 404.
+  bool metrics_only = false;
 };
 
 // The HTTP metadata endpoint, embeddable in any process and run standalone by memwire-registry.
@@ -72,10 +78,11 @@ struct HttpEndpointOptions {
 //   POST   /v1/requests/{name}?wait_ms=N  body: writable metadata -> {"status":"done"} or
 //                                         {"status":"error","code":...,"message":...}
 //   POST   /v1/requests/{id}/reply          body: {"status":"done"} or the error form
-class HttpEndpoint {
+class MEMWIRE_API HttpEndpoint {
  public:
   // Binds at once (so port() is known); throws Error{Transport} when it cannot.
-  explicit HttpEndpoint(HttpEndpointOptions options = {});
+  [[nodiscard("dropping it stops the endpoint at once")]] explicit HttpEndpoint(
+      HttpEndpointOptions options = {});
   ~HttpEndpoint();
   HttpEndpoint(const HttpEndpoint&) = delete;
   HttpEndpoint& operator=(const HttpEndpoint&) = delete;
@@ -95,7 +102,7 @@ class HttpEndpoint {
   std::unique_ptr<Impl> impl_;
 };
 
-struct HttpChannelOptions {
+struct MEMWIRE_API HttpChannelOptions {
   std::string url;    // the endpoint: "http://host:port" or "https://host:port"
   std::string token;  // sent as "Authorization: Bearer ..."
   std::string user;   // HTTP basic auth (for endpoints behind a proxy); empty = none
@@ -114,7 +121,7 @@ struct HttpChannelOptions {
 
 // Channel over an HttpEndpoint, on libcurl. Keeps its connections open between calls; safe to
 // use from several threads (each call takes an idle connection or opens one).
-class HttpChannel final : public Channel {
+class MEMWIRE_API HttpChannel final : public Channel {
  public:
   explicit HttpChannel(HttpChannelOptions options);
   ~HttpChannel() override;
@@ -127,7 +134,8 @@ class HttpChannel final : public Channel {
   void withdraw(std::string_view name) override;
   RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout) override;
   std::vector<std::string> list() override;
-  std::unique_ptr<Subscription> serve(std::string_view prefix, RequestHandler handler) override;
+  [[nodiscard("dropping it ends the registration at once")]] std::unique_ptr<Subscription> serve(
+      std::string_view prefix, RequestHandler handler) override;
   void request(std::string_view name, const RdmaMetadata& writable,
                std::chrono::milliseconds timeout, std::stop_token abandon = {}) override;
 

@@ -8,11 +8,12 @@
 #include <string_view>
 #include <vector>
 
+#include "memwire/export.hpp"
 #include "memwire/sideband/channel.hpp"
 
 namespace memwire::sideband {
 
-struct NatsOptions {
+struct MEMWIRE_API NatsOptions {
   // One or more server URLs ("nats://host:4222", "tls://host:4222"); tried in this order. An
   // entry may itself be a comma-separated list ("nats://a:4222,nats://b:4222"), as one
   // command-line flag or environment variable gives it. Give every node of a cluster: a client
@@ -131,7 +132,7 @@ struct NatsOptions {
 // withdraw() of a name that is not published is not an error; it removes the registry entry
 // even when another process published it (that process's responder stays until it withdraws
 // or exits). Thread-safe: all methods may be called from several threads at once.
-class NatsChannel final : public Channel {
+class MEMWIRE_API NatsChannel final : public Channel {
  public:
   // Connects at once. Throws Error{AccessDenied} when the server refuses the credentials,
   // Error{Transport} when no server can be reached or JetStream is not enabled,
@@ -147,7 +148,8 @@ class NatsChannel final : public Channel {
   void withdraw(std::string_view name) override;
   RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout) override;
   std::vector<std::string> list() override;
-  std::unique_ptr<Subscription> serve(std::string_view prefix, RequestHandler handler) override;
+  [[nodiscard("dropping it ends the registration at once")]] std::unique_ptr<Subscription> serve(
+      std::string_view prefix, RequestHandler handler) override;
   void request(std::string_view name, const RdmaMetadata& writable,
                std::chrono::milliseconds timeout, std::stop_token abandon = {}) override;
 

@@ -10,6 +10,7 @@
 
 #include "memwire/connector.hpp"
 #include "memwire/descriptor.hpp"
+#include "memwire/export.hpp"
 #include "memwire/operation.hpp"
 #include "memwire/sideband/channel.hpp"
 
@@ -23,9 +24,9 @@ class LeaseRenewer;
 // Memory published under a name by Worker::publish. Ending the lease (destruction or release())
 // withdraws the name and revokes remote access; the operation completes when a reader is done.
 // While it lives, its worker renews the metadata and the name before they expire.
-class Lease {
+class [[nodiscard("dropping it withdraws the name at once")]] MEMWIRE_API Lease {
  public:
-  Lease(Lease&&) noexcept;
+  Lease(Lease &&) noexcept;
   Lease& operator=(Lease&&) noexcept;
   Lease(const Lease&) = delete;
   Lease& operator=(const Lease&) = delete;
@@ -47,7 +48,7 @@ class Lease {
 
 // What a serve() handler hands back for a name: the descriptors to write from, and whatever
 // keeps their memory alive until the write is done (may be null when the caller owns it).
-struct ServedData {
+struct MEMWIRE_API ServedData {
   std::vector<Descriptor> descriptors;
   std::shared_ptr<const void> owner;
 };
@@ -56,7 +57,7 @@ struct ServedData {
 // Both must outlive the worker and everything it hands out. A worker renews its leases on a
 // thread of its own (started with the first lease whose metadata expires); leases that outlive
 // their worker are no longer renewed.
-class Worker {
+class MEMWIRE_API Worker {
  public:
   Worker(Connector& connector, Channel& channel);
   ~Worker();
@@ -66,8 +67,9 @@ class Worker {
   // Publishes `local` for remote reads under `name`. ttl zero = until the lease ends; otherwise
   // until the lease ends or `ttl` passed, whichever is first. Metadata that expires sooner (the
   // connector's metadata_ttl) is renewed, with the name, before it does (a third into it).
-  Lease publish(std::string_view name, std::vector<Descriptor> local,
-                std::chrono::milliseconds ttl = std::chrono::milliseconds(0));
+  [[nodiscard("dropping it withdraws the name at once")]] Lease publish(
+      std::string_view name, std::vector<Descriptor> local,
+      std::chrono::milliseconds ttl = std::chrono::milliseconds(0));
 
   enum class Lookup {
     Fetch,               // an unknown name is Error{NotFound} at once
@@ -80,8 +82,9 @@ class Worker {
 
   // Reads the memory published under `name` into `local`; returns the completed operation
   // (see transport()). `timeout` bounds the lookup and the transfer together.
-  ReadOperation read(std::string_view name, std::vector<Descriptor> local,
-                     std::chrono::milliseconds timeout, Lookup lookup = Lookup::Fetch);
+  [[nodiscard("it holds the filled descriptors and the transport used")]] ReadOperation read(
+      std::string_view name, std::vector<Descriptor> local, std::chrono::milliseconds timeout,
+      Lookup lookup = Lookup::Fetch);
 
   // Answers requests for names under `prefix` by writing handler(name) into the requester's
   // memory. The handler throws (e.g. Error{NotFound}) to refuse; the requester gets the error.
@@ -91,17 +94,18 @@ class Worker {
     // Called after each completed write (on the channel's thread), e.g. to log transport().
     std::function<void(const std::string& name, const WriteOperation& write)> on_written;
   };
-  std::unique_ptr<Subscription> serve(std::string_view prefix, ServeHandler handler,
-                                      ServeOptions options);
-  std::unique_ptr<Subscription> serve(std::string_view prefix, ServeHandler handler) {
+  [[nodiscard("dropping it ends the registration at once")]] std::unique_ptr<Subscription> serve(
+      std::string_view prefix, ServeHandler handler, ServeOptions options);
+  [[nodiscard("dropping it ends the registration at once")]] std::unique_ptr<Subscription> serve(
+      std::string_view prefix, ServeHandler handler) {
     return serve(prefix, std::move(handler), ServeOptions{});
   }
 
   // Asks the owner of `name` to write it into `local`; returns the completed operation.
   // An owner whose connection drops mid-write (killed) ends the call at once with that error
   // (Error{PeerLost}), not with Error{Timeout} after `timeout`.
-  WritableOperation request(std::string_view name, std::vector<Descriptor> local,
-                            std::chrono::milliseconds timeout);
+  [[nodiscard("it holds the written memory's operation and the transport used")]] WritableOperation
+  request(std::string_view name, std::vector<Descriptor> local, std::chrono::milliseconds timeout);
 
   Connector& connector() noexcept { return *connector_; }
   Channel& channel() noexcept { return *channel_; }

@@ -1,0 +1,133 @@
+// Metadata of a KV-cache-shaped transfer (many descriptors) against a 1-descriptor one: made
+// (RdmaMetadata built and written as JSON), fetched by name over HTTP (HttpEndpoint +
+// HttpChannel, one kept-alive connection) and over NATS (request/reply to the live publisher),
+// and parsed (RdmaMetadata::from_json, also part of every fetch).
+//
+//   metadata_scale --nats URL [--descriptors 1,2048] [--iterations 300]
+//
+// Prints one line per size and, on its last line, all of it as JSON (microseconds, bytes).
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench_support.hpp"
+#include "memwire/sideband/http.hpp"
+#include "memwire/sideband/nats.hpp"
+#include "sample_metadata.hpp"
+
+using namespace memwire;
+using namespace memwire::bench;
+using namespace std::chrono_literals;
+
+namespace {
+
+// COUNT blocks of 8 KiB, every other one of a larger buffer (scattered), two offers.
+RdmaMetadata kv_metadata(std::size_t count, std::uint64_t seed) {
+  std::vector<RemoteDescriptor> descriptors;
+  descriptors.reserve(count);
+  for (std::size_t i = 0; i < count; ++i)
+    descriptors.push_back(RemoteDescriptor{Device{}, 0x7f0000000000ULL + i * 16384, 8192});
+  return RdmaMetadata(OperationKind::Read, std::move(descriptors), hex32(seed),
+                      Endpoint{hex32(seed + 1),
+                               "bench",
+                               {TransportOffer{"tcp", "127.0.0.1:4711", {}, {}},
+                                TransportOffer{"shm", "@memwire-bench", {}, {}}}},
+                      hex32(seed + 2), 0);
+}
+
+template <class F>
+Summary measure(int iterations, F&& call) {
+  for (int i = 0; i < iterations / 10 + 1; ++i) call();  // connections, caches
+  std::vector<double> samples;
+  for (int i = 0; i < iterations; ++i) {
+    const auto start = Clock::now();
+    call();
+    samples.push_back(seconds_since(start) * 1e6);
+  }
+  return summarize(std::move(samples));
+}
+
+nlohmann::json figures(const Summary& s) {
+  return {{"p50_us", s.median}, {"p99_us", s.p99}, {"min_us", s.min}, {"max_us", s.max}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string url;
+  std::vector<std::size_t> counts = {1, 2048};
+  int iterations = 300;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i], value = argv[i + 1];
+    if (key == "--nats") {
+      url = value;
+    } else if (key == "--descriptors") {
+      counts.clear();
+      for (const auto& item : split(value)) counts.push_back(std::stoul(item));
+    } else if (key == "--iterations") {
+      iterations = std::max(10, std::stoi(value));
+    } else {
+      std::fprintf(stderr, "metadata_scale: unknown option %s\n", key.c_str());
+      return 2;
+    }
+  }
+  if (url.empty()) {
+    std::fprintf(stderr, "metadata_scale: --nats URL is required\n");
+    return 2;
+  }
+  try {
+    sideband::HttpEndpoint endpoint;
+    endpoint.start();
+    sideband::HttpChannelOptions http_options;
+    http_options.url = endpoint.url();
+    sideband::HttpChannel http(http_options);
+    sideband::NatsOptions nats_options;
+    nats_options.servers = {url};
+    nats_options.kv_bucket = "memwire_bench_scale";
+    nats_options.subject_prefix = "memwire-bench-scale";
+    sideband::NatsChannel owner(nats_options);
+    sideband::NatsChannel reader(nats_options);
+
+    nlohmann::json results = nlohmann::json::array();
+    for (std::size_t count : counts) {
+      const auto metadata = kv_metadata(count, count);
+      const std::string document = metadata.to_json();
+      const std::string name = "bench.scale" + std::to_string(count);
+      http.publish(name, metadata, 0ms);
+      owner.publish(name, metadata, 0ms);
+      if (http.fetch(name, 5s) != metadata || reader.fetch(name, 5s) != metadata)
+        throw std::runtime_error("fetched metadata differs from the published");
+      const auto made = measure(iterations, [&] {
+        auto built = kv_metadata(count, count);
+        auto text = built.to_json();
+        asm volatile("" : : "r"(text.data()) : "memory");
+      });
+      const auto parsed = measure(iterations, [&] {
+        auto back = RdmaMetadata::from_json(document);
+        asm volatile("" : : "r"(&back) : "memory");
+      });
+      const auto over_http = measure(iterations, [&] { http.fetch(name, 5s); });
+      const auto over_nats = measure(iterations, [&] { reader.fetch(name, 5s); });
+      std::printf(
+          "%5zu descriptors  %7zu B  made p50 %8.1f us  parsed %8.1f us  HTTP fetch %8.1f us  "
+          "NATS fetch %8.1f us\n",
+          count, document.size(), made.median, parsed.median, over_http.median, over_nats.median);
+      std::fflush(stdout);
+      results.push_back({{"descriptors", count},
+                         {"bytes", document.size()},
+                         {"made", figures(made)},
+                         {"parsed", figures(parsed)},
+                         {"http_fetch", figures(over_http)},
+                         {"nats_fetch", figures(over_nats)}});
+      http.withdraw(name);
+      owner.withdraw(name);
+    }
+    std::printf("%s\n",
+                nlohmann::json{{"iterations", iterations}, {"results", results}}.dump().c_str());
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "metadata_scale: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,478 @@
+"""Connector and the four operations, as nixl_connect shapes them, over memwire's C++ core.
+
+Completion reaches asyncio through memwire's completion callback: the C++ side calls
+``_deliver`` on the thread that finished the operation, which hands the status to the event loop
+with ``call_soon_threadsafe``. Nothing polls.
+"""
+
+import asyncio
+import math
+import weakref
+
+from . import _memwire
+from .descriptor import Descriptor, as_descriptors
+from .errors import InvalidArgumentError, MemwireError, TimeoutError
+from .metadata import RdmaMetadata
+from .types import OperationKind, OperationStatus
+
+#: Seconds a wait takes when given no timeout (every wait has one).
+DEFAULT_TIMEOUT = 300.0
+
+
+def _timeout_seconds(timeout):
+    if timeout is None:
+        return DEFAULT_TIMEOUT
+    if type(timeout) is float and 0 < timeout < math.inf:
+        return timeout
+    try:
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"timeout must be seconds, not {timeout!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidArgumentError(f"timeout must be positive and finite, not {timeout!r}")
+    return seconds
+
+
+class _LoopCompletions:
+    """Completions for one event loop. memwire's thread that finishes an operation posts
+    (token, status) to a native Notifier, whose eventfd the loop watches (add_reader): no GIL is
+    taken on memwire's threads and nothing polls. The loop then resolves the token's future."""
+
+    __slots__ = ("native", "futures", "next_token", "loop", "watching", "timer", "timer_when", "__weakref__")
+
+    def __init__(self, loop):
+        self.native = _memwire.Notifier()
+        self.futures = {}
+        self.next_token = 0
+        self.loop = loop
+        # Deadlines of the waits in progress on this loop, behind one timer set for the earliest
+        # (a timer per wait costs more than the wait itself).
+        self.watching = {}
+        self.timer = None
+        self.timer_when = 0.0
+        loop.add_reader(self.native.fd, self.drain)
+
+    def watch(self, op, deadline):
+        entry = [deadline, op]
+        self.watching[id(entry)] = entry
+        if self.timer is None or deadline < self.timer_when:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = self.loop.call_at(deadline, self._expire)
+            self.timer_when = deadline
+        return entry
+
+    def unwatch(self, entry):
+        self.watching.pop(id(entry), None)
+
+    def _time_out(self, op):
+        # Wakes the op's waiter with _TIMED_OUT; the op keeps its token, with a fresh future.
+        old = op._done
+        if old is not None and not old.done() and self.futures.get(op._token) is old:
+            fresh = self.loop.create_future()
+            self.futures[op._token] = fresh
+            op._done = fresh
+            old.set_result(_TIMED_OUT)
+
+    def _expire(self):
+        self.timer = None
+        now = self.loop.time()
+        nearest = None
+        for key, entry in list(self.watching.items()):
+            if entry[0] <= now:
+                del self.watching[key]
+                self._time_out(entry[1])
+            elif nearest is None or entry[0] < nearest:
+                nearest = entry[0]
+        if nearest is not None:
+            self.timer = self.loop.call_at(nearest, self._expire)
+            self.timer_when = nearest
+
+    def drain(self):
+        futures = self.futures
+        for token, status in self.native.drain():
+            future = futures.pop(token, None)
+            if future is not None and not future.done():
+                future.set_result(status)
+
+    def arm(self):
+        """(notifier, token, future): hand the first two to the native operation."""
+        token = self.next_token
+        self.next_token = token + 1
+        future = self.loop.create_future()
+        self.futures[token] = future
+        return self.native, token, future
+
+
+_TIMED_OUT = -1  # what a watched wait's future gets when its deadline passes
+_completions = weakref.WeakKeyDictionary()  # loop -> _LoopCompletions
+_last = [None, None]  # (loop, completions) of the last lookup: most programs have one loop
+
+
+def _completions_for(loop):
+    if _last[0] is loop:
+        return _last[1]
+    completions = _completions.get(loop)
+    if completions is None:
+        completions = _completions[loop] = _LoopCompletions(loop)
+    _last[0], _last[1] = loop, completions
+    return completions
+
+
+def _deliver(loop, future, status):
+    # For callables run on a memwire thread (Worker.request's stop signal and the like).
+    try:
+        loop.call_soon_threadsafe(_settle, future, status)
+    except RuntimeError:
+        pass  # the loop is closed: nobody is waiting any more
+
+
+def _settle(future, status):
+    if not future.done():
+        future.set_result(status)
+
+
+def _expire(waiter):
+    if not waiter.done():
+        waiter.set_result(False)
+
+
+class _Operation:
+    """What the four operations share: status, waiting with a deadline, cancel, context managers.
+
+    The object returned by ``Connector.create_readable`` & co. is also awaitable (it returns
+    itself), so both ``op = await connector.begin_read(...)`` and the older, non-awaited
+    ``with connector.begin_read(...) as op:`` work.
+    """
+
+    _waiters = 0  # tasks awaiting the completion future directly (0 or 1)
+
+    def __init__(self, connector, native, descriptors, loop):
+        self._connector = connector  # the C++ connector must outlive the operation
+        self._native = native
+        self._descriptors = descriptors  # keeps the memory's owners alive
+        self._loop = None
+        self._done = None
+        if loop is not None:
+            native.notify_via(*self._arm(loop))
+
+    def _arm(self, loop):
+        self._loop = loop
+        notifier, self._token, self._done = _completions_for(loop).arm()
+        return notifier, self._token
+
+    def _completion(self):
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._native.notify_via(*self._arm(loop))
+        return self._done
+
+    def __await__(self):
+        return self
+        yield  # pragma: no cover  (makes this a generator: `await op` gives op)
+
+    @property
+    def status(self):
+        return OperationStatus(self._native.status())
+
+    @property
+    def kind(self):
+        return OperationKind(self._native.kind())
+
+    @property
+    def transport(self):
+        """The transport that moved the bytes: "shm", "tcp" or "verbs" ("" before known)."""
+        return self._native.transport()
+
+    @property
+    def error_message(self):
+        return self._native.error_message()
+
+    @property
+    def descriptors(self):
+        return list(self._descriptors)
+
+    async def wait_for_completion(self, timeout=None):
+        """Waits until the operation ends, at most ``timeout`` seconds (default DEFAULT_TIMEOUT).
+
+        Returns COMPLETE (or CANCELLED); raises the failure as its MemwireError subclass
+        (PeerLostError, SizeMismatchError, ...), TimeoutError when the deadline passes first
+        (the operation goes on; cancel it or wait again). Cancelling the awaiting task cancels
+        the operation.
+        """
+        seconds = _timeout_seconds(timeout)
+        done = self._completion()
+        if done.done():
+            status = done.result()
+        elif self._waiters == 0:
+            # The one waiter awaits the completion future itself; its deadline is watched by the
+            # loop's single timer, which cancels this task when it passes.
+            completions = _completions_for(self._loop)
+            entry = completions.watch(self, self._loop.time() + seconds)
+            self._waiters = 1
+            try:
+                status = await done
+            except asyncio.CancelledError:
+                # The task was cancelled (and the future with it): the operation is cancelled;
+                # a later wait arms a new future.
+                completions.futures.pop(self._token, None)
+                self._loop = None
+                self._cancel_quietly()
+                raise
+            finally:
+                self._waiters = 0
+                completions.unwatch(entry)
+            if status == _TIMED_OUT:
+                raise TimeoutError(
+                    f"{type(self).__name__} not finished after {seconds:g} s (status {self.status.name})"
+                )
+        else:
+            # Another task awaits the future itself: this one watches it without awaiting it,
+            # so that either leaving (timeout, cancel) spares the other.
+            loop = self._loop
+            expired = loop.create_future()
+            timer = loop.call_later(seconds, _expire, expired)
+            try:
+                while True:
+                    done = self._completion()  # a timed-out or cancelled future is replaced
+                    if done.done() and done.result() != _TIMED_OUT:
+                        status = done.result()
+                        break
+                    if expired.done():
+                        raise TimeoutError(
+                            f"{type(self).__name__} not finished after {seconds:g} s (status {self.status.name})"
+                        )
+                    if not done.done():
+                        await asyncio.wait((done, expired), return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                self._cancel_quietly()
+                raise
+            finally:
+                timer.cancel()
+        if status == 3:
+            return OperationStatus.COMPLETE
+        return OperationStatus(self._native.wait(0))  # raises the failure when it errored
+
+    def wait(self, timeout=None):
+        """Blocking wait, for code outside asyncio (GIL released while it waits)."""
+        seconds = _timeout_seconds(timeout)
+        return OperationStatus(self._native.wait(max(1, int(seconds * 1000))))
+
+    def _cancel_quietly(self):
+        try:
+            if not self.status.is_final:
+                self._native.cancel()
+        except MemwireError:
+            pass  # it errored meanwhile: nothing left to cancel
+
+    def cancel(self):
+        """Cancels: an active operation stops, a passive one revokes the remote's access at once.
+        Cancelling an errored operation raises; a finished one is left as it is."""
+        self._native.cancel()
+
+    def close(self):
+        """Ends the operation now and lets go of its memory (cancels it when unfinished)."""
+        self._native.close()
+        self._descriptors = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._cancel_quietly()
+        return False
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        self._cancel_quietly()
+        return False
+
+    def __repr__(self):
+        try:
+            status = self.status.name
+        except MemwireError:
+            status = "CLOSED"
+        return f"<{type(self).__name__} {status}>"
+
+
+class _PassiveOperation(_Operation):
+    def metadata(self, hex_encode=False):
+        """The RdmaMetadata to hand to the remote (``hex_encode`` is accepted and ignored:
+        memwire's metadata is JSON text)."""
+        return RdmaMetadata(self._native.metadata())
+
+    def renew(self, lifetime):
+        """Keeps remote access open for ``lifetime`` more seconds; returns the new metadata."""
+        return RdmaMetadata(self._native.renew(max(1, int(_timeout_seconds(lifetime) * 1000))))
+
+
+class ReadableOperation(_PassiveOperation):
+    """Local memory a remote may read; completes when the reader is done."""
+
+
+class WritableOperation(_PassiveOperation):
+    """Local memory a remote may write; completes when the writer is done."""
+
+
+class ReadOperation(_Operation):
+    """Reads remote readable memory into local descriptors."""
+
+    def results(self):
+        """The local descriptors, filled; InvalidArgumentError before the read completed."""
+        self._native.check_results()
+        return list(self._descriptors)
+
+
+class WriteOperation(_Operation):
+    """Writes local descriptors into remote writable memory."""
+
+
+def _looks_like_metadata(value):
+    return isinstance(value, (RdmaMetadata, str, dict))
+
+
+class Connector:
+    """One per worker: moves memory to and from other workers' connectors.
+
+    ``Connector()`` takes a random name (32 hex digits); equality is by name. Options:
+    ``transports`` (best first: "verbs", "shm", "tcp"), ``bind_address``, ``port``,
+    ``metadata_ttl`` and ``connect_timeout`` (seconds); MEMWIRE_* environment variables apply
+    unless ``environment=False``.
+    """
+
+    def __init__(
+        self,
+        name=None,
+        *,
+        transports=None,
+        bind_address=None,
+        port=0,
+        metadata_ttl=None,
+        connect_timeout=None,
+        environment=True,
+        worker_id=None,
+        runtime=None,
+        namespace=None,
+    ):
+        config = _memwire.ConnectorConfig()
+        name = name if name is not None else worker_id
+        if name is not None:
+            if not isinstance(name, str) or not name:
+                raise InvalidArgumentError("a connector name is a non-empty string")
+            config.name = name
+        if transports is not None:
+            config.transports = list(transports)
+        if bind_address is not None:
+            config.bind_address = bind_address
+        config.port = int(port)
+        if metadata_ttl is not None:
+            config.metadata_ttl_ms = 0 if metadata_ttl == 0 else max(1, int(_timeout_seconds(metadata_ttl) * 1000))
+        if connect_timeout is not None:
+            config.connect_timeout_ms = max(1, int(_timeout_seconds(connect_timeout) * 1000))
+        config.from_environment = bool(environment)
+        self._native = _memwire.Connector(config)
+        # Accepted for nixl_connect's older signature (Dynamo's runtime); memwire needs neither.
+        self._runtime = runtime
+        self._namespace = namespace or ""
+
+    @property
+    def name(self):
+        return self._native.name
+
+    @property
+    def hostname(self):
+        return self._native.hostname
+
+    @property
+    def namespace(self):
+        return self._namespace
+
+    def runtime(self):
+        return self._runtime
+
+    @property
+    def is_cuda_available(self):
+        # This build moves host memory only (no GPU-capable transport).
+        return False
+
+    @property
+    def transports(self):
+        return self._native.transports()
+
+    async def initialize(self):
+        """Deprecated no-op, as in nixl_connect."""
+        return self
+
+    def __eq__(self, other):
+        return isinstance(other, Connector) and self.name == other.name
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def __repr__(self):
+        return f"Connector(name='{self.name}', transports={self.transports})"
+
+    @staticmethod
+    def _loop():
+        return asyncio._get_running_loop()
+
+    def create_readable(self, local_descriptors):
+        """Makes local memory readable by a remote; await it or use it directly."""
+        descriptors = as_descriptors(local_descriptors, writable_target=False)
+        native = self._native.create_readable([d._spec() for d in descriptors])
+        return ReadableOperation(self, native, descriptors, self._loop())
+
+    def create_writable(self, local_descriptors):
+        """Makes local memory writable by a remote; await it or use it directly."""
+        descriptors = as_descriptors(local_descriptors, writable_target=True)
+        native = self._native.create_writable([d._spec() for d in descriptors])
+        return WritableOperation(self, native, descriptors, self._loop())
+
+    def begin_read(self, remote_metadata, local_descriptors):
+        """Reads a remote readable operation into local memory; the transfer starts now.
+
+        Takes (remote_metadata, local_descriptors), as nixl_connect does now, or the older
+        (local_descriptors, remote_metadata): the argument types tell them apart."""
+        if not _looks_like_metadata(remote_metadata) and _looks_like_metadata(local_descriptors):
+            remote_metadata, local_descriptors = local_descriptors, remote_metadata
+        remote = RdmaMetadata.coerce(remote_metadata)  # pairing is checked by the core
+        descriptors = as_descriptors(local_descriptors, writable_target=True)
+        loop = self._loop()
+        op = ReadOperation.__new__(ReadOperation)
+        notifier, token = op._arm(loop) if loop is not None else (None, 0)
+        native = self._native.begin_read(remote._native, [d._spec() for d in descriptors], notifier, token)
+        op._connector, op._native, op._descriptors = self, native, descriptors
+        if loop is None:
+            op._loop = op._done = None
+        return op
+
+    def begin_write(self, local_descriptors, remote_metadata):
+        """Writes local memory into a remote writable operation; the transfer starts now.
+
+        Takes (local_descriptors, remote_metadata); (remote_metadata, local_descriptors) works
+        too."""
+        if _looks_like_metadata(local_descriptors) and not _looks_like_metadata(remote_metadata):
+            local_descriptors, remote_metadata = remote_metadata, local_descriptors
+        remote = RdmaMetadata.coerce(remote_metadata)  # pairing is checked by the core
+        descriptors = as_descriptors(local_descriptors, writable_target=False)
+        loop = self._loop()
+        op = WriteOperation.__new__(WriteOperation)
+        notifier, token = op._arm(loop) if loop is not None else (None, 0)
+        native = self._native.begin_write([d._spec() for d in descriptors], remote._native, notifier, token)
+        op._connector, op._native, op._descriptors = self, native, descriptors
+        if loop is None:
+            op._loop = op._done = None
+        return op
+
+
+__all__ = [
+    "Connector",
+    "Descriptor",
+    "ReadableOperation",
+    "WritableOperation",
+    "ReadOperation",
+    "WriteOperation",
+    "DEFAULT_TIMEOUT",
+]

@@ -1,0 +1,244 @@
+"""The usage examples of nixl_connect's documentation, run unchanged on memwire.
+
+Each snippet below is the example's text as the docs give it (the current docs, and the older
+pages where the code differed). The only change is the import: the snippets say
+``dynamo.nixl_connect``, which is bound here to ``memwire`` (as ``import memwire as connect``
+would). What the examples leave to the application (the sideband that carries the metadata,
+Dynamo's ``async_on_start`` and ``dynamo_context``) is supplied by the test: two workers in one
+event loop, handing metadata over an asyncio queue.
+"""
+
+import asyncio
+import textwrap
+import types
+
+import pytest
+
+import memwire
+
+torch = pytest.importorskip("torch", reason="the examples move torch tensors (python3-torch)")
+
+CONNECTOR_INIT = {
+    "current": """
+    @async_on_start
+    async def async_init(self):
+      self.connector = dynamo.nixl_connect.Connector()
+""",
+    "older": """
+    @async_on_start
+    async def async_init(self):
+      runtime = dynamo_context["runtime"]
+
+      self.connector = dynamo.nixl_connect.Connector(runtime=runtime)
+      await self.connector.initialize()
+""",
+}
+
+READABLE = {
+    "current": """
+    async def send_data(
+      self,
+      local_tensor: torch.Tensor
+    ) -> None:
+      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
+
+      with await self.connector.create_readable(descriptor) as read_op:
+        op_metadata = read_op.metadata()
+
+        # Send the metadata to the remote worker via sideband communication.
+        await self.notify_remote_data(op_metadata)
+        # Wait for the remote worker to complete its read operation of local_tensor.
+        # AKA send data to remote worker.
+        await read_op.wait_for_completion()
+""",
+    "older": """
+    async def send_data(
+      self,
+      local_tensor: torch.Tensor
+    ) -> None:
+      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
+
+      with self.connector.create_readable(descriptor) as read_op:
+        op_metadata = read_op.metadata()
+
+        # Send the metadata to the remote worker via sideband communication.
+        await self.notify_remote_data(op_metadata)
+        # Wait for the remote worker to complete its read operation of local_tensor.
+        # AKA send data to remote worker.
+        await read_op.wait_for_completion()
+""",
+}
+
+READ = {
+    "current": """
+    async def read_from_remote(
+      self,
+      remote_metadata: dynamo.nixl_connect.RdmaMetadata,
+      local_tensor: torch.Tensor
+    ) -> None:
+      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
+
+      with await self.connector.begin_read(remote_metadata, descriptor) as read_op:
+        # Wait for the operation to complete writing data from the remote worker to local_tensor.
+        await read_op.wait_for_completion()
+""",
+    "older": """
+    async def read_from_remote(
+      self,
+      remote_metadata: dynamo.nixl_connect.RdmaMetadata,
+      local_tensor: torch.Tensor
+    ) -> None:
+      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
+
+      with self.connector.begin_read(descriptor, remote_metadata) as read_op:
+        # Wait for the operation to complete writing data from the remote worker to local_tensor.
+        await read_op.wait_for_completion()
+""",
+}
+
+WRITABLE = {
+    "current": """
+    async def recv_data(
+      self,
+      local_tensor: torch.Tensor
+    ) -> None:
+      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
+
+      with await self.connector.create_writable(descriptor) as write_op:
+        op_metadata = write_op.metadata()
+
+        # Send the metadata to the remote worker via sideband communication.
+        await self.request_remote_data(op_metadata)
+        # Wait the remote worker to complete its write operation to local_tensor.
+        # AKA receive data from remote worker.
+        await write_op.wait_for_completion()
+""",
+    "older": """
+    async def recv_data(
+      self,
+      local_tensor: torch.Tensor
+    ) -> None:
+      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
+
+      with self.connector.create_writable(descriptor) as write_op:
+        op_metadata = write_op.metadata()
+
+        # Send the metadata to the remote worker via sideband communication.
+        await self.request_remote_data(op_metadata)
+        # Wait the remote worker to complete its write operation to local_tensor.
+        # AKA receive data from remote worker.
+        await write_op.wait_for_completion()
+""",
+}
+
+WRITE = {
+    "current": """
+    async def write_to_remote(
+      self,
+      remote_metadata: dynamo.nixl_connect.RdmaMetadata,
+      local_tensor: torch.Tensor
+    ) -> None:
+      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
+
+      with await self.connector.begin_write(descriptor, remote_metadata) as write_op:
+        # Wait for the operation to complete writing local_tensor to the remote worker.
+        await write_op.wait_for_completion()
+""",
+    "older": """
+    async def write_to_remote(
+      self,
+      remote_metadata: dynamo.nixl_connect.RdmaMetadata,
+      local_tensor: torch.Tensor
+    ) -> None:
+      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
+
+      with self.connector.begin_write(descriptor, remote_metadata) as write_op:
+        # Wait for the operation to complete writing local_tensor to the remote worker.
+        await write_op.wait_for_completion()
+""",
+}
+
+
+def make_worker(*snippets):
+    """A worker class whose methods are the snippets, compiled with only the import changed."""
+    namespace = {
+        "dynamo": types.SimpleNamespace(nixl_connect=memwire),  # import memwire as nixl_connect
+        "torch": torch,
+        "async_on_start": lambda function: function,  # Dynamo's decorator: marks a start hook
+        "dynamo_context": {"runtime": None},  # Dynamo's runtime handle; memwire needs none
+    }
+    for snippet in snippets:
+        exec(compile(textwrap.dedent(snippet), "<nixl_connect docs>", "exec"), namespace)
+
+    class Worker:
+        def __init__(self):
+            self.sideband = asyncio.Queue()
+
+        async def notify_remote_data(self, metadata):  # the application's sideband
+            await self.peer.sideband.put(metadata.to_json())
+
+        request_remote_data = notify_remote_data
+
+    for name, value in namespace.items():
+        if callable(value) and getattr(value, "__code__", None) and value.__code__.co_filename == "<nixl_connect docs>":
+            setattr(Worker, name, value)
+    return Worker()
+
+
+def pattern(n):
+    return torch.arange(n, dtype=torch.float32) * 0.5 - 7
+
+
+@pytest.mark.parametrize("init", ["current", "older"])
+@pytest.mark.parametrize("passive", ["current", "older"])
+@pytest.mark.parametrize("active", ["current", "older"])
+def test_readable_then_read(init, passive, active):
+    async def main():
+        owner = make_worker(CONNECTOR_INIT[init], READABLE[passive])
+        reader = make_worker(CONNECTOR_INIT[init], READ[active])
+        owner.peer, reader.peer = reader, owner
+        await owner.async_init()
+        await reader.async_init()
+        source = pattern(1 << 16)
+        target = torch.zeros(1 << 16, dtype=torch.float32)
+
+        async def read_side():
+            remote = memwire.RdmaMetadata.from_json(await reader.sideband.get())
+            await reader.read_from_remote(remote, target)
+
+        await asyncio.wait_for(asyncio.gather(owner.send_data(source), read_side()), 30)
+        return source, target
+
+    source, target = asyncio.run(main())
+    assert torch.equal(source, target)
+
+
+@pytest.mark.parametrize("passive", ["current", "older"])
+@pytest.mark.parametrize("active", ["current", "older"])
+def test_writable_then_write(passive, active):
+    async def main():
+        owner = make_worker(CONNECTOR_INIT["current"], WRITABLE[passive])
+        writer = make_worker(CONNECTOR_INIT["current"], WRITE[active])
+        owner.peer, writer.peer = writer, owner
+        await owner.async_init()
+        await writer.async_init()
+        source = pattern(3 << 16)
+        target = torch.zeros(3 << 16, dtype=torch.float32)
+
+        async def write_side():
+            remote = memwire.RdmaMetadata.from_json(await writer.sideband.get())
+            await writer.write_to_remote(remote, source)
+
+        await asyncio.wait_for(asyncio.gather(owner.recv_data(target), write_side()), 30)
+        return source, target
+
+    source, target = asyncio.run(main())
+    assert torch.equal(source, target)
+
+
+def test_import_memwire_as_connect():
+    import memwire as connect
+
+    for name in ("Connector", "Descriptor", "Device", "DeviceKind", "OperationKind", "OperationStatus",
+                 "RdmaMetadata", "ReadableOperation", "WritableOperation", "ReadOperation", "WriteOperation"):
+        assert hasattr(connect, name), name

@@ -1,0 +1,68 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memwire/export.hpp"
+#include "memwire/log_level.hpp"
+
+namespace memwire {
+
+// How a Connector is set up. Apart from connector.hpp so that the transports, which read these
+// options, need not include the facade.
+struct MEMWIRE_API ConnectorOptions {
+  // Connector name; empty = a random uuid (32 hex digits, no dashes), as nixl_connect does.
+  std::string name;
+  // Where the TCP listener binds; port 0 = any free port.
+  std::string bind_address = "127.0.0.1";
+  std::uint16_t port = 0;
+  // Transports this connector may use, best first; unknown or unavailable ones are skipped.
+  std::vector<std::string> transports = {"verbs", "shm", "tcp"};
+  // RDMA devices (rails) this connector may use: every one listed, or, when the list is empty,
+  // `rdma_device` alone if set, else every device with an active port. GID index -1 = RoCEv2
+  // on IPv4. A transfer larger than `rdma_slice_size` is cut into slices of that size spread
+  // over the rails both ends share; a smaller one goes on one rail. When a rail fails, its
+  // unfinished slices move to the rails left.
+  std::vector<std::string> rdma_devices;
+  std::string rdma_device;
+  int gid_index = -1;
+  std::size_t rdma_slice_size = 1u << 20;
+  // How long handed-out metadata stays valid; zero = forever.
+  std::chrono::milliseconds metadata_ttl = std::chrono::minutes(10);
+  // Bytes per TCP request, and TCP connections per peer that one operation may spread over.
+  std::size_t tcp_chunk_size = 4u << 20;
+  unsigned tcp_connections_per_peer = 2;
+  // Connect timeout; also bounds how long a stalled peer may hold a revoked registration.
+  std::chrono::milliseconds connect_timeout = std::chrono::seconds(5);
+  // Limits on connections other connectors open to this one (each costs two threads and a file
+  // descriptor): in total, and per peer (per IP address over tcp, per process over shm). Over a
+  // limit, or out of file descriptors, a new connection is closed at once. A connection that
+  // sends no first frame within `handshake_timeout` is closed.
+  unsigned max_connections = 512;
+  unsigned max_connections_per_peer = 64;
+  std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
+  // Where memwire says what it decided and what failed: one JSON object per call (no newline),
+  // {"ts","level","event","msg","connector"[,"peer","transport","key","code",...]}, for each
+  // event at or above `log_level`. Empty = silent. Called on memwire's threads: keep it short.
+  std::function<void(std::string_view)> log;
+  LogLevel log_level = LogLevel::Info;
+  // Counters and the duration histogram behind Connector::telemetry(); off = all stay zero.
+  bool telemetry = true;
+
+  // Applies the documented MEMWIRE_* environment overrides (MEMWIRE_TRANSPORTS=verbs,tcp,
+  // MEMWIRE_BIND_ADDRESS, MEMWIRE_PORT, MEMWIRE_RDMA_DEVICE, MEMWIRE_RDMA_DEVICES=rxe0,rxe1,
+  // MEMWIRE_RDMA_SLICE_SIZE, MEMWIRE_GID_INDEX,
+  // MEMWIRE_TCP_CHUNK_SIZE, MEMWIRE_TCP_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS,
+  // MEMWIRE_MAX_CONNECTIONS_PER_PEER, MEMWIRE_LOG=1 logs JSON lines to stderr,
+  // MEMWIRE_LOG_LEVEL=debug|info|warn|error sets the level and also logs to stderr). The only place
+  // memwire reads the environment; call it at your program's edge if you want them.
+  static ConnectorOptions from_environment(ConnectorOptions defaults);
+  static ConnectorOptions from_environment();
+};
+
+}  // namespace memwire

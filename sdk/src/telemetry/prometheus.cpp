@@ -1,0 +1,122 @@
+// Prometheus text exposition of a TelemetrySnapshot.
+#include <charconv>
+#include <string>
+#include <string_view>
+
+#include "memwire/telemetry.hpp"
+
+namespace memwire {
+namespace {
+
+// The shortest text that reads back as exactly `value`.
+std::string number(double value) {
+  char buffer[64];
+  auto [end, error] = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return error == std::errc{} ? std::string(buffer, end) : std::string("NaN");
+}
+
+// Label values escape backslash, double quote and newline.
+void append_label(std::string& out, std::string_view name, std::string_view value) {
+  if (out.back() != '{') out += ',';
+  out.append(name).append("=\"");
+  for (char c : value) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
+
+void family(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+  out.append("# HELP ").append(name).append(" ").append(help).append("\n");
+  out.append("# TYPE ").append(name).append(" ").append(type).append("\n");
+}
+
+struct Sample {
+  std::string text;
+  explicit Sample(std::string_view name) : text(name) { text += '{'; }
+  Sample& label(std::string_view name, std::string_view value) {
+    append_label(text, name, value);
+    return *this;
+  }
+  void value(std::string& out, std::string_view number) {
+    if (text.back() == '{')
+      text.pop_back();  // no labels
+    else
+      text += '}';
+    out.append(text).append(" ").append(number).append("\n");
+  }
+};
+
+Sample operation_sample(std::string_view name, const OperationCount& count) {
+  Sample sample(name);
+  sample.label("transport", count.transport)
+      .label("kind", count.kind)
+      .label("side", count.side)
+      .label("status", count.status);
+  if (!count.code.empty()) sample.label("code", count.code);
+  return sample;
+}
+
+}  // namespace
+
+std::string to_prometheus(const TelemetrySnapshot& snapshot) {
+  std::string out;
+  family(out, "memwire_operations_total", "counter",
+         "Data-plane operations that ended, by transport, kind, side and final status.");
+  for (const auto& count : snapshot.operations)
+    operation_sample("memwire_operations_total", count)
+        .value(out, std::to_string(count.operations));
+  family(out, "memwire_transferred_bytes_total", "counter",
+         "Bytes of the operations that ended (an errored or cancelled one counts its full size).");
+  for (const auto& count : snapshot.operations)
+    operation_sample("memwire_transferred_bytes_total", count)
+        .value(out, std::to_string(count.bytes));
+
+  family(out, "memwire_operation_duration_seconds", "histogram",
+         "Time from an operation's creation to its final status.");
+  for (const auto& histogram : snapshot.durations) {
+    auto labelled = [&](std::string_view suffix) {
+      Sample sample(std::string("memwire_operation_duration_seconds") + std::string(suffix));
+      sample.label("transport", histogram.transport)
+          .label("kind", histogram.kind)
+          .label("side", histogram.side);
+      return sample;
+    };
+    for (std::size_t i = 0; i < histogram.upper_bounds_seconds.size(); ++i)
+      labelled("_bucket")
+          .label("le", number(histogram.upper_bounds_seconds[i]))
+          .value(out, std::to_string(histogram.cumulative[i]));
+    labelled("_bucket").label("le", "+Inf").value(out, std::to_string(histogram.count));
+    labelled("_sum").value(out, number(histogram.sum_seconds));
+    labelled("_count").value(out, std::to_string(histogram.count));
+  }
+
+  family(out, "memwire_registered_bytes", "gauge",
+         "Local memory that remote peers may read or write right now.");
+  Sample("memwire_registered_bytes").value(out, std::to_string(snapshot.registered_bytes));
+  family(out, "memwire_registrations_total", "counter",
+         "Readable and writable operations created.");
+  Sample("memwire_registrations_total").value(out, std::to_string(snapshot.registrations));
+
+  family(out, "memwire_connections", "gauge", "Data-plane connections open now.");
+  for (const auto& connections : snapshot.connections)
+    Sample("memwire_connections")
+        .label("transport", connections.transport)
+        .label("direction", connections.direction)
+        .value(out, std::to_string(connections.open));
+  family(out, "memwire_connections_opened_total", "counter", "Data-plane connections opened.");
+  for (const auto& connections : snapshot.connections)
+    Sample("memwire_connections_opened_total")
+        .label("transport", connections.transport)
+        .label("direction", connections.direction)
+        .value(out, std::to_string(connections.opened));
+  return out;
+}
+
+}  // namespace memwire

@@ -1,0 +1,149 @@
+#include "telemetry/telemetry_recorder.hpp"
+
+#include <algorithm>
+
+namespace memwire::detail {
+namespace {
+
+constexpr std::array<std::string_view, 4> kTransportNames = {"none", "tcp", "shm", "verbs"};
+constexpr std::array<std::string_view, 2> kKindNames = {"read", "write"};
+constexpr std::array<std::string_view, 2> kSideNames = {"active", "passive"};
+constexpr std::array<std::string_view, 2> kDirectionNames = {"outbound", "inbound"};
+
+// Label values in snake case: "peer lost" -> "peer_lost".
+std::string code_label(ErrorCode code) {
+  std::string label(to_string(code));
+  std::replace(label.begin(), label.end(), ' ', '_');
+  return label;
+}
+
+constexpr std::uint64_t nanoseconds_of(double seconds) {
+  return static_cast<std::uint64_t>(seconds * 1e9 + 0.5);
+}
+
+constexpr auto kBucketNanoseconds = [] {
+  std::array<std::uint64_t, TelemetryRecorder::kBucketBounds.size()> bounds{};
+  for (std::size_t i = 0; i < bounds.size(); ++i)
+    bounds[i] = nanoseconds_of(TelemetryRecorder::kBucketBounds[i]);
+  return bounds;
+}();
+
+}  // namespace
+
+std::size_t TelemetryRecorder::transport_index(std::string_view transport) noexcept {
+  for (std::size_t i = 1; i < kTransportNames.size(); ++i)
+    if (kTransportNames[i] == transport) return i;
+  return 0;
+}
+
+void TelemetryRecorder::operation_ended(std::string_view transport, OperationKind kind, Side side,
+                                        OperationStatus status, std::optional<ErrorCode> code,
+                                        std::uint64_t bytes,
+                                        std::chrono::nanoseconds duration) noexcept {
+  if (kind != OperationKind::Read && kind != OperationKind::Write) return;
+  const std::size_t series =
+      (transport_index(transport) * kKinds + (kind == OperationKind::Read ? 0 : 1)) * kSides +
+      static_cast<std::size_t>(side);
+  std::size_t status_index = 0;  // complete
+  if (status == OperationStatus::Cancelled) {
+    status_index = 1;
+  } else if (status == OperationStatus::Errored) {
+    status_index = 2 + static_cast<std::size_t>(code.value_or(ErrorCode::Transport));
+    if (status_index >= kStatuses) return;
+  } else if (status != OperationStatus::Complete) {
+    return;
+  }
+  auto& counter = counters_[series * kStatuses + status_index];
+  counter.operations.fetch_add(1, std::memory_order_relaxed);
+  counter.bytes.fetch_add(bytes, std::memory_order_relaxed);
+
+  const auto nanoseconds = static_cast<std::uint64_t>(std::max<std::int64_t>(duration.count(), 0));
+  const auto bucket = static_cast<std::size_t>(
+      std::lower_bound(kBucketNanoseconds.begin(), kBucketNanoseconds.end(), nanoseconds) -
+      kBucketNanoseconds.begin());
+  auto& histogram = durations_[series];
+  histogram.buckets[bucket].fetch_add(1, std::memory_order_relaxed);
+  histogram.sum_nanoseconds.fetch_add(nanoseconds, std::memory_order_relaxed);
+}
+
+void TelemetryRecorder::registered(std::uint64_t bytes) noexcept {
+  registrations_.fetch_add(1, std::memory_order_relaxed);
+  registered_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void TelemetryRecorder::unregistered(std::uint64_t bytes) noexcept {
+  registered_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void TelemetryRecorder::connection_opened(std::string_view transport,
+                                          Direction direction) noexcept {
+  connections_[transport_index(transport) * 2 + static_cast<std::size_t>(direction)]
+      .opened.fetch_add(1, std::memory_order_relaxed);
+}
+
+void TelemetryRecorder::connection_closed(std::string_view transport,
+                                          Direction direction) noexcept {
+  connections_[transport_index(transport) * 2 + static_cast<std::size_t>(direction)]
+      .closed.fetch_add(1, std::memory_order_relaxed);
+}
+
+TelemetrySnapshot TelemetryRecorder::snapshot(const std::string& connector,
+                                              const std::vector<std::string>& transports) const {
+  TelemetrySnapshot snapshot;
+  snapshot.connector = connector;
+  for (std::size_t transport = 0; transport < kTransports; ++transport)
+    for (std::size_t kind = 0; kind < kKinds; ++kind)
+      for (std::size_t side = 0; side < kSides; ++side) {
+        const std::size_t series = (transport * kKinds + kind) * kSides + side;
+        for (std::size_t status = 0; status < kStatuses; ++status) {
+          const auto& counter = counters_[series * kStatuses + status];
+          const auto operations = counter.operations.load(std::memory_order_relaxed);
+          if (operations == 0) continue;
+          OperationCount count;
+          count.transport = kTransportNames[transport];
+          count.kind = kKindNames[kind];
+          count.side = kSideNames[side];
+          count.status = status == 0 ? "complete" : status == 1 ? "cancelled" : "error";
+          if (status >= 2) count.code = code_label(static_cast<ErrorCode>(status - 2));
+          count.operations = operations;
+          count.bytes = counter.bytes.load(std::memory_order_relaxed);
+          snapshot.operations.push_back(std::move(count));
+        }
+        const auto& histogram = durations_[series];
+        DurationHistogram durations;
+        std::uint64_t running = 0;
+        for (std::size_t bucket = 0; bucket < kBucketBounds.size(); ++bucket) {
+          running += histogram.buckets[bucket].load(std::memory_order_relaxed);
+          durations.cumulative.push_back(running);
+        }
+        running += histogram.buckets.back().load(std::memory_order_relaxed);
+        if (running == 0) continue;
+        durations.transport = kTransportNames[transport];
+        durations.kind = kKindNames[kind];
+        durations.side = kSideNames[side];
+        durations.upper_bounds_seconds.assign(kBucketBounds.begin(), kBucketBounds.end());
+        durations.count = running;
+        durations.sum_seconds =
+            static_cast<double>(histogram.sum_nanoseconds.load(std::memory_order_relaxed)) / 1e9;
+        snapshot.durations.push_back(std::move(durations));
+      }
+  for (std::size_t transport = 0; transport < kTransports; ++transport) {
+    const bool started = std::find(transports.begin(), transports.end(),
+                                   kTransportNames[transport]) != transports.end();
+    for (std::size_t direction = 0; direction < 2; ++direction) {
+      const auto& connections = connections_[transport * 2 + direction];
+      // Closed first: a connection that opens and closes in between never shows as -1 open.
+      const auto closed = connections.closed.load(std::memory_order_relaxed);
+      const auto opened = connections.opened.load(std::memory_order_relaxed);
+      if (!started && opened == 0) continue;
+      snapshot.connections.push_back({std::string(kTransportNames[transport]),
+                                      std::string(kDirectionNames[direction]),
+                                      opened >= closed ? opened - closed : 0, opened});
+    }
+  }
+  snapshot.registered_bytes = registered_bytes_.load(std::memory_order_relaxed);
+  snapshot.registrations = registrations_.load(std::memory_order_relaxed);
+  return snapshot;
+}
+
+}  // namespace memwire::detail

@@ -1,0 +1,74 @@
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memwire/error.hpp"
+#include "memwire/status.hpp"
+#include "memwire/telemetry.hpp"
+
+namespace memwire::detail {
+
+enum class Side { Active = 0, Passive = 1 };
+enum class Direction { Outbound = 0, Inbound = 1 };
+
+// One connector's counters: fixed arrays of relaxed atomics indexed by transport, kind, side
+// and status, so that recording on the data path takes no lock and allocates nothing.
+class TelemetryRecorder {
+ public:
+  // Upper bounds of the duration buckets, in seconds: 10 us (a small same-host read) to 30 s.
+  static constexpr std::array<double, 20> kBucketBounds = {
+      10e-6, 25e-6, 50e-6,  100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3,
+      25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0,    2.5,  5.0,    10.0, 30.0};
+
+  // An operation reached its final status. `code` is the error's code when it errored.
+  void operation_ended(std::string_view transport, OperationKind kind, Side side,
+                       OperationStatus status, std::optional<ErrorCode> code, std::uint64_t bytes,
+                       std::chrono::nanoseconds duration) noexcept;
+  void registered(std::uint64_t bytes) noexcept;
+  void unregistered(std::uint64_t bytes) noexcept;
+  void connection_opened(std::string_view transport, Direction direction) noexcept;
+  void connection_closed(std::string_view transport, Direction direction) noexcept;
+
+  // `transports`: the ones that started; their connection gauges are listed even at zero.
+  TelemetrySnapshot snapshot(const std::string& connector,
+                             const std::vector<std::string>& transports) const;
+
+ private:
+  static constexpr std::size_t kTransports = 4;  // none, tcp, shm, verbs
+  static constexpr std::size_t kKinds = 2;       // read, write
+  static constexpr std::size_t kSides = 2;
+  static constexpr std::size_t kErrorCodes = static_cast<std::size_t>(ErrorCode::Expired) + 1;
+  static constexpr std::size_t kStatuses = 2 + kErrorCodes;  // complete, cancelled, error by code
+  static constexpr std::size_t kSeries = kTransports * kKinds * kSides;
+
+  struct Counter {
+    std::atomic<std::uint64_t> operations{0};
+    std::atomic<std::uint64_t> bytes{0};
+  };
+  struct Histogram {
+    std::array<std::atomic<std::uint64_t>, kBucketBounds.size() + 1> buckets{};  // last: +Inf
+    std::atomic<std::uint64_t> sum_nanoseconds{0};
+  };
+  struct Connections {
+    std::atomic<std::uint64_t> opened{0};
+    std::atomic<std::uint64_t> closed{0};
+  };
+
+  static std::size_t transport_index(std::string_view transport) noexcept;
+
+  std::array<Counter, kSeries * kStatuses> counters_{};
+  std::array<Histogram, kSeries> durations_{};
+  std::array<Connections, kTransports * 2> connections_{};
+  std::atomic<std::uint64_t> registered_bytes_{0};
+  std::atomic<std::uint64_t> registrations_{0};
+};
+
+}  // namespace memwire::detail

@@ -1,0 +1,47 @@
+#pragma once
+
+// The registry half of the NATS channel: publish, fetch, withdraw, wait_for, list. A live
+// publisher answers for its names on "<prefix>.md.<name>"; the KV bucket keeps them durably.
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memwire/sideband/channel.hpp"
+#include "store.hpp"
+
+namespace memwire::sideband::nats_detail {
+
+struct Published;
+
+class NatsRegistry final : public Registry {
+ public:
+  explicit NatsRegistry(std::shared_ptr<Store> store);
+  ~NatsRegistry() override;  // unsubscribes the responders
+  NatsRegistry(const NatsRegistry&) = delete;
+  NatsRegistry& operator=(const NatsRegistry&) = delete;
+
+  void publish(std::string_view name, const RdmaMetadata& metadata,
+               std::chrono::milliseconds ttl) override;
+  RdmaMetadata fetch(std::string_view name, std::chrono::milliseconds timeout) override;
+  void withdraw(std::string_view name) override;
+  RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout) override;
+  std::vector<std::string> list() override;
+
+ private:
+  std::string install_responder(std::string_view name, const std::string& entry,
+                                std::int64_t expires_at, const std::string& part_key);
+  std::shared_ptr<Published> remove_responder(std::string_view name);
+
+  std::shared_ptr<Store> store_;
+  NatsConnection& connection_;
+  std::string metadata_subject_;  // "<prefix>.md."
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Published>, std::less<>> published_;
+};
+
+}  // namespace memwire::sideband::nats_detail

@@ -1,0 +1,194 @@
+#include "store.hpp"
+
+#include <algorithm>
+#include <random>
+
+#include "memwire/clock.hpp"
+#include "memwire/error.hpp"
+
+namespace memwire::sideband::nats_detail {
+namespace {
+
+std::string random_key() {
+  static thread_local std::mt19937_64 engine{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string key;
+  for (int word = 0; word < 2; ++word) {
+    auto bits = engine();
+    for (int i = 0; i < 16; ++i, bits >>= 4) key += kHex[bits & 0xf];
+  }
+  return key;
+}
+
+}  // namespace
+
+Store::Store(std::shared_ptr<NatsConnection> connection)
+    : connection_(std::move(connection)), options_(connection_->options()) {
+  kv_ = open_bucket(options_.kv_bucket);
+}
+
+Envelope Store::envelope(const std::string& metadata_json, std::int64_t expires_at_ms) {
+  Envelope envelope{encode_inline(metadata_json, expires_at_ms), {}};
+  if (envelope.entry.size() > connection_->max_entry()) {
+    envelope.part_key = random_key();
+    auto parts = store_parts(envelope.part_key, metadata_json);
+    envelope.entry = encode_parts(parts, envelope.part_key, metadata_json.size(), expires_at_ms);
+  }
+  return envelope;
+}
+
+KvPtr Store::open_bucket(const std::string& bucket) {
+  kvStore* raw = nullptr;
+  auto status = js_KeyValue(&raw, connection_->jetstream(), bucket.c_str());
+  if (status == NATS_NOT_FOUND) {
+    kvConfig config;
+    kvConfig_Init(&config);
+    config.Bucket = bucket.c_str();
+    config.History = 1;
+    // nats.c 3.4 passes TTL on as the stream's MaxAge: nanoseconds.
+    config.TTL = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.kv_max_age).count();
+    config.StorageType = js_FileStorage;
+    config.Replicas = options_.kv_replicas;
+    status = js_CreateKeyValue(&raw, connection_->jetstream(), &config);
+    if (status != NATS_OK) {
+      const std::string why = describe(status);
+      // Another client may have created it in between.
+      if (js_KeyValue(&raw, connection_->jetstream(), bucket.c_str()) != NATS_OK) {
+        throw Error(status == NATS_TIMEOUT ? ErrorCode::Timeout : ErrorCode::Transport,
+                    "nats: creating KV bucket '" + bucket + "': " + why);
+      }
+      status = NATS_OK;
+    }
+  }
+  KvPtr store(raw);
+  if (status == NATS_NO_RESPONDERS) {
+    throw Error(
+        ErrorCode::Transport,
+        "nats: JetStream is not enabled on the server (needed for the KV bucket '" + bucket + "')");
+  }
+  if (status != NATS_OK) fail(status, "nats: opening KV bucket '" + bucket + "'");
+  return store;
+}
+
+kvStore* Store::parts_store() {
+  std::lock_guard lock(parts_mutex_);
+  if (!parts_) parts_ = open_bucket(options_.kv_bucket + "_parts");
+  return parts_.get();
+}
+
+std::string_view Store::value_of(kvEntry* entry) {
+  const void* data = kvEntry_Value(entry);
+  if (data == nullptr) return {};
+  return {static_cast<const char*>(data), static_cast<std::size_t>(kvEntry_ValueLen(entry))};
+}
+
+std::size_t Store::store_parts(const std::string& part_key, const std::string& json) {
+  if (json.size() > kMaxMetadataBytes) {
+    throw Error(ErrorCode::InvalidArgument, "nats: metadata of " + std::to_string(json.size()) +
+                                                " bytes exceeds the " +
+                                                std::to_string(kMaxMetadataBytes) + "-byte limit");
+  }
+  kvStore* store = parts_store();
+  const std::size_t piece = connection_->max_entry();
+  const std::size_t parts = (json.size() + piece - 1) / piece;
+  for (std::size_t i = 0; i < parts; ++i) {
+    const std::string key = part_key + "." + std::to_string(i);
+    const std::size_t offset = i * piece;
+    const std::size_t length = std::min(piece, json.size() - offset);
+    uint64_t revision = 0;
+    auto status =
+        kvStore_Put(&revision, store, key.c_str(), json.data() + offset, static_cast<int>(length));
+    if (status != NATS_OK) {
+      delete_parts(part_key);
+      fail(status, "nats: storing part " + std::to_string(i) + " of a large metadata");
+    }
+  }
+  return parts;
+}
+
+// Best effort: pieces left behind only take room until the bucket's MaxAge. One purge of the
+// parts stream filtered by subject removes every piece of `part_key` and, unlike a KV delete,
+// leaves no tombstone per piece behind.
+void Store::delete_parts(const std::string& part_key) noexcept {
+  try {
+    kvStore* store = parts_store();
+    const std::string bucket = options_.kv_bucket + "_parts";
+    const std::string subject = "$KV." + bucket + "." + part_key + ".>";
+    jsOptions purge;
+    jsOptions_Init(&purge);
+    purge.Stream.Purge.Subject = subject.c_str();
+    jsErrCode error_code{};
+    if (js_PurgeStream(connection_->jetstream(), ("KV_" + bucket).c_str(), &purge, &error_code) ==
+        NATS_OK) {
+      return;
+    }
+    // Not allowed to purge streams (restricted account): delete piece by piece.
+    for (std::size_t i = 0;; ++i) {
+      const std::string key = part_key + "." + std::to_string(i);
+      kvEntry* raw = nullptr;
+      auto status = kvStore_Get(&raw, store, key.c_str());
+      EntryPtr entry(raw);
+      if (status != NATS_OK) break;
+      kvStore_Purge(store, key.c_str(), nullptr);
+    }
+  } catch (...) {
+  }
+}
+
+std::string Store::read_parts(const Entry& entry, std::string_view name) {
+  kvStore* store = parts_store();
+  std::string json;
+  json.reserve(entry.size);
+  for (std::size_t i = 0; i < entry.parts; ++i) {
+    const std::string key = entry.part_key + "." + std::to_string(i);
+    kvEntry* raw = nullptr;
+    auto status = kvStore_Get(&raw, store, key.c_str());
+    EntryPtr piece(raw);
+    if (status == NATS_NOT_FOUND) {
+      throw Error(ErrorCode::NotFound,
+                  "nats: part " + std::to_string(i) + " of " + in_quotes(name) + " is gone");
+    }
+    if (status != NATS_OK) fail(status, "nats: reading part of " + in_quotes(name));
+    json.append(value_of(raw));
+    if (json.size() > entry.size) break;
+  }
+  if (json.size() != entry.size) {
+    throw Error(ErrorCode::InvalidMetadata, "nats: the parts of " + in_quotes(name) +
+                                                " add up to " + std::to_string(json.size()) +
+                                                " bytes, not " + std::to_string(entry.size));
+  }
+  return json;
+}
+
+RdmaMetadata Store::resolve(const Entry& entry, std::string_view name, bool may_retry) {
+  if (entry.parts == 0) return RdmaMetadata::from_json(entry.metadata_json);
+  try {
+    return RdmaMetadata::from_json(read_parts(entry, name));
+  } catch (const Error& error) {
+    // A publish or withdraw replaced the pieces while we read them: ask the registry again.
+    if (error.code() != ErrorCode::NotFound || !may_retry) throw;
+  }
+  return from_registry(name, /*may_retry=*/false);
+}
+
+RdmaMetadata Store::from_registry(std::string_view name, bool may_retry) {
+  const std::string key(name);
+  kvEntry* raw = nullptr;
+  auto status = kvStore_Get(&raw, kv_.get(), key.c_str());
+  EntryPtr stored(raw);
+  if (status == NATS_NOT_FOUND) {
+    throw Error(ErrorCode::NotFound, "nats: " + in_quotes(name) + " is not published");
+  }
+  if (status == NATS_NO_RESPONDERS) {
+    throw Error(ErrorCode::Transport, "nats: JetStream is not available to read " +
+                                          in_quotes(name) + " from the registry");
+  }
+  if (status != NATS_OK) fail(status, "nats: reading " + in_quotes(name) + " from the registry");
+  auto entry = decode_entry(value_of(raw), name);
+  if (entry.expired(unix_now_ms())) {
+    throw Error(ErrorCode::NotFound, "nats: " + in_quotes(name) + " has expired");
+  }
+  return resolve(entry, name, may_retry);
+}
+
+}  // namespace memwire::sideband::nats_detail

@@ -1,0 +1,62 @@
+#pragma once
+
+// The durable side of the NATS channel: the JetStream KV bucket that is the registry, and the
+// parts bucket that holds metadata too large for one message (see nats.hpp).
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "connection.hpp"
+#include "entry.hpp"
+#include "handles.hpp"
+#include "memwire/metadata.hpp"
+
+namespace memwire::sideband::nats_detail {
+
+// An entry ready to send: inline, or referring to pieces stored under `part_key`.
+struct Envelope {
+  std::string entry;
+  std::string part_key;  // empty when inline
+};
+
+class Store {
+ public:
+  // Opens (or creates) the registry bucket: Error{Transport} when JetStream is not enabled.
+  explicit Store(std::shared_ptr<NatsConnection> connection);
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  const std::shared_ptr<NatsConnection>& connection() const noexcept { return connection_; }
+  kvStore* registry() const noexcept { return kv_.get(); }
+
+  // `metadata_json` as one entry, its pieces stored in the parts bucket when it does not fit in
+  // one message.
+  Envelope envelope(const std::string& metadata_json, std::int64_t expires_at_ms);
+
+  // The registry's entry of `name`: Error{NotFound} when missing, deleted or expired.
+  RdmaMetadata from_registry(std::string_view name, bool may_retry);
+  // The metadata an entry holds, its pieces read back when it has some. With `may_retry`, pieces
+  // replaced meanwhile by a publish or withdraw send us to the registry once more.
+  RdmaMetadata resolve(const Entry& entry, std::string_view name, bool may_retry);
+  // Best effort: pieces left behind only take room until the bucket's MaxAge.
+  void delete_parts(const std::string& part_key) noexcept;
+
+  static std::string_view value_of(kvEntry* entry);
+
+ private:
+  KvPtr open_bucket(const std::string& bucket);
+  kvStore* parts_store();
+  std::size_t store_parts(const std::string& part_key, const std::string& json);
+  std::string read_parts(const Entry& entry, std::string_view name);
+
+  std::shared_ptr<NatsConnection> connection_;
+  const NatsOptions& options_;
+  KvPtr kv_;
+  std::mutex parts_mutex_;
+  KvPtr parts_;  // opened on first use
+};
+
+}  // namespace memwire::sideband::nats_detail
