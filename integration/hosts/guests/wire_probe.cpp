@@ -10,6 +10,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -186,6 +188,26 @@ class Verdict {
   double first_notice_ms_ = 1e18;
 };
 
+// Where each thread of this process waits (its name, kernel wait channel and kernel stack):
+// printed when a call hung, so a CI log tells a wedged progress thread from a lost event.
+void print_thread_states() {
+  auto first_line = [](const std::filesystem::path& file) {
+    std::ifstream in(file);
+    std::string line;
+    std::getline(in, line);
+    return line;
+  };
+  std::error_code error;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", error)) {
+    std::cout << "probe: thread " << task.path().filename().string() << " "
+              << first_line(task.path() / "comm") << " wchan=" << first_line(task.path() / "wchan")
+              << std::endl;
+    std::ifstream stack(task.path() / "stack");
+    for (std::string frame; std::getline(stack, frame);)
+      std::cout << "probe:   " << frame << std::endl;
+  }
+}
+
 // Ends the process with hung=1 when the call it watches does not return by its deadline.
 class Watchdog {
  public:
@@ -222,6 +244,7 @@ class Watchdog {
           *deadline_ == deadline) {
         std::cout << "probe: HUNG " << what_ << " did not return by its deadline + "
                   << kGrace.count() << " s" << std::endl;
+        print_thread_states();
         verdict_.print(1);
         std::_Exit(3);
       }

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <system_error>
 
+#include "thread_name.hpp"
+
 namespace memwire::detail {
 
 StreamConnection::StreamConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler,
@@ -29,11 +31,13 @@ void StreamConnection::run(std::chrono::milliseconds first_frame_timeout,
   on_finished_ = std::move(on_finished);
   running_threads_ = 2;
   reader_ = std::thread([this] {
+    name_this_thread("memwire-reader");
     read_loop();
     if (--running_threads_ == 0 && on_finished_) on_finished_();
   });
   try {
     writer_ = std::thread([this] {
+      name_this_thread("memwire-writer");
       write_loop();
       if (--running_threads_ == 0 && on_finished_) on_finished_();
     });

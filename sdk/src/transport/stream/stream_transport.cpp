@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "registration.hpp"
+#include "thread_name.hpp"
 #include "transport/stream/stream_active_side.hpp"
 #include "transport/stream/stream_passive_side.hpp"
 
@@ -40,7 +41,10 @@ class StreamTransport final : public Transport {
     // Non-blocking: a connection reset between poll() and accept() must not block the loop.
     ::fcntl(settings_.listener.get(), F_SETFL,
             ::fcntl(settings_.listener.get(), F_GETFL) | O_NONBLOCK);
-    acceptor_ = std::thread([this] { accept_loop(); });
+    acceptor_ = std::thread([this] {
+      name_this_thread("memwire-accept");
+      accept_loop();
+    });
   }
 
   ~StreamTransport() override {

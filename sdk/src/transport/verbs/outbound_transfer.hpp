@@ -86,6 +86,7 @@ struct OutboundTransfer {
   std::uint64_t bytes_in_flight = 0;
   std::uint64_t bytes_taken = 0;                     // posted by this leg, ever
   std::chrono::steady_clock::time_point progress{};  // last batch done, or first one posted
+  std::chrono::steady_clock::time_point opened{};    // when its Begin was queued
 
   bool idle() const noexcept { return batches.empty(); }
   // Fills `wrs` (chained, the last one signalled with `last_wr_id`) with slices taken from

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "memwire/error.hpp"
+#include "thread_name.hpp"
 
 namespace memwire::detail::verbs {
 namespace {
@@ -91,6 +92,7 @@ void ProgressLoop::run_commands() {
 }
 
 void ProgressLoop::run() {
+  name_this_thread("memwire-verbs");
   epoll_event events[16];
   for (;;) {
     {

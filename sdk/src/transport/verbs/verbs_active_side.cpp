@@ -174,6 +174,7 @@ bool Engine::open_leg(const std::shared_ptr<Stripe>& stripe, std::size_t pair) {
   leg.seq = next_seq_++;
   leg.stripe = stripe;
   leg.pair = pair;
+  leg.opened = std::chrono::steady_clock::now();
   const auto leg_seq = leg.seq;
   auto& entry = connection->outbound.emplace(leg_seq, std::move(leg)).first->second;
   transfers_[leg_seq] = connection.get();
@@ -452,19 +453,31 @@ void Engine::check_stalls() {
     }
     for (auto leg_seq : stripe->legs) {
       const auto* leg = leg_of(leg_seq);
-      if (leg == nullptr || leg->idle()) continue;
+      if (leg == nullptr) continue;
+      const auto& connection = *transfers_.at(leg_seq);
+      auto stall = [&](std::chrono::steady_clock::duration quiet, std::string_view what) {
+        stalled.emplace(
+            connection.id(),
+            "verbs: " + rails_[connection.rail]->device->name() + " to " + describe(connection) +
+                std::string(what) + " for " +
+                std::to_string(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count()) +
+                " ms");
+      };
+      // A leg the owner never answered (its Accept lost with the link, or the owner's host
+      // gone quiet) moves nothing either: without this it would wait for the deadline.
+      if (!leg->accepted) {
+        if (now - leg->opened >= kPeerStall) stall(now - leg->opened, ": no answer to Begin");
+        continue;
+      }
+      if (leg->idle()) continue;
       const auto quiet = now - leg->progress;
       if (quiet < kRailStall) continue;
       const bool others_move =
           stripe->progress > leg->progress && now - stripe->progress < kRailStall;
       if (!others_move && quiet < kPeerStall) continue;
-      const auto& connection = *transfers_.at(leg_seq);
-      stalled.emplace(
-          connection.id(),
-          "verbs: " + rails_[connection.rail]->device->name() + " to " + describe(connection) +
-              " moved nothing for " +
-              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count()) +
-              " ms" + (others_move ? " while other rails did (link down?)" : ""));
+      stall(quiet,
+            others_move ? " moved nothing while other rails did (link down?)" : " moved nothing");
     }
   }
   for (const auto& stripe : released) wake_legs(*stripe);
