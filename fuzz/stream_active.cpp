@@ -31,8 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   memwire::ConnectorOptions options;
   options.name = "fuzz-active";
   options.transports = {"tcp"};
-  options.tcp_connections_per_peer = 1;
-  options.tcp_chunk_size = 4096;
+  options.tcp.connections_per_peer = 1;
+  options.tcp.chunk_size = 4096;
   options.connect_timeout = std::chrono::seconds(2);
   memwire::Connector connector(options);
 

@@ -39,21 +39,21 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
   if (const char* text = std::getenv("MEMWIRE_BIND_ADDRESS")) options.bind_address = text;
   if (const char* text = std::getenv("MEMWIRE_PORT"))
     options.port = number_from<std::uint16_t>("MEMWIRE_PORT", text);
-  if (const char* text = std::getenv("MEMWIRE_RDMA_DEVICE")) options.rdma_device = text;
+  if (const char* text = std::getenv("MEMWIRE_RDMA_DEVICE")) options.rdma.device = text;
   if (const char* text = std::getenv("MEMWIRE_RDMA_DEVICES")) {
-    options.rdma_devices.clear();
+    options.rdma.devices.clear();
     std::istringstream in(text);
     for (std::string name; std::getline(in, name, ',');)
-      if (!name.empty()) options.rdma_devices.push_back(name);
+      if (!name.empty()) options.rdma.devices.push_back(name);
   }
   if (const char* text = std::getenv("MEMWIRE_RDMA_SLICE_SIZE"))
-    options.rdma_slice_size = number_from<std::size_t>("MEMWIRE_RDMA_SLICE_SIZE", text);
+    options.rdma.slice_size = number_from<std::size_t>("MEMWIRE_RDMA_SLICE_SIZE", text);
   if (const char* text = std::getenv("MEMWIRE_GID_INDEX"))
-    options.gid_index = number_from<int>("MEMWIRE_GID_INDEX", text);
+    options.rdma.gid_index = number_from<int>("MEMWIRE_GID_INDEX", text);
   if (const char* text = std::getenv("MEMWIRE_TCP_CHUNK_SIZE"))
-    options.tcp_chunk_size = number_from<std::size_t>("MEMWIRE_TCP_CHUNK_SIZE", text);
+    options.tcp.chunk_size = number_from<std::size_t>("MEMWIRE_TCP_CHUNK_SIZE", text);
   if (const char* text = std::getenv("MEMWIRE_TCP_CONNECTIONS"))
-    options.tcp_connections_per_peer = number_from<unsigned>("MEMWIRE_TCP_CONNECTIONS", text);
+    options.tcp.connections_per_peer = number_from<unsigned>("MEMWIRE_TCP_CONNECTIONS", text);
   if (const char* text = std::getenv("MEMWIRE_MAX_CONNECTIONS"))
     options.max_connections = number_from<unsigned>("MEMWIRE_MAX_CONNECTIONS", text);
   if (const char* text = std::getenv("MEMWIRE_MAX_CONNECTIONS_PER_PEER"))

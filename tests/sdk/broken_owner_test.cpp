@@ -99,7 +99,7 @@ struct BrokenOwnerAnswers : ::testing::Test {
   ConnectorOptions shm_only = [] {
     ConnectorOptions options;
     options.transports = {"shm"};
-    options.tcp_connections_per_peer = 1;  // the fake owner serves one connection
+    options.tcp.connections_per_peer = 1;  // the fake owner serves one connection
     return options;
   }();
   Connector owner{shm_only};

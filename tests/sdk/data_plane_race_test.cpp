@@ -38,8 +38,8 @@ ConnectorOptions options_for(const std::string& transport, std::size_t chunk = 1
                              unsigned connections = 2) {
   ConnectorOptions options;
   options.transports = {transport};
-  options.tcp_chunk_size = chunk;
-  options.tcp_connections_per_peer = connections;
+  options.tcp.chunk_size = chunk;
+  options.tcp.connections_per_peer = connections;
   options.connect_timeout = 2s;
   return options;
 }

@@ -21,7 +21,7 @@ namespace {
 ConnectorOptions tcp_options(std::size_t chunk = 4u << 20) {
   ConnectorOptions options;
   options.transports = {"tcp"};
-  options.tcp_chunk_size = chunk;
+  options.tcp.chunk_size = chunk;
   return options;
 }
 

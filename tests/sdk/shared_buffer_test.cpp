@@ -19,7 +19,7 @@ namespace {
 ConnectorOptions shm_options(std::size_t chunk = 4 << 20) {
   ConnectorOptions options;
   options.transports = {"shm"};
-  options.tcp_chunk_size = chunk;
+  options.tcp.chunk_size = chunk;
   return options;
 }
 
@@ -94,7 +94,7 @@ TEST_F(SharedBufferTransfer, SharedAndPlainDescriptorsMixInOneOperation) {
 
 TEST(SharedBufferTransfers, AFreedBufferIsNeverReadThroughAnOldMapping) {
   auto one_connection = shm_options();
-  one_connection.tcp_connections_per_peer = 1;  // one mapping cache to look at
+  one_connection.tcp.connections_per_peer = 1;  // one mapping cache to look at
   Connector owner{one_connection}, peer{one_connection};
   std::vector<std::byte> target(1 << 20);
   for (std::uint64_t round = 0; round < 3; ++round) {

@@ -39,8 +39,8 @@ ConnectorOptions transport_options(const std::string& transport, std::size_t chu
                                    unsigned connections) {
   ConnectorOptions options;
   options.transports = {transport};
-  options.tcp_chunk_size = chunk;
-  options.tcp_connections_per_peer = connections;
+  options.tcp.chunk_size = chunk;
+  options.tcp.connections_per_peer = connections;
   return options;
 }
 

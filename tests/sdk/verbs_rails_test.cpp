@@ -4,12 +4,11 @@
 // tests need no device.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <thread>
@@ -65,7 +64,7 @@ ConnectorOptions rail_options(LogLines& log, std::vector<std::string> devices = 
   ConnectorOptions options;
   options.transports = {"verbs"};
   options.connect_timeout = 5s;
-  options.rdma_devices = std::move(devices);
+  options.rdma.devices = std::move(devices);
   options.log = log.sink();
   return options;
 }

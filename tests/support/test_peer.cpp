@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
     }
   }
   ConnectorOptions options;
-  if (argc > 5) options.tcp_chunk_size = std::strtoull(argv[5], nullptr, 10);
+  if (argc > 5) options.tcp.chunk_size = std::strtoull(argv[5], nullptr, 10);
   Connector connector(options);
   const char* shared_wanted = std::getenv("MEMWIRE_PEER_SHARED");
   std::optional<SharedBuffer> shared;

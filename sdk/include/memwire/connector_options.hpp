@@ -13,6 +13,25 @@
 
 namespace memwire {
 
+// The RDMA verbs transport's settings. Its devices (rails): every one in `devices`, or, when
+// the list is empty, `device` alone if set, else every device with an active port. GID index
+// -1 = RoCEv2 on IPv4. A transfer larger than `slice_size` is cut into slices of that size
+// spread over the rails both ends share; a smaller one goes on one rail. When a rail fails,
+// its unfinished slices move to the rails left.
+struct MEMWIRE_API RdmaOptions {
+  std::vector<std::string> devices;
+  std::string device;
+  int gid_index = -1;
+  std::size_t slice_size = 1u << 20;
+};
+
+// The TCP transport's settings: bytes per request, and connections per peer that one
+// operation may spread over.
+struct MEMWIRE_API TcpOptions {
+  std::size_t chunk_size = 4u << 20;
+  unsigned connections_per_peer = 2;
+};
+
 // How a Connector is set up. Apart from connector.hpp so that the transports, which read these
 // options, need not include the facade.
 struct MEMWIRE_API ConnectorOptions {
@@ -23,20 +42,11 @@ struct MEMWIRE_API ConnectorOptions {
   std::uint16_t port = 0;
   // Transports this connector may use, best first; unknown or unavailable ones are skipped.
   std::vector<std::string> transports = {"verbs", "shm", "tcp"};
-  // RDMA devices (rails) this connector may use: every one listed, or, when the list is empty,
-  // `rdma_device` alone if set, else every device with an active port. GID index -1 = RoCEv2
-  // on IPv4. A transfer larger than `rdma_slice_size` is cut into slices of that size spread
-  // over the rails both ends share; a smaller one goes on one rail. When a rail fails, its
-  // unfinished slices move to the rails left.
-  std::vector<std::string> rdma_devices;
-  std::string rdma_device;
-  int gid_index = -1;
-  std::size_t rdma_slice_size = 1u << 20;
+  // Per transport.
+  RdmaOptions rdma;
+  TcpOptions tcp;
   // How long handed-out metadata stays valid; zero = forever.
   std::chrono::milliseconds metadata_ttl = std::chrono::minutes(10);
-  // Bytes per TCP request, and TCP connections per peer that one operation may spread over.
-  std::size_t tcp_chunk_size = 4u << 20;
-  unsigned tcp_connections_per_peer = 2;
   // Connect timeout; also bounds how long a stalled peer may hold a revoked registration.
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(5);
   // Limits on connections other connectors open to this one (each costs two threads and a file

@@ -97,7 +97,7 @@ class StreamTransport final : public Transport {
       std::uint64_t offset, length;
     };
     std::vector<Chunk> chunks;
-    const auto chunk_size = std::max<std::uint64_t>(context_.options.tcp_chunk_size, 4096);
+    const auto chunk_size = std::max<std::uint64_t>(context_.options.tcp.chunk_size, 4096);
     const auto& local = transfer->local();
     for (std::uint32_t i = 0; i < local.size(); ++i)
       for (std::uint64_t offset = 0; offset < local[i].size(); offset += chunk_size)
@@ -163,7 +163,7 @@ class StreamTransport final : public Transport {
 
   // Pooled connections to `address`, dialling the missing ones; dead ones are replaced.
   Connections connections_to(const std::string& address) {
-    const auto wanted = std::max(1u, context_.options.tcp_connections_per_peer);
+    const auto wanted = std::max(1u, context_.options.tcp.connections_per_peer);
     Connections finished;  // dropped outside the lock
     std::lock_guard lock(mutex_);
     auto& connections = pool_[address];

@@ -66,8 +66,8 @@ rdma_conn_param connection_parameters(const std::vector<std::byte>& hello) {
 // The rails a connector runs on: the devices listed, or every device with an active port.
 std::vector<std::shared_ptr<const VerbsDevice>> open_rails(
     const ConnectorOptions& options, const std::function<void(std::string_view)>& log) {
-  auto wanted = options.rdma_devices;
-  if (wanted.empty() && !options.rdma_device.empty()) wanted.push_back(options.rdma_device);
+  auto wanted = options.rdma.devices;
+  if (wanted.empty() && !options.rdma.device.empty()) wanted.push_back(options.rdma.device);
   if (wanted.size() > kMaxRails)
     throw Error(ErrorCode::InvalidArgument, "at most " + std::to_string(kMaxRails) +
                                                 " RDMA devices, got " +
@@ -77,19 +77,20 @@ std::vector<std::shared_ptr<const VerbsDevice>> open_rails(
     if (name.empty()) throw Error(ErrorCode::InvalidArgument, "an RDMA device name is empty");
     if (std::count(wanted.begin(), wanted.end(), name) > 1)
       throw Error(ErrorCode::InvalidArgument, "RDMA device " + name + " is listed twice");
-    rails.push_back(std::make_shared<const VerbsDevice>(name, options.gid_index));
+    rails.push_back(std::make_shared<const VerbsDevice>(name, options.rdma.gid_index));
   }
   if (!wanted.empty()) return rails;
   for (const auto& name : VerbsDevice::device_names()) {
     if (rails.size() == kMaxRails) break;
     try {
-      rails.push_back(std::make_shared<const VerbsDevice>(name, options.gid_index));
+      rails.push_back(std::make_shared<const VerbsDevice>(name, options.rdma.gid_index));
     } catch (const Error& error) {
       if (log) log("verbs: " + name + " left out: " + error.what());
     }
   }
   // None usable: the single-device search says why.
-  if (rails.empty()) rails.push_back(std::make_shared<const VerbsDevice>("", options.gid_index));
+  if (rails.empty())
+    rails.push_back(std::make_shared<const VerbsDevice>("", options.rdma.gid_index));
   return rails;
 }
 
@@ -119,12 +120,12 @@ Engine::Engine(const TransportContext& context)
       max_connections_(context.options.max_connections),
       max_connections_per_peer_(context.options.max_connections_per_peer),
       registrations_(context.registrations),
-      slice_bytes_(context.options.rdma_slice_size),
+      slice_bytes_(context.options.rdma.slice_size),
       events_(rdma_create_event_channel()),
       timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
   if (slice_bytes_ < 4096)
     throw Error(ErrorCode::InvalidArgument,
-                "rdma_slice_size must be at least 4096 bytes, got " + std::to_string(slice_bytes_));
+                "rdma.slice_size must be at least 4096 bytes, got " + std::to_string(slice_bytes_));
   if (!events_) throw_errno(ErrorCode::Transport, "rdma_create_event_channel");
   if (!timer_) throw_errno(ErrorCode::Transport, "timerfd_create");
   set_nonblocking(events_->fd);
