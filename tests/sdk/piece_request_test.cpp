@@ -27,7 +27,7 @@ ConnectorOptions tcp_only() {
 
 std::vector<std::byte> as_bytes(const std::vector<FramePiece>& pieces) {
   std::vector<std::byte> bytes(pieces.size() * sizeof(FramePiece));
-  std::memcpy(bytes.data(), pieces.data(), bytes.size());
+  if (!pieces.empty()) std::memcpy(bytes.data(), pieces.data(), bytes.size());
   return bytes;
 }
 
