@@ -3,8 +3,8 @@
 // dials for one begin_read or begin_write; it sends the input as its answers (request ids are
 // numbered from 1 on a fresh connection, so a fuzzer finds them), then closes. First input
 // byte: bit 0 write instead of read, bit 1 two chunks (two requests and a completion notice)
-// instead of one. The operation must end (complete or fail) and never touch memory outside
-// its buffer.
+// instead of one, bit 2 the buffer as 1 KiB descriptors (piece requests of four each). The
+// operation must end (complete or fail) and never touch memory outside its buffer.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,6 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const bool writing = data[0] & 1;
   const bool two_chunks = data[0] & 2;
+  const bool pieces = data[0] & 4;
   const std::string_view answers(reinterpret_cast<const char*>(data + 1), size - 1);
 
   memwire::ConnectorOptions options;
@@ -38,12 +39,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   const std::size_t length = two_chunks ? 8192 : 4096;
   std::vector<std::byte> local(length);
+  const std::size_t block = pieces ? 1024 : length;
+  std::vector<memwire::RemoteDescriptor> remote_blocks;
+  std::vector<memwire::Descriptor> descriptors;
+  for (std::size_t at = 0; at < length; at += block) {
+    remote_blocks.push_back({memwire::Device{}, 0x10000 + at, block});
+    descriptors.emplace_back(local.data() + at, block);
+  }
   const memwire::RdmaMetadata remote(
       writing ? memwire::OperationKind::Write : memwire::OperationKind::Read,
-      {{memwire::Device{}, 0x10000, length}}, std::string(32, 'a'),
+      std::move(remote_blocks), std::string(32, 'a'),
       {"fuzz-passive", "localhost", {{"tcp", "127.0.0.1:" + std::to_string(port), {}, {}}}},
       std::string(32, 'b'), 0);
-  std::vector<memwire::Descriptor> descriptors{memwire::Descriptor(local.data(), local.size())};
   auto run = [&](auto operation) {
     const int peer = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     if (peer < 0) std::abort();

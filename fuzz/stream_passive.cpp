@@ -63,6 +63,13 @@ std::string with_live_ids(const std::uint8_t* data, std::size_t size, const Serv
         header.type == FrameType::Hello || header.type == FrameType::Notice ||
         (header.type == FrameType::WriteRequest && (header.flags & frame_flags::kCrossMemory) == 0);
     if (carries) at += std::min<std::uint64_t>(header.length, bytes.size() - at);
+    if (memwire::detail::is_piece_request(header.type)) {  // the piece list, then a write's bytes
+      std::uint64_t skip = memwire::detail::piece_list_bytes(header);
+      if (header.type == FrameType::WritePiecesRequest &&
+          (header.flags & frame_flags::kCrossMemory) == 0)
+        skip += header.length;
+      at += std::min<std::uint64_t>(skip, bytes.size() - at);
+    }
   }
   return bytes;
 }

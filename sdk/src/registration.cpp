@@ -26,12 +26,22 @@ void Registration::check_token(const Id128& token) const {
 Registration::Access Registration::check_access(const Id128& token, OperationKind kind,
                                                 std::uint32_t index, std::uint64_t offset,
                                                 std::uint64_t length, std::string_view transport) {
+  authorize(token, kind);
+  auto* data = locate(index, offset, length);
+  return Access{admit(transport), data};
+}
+
+void Registration::authorize(const Id128& token, OperationKind kind) const {
   check_token(token);
   if (kind != this->kind())
     throw Error(ErrorCode::AccessDenied,
                 "operation allows remote " + std::string(to_string(this->kind())) + " only");
   if (const auto expires = expires_at_ms_.load(); expires != 0 && unix_now_ms() > expires)
     throw Error(ErrorCode::Expired, "metadata expired");
+}
+
+std::byte* Registration::locate(std::uint32_t index, std::uint64_t offset,
+                                std::uint64_t length) const {
   if (index >= descriptors_.size())
     throw Error(ErrorCode::AccessDenied,
                 "descriptor index " + std::to_string(index) + " out of range");
@@ -40,13 +50,17 @@ Registration::Access Registration::check_access(const Id128& token, OperationKin
     throw Error(ErrorCode::AccessDenied, "range [" + std::to_string(offset) + ", +" +
                                              std::to_string(length) + ") outside descriptor of " +
                                              std::to_string(size) + " bytes");
+  return static_cast<std::byte*>(descriptors_[index].ptr()) + offset;
+}
+
+AccessGate::Pin Registration::admit(std::string_view transport) {
   auto pin = gate_.pin();
   if (!pin) throw Error(ErrorCode::Cancelled, "operation no longer accepts remote access");
   if (status() == OperationStatus::Initialized) {
     set_transport(std::string(transport));
     mark_in_progress();
   }
-  return Access{std::move(*pin), static_cast<std::byte*>(descriptors_[index].ptr()) + offset};
+  return std::move(*pin);
 }
 
 RdmaMetadata Registration::metadata() const {

@@ -55,6 +55,12 @@ class Registration final : public OperationCore {
   // Throws AccessDenied (token, kind, bounds), Expired or Cancelled (revoked).
   Access check_access(const Id128& token, OperationKind kind, std::uint32_t index,
                       std::uint64_t offset, std::uint64_t length, std::string_view transport);
+  // check_access in steps, for a request of many pieces: authorize() once (token, kind,
+  // expiry), locate() every piece (bounds) before any is touched, then one admit() pins the
+  // registration for all of them.
+  void authorize(const Id128& token, OperationKind kind) const;
+  std::byte* locate(std::uint32_t index, std::uint64_t offset, std::uint64_t length) const;
+  AccessGate::Pin admit(std::string_view transport);
 
   // The active side's completion notice; throws AccessDenied on a wrong token and
   // Cancelled when the registration is no longer live. `acknowledge` (queueing the answer to

@@ -7,8 +7,8 @@
 
 #include "ids.hpp"
 #include "memwire/memwire.hpp"
+#include "support/raw_stream_peer.hpp"
 #include "transport/stream/frame.hpp"
-#include "transport/stream/socket.hpp"
 
 using namespace memwire;
 using namespace memwire::detail;
@@ -16,51 +16,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-class RawPeer {
- public:
-  explicit RawPeer(const RdmaMetadata& metadata)
-      : socket_(connect_tcp(parse_host_port(metadata.endpoint().transports.at(0).address), 2s)),
-        key_(*parse_id(metadata.notification_key())),
-        token_(*parse_id(metadata.token())) {}
-
-  FrameHeader request(FrameType type, std::uint32_t index, std::uint64_t offset,
-                      std::uint64_t length) const {
-    FrameHeader header;
-    header.type = type;
-    header.request_id = 42;
-    header.index = index;
-    header.offset = offset;
-    header.length = length;
-    header.key = key_;
-    header.token = token_;
-    return header;
-  }
-
-  void send(FrameHeader header, const std::vector<std::byte>& payload = {}) {
-    iovec parts[2] = {{&header, sizeof header},
-                      {const_cast<std::byte*>(payload.data()), payload.size()}};
-    ASSERT_TRUE(send_all(socket_.get(), parts, 2));
-  }
-
-  // The answer's error code (0 = ok) and payload.
-  std::pair<std::uint8_t, std::vector<std::byte>> answer() {
-    FrameHeader header;
-    EXPECT_TRUE(receive_all(socket_.get(), &header, sizeof header));
-    std::vector<std::byte> payload(header.length);
-    EXPECT_TRUE(receive_all(socket_.get(), payload.data(), payload.size()));
-    EXPECT_EQ(header.request_id, 42u);
-    return {header.code, payload};
-  }
-
-  bool hung_up() {
-    FrameHeader header;
-    return !receive_all(socket_.get(), &header, sizeof header);
-  }
-
- private:
-  FileDescriptor socket_;
-  Id128 key_, token_;
-};
+using RawPeer = test_support::RawStreamPeer;
 
 ConnectorOptions tcp_only() {
   ConnectorOptions options;

@@ -54,12 +54,26 @@ void PrintTo(const Shape& shape, std::ostream* out) {
   *out << shape.sizes.size() << " descriptors";
 }
 
+// `count` blocks, the first of `size` bytes, each next one `step` bytes larger (cycling back
+// after `cycle`): KV-cache-shaped descriptor lists.
+std::vector<std::size_t> blocks(std::size_t count, std::size_t size, std::size_t step = 0,
+                                std::size_t cycle = 1) {
+  std::vector<std::size_t> sizes(count);
+  for (std::size_t i = 0; i < count; ++i) sizes[i] = size + step * (i % cycle);
+  return sizes;
+}
+
 using Case = std::tuple<std::string, Shape>;  // transport, shape
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const auto& [transport, shape] = info.param;
   std::string name = transport + "_";
-  for (auto size : shape.sizes) name += std::to_string(size) + "_";
+  if (shape.sizes.size() > 8) {  // KV-cache-shaped: the count and the first size say enough
+    name +=
+        std::to_string(shape.sizes.size()) + "blocks_from" + std::to_string(shape.sizes[0]) + "_";
+  } else {
+    for (auto size : shape.sizes) name += std::to_string(size) + "_";
+  }
   return name + "chunk" + std::to_string(shape.chunk) + "_conn" + std::to_string(shape.connections);
 }
 
@@ -104,7 +118,13 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(Shape{{1}, 4u << 20, 2}, Shape{{4095}, 4096, 1}, Shape{{4096}, 4096, 2},
                           Shape{{(1u << 20) + 3}, 65536, 4}, Shape{{16u << 20}, 4u << 20, 2},
                           Shape{{256u << 20}, 4u << 20, 2},
-                          Shape{{1, 7, 4096, 65537, 1u << 20, 3, 100000, 5}, 8192, 3})),
+                          Shape{{1, 7, 4096, 65537, 1u << 20, 3, 100000, 5}, 8192, 3},
+                          // Many small blocks: piece requests (over shm, cross-memory ones
+                          // from 128 KiB a request; below, through the socket).
+                          Shape{blocks(2048, 8192), 4u << 20, 2},
+                          Shape{blocks(1500, 4099), 1u << 20, 3},
+                          Shape{blocks(3000, 1, 37, 9), 1u << 20, 2},
+                          Shape{blocks(40, 1000, 1, 40), 8192, 1})),
     case_name);
 
 class Concurrency : public ::testing::TestWithParam<std::string> {};

@@ -1,8 +1,11 @@
 #pragma once
 
+#include <sys/uio.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 
 namespace memwire::detail {
@@ -14,5 +17,12 @@ std::optional<std::string> copy_to_process(int pid, std::uint64_t their_address,
                                            const std::byte* ours, std::size_t length);
 std::optional<std::string> copy_from_process(int pid, std::uint64_t their_address, std::byte* ours,
                                              std::size_t length);
+
+// The same for many blocks at once, one system call for up to IOV_MAX of them: `ours` and
+// `theirs` list the blocks in the same order and add up to the same length.
+std::optional<std::string> copy_to_process(int pid, std::span<const iovec> theirs,
+                                           std::span<const iovec> ours);
+std::optional<std::string> copy_from_process(int pid, std::span<const iovec> theirs,
+                                             std::span<const iovec> ours);
 
 }  // namespace memwire::detail

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstdint>
 #include <optional>
+#include <span>
 
 #include "ids.hpp"
 #include "memwire/error_codes.hpp"
@@ -16,17 +17,25 @@ namespace memwire::detail {
 // socket: the passive side copies it straight between its registration and `peer_address` in
 // the active process (process_vm_readv/writev), or (kMapped) the active side maps the passive
 // side's SharedBuffer and copies itself.
+//
+// Many small blocks (a KV cache's) go as one piece request: `index` FramePieces follow the
+// header, each (descriptor, offset, length); `length` is the sum of their lengths. A read is
+// answered by one ReadResponse carrying the pieces' bytes back to back; a write carries them
+// after the piece list. With kCrossMemory each piece names its own `peer_address` and nothing
+// but the list travels: one process_vm_readv/writev call with an iovec per piece.
 static_assert(std::endian::native == std::endian::little, "the wire format is little-endian");
 
 enum class FrameType : std::uint8_t {
-  Hello = 1,           // payload: the dialling connector's name
-  ReadRequest = 2,     // no payload; `length` bytes wanted at (index, offset)
-  ReadResponse = 3,    // payload: the bytes, or the error text when code != 0
-  WriteRequest = 4,    // payload: the bytes for (index, offset)
-  WriteResponse = 5,   // payload: error text when code != 0
-  Notice = 6,          // completion (code 0) or failure notice; payload: error text
-  NoticeResponse = 7,  // payload: error text when code != 0
-  HelloResponse = 8,   // answers a cross-memory Hello; payload: error text when code != 0
+  Hello = 1,                // payload: the dialling connector's name
+  ReadRequest = 2,          // no payload; `length` bytes wanted at (index, offset)
+  ReadResponse = 3,         // payload: the bytes, or the error text when code != 0
+  WriteRequest = 4,         // payload: the bytes for (index, offset)
+  WriteResponse = 5,        // payload: error text when code != 0
+  Notice = 6,               // completion (code 0) or failure notice; payload: error text
+  NoticeResponse = 7,       // payload: error text when code != 0
+  HelloResponse = 8,        // answers a cross-memory Hello; payload: error text when code != 0
+  ReadPiecesRequest = 9,    // payload: the piece list; answered by one ReadResponse
+  WritePiecesRequest = 10,  // payload: the piece list, then the pieces' bytes (not kCrossMemory)
 };
 
 namespace frame_flags {
@@ -59,5 +68,38 @@ struct FrameHeader {
   Id128 token{};
 };
 static_assert(sizeof(FrameHeader) == 80);
+
+// One block of a piece request: `length` bytes at `offset` in descriptor `index` of the
+// registration; with kCrossMemory, `peer_address` is the block's place in the active process.
+struct FramePiece {
+  std::uint32_t index = 0;
+  std::uint32_t reserved = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  std::uint64_t peer_address = 0;
+};
+static_assert(sizeof(FramePiece) == 32);
+
+// Pieces per request, at most: IOV_MAX, so that one readv/writev or process_vm_readv/writev
+// call moves a whole request, and a hostile count costs the passive side at most 32 KiB.
+inline constexpr std::uint32_t kMaxFramePieces = 1024;
+
+inline bool is_piece_request(FrameType type) {
+  return type == FrameType::ReadPiecesRequest || type == FrameType::WritePiecesRequest;
+}
+// The piece list's size on the wire; 0 when the count is out of range (the frame is malformed).
+inline std::uint64_t piece_list_bytes(const FrameHeader& header) {
+  if (header.index == 0 || header.index > kMaxFramePieces) return 0;
+  return std::uint64_t{header.index} * sizeof(FramePiece);
+}
+// Whether the pieces' lengths add up to the header's `length` (and no sum wraps around).
+inline bool pieces_add_up(const FrameHeader& header, std::span<const FramePiece> pieces) {
+  std::uint64_t total = 0;
+  for (const auto& piece : pieces) {
+    if (piece.length > header.length - total) return false;
+    total += piece.length;
+  }
+  return total == header.length;
+}
 
 }  // namespace memwire::detail

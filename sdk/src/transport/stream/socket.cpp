@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -10,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstddef>
@@ -154,7 +156,7 @@ bool send_all(int fd, iovec* parts, int count) {
   while (count > 0) {
     msghdr message{};
     message.msg_iov = parts;
-    message.msg_iovlen = static_cast<std::size_t>(count);
+    message.msg_iovlen = static_cast<std::size_t>(std::min(count, IOV_MAX));
     ssize_t sent = ::sendmsg(fd, &message, MSG_NOSIGNAL);
     if (sent < 0) {
       if (errno == EINTR) continue;
@@ -177,7 +179,7 @@ bool send_all(int fd, iovec* parts, int count) {
 long send_some(int fd, iovec* parts, int count) {
   msghdr message{};
   message.msg_iov = parts;
-  message.msg_iovlen = static_cast<std::size_t>(count);
+  message.msg_iovlen = static_cast<std::size_t>(std::min(count, IOV_MAX));
   for (;;) {
     ssize_t sent = ::sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent >= 0) return sent;
@@ -194,6 +196,29 @@ bool receive_all(int fd, void* data, std::size_t length) {
     if (received <= 0) return false;
     cursor += received;
     length -= static_cast<std::size_t>(received);
+  }
+  return true;
+}
+
+bool receive_all(int fd, iovec* parts, int count) {
+  while (count > 0 && parts->iov_len == 0) ++parts, --count;
+  while (count > 0) {
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = static_cast<std::size_t>(std::min(count, IOV_MAX));
+    ssize_t received = ::recvmsg(fd, &message, MSG_WAITALL);
+    if (received < 0 && errno == EINTR) continue;
+    if (received <= 0) return false;
+    auto remaining = static_cast<std::size_t>(received);
+    while (count > 0 && remaining >= parts->iov_len) {
+      remaining -= parts->iov_len;
+      ++parts;
+      --count;
+    }
+    if (count > 0) {
+      parts->iov_base = static_cast<char*>(parts->iov_base) + remaining;
+      parts->iov_len -= remaining;
+    }
   }
   return true;
 }

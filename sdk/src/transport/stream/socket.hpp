@@ -39,7 +39,10 @@ MEMWIRE_API void tune_data_socket(int fd);
 // Blocking I/O that either moves every byte or reports the connection broken (false).
 MEMWIRE_API bool send_all(int fd, iovec* parts, int count);
 MEMWIRE_API bool receive_all(int fd, void* data, std::size_t length);
-// Sends what the socket takes without blocking: the byte count, or -1 when it broke.
+// Into many blocks in turn (scatter); advances `parts` as it goes.
+MEMWIRE_API bool receive_all(int fd, iovec* parts, int count);
+// Sends what the socket takes without blocking (at most IOV_MAX parts a call): the byte count, or
+// -1 when it broke.
 MEMWIRE_API long send_some(int fd, iovec* parts, int count);
 
 }  // namespace memwire::detail

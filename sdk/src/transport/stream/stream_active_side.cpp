@@ -6,11 +6,13 @@ namespace memwire::detail {
 
 std::uint64_t StreamActiveSide::expect(std::shared_ptr<StreamTransfer> transfer,
                                        std::byte* destination, std::uint64_t length,
-                                       std::optional<AccessGate::Pin> pin, std::byte* local) {
+                                       std::optional<AccessGate::Pin> pin, std::byte* local,
+                                       std::vector<iovec> pieces) {
   std::lock_guard lock(mutex_);
   if (closed_) return 0;
   auto id = next_id_++;
-  pending_.emplace(id, Pending{std::move(transfer), destination, length, std::move(pin), local});
+  pending_.emplace(id, Pending{std::move(transfer), destination, length, std::move(pin), local,
+                               std::move(pieces)});
   return id;
 }
 
@@ -82,12 +84,14 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
     case FrameType::ReadResponse: {
       if (header.flags & frame_flags::kCrossMemory)  // the passive side copied it already
         return chunk_done(connection, pending->transfer);
-      if (pending->destination == nullptr || header.length != pending->length)
+      const bool expected = pending->destination != nullptr || !pending->pieces.empty();
+      if (!expected || header.length != pending->length)
         return break_protocol(connection, *pending, "read response of the wrong length");
       // Pinned while the bytes land in the caller's buffer; a cancelled transfer drains them.
       bool received = false;
       if (auto pin = transfer.gate().pin()) {
-        received = connection.receive(pending->destination, header.length);
+        received = pending->pieces.empty() ? connection.receive(pending->destination, header.length)
+                                           : connection.receive(std::span(pending->pieces));
       } else {
         received = connection.discard(header.length);
       }

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "active_transfer.hpp"
 #include "transport/stream/peer_mappings.hpp"
@@ -37,9 +38,10 @@ class StreamActiveSide final : public FrameHandler {
   // requests pass `local`, the chunk of the caller's buffer, and a `pin` that keeps it alive
   // while the passive side copies into or out of it, or we copy through a mapping, until the
   // answer is handled.
+  // A piece request's read names its `pieces` instead: the blocks its answer fills in turn.
   std::uint64_t expect(std::shared_ptr<StreamTransfer> transfer, std::byte* destination,
                        std::uint64_t length, std::optional<AccessGate::Pin> pin = std::nullopt,
-                       std::byte* local = nullptr);
+                       std::byte* local = nullptr, std::vector<iovec> pieces = {});
 
   void on_frame(StreamConnection& connection, const FrameHeader& header) override;
   void on_closed(StreamConnection& connection, const Error& reason) override;
@@ -50,7 +52,8 @@ class StreamActiveSide final : public FrameHandler {
     std::byte* destination;  // where a read's payload lands; null for other requests
     std::uint64_t length;
     std::optional<AccessGate::Pin> pin;
-    std::byte* local;  // cross-memory: the caller's chunk
+    std::byte* local;           // cross-memory: the caller's chunk
+    std::vector<iovec> pieces;  // a piece request's read: where its answer's bytes land
   };
 
   std::optional<Pending> take(std::uint64_t request_id);

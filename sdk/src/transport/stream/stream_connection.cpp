@@ -110,6 +110,10 @@ bool StreamConnection::receive(void* data, std::size_t length) {
   return receive_all(socket_.get(), data, length);
 }
 
+bool StreamConnection::receive(std::span<iovec> pieces) {
+  return receive_all(socket_.get(), pieces.data(), static_cast<int>(pieces.size()));
+}
+
 bool StreamConnection::discard(std::size_t length) {
   std::array<std::byte, 64 * 1024> sink;
   while (length > 0) {
@@ -197,27 +201,53 @@ void StreamConnection::write_loop() {
 }
 
 bool StreamConnection::write_frame(OutFrame& frame, bool blocking) {
+  const bool registered = frame.data != nullptr || !frame.pieces.empty();
   if (frame.sent == 0) {
-    if (frame.data != nullptr && !frame.pin) {
+    if (registered && !frame.pin) {
       frame.pin = frame.gate->pin();
       if (!frame.pin) {
         frame.header.code = wire_code(ErrorCode::Cancelled);
         frame.header.length = 0;
+        if (is_piece_request(frame.header.type)) {
+          // Without its bytes a piece request would break the framing: an empty single write
+          // goes instead, refused by the peer, so its request accounting still balances.
+          frame.header.type = FrameType::WriteRequest;
+          frame.header.index = 0;
+          frame.text.clear();
+        }
       }
-    } else if (frame.data == nullptr && !frame.text.empty()) {
-      frame.header.length = frame.text.size();
+    } else if (!registered && !frame.text.empty() && !is_piece_request(frame.header.type)) {
+      frame.header.length = frame.text.size();  // a piece request's names its pieces' bytes
     }
   }
-  iovec parts[2] = {{&frame.header, sizeof frame.header}, {nullptr, 0}};
-  if (frame.pin) {
-    parts[1] = {const_cast<std::byte*>(frame.data), frame.header.length};
-  } else if (!frame.text.empty()) {
-    parts[1] = {frame.text.data(), frame.text.size()};
-  }
   // Not header.length: a read request (or a cross-memory one) names a length it carries none of.
-  const auto total = sizeof frame.header + parts[1].iov_len;
+  std::vector<iovec> many;
+  iovec few[3];
+  iovec* parts = few;
+  std::size_t count = 0;
+  if (frame.pin && !frame.pieces.empty()) {
+    many.reserve(frame.pieces.size() + 2);
+    parts = many.data();
+  }
+  auto add = [&](void* base, std::size_t length) {
+    if (length == 0) return;
+    if (parts == few) {
+      few[count++] = {base, length};
+    } else {
+      many.push_back({base, length});
+      ++count;
+    }
+  };
+  add(&frame.header, sizeof frame.header);
+  add(frame.text.data(), frame.text.size());
+  if (frame.pin) {
+    if (frame.data != nullptr) add(const_cast<std::byte*>(frame.data), frame.header.length);
+    for (const auto& piece : frame.pieces) add(piece.iov_base, piece.iov_len);
+  }
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < count; ++i) total += parts[i].iov_len;
   // Skip what an earlier, partial write already sent.
-  int first = 0;
+  std::size_t first = 0;
   for (auto skip = frame.sent; skip > 0;) {
     auto step = std::min(skip, parts[first].iov_len);
     parts[first].iov_base = static_cast<char*>(parts[first].iov_base) + step;
@@ -225,12 +255,13 @@ bool StreamConnection::write_frame(OutFrame& frame, bool blocking) {
     skip -= step;
     if (parts[first].iov_len == 0) ++first;
   }
-  const auto left = parts[0].iov_len * (first == 0) + parts[1].iov_len;
+  const auto left = total - frame.sent;
+  const auto remaining_parts = static_cast<int>(count - first);
   if (blocking) {
-    if (!send_all(socket_.get(), parts + first, 2 - first)) return false;
+    if (!send_all(socket_.get(), parts + first, remaining_parts)) return false;
     frame.sent += left;
   } else {
-    auto sent = send_some(socket_.get(), parts + first, 2 - first);
+    auto sent = send_some(socket_.get(), parts + first, remaining_parts);
     if (sent < 0) return false;
     frame.sent += static_cast<std::size_t>(sent);
   }

@@ -7,8 +7,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "access_gate.hpp"
 #include "memwire/error.hpp"
@@ -30,13 +32,16 @@ class FrameHandler {
   virtual void on_closed(StreamConnection& connection, const Error& reason) = 0;
 };
 
-// A frame to send. `data` points into registered memory guarded by `gate`: it is pinned right
+// A frame to send: the header, then `text` (a name, an error, a piece list), then `data` or
+// `pieces`. `data` and `pieces` point into registered memory guarded by `gate`: it is pinned right
 // before it goes out (or comes pinned already), and if the gate has closed meanwhile the frame
 // goes out as an empty Cancelled frame instead, so the peer's request accounting still balances.
 struct OutFrame {
   FrameHeader header;
   std::string text;
   const std::byte* data = nullptr;
+  // Or many blocks of registered memory, sent back to back (a piece request's bytes).
+  std::vector<iovec> pieces;
   AccessGate* gate = nullptr;
   // Declared before `pin`, so destroyed after it: the pin must go before the gate it points into.
   std::shared_ptr<const void> keep_alive;  // owner of `gate` and `data`
@@ -70,6 +75,8 @@ class StreamConnection {
   bool send(OutFrame frame);
   // Reader thread only: moves payload bytes into `data`, or skips them.
   bool receive(void* data, std::size_t length);
+  // The same into many blocks in turn; `pieces` is used up as they fill.
+  bool receive(std::span<iovec> pieces);
   bool discard(std::size_t length);
   // Receives a short text payload (names, error messages); closes on an oversized one.
   std::optional<std::string> receive_text(std::uint64_t length);

@@ -49,6 +49,9 @@ void StreamPassiveSide::on_frame(StreamConnection& connection, const FrameHeader
       return serve_write(connection, header);
     case FrameType::Notice:
       return serve_notice(connection, header);
+    case FrameType::ReadPiecesRequest:
+    case FrameType::WritePiecesRequest:
+      return serve_pieces(connection, header);
     default:
       connection.shutdown("protocol error: unexpected frame for the passive side");
   }
@@ -136,6 +139,80 @@ void StreamPassiveSide::serve_write(StreamConnection& connection, const FrameHea
   } catch (const Error& error) {
     if (connection.discard(unread)) answer(connection, FrameType::WriteResponse, header, &error);
   }
+}
+
+void StreamPassiveSide::refuse_malformed(StreamConnection& connection, FrameType type,
+                                         const FrameHeader& request, const std::string& what) {
+  const Error error(ErrorCode::Protocol, "protocol error: " + what);
+  answer(connection, type, request, &error);
+  connection.close_when_sent(std::chrono::seconds(1));
+}
+
+void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHeader& header) {
+  const bool writing = header.type == FrameType::WritePiecesRequest;
+  const auto answer_type = writing ? FrameType::WriteResponse : FrameType::ReadResponse;
+  const auto list_bytes = piece_list_bytes(header);
+  if (list_bytes == 0)
+    return refuse_malformed(connection, answer_type, header,
+                            std::to_string(header.index) + " pieces in a request (1 to " +
+                                std::to_string(kMaxFramePieces) + ")");
+  std::vector<FramePiece> pieces(header.index);
+  if (!connection.receive(pieces.data(), list_bytes)) return;
+  if (!pieces_add_up(header, pieces))
+    return refuse_malformed(connection, answer_type, header,
+                            "the pieces' lengths do not add up to the request's");
+  // A write's bytes on the socket must be consumed whatever happens, or the framing is lost.
+  std::uint64_t unread =
+      (writing && (header.flags & frame_flags::kCrossMemory) == 0) ? header.length : 0;
+  try {
+    auto registration = find(header.key);
+    registration->authorize(header.token, writing ? OperationKind::Write : OperationKind::Read);
+    std::vector<iovec> memory;
+    memory.reserve(pieces.size());
+    for (const auto& piece : pieces)
+      memory.push_back({registration->locate(piece.index, piece.offset, piece.length),
+                        static_cast<std::size_t>(piece.length)});
+    OutFrame response;
+    response.header.type = answer_type;
+    response.header.request_id = header.request_id;
+    {
+      auto pin = registration->admit(transport_);
+      touch(registration);
+      unread = 0;
+      if (!writing && (header.flags & frame_flags::kCrossMemory) == 0) {
+        // Straight from the registration into the socket, pinned until the last byte is out.
+        response.header.length = header.length;
+        response.pieces = std::move(memory);
+        response.gate = &registration->gate();
+        response.pin = std::move(pin);
+        response.keep_alive = registration;
+      } else if (!move_pieces(connection, header, pieces, memory, response)) {
+        return;
+      }
+    }  // unpinned: completing revokes, and revoking waits for pins
+    finish_request(connection, header, *registration, std::move(response));
+  } catch (const Error& error) {
+    if (connection.discard(unread)) answer(connection, answer_type, header, &error);
+  }
+}
+
+bool StreamPassiveSide::move_pieces(StreamConnection& connection, const FrameHeader& header,
+                                    std::span<const FramePiece> pieces, std::vector<iovec>& memory,
+                                    OutFrame& response) {
+  const bool writing = header.type == FrameType::WritePiecesRequest;
+  if ((header.flags & frame_flags::kCrossMemory) == 0)  // a write's bytes, from the socket
+    return connection.receive(std::span(memory));
+  check_cross_memory();
+  std::vector<iovec> theirs;
+  theirs.reserve(pieces.size());
+  for (const auto& piece : pieces)
+    theirs.push_back(
+        {reinterpret_cast<void*>(piece.peer_address), static_cast<std::size_t>(piece.length)});
+  auto failure = writing ? copy_from_process(peer_process_, theirs, memory)
+                         : copy_to_process(peer_process_, theirs, memory);
+  if (failure) throw Error(ErrorCode::Transport, *failure);
+  if (!writing) response.header.flags = frame_flags::kCrossMemory;
+  return true;
 }
 
 bool StreamPassiveSide::answer_mapped(StreamConnection& connection, const FrameHeader& request,

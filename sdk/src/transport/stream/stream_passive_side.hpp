@@ -3,7 +3,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "registration_table.hpp"
 #include "transport/stream/stream_connection.hpp"
@@ -36,6 +38,15 @@ class StreamPassiveSide final : public FrameHandler {
   void serve_read(StreamConnection& connection, const FrameHeader& header);
   void serve_write(StreamConnection& connection, const FrameHeader& header);
   void serve_notice(StreamConnection& connection, const FrameHeader& header);
+  // A read or write of many blocks in one request: every piece is checked before any is touched.
+  void serve_pieces(StreamConnection& connection, const FrameHeader& header);
+  // Moves a checked piece request's bytes; false when the connection broke meanwhile.
+  bool move_pieces(StreamConnection& connection, const FrameHeader& header,
+                   std::span<const FramePiece> pieces, std::vector<iovec>& memory,
+                   OutFrame& response);
+  // Answers a malformed frame (its framing cannot be trusted) and closes the connection.
+  static void refuse_malformed(StreamConnection& connection, FrameType type,
+                               const FrameHeader& request, const std::string& what);
   void serve_hello(StreamConnection& connection, const FrameHeader& header);
   // Sends the answer to a served request; completes the operation first when it asked to.
   void finish_request(StreamConnection& connection, const FrameHeader& request,

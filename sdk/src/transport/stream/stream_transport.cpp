@@ -15,6 +15,7 @@
 #include <set>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "registration.hpp"
@@ -92,59 +93,149 @@ class StreamTransport final : public Transport {
                                        alive->shutdown("transfer ended while the peer stalled");
                                    });
 
-    struct Chunk {
-      std::uint32_t index;
-      std::uint64_t offset, length;
-    };
-    std::vector<Chunk> chunks;
-    const auto chunk_size = std::max<std::uint64_t>(context_.options.tcp.chunk_size, 4096);
-    const auto& local = transfer->local();
-    for (std::uint32_t i = 0; i < local.size(); ++i)
-      for (std::uint64_t offset = 0; offset < local[i].size(); offset += chunk_size)
-        chunks.push_back(
-            {i, offset, std::min<std::uint64_t>(chunk_size, local[i].size() - offset)});
-    state->chunks_left = chunks.size();
-    state->single_request = chunks.size() == 1;
+    const auto requests = plan_requests(
+        transfer->local(), std::max<std::uint64_t>(context_.options.tcp.chunk_size, 4096));
+    state->chunks_left = requests.size();
+    state->single_request = requests.size() == 1;
 
     const bool reading = transfer->kind() == OperationKind::Read;
-    for (std::size_t n = 0; n < chunks.size(); ++n) {
-      const auto& chunk = chunks[n];
+    for (std::size_t n = 0; n < requests.size(); ++n) {
       auto& connection = *connections[(first + n) % connections.size()];
-      auto* memory = static_cast<std::byte*>(local[chunk.index].ptr()) + chunk.offset;
-      OutFrame frame;
-      frame.header.type = reading ? FrameType::ReadRequest : FrameType::WriteRequest;
-      frame.header.index = chunk.index;
-      frame.header.offset = chunk.offset;
-      frame.header.length = chunk.length;
-      frame.header.key = transfer->key();
-      frame.header.token = transfer->token();
-      if (state->single_request) frame.header.flags = frame_flags::kCompletes;
-      std::uint64_t id = 0;
-      auto& active = static_cast<StreamActiveSide&>(connection.handler());
-      if (settings_.cross_memory && chunk.length >= kCrossMemoryMinimum) {
-        // The passive side copies into or out of `memory` itself: keep it pinned until it says so.
-        auto pin = transfer->gate().pin();
-        if (!pin) return;  // already cancelled
-        frame.header.flags |= frame_flags::kCrossMemory | frame_flags::kMapped;
-        frame.header.peer_address = reinterpret_cast<std::uintptr_t>(memory);
-        id = active.expect(state, nullptr, chunk.length, std::move(pin), memory);
-      } else {
-        id = active.expect(state, reading ? memory : nullptr, chunk.length);
-        if (!reading) {
-          frame.data = memory;
-          frame.gate = &transfer->gate();
-          frame.keep_alive = transfer;
-        }
-      }
-      frame.header.request_id = id;
-      if (id == 0 || !connection.send(std::move(frame))) {
-        transfer->fail(Error(ErrorCode::PeerLost, "connection to " + offer.address + " lost"));
+      const bool sent = requests[n].pieces.size() == 1
+                            ? send_chunk(connection, state, requests[n], reading)
+                            : send_pieces(connection, state, requests[n], reading);
+      if (!sent) {
+        if (transfer->gate().is_open())
+          transfer->fail(Error(ErrorCode::PeerLost, "connection to " + offer.address + " lost"));
         return;
       }
     }
   }
 
  private:
+  struct Piece {
+    std::uint32_t index;
+    std::uint64_t offset, length;
+  };
+  // One request: a chunk of a large descriptor, or small descriptors gathered together.
+  struct Request {
+    std::vector<Piece> pieces;
+    std::uint64_t length = 0;
+  };
+
+  // Descriptors of at least `chunk_size` go in chunks of that size, one request each, spread
+  // over the pooled connections; smaller ones are gathered into piece requests of up to
+  // `chunk_size` bytes and kMaxFramePieces pieces, so many small blocks cost a few requests.
+  static std::vector<Request> plan_requests(const std::vector<Descriptor>& local,
+                                            std::uint64_t chunk_size) {
+    std::vector<Request> requests;
+    Request gathering;
+    for (std::uint32_t i = 0; i < local.size(); ++i) {
+      const std::uint64_t size = local[i].size();
+      if (size >= chunk_size) {
+        for (std::uint64_t offset = 0; offset < size; offset += chunk_size) {
+          const auto length = std::min(chunk_size, size - offset);
+          requests.push_back({{{i, offset, length}}, length});
+        }
+        continue;
+      }
+      if (gathering.pieces.size() == kMaxFramePieces || gathering.length + size > chunk_size)
+        requests.push_back(std::exchange(gathering, {}));
+      gathering.pieces.push_back({i, 0, size});
+      gathering.length += size;
+    }
+    if (!gathering.pieces.empty()) requests.push_back(std::move(gathering));
+    return requests;
+  }
+
+  OutFrame request_frame(const ActiveTransfer& transfer, const StreamTransfer& state) const {
+    OutFrame frame;
+    frame.header.key = transfer.key();
+    frame.header.token = transfer.token();
+    if (state.single_request) frame.header.flags = frame_flags::kCompletes;
+    return frame;
+  }
+
+  // Cross-memory for a same-host request large enough to repay it (see kCrossMemoryMinimum).
+  bool cross_memory(std::uint64_t length) const {
+    return settings_.cross_memory && length >= kCrossMemoryMinimum;
+  }
+
+  // A one-piece request: the single-block frames. False when the connection is gone (or the
+  // transfer already cancelled).
+  bool send_chunk(StreamConnection& connection, const std::shared_ptr<StreamTransfer>& state,
+                  const Request& request, bool reading) {
+    const auto& transfer = state->transfer;
+    const auto& chunk = request.pieces.front();
+    auto* memory = static_cast<std::byte*>(transfer->local()[chunk.index].ptr()) + chunk.offset;
+    auto frame = request_frame(*transfer, *state);
+    frame.header.type = reading ? FrameType::ReadRequest : FrameType::WriteRequest;
+    frame.header.index = chunk.index;
+    frame.header.offset = chunk.offset;
+    frame.header.length = chunk.length;
+    std::uint64_t id = 0;
+    auto& active = static_cast<StreamActiveSide&>(connection.handler());
+    if (cross_memory(chunk.length)) {
+      // The passive side copies into or out of `memory` itself: keep it pinned until it says so.
+      auto pin = transfer->gate().pin();
+      if (!pin) return false;  // already cancelled
+      frame.header.flags |= frame_flags::kCrossMemory | frame_flags::kMapped;
+      frame.header.peer_address = reinterpret_cast<std::uintptr_t>(memory);
+      id = active.expect(state, nullptr, chunk.length, std::move(pin), memory);
+    } else {
+      id = active.expect(state, reading ? memory : nullptr, chunk.length);
+      if (!reading) {
+        frame.data = memory;
+        frame.gate = &transfer->gate();
+        frame.keep_alive = transfer;
+      }
+    }
+    frame.header.request_id = id;
+    return id != 0 && connection.send(std::move(frame));
+  }
+
+  // Many blocks in one request: the piece list, and over a socket their bytes straight between
+  // it and the blocks (a write's after the list, a read's in the answer).
+  bool send_pieces(StreamConnection& connection, const std::shared_ptr<StreamTransfer>& state,
+                   const Request& request, bool reading) {
+    const auto& transfer = state->transfer;
+    const bool cross = cross_memory(request.length);
+    std::vector<FramePiece> pieces;
+    std::vector<iovec> memory;
+    pieces.reserve(request.pieces.size());
+    memory.reserve(request.pieces.size());
+    for (const auto& piece : request.pieces) {
+      auto* block = static_cast<std::byte*>(transfer->local()[piece.index].ptr()) + piece.offset;
+      memory.push_back({block, static_cast<std::size_t>(piece.length)});
+      pieces.push_back({piece.index, 0, piece.offset, piece.length,
+                        cross ? reinterpret_cast<std::uintptr_t>(block) : 0});
+    }
+    auto frame = request_frame(*transfer, *state);
+    frame.header.type = reading ? FrameType::ReadPiecesRequest : FrameType::WritePiecesRequest;
+    frame.header.index = static_cast<std::uint32_t>(pieces.size());
+    frame.header.length = request.length;
+    frame.text.assign(reinterpret_cast<const char*>(pieces.data()),
+                      pieces.size() * sizeof(FramePiece));
+    std::uint64_t id = 0;
+    auto& active = static_cast<StreamActiveSide&>(connection.handler());
+    if (cross) {
+      // The passive side copies into or out of the blocks itself: pinned until it says so.
+      auto pin = transfer->gate().pin();
+      if (!pin) return false;  // already cancelled
+      frame.header.flags |= frame_flags::kCrossMemory;
+      id = active.expect(state, nullptr, request.length, std::move(pin));
+    } else if (reading) {
+      id = active.expect(state, nullptr, request.length, std::nullopt, nullptr, std::move(memory));
+    } else {
+      id = active.expect(state, nullptr, request.length);
+      frame.pieces = std::move(memory);
+      frame.gate = &transfer->gate();
+      frame.keep_alive = transfer;
+    }
+    frame.header.request_id = id;
+    return id != 0 && connection.send(std::move(frame));
+  }
+
   static void install_failure_notifier(ActiveTransfer& transfer,
                                        std::weak_ptr<StreamConnection> notice_connection) {
     transfer.set_failure_notifier([weak = std::move(notice_connection), key = transfer.key(),
