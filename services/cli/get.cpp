@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.hpp"
@@ -133,11 +134,15 @@ int get(int argc, char** argv, int first) {
       throw Error(ErrorCode::Pairing, "'" + name + "' is published for writing, not reading");
     }
     try {
-      OutputFile output(out, metadata.total_size());
+      // Created under the lock the signal watcher takes: a signal right after the temporary
+      // file appears still finds its path and removes it.
+      std::optional<OutputFile> created;
       {
         std::lock_guard lock(pending.mutex);
-        pending.path = output.temp_path();
+        created.emplace(out, metadata.total_size());
+        pending.path = created->temp_path();
       }
+      auto& output = *created;
       auto result = read_once(connector, metadata, output, name, deadline, timeout, show_progress);
       const auto size = output.size();
       {
