@@ -24,16 +24,14 @@ namespace {
 
 // COUNT blocks of 8 KiB, every other one of a larger buffer (scattered), two offers.
 RdmaMetadata kv_metadata(std::size_t count, std::uint64_t seed) {
-  std::vector<RemoteDescriptor> descriptors;
-  descriptors.reserve(count);
-  for (std::size_t i = 0; i < count; ++i)
-    descriptors.push_back(RemoteDescriptor{Device{}, 0x7f0000000000ULL + i * 16384, 8192});
-  return RdmaMetadata(OperationKind::Read, std::move(descriptors), hex32(seed),
-                      Endpoint{hex32(seed + 1),
-                               "bench",
-                               {TransportOffer{"tcp", "127.0.0.1:4711", {}, {}},
-                                TransportOffer{"shm", "@memwire-bench", {}, {}}}},
-                      hex32(seed + 2), 0);
+  test_support::MetadataShape shape;
+  shape.descriptors = count;
+  shape.descriptor_size = 8192;
+  shape.stride = 16384;
+  shape.host = "bench";
+  shape.offers = {TransportOffer{"tcp", "127.0.0.1:4711", {}, {}},
+                  TransportOffer{"shm", "@memwire-bench", {}, {}}};
+  return test_support::sample_metadata(seed, shape);
 }
 
 template <class F>

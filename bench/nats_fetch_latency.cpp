@@ -16,8 +16,8 @@
 
 #include "memwire/error.hpp"
 #include "memwire/sideband/nats.hpp"
-#include "metadata_samples.hpp"
-#include "nats_server.hpp"
+#include "sample_metadata.hpp"
+#include "support/nats_server.hpp"
 
 namespace {
 
@@ -26,19 +26,7 @@ using namespace memwire::sideband;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-using memwire::test_support::hex32;
-
-// A typical metadata: a handful of descriptors, one TCP offer.
-RdmaMetadata sample(std::uint64_t seed, OperationKind kind) {
-  std::vector<RemoteDescriptor> descriptors;
-  for (std::uint64_t i = 0; i < 4; ++i) {
-    descriptors.push_back(RemoteDescriptor{Device{}, 0x7f0000000000ULL + i * 65536, 65536});
-  }
-  return RdmaMetadata(
-      kind, std::move(descriptors), hex32(seed),
-      Endpoint{hex32(seed + 1), "bench", {TransportOffer{"tcp", "127.0.0.1:4711", {}, {}}}},
-      hex32(seed + 2), 0);
-}
+using memwire::bench::sample_metadata;
 
 struct Stats {
   double median_us, p90_us, p99_us;
@@ -76,9 +64,9 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    std::unique_ptr<memwire::test::NatsServer> server;
+    std::unique_ptr<memwire::test_support::NatsServer> server;
     if (url.empty()) {
-      server = std::make_unique<memwire::test::NatsServer>();
+      server = std::make_unique<memwire::test_support::NatsServer>();
       url = server->url();
     }
     NatsOptions options;
@@ -88,13 +76,13 @@ int main(int argc, char** argv) {
 
     NatsChannel owner(options);
     NatsChannel reader(options);
-    owner.publish("bench.live", sample(1, OperationKind::Read), 0ms);
+    owner.publish("bench.live", sample_metadata(1), 0ms);
     {
       NatsChannel gone(options);  // its publisher leaves: only the KV registry answers
-      gone.publish("bench.stored", sample(2, OperationKind::Read), 0ms);
+      gone.publish("bench.stored", sample_metadata(2), 0ms);
     }
     auto subscription = owner.serve("bench.get", [](const std::string&, const RdmaMetadata&) {});
-    const auto writable = sample(3, OperationKind::Write);
+    const auto writable = sample_metadata(3, OperationKind::Write);
 
     struct Row {
       const char* name;

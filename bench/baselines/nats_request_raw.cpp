@@ -15,8 +15,8 @@
 #include <string>
 
 #include "bench_support.hpp"
-#include "nats_server.hpp"
 #include "sample_metadata.hpp"
+#include "support/nats_server.hpp"
 
 namespace {
 
@@ -98,9 +98,9 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    std::unique_ptr<memwire::test::NatsServer> server;
+    std::unique_ptr<memwire::test_support::NatsServer> server;
     if (url.empty()) {
-      server = std::make_unique<memwire::test::NatsServer>();
+      server = std::make_unique<memwire::test_support::NatsServer>();
       url = server->url();
     }
     // The bytes memwire's publisher replies with: its entry around the metadata.

@@ -162,27 +162,51 @@ std::string id_value(ondemand::value value, const Path& where) {
   return text;
 }
 
-// Calls `on_field(index, value)` for each field of the object at `where`, where `index` is the
-// field's position in `names`; rejects unknown and repeated fields, then missing required ones
-// (the first `required` of `names`). A typo or a foreign document must not pass silently.
-template <std::size_t N, typename OnField>
-void read_object(ondemand::value value, const Path& where,
-                 const std::array<std::string_view, N>& names, std::size_t required,
-                 OnField on_field) {
+// One field of a JSON object that the parser reads into a `Target`: its name, whether it must be
+// there, and what reads its value. An object's table of these is the only place its fields are
+// named: unknown, repeated and missing fields are all checked against it, so a field added to the
+// table is read, required and reported with no list or index elsewhere to keep in step.
+template <typename Target>
+struct Field {
+  std::string_view name;
+  bool required;
+  void (*read)(Target& target, ondemand::value value, const Path& path);
+};
+
+template <typename Target, std::size_t N>
+using Fields = std::array<Field<Target>, N>;
+
+// Every field named once and read by something: checked where each table is defined.
+template <typename Target, std::size_t N>
+constexpr bool well_formed(const Fields<Target, N>& fields) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (fields[i].name.empty() || fields[i].read == nullptr) return false;
+    for (std::size_t j = i + 1; j < N; ++j)
+      if (fields[i].name == fields[j].name) return false;
+  }
+  return true;
+}
+
+// Reads each field of the object at `where` into `target` with its row of `fields`; rejects
+// unknown and repeated fields, then missing required ones (in table order). A typo or a foreign
+// document must not pass silently.
+template <typename Target, std::size_t N>
+void read_object(ondemand::value value, const Path& where, const Fields<Target, N>& fields,
+                 Target& target) {
   auto object = take(value.get_object(), where, "must be an object");
   std::array<bool, N> seen{};
   for (auto entry : object) {
     auto field = take(std::move(entry));
     const std::string_view name = take(field.unescaped_key());
     std::size_t index = 0;
-    while (index < N && names[index] != name) ++index;
+    while (index < N && fields[index].name != name) ++index;
     if (index == N) invalid(where.field(name), "unknown field");
     if (seen[index]) invalid(where.field(name), "appears twice");
     seen[index] = true;
-    on_field(index, field.value(), where.field(names[index]));
+    fields[index].read(target, field.value(), where.field(fields[index].name));
   }
-  for (std::size_t i = 0; i < required; ++i)
-    if (!seen[i]) invalid(where.field(names[i]), "missing");
+  for (std::size_t i = 0; i < N; ++i)
+    if (fields[i].required && !seen[i]) invalid(where.field(fields[i].name), "missing");
 }
 
 // Calls `on_element(value, path)` for each element of the array at `where`; returns how many.
@@ -198,89 +222,159 @@ std::size_t read_array(ondemand::value value, const Path& where, const char* exp
   return count;
 }
 
+constexpr Fields<RemoteDescriptor, 3> kDescriptorFields{{
+    {"device", true,
+     [](RemoteDescriptor& descriptor, ondemand::value value, const Path& path) {
+       try {
+         descriptor.device = Device::parse(string_value(value, path));
+       } catch (const Error& error) {
+         if (error.code() == ErrorCode::InvalidMetadata) throw;
+         invalid(path, error.what());
+       }
+     }},
+    {"ptr", true,
+     [](RemoteDescriptor& descriptor, ondemand::value value, const Path& path) {
+       descriptor.ptr = unsigned_value(value, path);
+       if (descriptor.ptr == 0) invalid(path, "must not be null");
+     }},
+    {"size", true,
+     [](RemoteDescriptor& descriptor, ondemand::value value, const Path& path) {
+       descriptor.size = unsigned_value(value, path);
+       if (descriptor.size == 0) invalid(path, "must not be zero");
+       if (descriptor.size > RdmaMetadata::kMaxTotalSize)
+         invalid(path, "must be at most " + std::to_string(RdmaMetadata::kMaxTotalSize) + " bytes");
+     }},
+}};
+static_assert(well_formed(kDescriptorFields));
+
 RemoteDescriptor parse_descriptor(ondemand::value item, const Path& where) {
-  static constexpr std::array<std::string_view, 3> kFields{"device", "ptr", "size"};
   RemoteDescriptor descriptor;
-  read_object(
-      item, where, kFields, 3, [&](std::size_t field, ondemand::value value, const Path& path) {
-        switch (field) {
-          case 0:
-            try {
-              descriptor.device = Device::parse(string_value(value, path));
-            } catch (const Error& error) {
-              if (error.code() == ErrorCode::InvalidMetadata) throw;
-              invalid(path, error.what());
-            }
-            break;
-          case 1:
-            descriptor.ptr = unsigned_value(value, path);
-            if (descriptor.ptr == 0) invalid(path, "must not be null");
-            break;
-          default:
-            descriptor.size = unsigned_value(value, path);
-            if (descriptor.size == 0) invalid(path, "must not be zero");
-            if (descriptor.size > RdmaMetadata::kMaxTotalSize)
-              invalid(path,
-                      "must be at most " + std::to_string(RdmaMetadata::kMaxTotalSize) + " bytes");
-        }
-      });
+  read_object(item, where, kDescriptorFields, descriptor);
   if (descriptor.ptr + descriptor.size < descriptor.ptr) invalid(where, "range overflows");
   return descriptor;
 }
 
+constexpr Fields<TransportOffer, 4> kOfferFields{{
+    {"name", true,
+     [](TransportOffer& offer, ondemand::value value, const Path& path) {
+       offer.name = string_value(value, path);
+     }},
+    {"address", true,
+     [](TransportOffer& offer, ondemand::value value, const Path& path) {
+       offer.address = string_value(value, path, true);
+     }},
+    {"keys", false,
+     [](TransportOffer& offer, ondemand::value value, const Path& path) {
+       read_array(value, path, "must be an array", [&](ondemand::value key, const Path& at) {
+         offer.keys.push_back(unsigned_value(key, at));
+       });
+     }},
+    {"attributes", false,
+     [](TransportOffer& offer, ondemand::value value, const Path& path) {
+       auto attributes = take(value.get_object(), path, "must be an object");
+       for (auto entry : attributes) {
+         auto attribute = take(std::move(entry));
+         std::string name(take(attribute.unescaped_key()));
+         auto text = string_value(attribute.value(), path.field(name), true);
+         offer.attributes.insert_or_assign(std::move(name), std::move(text));
+       }
+     }},
+}};
+static_assert(well_formed(kOfferFields));
+
 TransportOffer parse_offer(ondemand::value item, const Path& where) {
-  static constexpr std::array<std::string_view, 4> kFields{"name", "address", "keys", "attributes"};
   TransportOffer offer;
-  read_object(
-      item, where, kFields, 2, [&](std::size_t field, ondemand::value value, const Path& path) {
-        switch (field) {
-          case 0:
-            offer.name = string_value(value, path);
-            break;
-          case 1:
-            offer.address = string_value(value, path, true);
-            break;
-          case 2:
-            read_array(value, path, "must be an array", [&](ondemand::value key, const Path& at) {
-              offer.keys.push_back(unsigned_value(key, at));
-            });
-            break;
-          default: {
-            auto attributes = take(value.get_object(), path, "must be an object");
-            for (auto entry : attributes) {
-              auto attribute = take(std::move(entry));
-              std::string name(take(attribute.unescaped_key()));
-              auto text = string_value(attribute.value(), path.field(name), true);
-              offer.attributes.insert_or_assign(std::move(name), std::move(text));
-            }
-          }
-        }
-      });
+  read_object(item, where, kOfferFields, offer);
   return offer;
 }
 
+constexpr Fields<Endpoint, 3> kEndpointFields{{
+    {"connector", true,
+     [](Endpoint& endpoint, ondemand::value value, const Path& path) {
+       endpoint.connector = string_value(value, path);
+     }},
+    {"host", true,
+     [](Endpoint& endpoint, ondemand::value value, const Path& path) {
+       endpoint.host = string_value(value, path, true);
+     }},
+    {"transports", true,
+     [](Endpoint& endpoint, ondemand::value value, const Path& path) {
+       if (read_array(value, path, "must be a non-empty array",
+                      [&](ondemand::value offer, const Path& at) {
+                        endpoint.transports.push_back(parse_offer(offer, at));
+                      }) == 0)
+         invalid(path, "must be a non-empty array");
+     }},
+}};
+static_assert(well_formed(kEndpointFields));
+
 Endpoint parse_endpoint(ondemand::value item, const Path& where) {
-  static constexpr std::array<std::string_view, 3> kFields{"connector", "host", "transports"};
   Endpoint endpoint;
-  read_object(item, where, kFields, 3,
-              [&](std::size_t field, ondemand::value value, const Path& path) {
-                switch (field) {
-                  case 0:
-                    endpoint.connector = string_value(value, path);
-                    break;
-                  case 1:
-                    endpoint.host = string_value(value, path, true);
-                    break;
-                  default:
-                    if (read_array(value, path, "must be a non-empty array",
-                                   [&](ondemand::value offer, const Path& at) {
-                                     endpoint.transports.push_back(parse_offer(offer, at));
-                                   }) == 0)
-                      invalid(path, "must be a non-empty array");
-                }
-              });
+  read_object(item, where, kEndpointFields, endpoint);
   return endpoint;
 }
+
+// The top-level fields as read, before they become an RdmaMetadata.
+struct MetadataFields {
+  std::uint64_t kind = 0;
+  std::vector<RemoteDescriptor> descriptors;
+  std::uint64_t total_size = 0;  // at most kMaxTotalSize: never wraps
+  std::string key, token;
+  Endpoint endpoint;
+  std::int64_t expires_at = 0;
+};
+
+constexpr Fields<MetadataFields, 7> kMetadataFields{{
+    {"version", true,
+     [](MetadataFields&, ondemand::value value, const Path& path) {
+       if (unsigned_value(value, path) != RdmaMetadata::kVersion)
+         invalid(path,
+                 "unsupported (this build speaks " + std::to_string(RdmaMetadata::kVersion) + ")");
+     }},
+    {"operation_kind", true,
+     [](MetadataFields& read, ondemand::value value, const Path& path) {
+       read.kind = unsigned_value(value, path);
+       if (read.kind != 1 && read.kind != 2) invalid(path, "must be 1 (read) or 2 (write)");
+     }},
+    {"descriptors", true,
+     [](MetadataFields& read, ondemand::value value, const Path& path) {
+       auto& descriptors = read.descriptors;
+       read_array(value, path, "must be a non-empty array",
+                  [&](ondemand::value item, const Path& at) {
+                    if (descriptors.size() == RdmaMetadata::kMaxDescriptors)
+                      invalid(path, "more than " + std::to_string(RdmaMetadata::kMaxDescriptors) +
+                                        " descriptors");
+                    descriptors.push_back(parse_descriptor(item, at));
+                    if (descriptors.back().device.kind() != descriptors.front().device.kind())
+                      invalid(path, "all descriptors must share one memory kind");
+                    read.total_size += descriptors.back().size;
+                    if (read.total_size > RdmaMetadata::kMaxTotalSize)
+                      invalid(path, "sizes add up to more than " +
+                                        std::to_string(RdmaMetadata::kMaxTotalSize) + " bytes");
+                  });
+       if (descriptors.empty()) invalid(path, "must be a non-empty array");
+     }},
+    {"notification_key", true,
+     [](MetadataFields& read, ondemand::value value, const Path& path) {
+       read.key = id_value(value, path);
+     }},
+    {"endpoint", true,
+     [](MetadataFields& read, ondemand::value value, const Path& path) {
+       read.endpoint = parse_endpoint(value, path);
+     }},
+    {"token", true,
+     [](MetadataFields& read, ondemand::value value, const Path& path) {
+       read.token = id_value(value, path);
+     }},
+    {"expires_at", true,
+     [](MetadataFields& read, ondemand::value value, const Path& path) {
+       constexpr const char* kExpected =
+           "must be a non-negative integer (unix milliseconds, 0 = never)";
+       read.expires_at = take(value.get_int64(), path, kExpected);
+       if (read.expires_at < 0) invalid(path, kExpected);
+     }},
+}};
+static_assert(well_formed(kMetadataFields));
 
 }  // namespace
 
@@ -345,73 +439,20 @@ RdmaMetadata parse_metadata(std::string_view text) {
   auto document =
       take(parser.iterate(simdjson::padded_string_view(padded.data(), text.size(), padded.size())));
   const Path root;
-  static constexpr std::array<std::string_view, 7> kFields{
-      "version",  "operation_kind", "descriptors", "notification_key",
-      "endpoint", "token",          "expires_at"};
-  std::uint64_t kind_value = 0;
-  std::vector<RemoteDescriptor> descriptors;
-  std::uint64_t total_size = 0;  // at most kMaxTotalSize: never wraps
-  std::string key, token;
-  Endpoint endpoint;
-  std::int64_t expires_at = 0;
-  auto root_value = take(document.get_value());
-  read_object(
-      root_value, root, kFields, 7,
-      [&](std::size_t field, ondemand::value value, const Path& path) {
-        switch (field) {
-          case 0:
-            if (unsigned_value(value, path) != RdmaMetadata::kVersion)
-              invalid(path, "unsupported (this build speaks " +
-                                std::to_string(RdmaMetadata::kVersion) + ")");
-            break;
-          case 1:
-            kind_value = unsigned_value(value, path);
-            if (kind_value != 1 && kind_value != 2) invalid(path, "must be 1 (read) or 2 (write)");
-            break;
-          case 2:
-            read_array(
-                value, path, "must be a non-empty array",
-                [&](ondemand::value item, const Path& at) {
-                  if (descriptors.size() == RdmaMetadata::kMaxDescriptors)
-                    invalid(path, "more than " + std::to_string(RdmaMetadata::kMaxDescriptors) +
-                                      " descriptors");
-                  descriptors.push_back(parse_descriptor(item, at));
-                  if (descriptors.back().device.kind() != descriptors.front().device.kind())
-                    invalid(path, "all descriptors must share one memory kind");
-                  total_size += descriptors.back().size;
-                  if (total_size > RdmaMetadata::kMaxTotalSize)
-                    invalid(path, "sizes add up to more than " +
-                                      std::to_string(RdmaMetadata::kMaxTotalSize) + " bytes");
-                });
-            if (descriptors.empty()) invalid(path, "must be a non-empty array");
-            break;
-          case 3:
-            key = id_value(value, path);
-            break;
-          case 4:
-            endpoint = parse_endpoint(value, path);
-            break;
-          case 5:
-            token = id_value(value, path);
-            break;
-          default:
-            expires_at = take(value.get_int64(), path,
-                              "must be a non-negative integer (unix milliseconds, 0 = never)");
-            if (expires_at < 0)
-              invalid(path, "must be a non-negative integer (unix milliseconds, 0 = never)");
-        }
-      });
+  MetadataFields read;
+  read_object(take(document.get_value()), root, kMetadataFields, read);
   const char* after = nullptr;  // the root object must be all there is
   if (document.current_location().get(after) == simdjson::SUCCESS)
     throw Error(ErrorCode::InvalidMetadata, "not JSON: text after the object");
   // Keys are per descriptor (verbs rkeys): more than one each is nonsense, and unbounded.
-  for (std::size_t i = 0; i < endpoint.transports.size(); ++i) {
-    if (endpoint.transports[i].keys.size() > descriptors.size())
+  for (std::size_t i = 0; i < read.endpoint.transports.size(); ++i) {
+    if (read.endpoint.transports[i].keys.size() > read.descriptors.size())
       invalid(root.field("endpoint").field("transports").element(i).field("keys"),
               "more keys than descriptors");
   }
-  return RdmaMetadata(static_cast<OperationKind>(kind_value), std::move(descriptors),
-                      std::move(key), std::move(endpoint), std::move(token), expires_at);
+  return RdmaMetadata(static_cast<OperationKind>(read.kind), std::move(read.descriptors),
+                      std::move(read.key), std::move(read.endpoint), std::move(read.token),
+                      read.expires_at);
 }
 
 }  // namespace

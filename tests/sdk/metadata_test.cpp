@@ -2,6 +2,10 @@
 #include <sys/resource.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "memwire/memwire.hpp"
 
@@ -104,6 +108,55 @@ TEST(Metadata, RejectsMissingFields) {
   auto document = valid_document();
   document["descriptors"][0].erase("size");
   expect_rejected(document, "size");
+}
+
+// The parser's field tables against the writer: every field to_json writes, at every level, is
+// one the parser reads and, unless optional, one it reports by its full path when missing or
+// repeated. A field added to one side only, or made optional by mistake, fails here.
+TEST(Metadata, EveryFieldTheWriterWritesIsRequiredByItsPath) {
+  const auto written = json::parse(RdmaMetadata::from_json(valid_document().dump()).to_json());
+  const std::set<std::string> optional = {"endpoint.transports[0].keys",
+                                          "endpoint.transports[1].attributes"};
+  std::size_t checked = 0;
+  // Each object in the document with its path ("" for the root) and a pointer to reach it.
+  std::vector<std::pair<std::string, json::json_pointer>> objects = {{"", json::json_pointer()}};
+  for (std::size_t next = 0; next < objects.size(); ++next) {
+    const auto [path, pointer] = objects[next];
+    for (const auto& [name, value] : written.at(pointer).items()) {
+      const auto field = path.empty() ? name : path + "." + name;
+      // An offer's attributes are free-form (any names): not a table of fields.
+      if (value.is_object() && name != "attributes") objects.emplace_back(field, pointer / name);
+      if (value.is_array())
+        for (std::size_t i = 0; i < value.size(); ++i)
+          if (value[i].is_object())
+            objects.emplace_back(field + "[" + std::to_string(i) + "]", pointer / name / i);
+      auto without = written;
+      without.at(pointer).erase(name);
+      ++checked;
+      if (optional.contains(field)) {
+        EXPECT_NO_THROW(RdmaMetadata::from_json(without.dump())) << field;
+        continue;
+      }
+      try {
+        RdmaMetadata::from_json(without.dump());
+        ADD_FAILURE() << "accepted a document without " << field;
+      } catch (const Error& error) {
+        EXPECT_EQ(std::string(error.what()), "invalid metadata: field '" + field + "': missing");
+      }
+    }
+  }
+  EXPECT_EQ(checked, 22u);  // every field of valid_document(), none skipped
+  // Repeated: the root's first field again, in front.
+  const auto text = written.dump();
+  const auto first = written.begin();
+  try {
+    RdmaMetadata::from_json("{\"" + first.key() + "\":" + first.value().dump() + "," +
+                            text.substr(1));
+    ADD_FAILURE() << "accepted " << first.key() << " twice";
+  } catch (const Error& error) {
+    EXPECT_EQ(std::string(error.what()),
+              "invalid metadata: field '" + first.key() + "': appears twice");
+  }
 }
 
 TEST(Metadata, RejectsWrongTypes) {

@@ -10,12 +10,12 @@
 #include <regex>
 #include <thread>
 
-#include "http_test_support.hpp"
-#include "nats_server.hpp"
 #include "support/channels.hpp"
 #include "support/child_process.hpp"
+#include "support/nats_server.hpp"
 #include "support/registry_process.hpp"
 #include "support/sanitizers.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -115,7 +115,7 @@ class CliOverChannel : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "nats") {
-      nats_ = std::make_unique<memwire::test::NatsServer>();
+      nats_ = std::make_unique<memwire::test_support::NatsServer>();
       channel_ = {"--nats", nats_->url()};
     } else {
       registry_ = std::make_unique<RegistryProcess>();
@@ -127,7 +127,7 @@ class CliOverChannel : public ::testing::TestWithParam<std::string> {
     return args;
   }
 
-  std::unique_ptr<memwire::test::NatsServer> nats_;
+  std::unique_ptr<memwire::test_support::NatsServer> nats_;
   std::unique_ptr<RegistryProcess> registry_;
   std::vector<std::string> channel_;
   TempDir dir_;
@@ -150,7 +150,7 @@ TEST_P(CliOverChannel, ServeCountZeroOutlivesTheMetadataLifetime) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Channels, CliOverChannel,
-                         ::testing::ValuesIn(memwire::test::enabled_channels()),
+                         ::testing::ValuesIn(memwire::test_support::enabled_channels()),
                          [](const auto& info) { return info.param; });
 
 class Cli : public ::testing::Test {

@@ -11,8 +11,8 @@
 #include "cli/progress.hpp"
 #include "common/arguments.hpp"
 #include "common/token_file.hpp"
-#include "http_test_support.hpp"
 #include "memwire/error.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 

@@ -6,13 +6,9 @@ if(NOT TARGET memwire-cli)  # services/ is built only with the HTTP channel
 endif()
 add_executable(memwire_services_tests
   ${CMAKE_CURRENT_LIST_DIR}/cli_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/parts_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/../support/child_process.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/../support/nats_server.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/parts_test.cpp)
 target_link_libraries(memwire_services_tests
-  PRIVATE memwire-cli-parts GTest::gtest_main Threads::Threads)
-target_include_directories(memwire_services_tests PRIVATE
-  ${CMAKE_CURRENT_LIST_DIR}/.. ${CMAKE_CURRENT_LIST_DIR}/../support ${CMAKE_CURRENT_LIST_DIR}/../sideband)
+  PRIVATE memwire-cli-parts memwire_test_support GTest::gtest_main Threads::Threads)
 target_compile_definitions(memwire_services_tests PRIVATE
   MEMWIRE_REGISTRY_BINARY="$<TARGET_FILE:memwire-registry>"
   MEMWIRE_CLI_BINARY="$<TARGET_FILE:memwire-cli>")

@@ -4,11 +4,11 @@
 
 #include <fstream>
 
-#include "http_test_support.hpp"
-#include "nats_server.hpp"
 #include "support/channels.hpp"
 #include "support/child_process.hpp"
+#include "support/nats_server.hpp"
 #include "support/registry_process.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -21,7 +21,7 @@ class GraphWorkers : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "nats") {
-      nats_ = std::make_unique<memwire::test::NatsServer>();
+      nats_ = std::make_unique<memwire::test_support::NatsServer>();
       flag_ = "--nats";
       url_ = nats_->url();
     } else {
@@ -49,7 +49,7 @@ class GraphWorkers : public ::testing::TestWithParam<std::string> {
     return process.wait(30s).value_or(-1);
   }
 
-  std::unique_ptr<memwire::test::NatsServer> nats_;
+  std::unique_ptr<memwire::test_support::NatsServer> nats_;
   std::unique_ptr<RegistryProcess> registry_;
   std::string flag_;
   std::string url_;
@@ -88,7 +88,7 @@ TEST_P(GraphWorkers, CliServeGetLsAndExitCodes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Channels, GraphWorkers,
-                         ::testing::ValuesIn(memwire::test::enabled_channels()),
+                         ::testing::ValuesIn(memwire::test_support::enabled_channels()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -9,10 +9,12 @@
 #include <stop_token>
 #include <thread>
 
-#include "http_test_support.hpp"
 #include "memwire/error_codes.hpp"
 #include "memwire/sideband/http.hpp"
 #include "support/error_code_of.hpp"
+#include "support/loopback.hpp"
+#include "support/metadata_samples.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -84,7 +86,8 @@ TEST(HttpChannelErrors, SlowServerIsTimeoutNotNotFound) {
 }
 
 TEST(HttpChannelErrors, NoServerIsTransportAfterBoundedRetries) {
-  auto options = channel_options("http://127.0.0.1:" + std::to_string(test_support::closed_port()));
+  auto options =
+      channel_options("http://127.0.0.1:" + std::to_string(test_support::free_loopback_port()));
   options.max_retries = 2;
   options.retry_backoff = 10ms;
   HttpChannel channel(options);

@@ -4,9 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "http_test_support.hpp"
 #include "memwire/error.hpp"
 #include "memwire/sideband/http.hpp"
+#include "support/metadata_samples.hpp"
 
 namespace {
 

@@ -14,9 +14,10 @@
 
 #include "http/metadata_store.hpp"
 #include "http/metrics.hpp"
-#include "http_test_support.hpp"
 #include "memwire/error.hpp"
 #include "memwire/sideband/http.hpp"
+#include "support/metadata_samples.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 

@@ -8,10 +8,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "http_test_support.hpp"
 #include "memwire/error.hpp"
 #include "memwire/sideband/http.hpp"
 #include "support/child_process.hpp"
+#include "support/loopback.hpp"
+#include "support/metadata_samples.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -107,7 +109,7 @@ TEST(HttpProcesses, CliExitCodes) {
   EXPECT_EQ(run({cli, "ls", "--http", registry.url(), "--token", "wrong"}), 1);
   test_support::SilentListener silent;
   EXPECT_EQ(run({cli, "get", "x", out, "--http", silent.url(), "--timeout", "0.3"}), 4);
-  auto nowhere = "http://127.0.0.1:" + std::to_string(test_support::closed_port());
+  auto nowhere = "http://127.0.0.1:" + std::to_string(test_support::free_loopback_port());
   EXPECT_EQ(run({cli, "ls", "--http", nowhere}), 1);
   EXPECT_EQ(run({cli, "serve", "x", dir.file("no-such-file"), "--http", registry.url(), "--token",
                  "s3cret"}),

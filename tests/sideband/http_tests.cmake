@@ -12,14 +12,10 @@ add_executable(memwire_sideband_tests
   ${CMAKE_CURRENT_LIST_DIR}/http_process_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/graph_workers_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/telemetry_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/telemetry_process_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/../support/child_process.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/../support/tcp_received.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/../support/nats_server.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/telemetry_process_test.cpp)
 target_link_libraries(memwire_sideband_tests
-  PRIVATE memwire::sideband PkgConfig::CPP_HTTPLIB nlohmann_json::nlohmann_json
-          GTest::gtest_main Threads::Threads)
-target_include_directories(memwire_sideband_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/.. ${CMAKE_CURRENT_LIST_DIR}/../support)
+  PRIVATE memwire::sideband memwire_test_support PkgConfig::CPP_HTTPLIB
+          nlohmann_json::nlohmann_json GTest::gtest_main Threads::Threads)
 target_compile_definitions(memwire_sideband_tests PRIVATE
   MEMWIRE_REGISTRY_BINARY="$<TARGET_FILE:memwire-registry>"
   MEMWIRE_CLI_BINARY="$<TARGET_FILE:memwire-cli>"
@@ -30,6 +26,9 @@ add_dependencies(memwire_sideband_tests memwire-registry memwire-cli memwire-pro
 target_compile_definitions(memwire_sideband_tests PRIVATE MEMWIRE_PEER_BINARY="$<TARGET_FILE:memwire_test_peer>")
 add_dependencies(memwire_sideband_tests memwire_test_peer)
 gtest_discover_tests(memwire_sideband_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
-# Hostile-input tests reach two internals (the metrics text and the state file) directly.
-target_sources(memwire_sideband_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/http_hardening_test.cpp)
+# Hostile-input tests reach two internals (the metrics text and the state file) directly; the
+# endpoint's store and request broker have unit tests of their own.
+target_sources(memwire_sideband_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/http_hardening_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/metadata_store_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/request_broker_test.cpp)
 target_link_libraries(memwire_sideband_tests PRIVATE memwire-sideband-internal-headers)

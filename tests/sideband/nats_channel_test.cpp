@@ -20,20 +20,20 @@
 #include "memwire/error_codes.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/sideband/nats.hpp"
-#include "nats_server.hpp"
 #include "support/error_code_of.hpp"
 #include "support/metadata_samples.hpp"
+#include "support/nats_server.hpp"
 
 namespace memwire::sideband {
 namespace {
 
 using namespace std::chrono_literals;
 using memwire::test_support::error_code_of;
-using test::NatsServer;
-using test::NatsServerOptions;
+using test_support::NatsServer;
+using test_support::NatsServerOptions;
 
 using test_support::hex32;
-using test_support::make_metadata;
+using test_support::sample_metadata;
 
 NatsOptions options_for(const NatsServer& server) {
   NatsOptions options;
@@ -89,13 +89,13 @@ class NatsChannelTest : public ::testing::Test {
 TEST_F(NatsChannelTest, PublishFetchRoundTrip) {
   NatsChannel owner(options_for(server_));
   NatsChannel reader(options_for(server_));
-  const auto metadata = make_metadata(1);
+  const auto metadata = sample_metadata(1);
   owner.publish("models.embed.req-1", metadata, 0ms);
   EXPECT_EQ(reader.fetch("models.embed.req-1", 2s), metadata);
   EXPECT_EQ(owner.fetch("models.embed.req-1", 2s), metadata);
 
   // Publishing again replaces the value, for the responder and the registry alike.
-  const auto replacement = make_metadata(2);
+  const auto replacement = sample_metadata(2);
   owner.publish("models.embed.req-1", replacement, 0ms);
   EXPECT_EQ(reader.fetch("models.embed.req-1", 2s), replacement);
   EXPECT_EQ(reader.list(), std::vector<std::string>{"models.embed.req-1"});
@@ -104,7 +104,7 @@ TEST_F(NatsChannelTest, PublishFetchRoundTrip) {
 }
 
 TEST_F(NatsChannelTest, RegistryAnswersWhenThePublisherIsGone) {
-  const auto metadata = make_metadata(3);
+  const auto metadata = sample_metadata(3);
   {
     NatsChannel owner(options_for(server_));
     owner.publish("durable.one", metadata, 0ms);
@@ -151,8 +151,8 @@ TEST_F(NatsChannelTest, SlowOwnerIsTimeout) {
 TEST_F(NatsChannelTest, WithdrawnNameIsNotFound) {
   NatsChannel owner(options_for(server_));
   NatsChannel reader(options_for(server_));
-  owner.publish("gone.soon", make_metadata(4), 0ms);
-  owner.publish("stays", make_metadata(5), 0ms);
+  owner.publish("gone.soon", sample_metadata(4), 0ms);
+  owner.publish("stays", sample_metadata(5), 0ms);
   ASSERT_NO_THROW(reader.fetch("gone.soon", 2s));
   owner.withdraw("gone.soon");
   EXPECT_EQ(error_code_of([&] { reader.fetch("gone.soon", 2s); }), ErrorCode::NotFound);
@@ -168,12 +168,12 @@ TEST_F(NatsChannelTest, TtlExpiry) {
   NatsChannel owner(options_for(server_));
   NatsChannel reader(options_for(server_));
   const auto published_at = std::chrono::steady_clock::now();
-  owner.publish("short.lived", make_metadata(6), 300ms);
+  owner.publish("short.lived", sample_metadata(6), 300ms);
   {
     NatsChannel orphan(options_for(server_));  // publisher gone: only the registry knows it
-    orphan.publish("short.orphan", make_metadata(7), 300ms);
+    orphan.publish("short.orphan", sample_metadata(7), 300ms);
   }
-  owner.publish("long.lived", make_metadata(8), 60s);
+  owner.publish("long.lived", sample_metadata(8), 60s);
   EXPECT_NO_THROW(reader.fetch("short.lived", 2s));
   EXPECT_NO_THROW(reader.fetch("short.orphan", 2s));
 
@@ -183,18 +183,18 @@ TEST_F(NatsChannelTest, TtlExpiry) {
   EXPECT_EQ(error_code_of([&] { reader.fetch("short.lived", 2s); }), ErrorCode::NotFound);
   EXPECT_EQ(error_code_of([&] { reader.fetch("short.orphan", 2s); }), ErrorCode::NotFound);
   EXPECT_EQ(error_code_of([&] { reader.wait_for("short.orphan", 100ms); }), ErrorCode::Timeout);
-  EXPECT_EQ(reader.fetch("long.lived", 2s), make_metadata(8));
+  EXPECT_EQ(reader.fetch("long.lived", 2s), sample_metadata(8));
   EXPECT_EQ(reader.list(), std::vector<std::string>{"long.lived"});
 
   // Published again after expiring: answers again.
-  owner.publish("short.lived", make_metadata(9), 0ms);
-  EXPECT_EQ(reader.fetch("short.lived", 2s), make_metadata(9));
+  owner.publish("short.lived", sample_metadata(9), 0ms);
+  EXPECT_EQ(reader.fetch("short.lived", 2s), sample_metadata(9));
 }
 
 TEST_F(NatsChannelTest, WaitForWakesWhenPublishedLater) {
   NatsChannel owner(options_for(server_));
   NatsChannel reader(options_for(server_));
-  const auto metadata = make_metadata(10);
+  const auto metadata = sample_metadata(10);
   auto waiter = std::async(std::launch::async, [&] { return reader.wait_for("later.name", 10s); });
   std::thread publisher([&] {
     // "Later": after the waiter has had time to start watching.
@@ -219,8 +219,8 @@ TEST_F(NatsChannelTest, ManyWaitersWakeOnOnePublish) {
         std::async(std::launch::async, [&] { return reader.wait_for("crowd.name", 10s); }));
   }
   std::this_thread::sleep_for(100ms);  // most are waiting by now; the others find it stored
-  owner.publish("crowd.name", make_metadata(19), 0ms);
-  for (auto& waiter : waiters) EXPECT_EQ(waiter.get(), make_metadata(19));
+  owner.publish("crowd.name", sample_metadata(19), 0ms);
+  for (auto& waiter : waiters) EXPECT_EQ(waiter.get(), sample_metadata(19));
 }
 
 TEST_F(NatsChannelTest, MalformedEntryIsInvalidMetadata) {
@@ -243,7 +243,7 @@ TEST_F(NatsChannelTest, MalformedEntryIsInvalidMetadata) {
         << name;
   }
   // Bare metadata (put by hand or another tool) is accepted, without expiry.
-  const auto metadata = make_metadata(11);
+  const auto metadata = sample_metadata(11);
   raw.put("bare.metadata", metadata.to_json());
   EXPECT_EQ(reader.fetch("bare.metadata", 2s), metadata);
 }
@@ -251,12 +251,12 @@ TEST_F(NatsChannelTest, MalformedEntryIsInvalidMetadata) {
 TEST_F(NatsChannelTest, InvalidNamesAreRejected) {
   NatsChannel channel(options_for(server_));
   for (const char* name : {"", "a..b", ".a", "a.", "with space", "star.*", "gt.>", "ü"}) {
-    EXPECT_EQ(error_code_of([&] { channel.publish(name, make_metadata(12), 0ms); }),
+    EXPECT_EQ(error_code_of([&] { channel.publish(name, sample_metadata(12), 0ms); }),
               ErrorCode::InvalidArgument)
         << name;
     EXPECT_EQ(error_code_of([&] { channel.fetch(name, 1s); }), ErrorCode::InvalidArgument) << name;
   }
-  EXPECT_EQ(error_code_of([&] { channel.publish("ok", make_metadata(12), -1ms); }),
+  EXPECT_EQ(error_code_of([&] { channel.publish("ok", sample_metadata(12), -1ms); }),
             ErrorCode::InvalidArgument);
 }
 
@@ -267,16 +267,16 @@ TEST_F(NatsChannelTest, BucketPrefixAndMaxAgeComeFromOptions) {
   tenant_options.kv_max_age = 90s;
   NatsChannel tenant(tenant_options);
   NatsChannel plain(options_for(server_));
-  tenant.publish("shared.name", make_metadata(60), 0ms);
+  tenant.publish("shared.name", sample_metadata(60), 0ms);
   {
     NatsChannel orphan(tenant_options);
-    orphan.publish("tenant.orphan", make_metadata(61), 0ms);
+    orphan.publish("tenant.orphan", sample_metadata(61), 0ms);
   }
   // Separate subjects and buckets: the other channel sees none of it.
   EXPECT_EQ(error_code_of([&] { plain.fetch("shared.name", 1s); }), ErrorCode::NotFound);
   EXPECT_EQ(plain.list(), std::vector<std::string>{});
-  EXPECT_EQ(tenant.fetch("shared.name", 1s), make_metadata(60));
-  EXPECT_EQ(tenant.fetch("tenant.orphan", 1s), make_metadata(61));
+  EXPECT_EQ(tenant.fetch("shared.name", 1s), sample_metadata(60));
+  EXPECT_EQ(tenant.fetch("tenant.orphan", 1s), sample_metadata(61));
 
   // kv_max_age becomes the bucket's MaxAge: the bound on every entry's life in the store.
   RawClient raw(server_.url());
@@ -311,8 +311,8 @@ TEST(NatsChannelAuth, WrongTokenIsAccessDenied) {
   EXPECT_EQ(error_code_of([&] { NatsChannel channel(options); }), ErrorCode::AccessDenied);
   options.token = "s3cret";
   NatsChannel channel(options);
-  channel.publish("with.token", make_metadata(13), 0ms);
-  EXPECT_EQ(channel.fetch("with.token", 2s), make_metadata(13));
+  channel.publish("with.token", sample_metadata(13), 0ms);
+  EXPECT_EQ(channel.fetch("with.token", 2s), sample_metadata(13));
 }
 
 TEST(NatsChannelAuth, WrongPasswordIsAccessDenied) {
@@ -391,9 +391,9 @@ TEST_F(NatsChannelTest, ServerRestartKeepsPublishedNames) {
   NatsChannel reader(reader_options);
   {
     NatsChannel orphan(options_for(server_));
-    orphan.publish("restart.orphan", make_metadata(14), 0ms);
+    orphan.publish("restart.orphan", sample_metadata(14), 0ms);
   }
-  owner.publish("restart.live", make_metadata(15), 0ms);
+  owner.publish("restart.live", sample_metadata(15), 0ms);
 
   server_.restart();  // same port, same store folder
   ASSERT_TRUE(owner_events.wait_reconnected(1, 15s)) << server_.log();
@@ -402,13 +402,13 @@ TEST_F(NatsChannelTest, ServerRestartKeepsPublishedNames) {
   // The owner's resubscription must have reached the server before we ask.
   owner.flush(2s);
 
-  EXPECT_EQ(reader.fetch("restart.live", 2s), make_metadata(15));
-  EXPECT_EQ(reader.fetch("restart.orphan", 2s), make_metadata(14));
-  EXPECT_EQ(reader.wait_for("restart.live", 2s), make_metadata(15));
+  EXPECT_EQ(reader.fetch("restart.live", 2s), sample_metadata(15));
+  EXPECT_EQ(reader.fetch("restart.orphan", 2s), sample_metadata(14));
+  EXPECT_EQ(reader.wait_for("restart.live", 2s), sample_metadata(15));
   const auto names = reader.list();
   EXPECT_EQ(names, (std::vector<std::string>{"restart.live", "restart.orphan"}));
-  owner.publish("restart.after", make_metadata(16), 0ms);
-  EXPECT_EQ(reader.fetch("restart.after", 2s), make_metadata(16));
+  owner.publish("restart.after", sample_metadata(16), 0ms);
+  EXPECT_EQ(reader.fetch("restart.after", 2s), sample_metadata(16));
 }
 
 TEST_F(NatsChannelTest, WaitForSurvivesServerRestart) {
@@ -419,8 +419,8 @@ TEST_F(NatsChannelTest, WaitForSurvivesServerRestart) {
   // Give the watcher time to be in place, so that the restart happens under it.
   std::this_thread::sleep_for(300ms);
   server_.restart();
-  owner.publish("after.restart", make_metadata(18), 0ms);  // buffered until reconnected
-  EXPECT_EQ(waiter.get(), make_metadata(18));
+  owner.publish("after.restart", sample_metadata(18), 0ms);  // buffered until reconnected
+  EXPECT_EQ(waiter.get(), sample_metadata(18));
 }
 
 TEST_F(NatsChannelTest, CrashedServerComesBackWithItsStore) {
@@ -430,12 +430,12 @@ TEST_F(NatsChannelTest, CrashedServerComesBackWithItsStore) {
   NatsChannel reader(options);
   {
     NatsChannel orphan(options_for(server_));
-    orphan.publish("crash.orphan", make_metadata(17), 0ms);
+    orphan.publish("crash.orphan", sample_metadata(17), 0ms);
   }
   server_.stop(/*graceful=*/false);
   server_.start();
   ASSERT_TRUE(events.wait_reconnected(1, 15s)) << server_.log();
-  EXPECT_EQ(reader.fetch("crash.orphan", 2s), make_metadata(17));
+  EXPECT_EQ(reader.fetch("crash.orphan", 2s), sample_metadata(17));
 }
 
 TEST_F(NatsChannelTest, HundredNamesConcurrently) {
@@ -451,7 +451,7 @@ TEST_F(NatsChannelTest, HundredNamesConcurrently) {
     threads.emplace_back([&, t] {
       for (int i = t; i < kNames; i += kThreads) {
         try {
-          owner.publish(name_of(i), make_metadata(1000 + i), 0ms);
+          owner.publish(name_of(i), sample_metadata(1000 + i), 0ms);
         } catch (const std::exception& error) {
           ADD_FAILURE() << error.what();
           ++failures;
@@ -467,7 +467,7 @@ TEST_F(NatsChannelTest, HundredNamesConcurrently) {
     threads.emplace_back([&, t] {
       for (int i = t; i < kNames; i += kThreads) {
         try {
-          if (reader.fetch(name_of(i), 5s) != make_metadata(1000 + i)) ++failures;
+          if (reader.fetch(name_of(i), 5s) != sample_metadata(1000 + i)) ++failures;
         } catch (const std::exception& error) {
           ADD_FAILURE() << error.what();
           ++failures;
@@ -485,7 +485,7 @@ TEST_F(NatsChannelTest, MetadataLargerThanOneMessage) {
   NatsChannel reader(options_for(server_));
   RawClient raw(server_.url());
   // 25000 descriptors: about 1.3 MB of JSON, more than NATS's 1 MiB message limit.
-  const auto large = make_metadata(20, OperationKind::Read, 25000);
+  const auto large = sample_metadata(20, OperationKind::Read, 25000);
   const std::size_t json_size = large.to_json().size();
   ASSERT_GT(json_size, owner.max_payload());
   owner.publish("large.blocks", large, 0ms);
@@ -496,8 +496,8 @@ TEST_F(NatsChannelTest, MetadataLargerThanOneMessage) {
   EXPECT_EQ(raw.part_count(), (json_size + piece - 1) / piece);
 
   // Replaced by a small one: the old pieces go.
-  owner.publish("large.blocks", make_metadata(21), 0ms);
-  EXPECT_EQ(reader.fetch("large.blocks", 5s), make_metadata(21));
+  owner.publish("large.blocks", sample_metadata(21), 0ms);
+  EXPECT_EQ(reader.fetch("large.blocks", 5s), sample_metadata(21));
   EXPECT_EQ(raw.part_count(), 0u);
 
   // From the registry alone, once its publisher is gone.
@@ -522,10 +522,10 @@ TEST_F(NatsChannelTest, RequestReplyWritesIntoTheRequestersMetadata) {
         seen.emplace_back(name, writable);  // stands for "the data was written into it"
       });
 
-  const auto writable = make_metadata(30, OperationKind::Write);
+  const auto writable = sample_metadata(30, OperationKind::Write);
   requester.request("models.embed.req-7", writable, 2s);
   requester.request("models.embed", writable, 2s);  // the prefix itself is a served name
-  const auto large = make_metadata(31, OperationKind::Write, 25000);
+  const auto large = sample_metadata(31, OperationKind::Write, 25000);
   requester.request("models.embed.big", large, 10s);
   {
     std::lock_guard lock(mutex);
@@ -559,7 +559,7 @@ TEST_F(NatsChannelTest, EveryOwnerErrorCodeCrossesTheWire) {
   for (std::size_t i = 0; i < kAllErrorCodes.size(); ++i) {
     const auto name = "code." + std::to_string(i);
     try {
-      requester.request(name, make_metadata(40, OperationKind::Write), 2s);
+      requester.request(name, sample_metadata(40, OperationKind::Write), 2s);
       ADD_FAILURE() << name << ": request returned";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), kAllErrorCodes[i]) << e.what();
@@ -580,7 +580,7 @@ TEST_F(NatsChannelTest, RequestReplyErrors) {
     if (name == "plain.failure") throw std::runtime_error("disk on fire");
     if (name == "slow.owner") released.wait();
   });
-  const auto writable = make_metadata(40, OperationKind::Write);
+  const auto writable = sample_metadata(40, OperationKind::Write);
 
   try {
     requester.request("missing.tensor", writable, 2s);
@@ -614,7 +614,7 @@ TEST_F(NatsChannelTest, RequestReplyErrors) {
       ErrorCode::Cancelled);
   release.set_value();
   // Readable metadata cannot be written into.
-  EXPECT_EQ(error_code_of([&] { requester.request("any.name", make_metadata(41), 2s); }),
+  EXPECT_EQ(error_code_of([&] { requester.request("any.name", sample_metadata(41), 2s); }),
             ErrorCode::Pairing);
 
   // A requester that sends garbage gets a clear error back, and the owner keeps serving.
@@ -638,11 +638,11 @@ TEST_F(NatsChannelTest, ServeSubscriptionMayOutliveItsChannel) {
     subscription = owner.serve("kept", [&](const std::string&, const RdmaMetadata&) { ++calls; });
   }
   NatsChannel requester(options_for(server_));
-  requester.request("kept.alive", make_metadata(50, OperationKind::Write), 2s);
+  requester.request("kept.alive", sample_metadata(50, OperationKind::Write), 2s);
   EXPECT_EQ(calls.load(), 1);
   subscription.reset();
   EXPECT_EQ(error_code_of([&] {
-              requester.request("kept.alive", make_metadata(50, OperationKind::Write), 1s);
+              requester.request("kept.alive", sample_metadata(50, OperationKind::Write), 1s);
             }),
             ErrorCode::NotFound);
 }

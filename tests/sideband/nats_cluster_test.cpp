@@ -19,9 +19,9 @@
 #include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/sideband/nats.hpp"
-#include "nats_server.hpp"
 #include "support/error_code_of.hpp"
 #include "support/metadata_samples.hpp"
+#include "support/nats_server.hpp"
 
 namespace memwire::sideband {
 namespace {
@@ -29,10 +29,10 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using memwire::test_support::error_code_of;
-using test::NatsCluster;
+using test_support::NatsCluster;
 
 using test_support::hex32;
-using test_support::make_metadata;
+using test_support::sample_metadata;
 
 // A client of the cluster that tries node `first` first, with the KV at 3 replicas.
 NatsOptions options_for(const NatsCluster& cluster, std::size_t first) {
@@ -123,7 +123,7 @@ TEST_F(NatsClusterTest, NamesSurviveTheLossOfTheStreamLeader) {
     // The owner leaves without withdraw(): only the registry answers for its names.
     NatsChannel owner(options_for(cluster_, 0));
     for (int i = 0; i < kNames; ++i) {
-      owner.publish("cluster.name-" + std::to_string(i), make_metadata(i), 0ms);
+      owner.publish("cluster.name-" + std::to_string(i), sample_metadata(i), 0ms);
     }
   }
   const std::string leader = stream_leader(cluster_, "KV_memwire");
@@ -138,7 +138,7 @@ TEST_F(NatsClusterTest, NamesSurviveTheLossOfTheStreamLeader) {
   NatsChannel& reader = *reader_channel;
   for (int i = 0; i < kNames; ++i) {
     const std::string name = "cluster.name-" + std::to_string(i);
-    EXPECT_EQ(eventually([&] { return reader.fetch(name, 2s); }), make_metadata(i)) << name;
+    EXPECT_EQ(eventually([&] { return reader.fetch(name, 2s); }), sample_metadata(i)) << name;
   }
   EXPECT_EQ(eventually([&] { return reader.list(); }).size(), std::size_t{kNames});
   const std::string new_leader = stream_leader(cluster_, "KV_memwire");
@@ -154,7 +154,7 @@ TEST_F(NatsClusterTest, NamesSurviveTheLossOfTheStreamLeader) {
   NatsChannel& rejoined = *rejoined_channel;
   for (int i = 0; i < kNames; ++i) {
     const std::string name = "cluster.name-" + std::to_string(i);
-    EXPECT_EQ(eventually([&] { return rejoined.fetch(name, 2s); }), make_metadata(i)) << name;
+    EXPECT_EQ(eventually([&] { return rejoined.fetch(name, 2s); }), sample_metadata(i)) << name;
   }
 }
 
@@ -167,7 +167,7 @@ TEST_F(NatsClusterTest, OwnerMovesToAnotherNodeAndKeepsAnswering) {
   events.hook(owner_options);
   NatsChannel owner(owner_options);
   ASSERT_EQ(owner.connected_url(), cluster_.node(0).url());
-  const auto metadata = make_metadata(42);
+  const auto metadata = sample_metadata(42);
   owner.publish("moving.owner", metadata, 0ms);
   std::atomic<int> served{0};
   auto subscription = owner.serve("moving", [&](const std::string&, const RdmaMetadata&) {
@@ -187,7 +187,7 @@ TEST_F(NatsClusterTest, OwnerMovesToAnotherNodeAndKeepsAnswering) {
   EXPECT_EQ(eventually([&] { return client.fetch("moving.owner", 2s); }, 5s), metadata);
   eventually(
       [&] {
-        client.request("moving.owner.part", make_metadata(43, OperationKind::Write), 2s);
+        client.request("moving.owner.part", sample_metadata(43, OperationKind::Write), 2s);
         return 0;
       },
       5s);
@@ -198,7 +198,7 @@ TEST_F(NatsClusterTest, OwnerMovesToAnotherNodeAndKeepsAnswering) {
 // NotFound at once ("no responders" across the cluster), not after its 20 s timeout, and fetch
 // returns the registry's entry at once instead of waiting for the dead responder.
 TEST_F(NatsClusterTest, RequestToADeadOwnerFailsFast) {
-  const auto metadata = make_metadata(7);
+  const auto metadata = sample_metadata(7);
   {
     NatsChannel owner(options_for(cluster_, 0));
     owner.publish("dead.owner", metadata, 0ms);
@@ -206,8 +206,9 @@ TEST_F(NatsClusterTest, RequestToADeadOwnerFailsFast) {
   }
   NatsChannel client(options_for(cluster_, 1));
   auto started = Clock::now();
-  EXPECT_EQ(error_code_of(
-                [&] { client.request("dead.owner", make_metadata(8, OperationKind::Write), 20s); }),
+  EXPECT_EQ(error_code_of([&] {
+              client.request("dead.owner", sample_metadata(8, OperationKind::Write), 20s);
+            }),
             ErrorCode::NotFound);
   EXPECT_LT(Clock::now() - started, 1s);
   started = Clock::now();
@@ -225,11 +226,11 @@ TEST_F(NatsClusterTest, CommaSeparatedServerListFailsOver) {
   events.hook(options);
   NatsChannel channel(options);
   ASSERT_EQ(channel.connected_url(), cluster_.node(0).url());
-  channel.publish("comma.list", make_metadata(9), 0ms);
+  channel.publish("comma.list", sample_metadata(9), 0ms);
   cluster_.node(0).stop(/*graceful=*/false);
   ASSERT_TRUE(events.wait(15s));
   EXPECT_EQ(channel.connected_url(), cluster_.node(1).url());
-  EXPECT_EQ(eventually([&] { return channel.fetch("comma.list", 2s); }), make_metadata(9));
+  EXPECT_EQ(eventually([&] { return channel.fetch("comma.list", 2s); }), sample_metadata(9));
 }
 
 TEST(NatsClusterOptions, ReplicasOutOfRangeAreRejected) {

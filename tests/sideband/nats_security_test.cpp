@@ -16,48 +16,29 @@
 #include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/sideband/nats.hpp"
-#include "nats_server.hpp"
 #include "support/error_code_of.hpp"
+#include "support/metadata_samples.hpp"
+#include "support/nats_server.hpp"
+#include "support/temp_dir.hpp"
 
 namespace memwire::sideband {
 namespace {
 
 using namespace std::chrono_literals;
 using memwire::test_support::error_code_of;
-using test::NatsServer;
-using test::NatsServerOptions;
+using test_support::NatsServer;
+using test_support::NatsServerOptions;
 
-RdmaMetadata sample() {
-  return RdmaMetadata(OperationKind::Read, {RemoteDescriptor{Device{}, 0x10000, 64}},
-                      "0123456789abcdef0123456789abcdef",
-                      Endpoint{"fedcba9876543210fedcba9876543210", "node", {{"tcp", "a", {}, {}}}},
-                      "00112233445566778899aabbccddeeff", 0);
-}
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "memwire-tls-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using test_support::sample_metadata;
+using test_support::TempDir;
 
 bool have_openssl_tool() { return std::system("openssl version >/dev/null 2>&1") == 0; }
 
 // A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA.
 void make_certificates(const TempDir& dir) {
-  std::ofstream(dir / "server.ext") << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
-  std::ofstream(dir / "client.ext") << "extendedKeyUsage=clientAuth\n";
-  const std::string d = dir / "";
+  std::ofstream(dir.file("server.ext")) << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
+  std::ofstream(dir.file("client.ext")) << "extendedKeyUsage=clientAuth\n";
+  const std::string d = dir.file("");
   const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
   const std::vector<std::string> commands = {
       "openssl req -x509 " + ec + " -keyout " + d + "ca.key -out " + d +
@@ -81,16 +62,16 @@ TEST(NatsChannelTls, ServerCertificateCheckedAgainstTheCa) {
   TempDir dir;
   ASSERT_NO_FATAL_FAILURE(make_certificates(dir));
   NatsServerOptions server_options;
-  server_options.tls_cert_file = dir / "server.pem";
-  server_options.tls_key_file = dir / "server.key";
+  server_options.tls_cert_file = dir.file("server.pem");
+  server_options.tls_key_file = dir.file("server.key");
   NatsServer server(server_options);
 
   NatsOptions options;
   options.servers = {server.url()};
-  options.ca_file = dir / "ca.pem";
+  options.ca_file = dir.file("ca.pem");
   NatsChannel channel(options);
-  channel.publish("over.tls", sample(), 0ms);
-  EXPECT_EQ(channel.fetch("over.tls", 2s), sample());
+  channel.publish("over.tls", sample_metadata(1), 0ms);
+  EXPECT_EQ(channel.fetch("over.tls", 2s), sample_metadata(1));
 
   // Without the CA the self-made server certificate is not trusted.
   options.ca_file.clear();
@@ -115,24 +96,24 @@ TEST(NatsChannelTls, MutualTlsNeedsAClientCertificate) {
   TempDir dir;
   ASSERT_NO_FATAL_FAILURE(make_certificates(dir));
   NatsServerOptions server_options;
-  server_options.tls_cert_file = dir / "server.pem";
-  server_options.tls_key_file = dir / "server.key";
-  server_options.tls_ca_file = dir / "ca.pem";
+  server_options.tls_cert_file = dir.file("server.pem");
+  server_options.tls_key_file = dir.file("server.key");
+  server_options.tls_ca_file = dir.file("ca.pem");
   server_options.tls_verify_clients = true;
   NatsServer server(server_options);
 
   NatsOptions options;
   options.servers = {server.url()};
-  options.ca_file = dir / "ca.pem";
+  options.ca_file = dir.file("ca.pem");
   options.connect_timeout = 1s;
   const auto refused = error_code_of([&] { NatsChannel anonymous(options); });
   EXPECT_TRUE(refused == ErrorCode::Transport || refused == ErrorCode::AccessDenied);
 
-  options.cert_file = dir / "client.pem";
-  options.key_file = dir / "client.key";
+  options.cert_file = dir.file("client.pem");
+  options.key_file = dir.file("client.key");
   NatsChannel channel(options);
-  channel.publish("mutual.tls", sample(), 0ms);
-  EXPECT_EQ(channel.fetch("mutual.tls", 2s), sample());
+  channel.publish("mutual.tls", sample_metadata(1), 0ms);
+  EXPECT_EQ(channel.fetch("mutual.tls", 2s), sample_metadata(1));
 
   options.key_file.clear();  // half a key pair is a usage error
   EXPECT_EQ(error_code_of([&] { NatsChannel half(options); }), ErrorCode::InvalidArgument);
@@ -203,21 +184,21 @@ TEST(NatsChannelNkey, SeedFileAuthenticates) {
   server_options.nkey = user.public_key;
   NatsServer server(server_options);
   TempDir dir;
-  std::ofstream(dir / "user.nk") << user.seed << "\n";
+  std::ofstream(dir.file("user.nk")) << user.seed << "\n";
 
   NatsOptions options;
   options.servers = {server.url()};
   options.nkey_public = user.public_key;
-  options.nkey_seed_file = dir / "user.nk";
+  options.nkey_seed_file = dir.file("user.nk");
   NatsChannel channel(options);
-  channel.publish("with.nkey", sample(), 0ms);
-  EXPECT_EQ(channel.fetch("with.nkey", 2s), sample());
+  channel.publish("with.nkey", sample_metadata(1), 0ms);
+  EXPECT_EQ(channel.fetch("with.nkey", 2s), sample_metadata(1));
 
   // Someone else's key is refused.
   const auto stranger = make_user_nkey();
-  std::ofstream(dir / "stranger.nk") << stranger.seed << "\n";
+  std::ofstream(dir.file("stranger.nk")) << stranger.seed << "\n";
   options.nkey_public = stranger.public_key;
-  options.nkey_seed_file = dir / "stranger.nk";
+  options.nkey_seed_file = dir.file("stranger.nk");
   EXPECT_EQ(error_code_of([&] { NatsChannel refused(options); }), ErrorCode::AccessDenied);
   // And so is nobody.
   options.nkey_public.clear();

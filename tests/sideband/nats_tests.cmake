@@ -1,4 +1,4 @@
-# NatsChannel tests against a real nats-server (tests/support/nats_server.cpp starts one per test
+# NatsChannel tests against a real nats-server (memwire_test_support's NatsServer starts one per test
 # with JetStream in a temporary folder). nats-server must be installed: the tests fail without it.
 # The TLS tests make certificates with the openssl tool (they skip without it); the NKey test
 # makes its key with libcrypto.
@@ -9,24 +9,18 @@ find_package(OpenSSL REQUIRED)
 add_executable(memwire_nats_tests
   ${CMAKE_CURRENT_LIST_DIR}/nats_channel_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nats_security_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/nats_entry_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/../support/nats_server.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/nats_entry_test.cpp)
 target_link_libraries(memwire_nats_tests
-  PRIVATE memwire::sideband PkgConfig::LIBNATS OpenSSL::Crypto GTest::gtest_main
-          Threads::Threads)
+  PRIVATE memwire::sideband memwire_test_support PkgConfig::LIBNATS OpenSSL::Crypto
+          GTest::gtest_main Threads::Threads)
 # nats_entry_test reaches into the library's private entry codec (sideband/src/nats/entry.hpp).
-target_include_directories(memwire_nats_tests
-  PRIVATE ${CMAKE_CURRENT_LIST_DIR}/.. ${CMAKE_CURRENT_LIST_DIR}/../support)
 target_link_libraries(memwire_nats_tests PRIVATE memwire-sideband-internal-headers)
 gtest_discover_tests(memwire_nats_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
 
 # The same against a real 3-node cluster (routes and JetStream on free loopback ports): nodes are
 # killed and restarted, so these take seconds each; their own binary keeps them apart.
-add_executable(memwire_nats_cluster_tests
-  ${CMAKE_CURRENT_LIST_DIR}/nats_cluster_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/../support/nats_server.cpp)
+add_executable(memwire_nats_cluster_tests ${CMAKE_CURRENT_LIST_DIR}/nats_cluster_test.cpp)
 target_link_libraries(memwire_nats_cluster_tests
-  PRIVATE memwire::sideband PkgConfig::LIBNATS GTest::gtest_main Threads::Threads)
-target_include_directories(memwire_nats_cluster_tests
-  PRIVATE ${CMAKE_CURRENT_LIST_DIR}/.. ${CMAKE_CURRENT_LIST_DIR}/../support)
+  PRIVATE memwire::sideband memwire_test_support PkgConfig::LIBNATS GTest::gtest_main
+          Threads::Threads)
 gtest_discover_tests(memwire_nats_cluster_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 180)

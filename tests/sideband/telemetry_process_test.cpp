@@ -6,16 +6,17 @@
 
 #include <fstream>
 
-#include "http_test_support.hpp"
 #include "support/child_process.hpp"
+#include "support/loopback.hpp"
 #include "support/prometheus_text.hpp"
 #include "support/registry_process.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 using memwire::test_support::ChildProcess;
-using memwire::test_support::closed_port;
+using memwire::test_support::free_loopback_port;
 using memwire::test_support::parse_prometheus;
 using memwire::test_support::PrometheusText;
 using memwire::test_support::RegistryProcess;
@@ -48,7 +49,7 @@ TEST(WorkerMetrics, ProducerAndConsumerServeTheirCountsWhileLingering) {
   constexpr int kRequests = 4, kDim = 2048;
   constexpr double kBytes = kRequests * kDim * sizeof(float);
   RegistryProcess registry;
-  const auto producer_port = closed_port(), consumer_port = closed_port();
+  const auto producer_port = free_loopback_port(), consumer_port = free_loopback_port();
   // The producer takes its address from the environment, the consumer from the flag.
   ChildProcess producer(
       {MEMWIRE_PRODUCER_BINARY, "--http", registry.url(), "--requests", std::to_string(kRequests),
@@ -103,7 +104,7 @@ TEST(WorkerMetrics, CliServeServesItsCounts) {
     std::ofstream file(in, std::ios::binary);
     for (std::size_t i = 0; i < kSize; ++i) file.put(static_cast<char>(i * 13));
   }
-  const auto port = closed_port();
+  const auto port = free_loopback_port();
   ChildProcess server({MEMWIRE_CLI_BINARY, "serve", "metrics.file", in, "--http", registry.url(),
                        "--count", "2", "--metrics-listen", "127.0.0.1:" + std::to_string(port)});
   std::string seen;

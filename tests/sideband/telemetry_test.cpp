@@ -11,10 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "http_test_support.hpp"
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/http.hpp"
 #include "memwire/sideband/metrics_listener.hpp"
+#include "support/loopback.hpp"
 #include "support/prometheus_text.hpp"
 
 namespace {

@@ -10,13 +10,12 @@
 #include <latch>
 #include <numeric>
 
-#include "http_test_support.hpp"
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/http.hpp"
 #include "memwire/sideband/nats.hpp"
-#include "nats_server.hpp"
 #include "support/channels.hpp"
 #include "support/error_code_of.hpp"
+#include "support/nats_server.hpp"
 #include "support/sanitizers.hpp"
 #include "support/tcp_received.hpp"
 #include "support/test_peer_process.hpp"
@@ -268,7 +267,7 @@ class LeaseRenewalTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
 #if MEMWIRE_HAVE_NATS
     if (GetParam() == "nats") {
-      nats_ = std::make_unique<memwire::test::NatsServer>();
+      nats_ = std::make_unique<memwire::test_support::NatsServer>();
       NatsOptions options;
       options.servers = {nats_->url()};
       producer_channel_ = std::make_unique<NatsChannel>(options);
@@ -292,7 +291,7 @@ class LeaseRenewalTest : public ::testing::TestWithParam<std::string> {
     consumer_ = std::make_unique<Worker>(consumer_connector_, *consumer_channel_);
   }
 
-  std::unique_ptr<memwire::test::NatsServer> nats_;
+  std::unique_ptr<memwire::test_support::NatsServer> nats_;
   std::unique_ptr<HttpEndpoint> endpoint_;
   std::unique_ptr<Channel> producer_channel_;
   std::unique_ptr<Channel> consumer_channel_;
@@ -366,7 +365,7 @@ class RequestOwnerKilledTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
 #if MEMWIRE_HAVE_NATS
     if (GetParam() == "nats") {
-      nats_ = std::make_unique<memwire::test::NatsServer>();
+      nats_ = std::make_unique<memwire::test_support::NatsServer>();
       NatsOptions options;
       options.servers = {nats_->url()};
       owner_channel_ = std::make_unique<NatsChannel>(options);
@@ -387,7 +386,7 @@ class RequestOwnerKilledTest : public ::testing::TestWithParam<std::string> {
     requester_ = std::make_unique<Worker>(*requester_connector_, *requester_channel_);
   }
 
-  std::unique_ptr<memwire::test::NatsServer> nats_;
+  std::unique_ptr<memwire::test_support::NatsServer> nats_;
   std::unique_ptr<HttpEndpoint> endpoint_;
   std::unique_ptr<Channel> owner_channel_;
   std::unique_ptr<Channel> requester_channel_;
@@ -450,11 +449,11 @@ TEST_P(RequestOwnerKilledTest, RequesterGetsPeerLostPromptly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Channels, RequestOwnerKilledTest,
-                         ::testing::ValuesIn(memwire::test::enabled_channels()),
+                         ::testing::ValuesIn(memwire::test_support::enabled_channels()),
                          [](const auto& info) { return info.param; });
 
 INSTANTIATE_TEST_SUITE_P(Channels, LeaseRenewalTest,
-                         ::testing::ValuesIn(memwire::test::enabled_channels()),
+                         ::testing::ValuesIn(memwire::test_support::enabled_channels()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

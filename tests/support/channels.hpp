@@ -5,7 +5,7 @@
 
 #include "memwire/sideband/config.hpp"
 
-namespace memwire::test {
+namespace memwire::test_support {
 
 // The channels this build has, for tests parameterised over channels: a channel switched off
 // (MEMWIRE_WITH_NATS=OFF, ...) is not instantiated at all, rather than skipped as passed.
@@ -20,4 +20,4 @@ inline std::vector<std::string> enabled_channels() {
   return channels;
 }
 
-}  // namespace memwire::test
+}  // namespace memwire::test_support

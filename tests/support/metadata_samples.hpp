@@ -1,11 +1,11 @@
 #pragma once
 
-// Metadata for sideband tests that only carry it by name: valid ids from a seed, one tcp offer,
-// `descriptors` of 4 KiB each. Nothing is registered behind it.
+// Metadata that only travels (by name, over a pipe, into a parser): valid ids from a seed,
+// descriptors at made-up addresses, a tcp offer. Nothing is registered behind it. Tests and the
+// benchmarks all make theirs here, each with the shape it needs.
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -13,22 +13,30 @@
 
 namespace memwire::test_support {
 
-inline std::string hex32(std::uint64_t seed) {
-  char text[33];
-  std::snprintf(text, sizeof(text), "%016llx%016llx", static_cast<unsigned long long>(seed),
-                static_cast<unsigned long long>(~seed));
-  return text;
-}
+// 32 hex digits from a seed: a valid notification key, token or connector id.
+std::string hex32(std::uint64_t seed);
 
-inline RdmaMetadata make_metadata(std::uint64_t seed, OperationKind kind = OperationKind::Read,
-                                  std::size_t descriptors = 2) {
-  std::vector<RemoteDescriptor> list;
-  for (std::size_t i = 0; i < descriptors; ++i) {
-    list.push_back(
-        RemoteDescriptor{Device{}, 0x7f0000000000ULL + seed * 0x100000 + i * 4096, 4096});
-  }
-  Endpoint endpoint{hex32(seed + 7), "node-a", {TransportOffer{"tcp", "127.0.0.1:4711", {}, {}}}};
-  return RdmaMetadata(kind, std::move(list), hex32(seed), std::move(endpoint), hex32(seed + 1), 0);
+struct MetadataShape {
+  OperationKind kind = OperationKind::Read;
+  std::size_t descriptors = 2;
+  std::uint64_t descriptor_size = 4096;
+  // From one descriptor's start to the next; 0 = descriptor_size (back to back). Larger leaves
+  // gaps, as a KV cache's blocks have.
+  std::uint64_t stride = 0;
+  std::string host = "node-a";
+  std::vector<TransportOffer> offers = {TransportOffer{"tcp", "127.0.0.1:4711", {}, {}}};
+};
+
+// Key hex32(seed), token hex32(seed + 1), connector hex32(seed + 7); descriptors from
+// 0x7f0000000000 + seed MiB, so different seeds give different metadata throughout.
+RdmaMetadata sample_metadata(std::uint64_t seed, const MetadataShape& shape);
+
+inline RdmaMetadata sample_metadata(std::uint64_t seed, OperationKind kind = OperationKind::Read,
+                                    std::size_t descriptors = 2) {
+  MetadataShape shape;
+  shape.kind = kind;
+  shape.descriptors = descriptors;
+  return sample_metadata(seed, shape);
 }
 
 }  // namespace memwire::test_support

@@ -1,4 +1,4 @@
-#include "nats_server.hpp"
+#include "support/nats_server.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -19,7 +19,7 @@
 
 extern char** environ;
 
-namespace memwire::test {
+namespace memwire::test_support {
 namespace {
 
 [[noreturn]] void fail(const std::string& what) {
@@ -34,25 +34,6 @@ bool executable(const std::filesystem::path& path) {
 }
 
 }  // namespace
-
-// Another process could take the port before the server binds; the server then exits with
-// "address already in use" and start() reports it.
-std::uint16_t free_loopback_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) fail(errno_text("socket"));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    auto text = errno_text("bind");
-    ::close(fd);
-    fail(text);
-  }
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 namespace {
 
@@ -89,25 +70,13 @@ std::string NatsServer::find_binary() {
 
 NatsServer::NatsServer(NatsServerOptions options)
     : options_(std::move(options)), binary_(find_binary()) {
-  std::string pattern = (std::filesystem::temp_directory_path() / "memwire-nats-XXXXXX").string();
-  std::vector<char> buffer(pattern.begin(), pattern.end());
-  buffer.push_back('\0');
-  if (::mkdtemp(buffer.data()) == nullptr) fail(errno_text("mkdtemp"));
-  dir_ = buffer.data();
-  store_dir_ = dir_ / "store";
-  config_ = dir_ / "server.conf";
-  try {
-    std::filesystem::create_directories(store_dir_);
-    port_ = options_.port != 0 ? options_.port : free_loopback_port();
-    if (options_.server_name.empty())
-      options_.server_name = "memwire_test_" + std::to_string(port_);
-    write_config();
-    start();
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
-    throw;
-  }
+  store_dir_ = dir_.path() / "store";
+  config_ = dir_.path() / "server.conf";
+  std::filesystem::create_directories(store_dir_);
+  port_ = options_.port != 0 ? options_.port : free_loopback_port();
+  if (options_.server_name.empty()) options_.server_name = "memwire_test_" + std::to_string(port_);
+  write_config();
+  start();
 }
 
 NatsServer::~NatsServer() {
@@ -115,8 +84,6 @@ NatsServer::~NatsServer() {
     stop();
   } catch (...) {
   }
-  std::error_code ignored;
-  std::filesystem::remove_all(dir_, ignored);
 }
 
 std::string NatsServer::url() const {
@@ -137,7 +104,8 @@ void NatsServer::write_config() const {
   if (!options_.cluster_name.empty()) {
     config << "cluster {\n  name: " << quoted(options_.cluster_name)
            << "\n  listen: \"127.0.0.1:" << options_.cluster_port << "\"\n  routes: [";
-    for (auto route : options_.route_ports) config << " \"nats-route://127.0.0.1:" << route << "\",";
+    for (auto route : options_.route_ports)
+      config << " \"nats-route://127.0.0.1:" << route << "\",";
     config << " ]\n}\n";
   }
   if (options_.jetstream) config << "jetstream { store_dir: " << quoted(store_dir_) << " }\n";
@@ -267,9 +235,9 @@ void NatsServer::stop(bool graceful) {
   if (reader_.joinable()) reader_.join();
 }
 
-}  // namespace memwire::test
+}  // namespace memwire::test_support
 
-namespace memwire::test {
+namespace memwire::test_support {
 
 std::pair<int, std::string> NatsServer::monitor(const std::string& path) const {
   if (!running() || options_.monitor_port == 0) return {0, {}};
@@ -373,4 +341,4 @@ void NatsCluster::wait_until_healthy(std::chrono::milliseconds timeout) {
   }
 }
 
-}  // namespace memwire::test
+}  // namespace memwire::test_support

@@ -17,7 +17,10 @@
 #include <utility>
 #include <vector>
 
-namespace memwire::test {
+#include "support/loopback.hpp"
+#include "support/temp_dir.hpp"
+
+namespace memwire::test_support {
 
 struct NatsServerOptions {
   std::string token;  // set: clients must present this token
@@ -41,9 +44,6 @@ struct NatsServerOptions {
   std::vector<std::uint16_t> route_ports;
   std::uint16_t monitor_port = 0;  // 0 = no monitoring endpoint
 };
-
-// Asks the kernel for a free loopback TCP port (another process could take it before use).
-std::uint16_t free_loopback_port();
 
 class NatsServer {
  public:
@@ -86,7 +86,7 @@ class NatsServer {
 
   NatsServerOptions options_;
   std::string binary_;
-  std::filesystem::path dir_;
+  TempDir dir_{"memwire-nats"};  // the config file and the JetStream store; removed last
   std::filesystem::path store_dir_;
   std::filesystem::path config_;
   std::uint16_t port_ = 0;
@@ -121,4 +121,4 @@ class NatsCluster {
   std::vector<std::unique_ptr<NatsServer>> nodes_;
 };
 
-}  // namespace memwire::test
+}  // namespace memwire::test_support

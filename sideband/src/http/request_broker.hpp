@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
+
 namespace memwire::sideband::http {
 
 // Request/reply over plain HTTP, held by the endpoint:
@@ -22,7 +24,7 @@ namespace memwire::sideband::http {
 //    "P." ; the longest such live prefix wins;
 //  - a server that has not polled for kServerLease is dead; its queued requests fail as
 //    "not found" when no other server takes the prefix.
-class RequestBroker {
+class MEMWIRE_API RequestBroker {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::seconds kServerLease{10};

@@ -4,9 +4,11 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 
 #include "ids.hpp"
 #include "memwire/error_codes.hpp"
+#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
 
 namespace memwire::detail {
 
@@ -37,6 +39,8 @@ enum class FrameType : std::uint8_t {
   ReadPiecesRequest = 9,    // payload: the piece list; answered by one ReadResponse
   WritePiecesRequest = 10,  // payload: the piece list, then the pieces' bytes (not kCrossMemory)
 };
+// The last type above: a frame of a later one is refused as unknown. Kept next to the list.
+inline constexpr FrameType kLastFrameType = FrameType::WritePiecesRequest;
 
 namespace frame_flags {
 inline constexpr std::uint8_t kCrossMemory = 1;
@@ -101,5 +105,14 @@ inline bool pieces_add_up(const FrameHeader& header, std::span<const FramePiece>
   }
   return total == header.length;
 }
+
+// Why 80 received bytes cannot be the header of a frame this build reads: another protocol
+// (magic), another version, or a type no side knows. nullopt when they can; the connection that
+// received them closes with this reason. Whether the type suits the receiving side, and the
+// payload's bounds, are the side's to check.
+MEMWIRE_API std::optional<std::string> frame_header_problem(const FrameHeader& header);
+
+// Why a text payload (names, error texts) of `length` bytes is refused, or nullopt.
+MEMWIRE_API std::optional<std::string> text_payload_problem(std::uint64_t length);
 
 }  // namespace memwire::detail

@@ -6,12 +6,13 @@
 #include <memory>
 #include <tuple>
 
+#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
 #include "shared_memory_index.hpp"
 
 namespace memwire::detail {
 
 // One peer's SharedBuffer, mapped into this process.
-class PeerMapping {
+class MEMWIRE_API PeerMapping {
  public:
   PeerMapping(std::byte* base, std::size_t size) : base_(base), size_(size) {}
   ~PeerMapping();
@@ -31,7 +32,7 @@ class PeerMapping {
 // check makes sure the descriptor was not reused for another file meanwhile. Buffers the peer
 // has let go of are unmapped on a later miss, and at most kMaxMappings stay. One connection's
 // reader thread uses it: no lock.
-class PeerMappings {
+class MEMWIRE_API PeerMappings {
  public:
   static constexpr std::size_t kMaxMappings = 32;
 

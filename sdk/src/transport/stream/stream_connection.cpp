@@ -125,8 +125,8 @@ bool StreamConnection::discard(std::size_t length) {
 }
 
 std::optional<std::string> StreamConnection::receive_text(std::uint64_t length) {
-  if (length > FrameHeader::kMaxText) {
-    shutdown("protocol error: oversized text payload");
+  if (auto problem = text_payload_problem(length)) {
+    shutdown("protocol error: " + *problem);
     return std::nullopt;
   }
   std::string text(length, '\0');
@@ -150,8 +150,8 @@ void StreamConnection::read_loop() {
       awaiting_first_frame = false;
       set_receive_timeout(socket_.get(), std::chrono::milliseconds(0));
     }
-    if (header.magic != FrameHeader::kMagic || header.version != FrameHeader::kVersion) {
-      reason = "protocol error: bad frame header";
+    if (auto problem = frame_header_problem(header)) {
+      reason = "protocol error: " + *problem;
       break;
     }
     handler_->on_frame(*this, header);

@@ -14,6 +14,7 @@
 
 #include "access_gate.hpp"
 #include "memwire/error.hpp"
+#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
 #include "telemetry/connection_watch.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
@@ -54,7 +55,7 @@ struct OutFrame {
 // registered memory) and a writer thread (straight from registered memory into the socket).
 // A frame sent while nothing is queued goes out at once on the sender's thread, as far as the
 // socket takes it without blocking: small requests and answers skip the thread hand-off.
-class StreamConnection {
+class MEMWIRE_API StreamConnection {
  public:
   StreamConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler, std::string peer);
   ~StreamConnection();  // shuts down and joins
