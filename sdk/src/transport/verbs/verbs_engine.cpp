@@ -119,10 +119,10 @@ Engine::Engine(const TransportContext& context)
       connect_timeout_(context.options.connect_timeout),
       max_connections_(context.options.max_connections),
       max_connections_per_peer_(context.options.max_connections_per_peer),
-      registrations_(context.registrations),
       slice_bytes_(context.options.rdma.slice_size),
       events_(rdma_create_event_channel()),
-      timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
+      timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)),
+      passive_(*this, context.registrations) {
   if (slice_bytes_ < 4096)
     throw Error(ErrorCode::InvalidArgument,
                 "rdma.slice_size must be at least 4096 bytes, got " + std::to_string(slice_bytes_));
@@ -594,21 +594,23 @@ void Engine::on_timer() {
 void Engine::on_notice(Connection& connection, const Notice& notice) {
   switch (notice.type) {
     case NoticeType::Begin:
-      on_begin(connection, notice);
+    case NoticeType::Done:
+    case NoticeType::Abort:
+      passive_.on_notice(connection, notice);
       return;
     case NoticeType::Accept:
       on_accept(connection, notice);
       return;
-    case NoticeType::Done:
-      on_done(connection, notice);
-      return;
     case NoticeType::Result:
       on_result(connection, notice);
       return;
-    case NoticeType::Abort:
-      on_abort(connection, notice);
-      return;
   }
+}
+
+void Engine::send(Connection& connection, const Notice& notice) {
+  if (!connection.send(notice))
+    fail_connection(connection, Error(ErrorCode::Transport,
+                                      "verbs: cannot post to the QP of " + describe(connection)));
 }
 
 // ---- failure --------------------------------------------------------------------------------
@@ -679,21 +681,7 @@ void Engine::fail_connection(Connection& connection, const Error& error,
   }
   // A registration fails with the last connection that began it: the peer's other rails may
   // still carry its transfer.
-  for (auto& [registration_key, weak] : inbound) {
-    const auto& key = registration_key;  // a plain reference: lambdas cannot capture a binding
-    const bool held = std::any_of(connections_.begin(), connections_.end(), [&](const auto& entry) {
-      return entry.second->state != Connection::State::Closed &&
-             entry.second->inbound.contains(key);
-    });
-    if (held) continue;
-    if (auto registration = weak.lock())
-      registration->fail(Error(ErrorCode::PeerLost, error.what()));
-  }
-}
-
-std::string Engine::describe(const Connection& connection) const {
-  return "peer " + (connection.peer.empty() ? std::string("?") : connection.peer) + " at " +
-         connection.address;
+  passive_.on_connection_lost(inbound, error);
 }
 
 }  // namespace memwire::detail::verbs

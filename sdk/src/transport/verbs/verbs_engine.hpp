@@ -20,6 +20,7 @@
 #include "transport/verbs/verbs_connection.hpp"
 #include "transport/verbs/verbs_device.hpp"
 #include "transport/verbs/verbs_handles.hpp"
+#include "transport/verbs/verbs_passive_side.hpp"
 
 namespace memwire::detail::verbs {
 
@@ -66,6 +67,21 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   // Begins moving the bytes of `transfer` to or from the owner behind `offer`.
   void start(const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer);
+
+  // What the active and passive sides use, on the progress thread only.
+  const std::map<rdma_cm_id*, std::shared_ptr<Connection>>& connections() const noexcept {
+    return connections_;
+  }
+  // Sends `notice` on `connection`; a post that fails fails the connection.
+  void send(Connection& connection, const Notice& notice);
+  // Closes `connection` and fails everything that used it. `culprit` (a transfer whose own
+  // work request failed) gets `culprit_error`; every other one gets `error`.
+  void fail_connection(Connection& connection, const Error& error,
+                       std::optional<std::uint64_t> culprit = std::nullopt,
+                       std::optional<Error> culprit_error = std::nullopt);
+  void log(const std::string& line) const {
+    if (log_) log_(line);
+  }
 
  private:
   explicit Engine(const TransportContext& context);
@@ -124,24 +140,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void abort(std::uint64_t seq, const Error& error);
   void break_transfer(std::uint64_t seq);
 
-  // passive side
+  // A notice from the peer: to the side it concerns.
   void on_notice(Connection& connection, const Notice& notice);
-  void on_begin(Connection& connection, const Notice& notice);
-  void on_done(Connection& connection, const Notice& notice);
-  void on_abort(Connection& connection, const Notice& notice);
-  void reply(Connection& connection, NoticeType type, std::uint64_t seq,
-             std::optional<ErrorCode> error = std::nullopt, std::string text = {});
-
-  // Closes `connection` and fails everything that used it. `culprit` (a transfer whose own
-  // work request failed) gets `culprit_error`; every other one gets `error`.
-  void fail_connection(Connection& connection, const Error& error,
-                       std::optional<std::uint64_t> culprit = std::nullopt,
-                       std::optional<Error> culprit_error = std::nullopt);
-  std::string describe(const Connection& connection) const;
-
-  void log(const std::string& line) const {
-    if (log_) log_(line);
-  }
 
   const std::string connector_name_;
   const std::function<void(std::string_view)> log_;
@@ -149,7 +149,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const std::chrono::milliseconds connect_timeout_;
   const std::size_t max_connections_;  // accepted ones, and per peer host below
   const std::size_t max_connections_per_peer_;
-  const std::shared_ptr<RegistrationTable> registrations_;
   const std::uint64_t slice_bytes_;
   EventChannel events_;
   FileDescriptor timer_;
@@ -165,6 +164,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::chrono::steady_clock::time_point stall_check_at_{};
   std::vector<std::shared_ptr<Connection>> graveyard_;
   std::promise<void>* flushed_ = nullptr;  // set while shutdown() waits for notices to leave
+  VerbsPassiveSide passive_;
 
   ProgressLoop loop_;  // last: stopped and joined before anything above goes
 };
