@@ -1,7 +1,10 @@
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "ids.hpp"
 #include "memwire/error.hpp"
