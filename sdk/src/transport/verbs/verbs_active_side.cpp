@@ -1,7 +1,6 @@
-// The active side of the verbs protocol: Begin on each rail a transfer uses, then RDMA
-// READ/WRITE batches of its slices once the owner accepted, then Done; the owner's Result
-// ends the transfer. Abort is the error notice. A leg whose rail fails gives its slices back
-// and the legs left (or a pair not tried yet) move them.
+// The active side of the verbs protocol (see verbs_active_side.hpp).
+#include "transport/verbs/verbs_active_side.hpp"
+
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -47,9 +46,7 @@ int common_prefix(const std::string& a, const std::string& b) {
   return std::countl_zero(ipv4_bits(a) ^ ipv4_bits(b));
 }
 
-}  // namespace
-
-Notice Engine::begin_notice(const OutboundTransfer& leg) const {
+Notice begin_notice(const OutboundTransfer& leg) {
   Notice notice;
   notice.type = NoticeType::Begin;
   notice.seq = leg.seq;
@@ -59,15 +56,41 @@ Notice Engine::begin_notice(const OutboundTransfer& leg) const {
   return notice;
 }
 
-OutboundTransfer* Engine::leg_of(std::uint64_t leg_seq) {
+}  // namespace
+
+VerbsActiveSide::VerbsActiveSide(Engine& engine, std::uint64_t slice_bytes,
+                                 std::function<void(std::string_view)> log)
+    : engine_(engine), slice_bytes_(slice_bytes), log_(std::move(log)) {
+  if (slice_bytes_ < 4096)
+    throw Error(ErrorCode::InvalidArgument,
+                "rdma.slice_size must be at least 4096 bytes, got " + std::to_string(slice_bytes_));
+}
+
+void VerbsActiveSide::on_notice(Connection& connection, const Notice& notice) {
+  if (notice.type == NoticeType::Accept)
+    on_accept(connection, notice);
+  else if (notice.type == NoticeType::Result)
+    on_result(connection, notice);
+}
+
+bool VerbsActiveSide::announce_legs(Connection& connection) {
+  for (auto& [seq, leg] : connection.outbound) {
+    if (leg.begun) continue;
+    leg.begun = true;
+    if (!connection.send(begin_notice(leg))) return false;
+  }
+  return true;
+}
+
+OutboundTransfer* VerbsActiveSide::leg_of(std::uint64_t leg_seq) {
   auto where = transfers_.find(leg_seq);
   if (where == transfers_.end()) return nullptr;
   auto found = where->second->outbound.find(leg_seq);
   return found == where->second->outbound.end() ? nullptr : &found->second;
 }
 
-void Engine::begin(const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer,
-                   std::uint64_t seq) {
+void VerbsActiveSide::begin(const std::shared_ptr<ActiveTransfer>& transfer,
+                            const TransportOffer& offer, std::uint64_t seq) {
   if (is_terminal(transfer->status())) return;
   const auto& local = transfer->local();
   const auto& remote = transfer->remote().descriptors();
@@ -97,8 +120,8 @@ void Engine::begin(const std::shared_ptr<ActiveTransfer>& transfer, const Transp
   auto stripe = std::make_shared<Stripe>();
   stripe->seq = seq;
   stripe->transfer = transfer;
-  stripe->rail_bytes.assign(rails_.size(), 0);
-  stripe->rail_slices.assign(rails_.size(), 0);
+  stripe->rail_bytes.assign(engine_.rail_count(), 0);
+  stripe->rail_slices.assign(engine_.rail_count(), 0);
   // Each local rail with the peer rail nearest to it (same subnet: same wire), one to one,
   // the nearest pairs first.
   struct Candidate {
@@ -107,13 +130,13 @@ void Engine::begin(const std::shared_ptr<ActiveTransfer>& transfer, const Transp
     std::size_t peer_rail;
   };
   std::vector<Candidate> candidates;
-  for (std::size_t rail = 0; rail < rails_.size(); ++rail)
+  for (std::size_t rail = 0; rail < engine_.rail_count(); ++rail)
     for (std::size_t other = 0; other < peer.size(); ++other)
       candidates.push_back(
-          {common_prefix(rails_[rail]->device->ipv4(), peer[other].address), rail, other});
+          {common_prefix(engine_.rail(rail).device->ipv4(), peer[other].address), rail, other});
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const Candidate& a, const Candidate& b) { return a.bits > b.bits; });
-  std::vector<bool> local_taken(rails_.size(), false), peer_taken(peer.size(), false);
+  std::vector<bool> local_taken(engine_.rail_count(), false), peer_taken(peer.size(), false);
   for (const auto& candidate : candidates) {
     if (local_taken[candidate.rail] || peer_taken[candidate.peer_rail]) continue;
     local_taken[candidate.rail] = peer_taken[candidate.peer_rail] = true;
@@ -126,11 +149,11 @@ void Engine::begin(const std::shared_ptr<ActiveTransfer>& transfer, const Transp
   // Rails that failed lately go last.
   const auto now = std::chrono::steady_clock::now();
   std::stable_partition(stripe->pairs.begin(), stripe->pairs.end(), [&](const Stripe::Pair& pair) {
-    return !rails_[pair.local_rail]->failed_within(kRailPenalty, now);
+    return !engine_.rail(pair.local_rail).failed_within(kRailPenalty, now);
   });
   stripe->slice_bytes = slice_bytes_;
   for (const auto& pair : stripe->pairs)
-    stripe->slice_bytes = std::min(stripe->slice_bytes, rails_[pair.local_rail]->chunk_bytes);
+    stripe->slice_bytes = std::min(stripe->slice_bytes, engine_.rail(pair.local_rail).chunk_bytes);
   stripe->progress = stripe->started = now;
   stripes_[seq] = stripe;
 
@@ -153,21 +176,20 @@ void Engine::begin(const std::shared_ptr<ActiveTransfer>& transfer, const Transp
     transfer->fail(stripe->last_error.value_or(
         Error(ErrorCode::PeerLost, "verbs: no rail pairs with the peer's")));
   }
-  arm_timer();  // watches the legs for stalls
 }
 
-bool Engine::open_leg(const std::shared_ptr<Stripe>& stripe, std::size_t pair) {
+bool VerbsActiveSide::open_leg(const std::shared_ptr<Stripe>& stripe, std::size_t pair) {
   auto& chosen = stripe->pairs[pair];
   chosen.tried = true;
   std::shared_ptr<Connection> connection;
   try {
-    connection = connection_to(stripe->transfer->remote().endpoint().connector, chosen.address,
-                               chosen.local_rail);
+    connection = engine_.connect(stripe->transfer->remote().endpoint().connector, chosen.address,
+                                 chosen.local_rail);
   } catch (const Error& error) {
     log("verbs: no leg of transfer " + std::to_string(stripe->seq) + " on " +
-        rails_[chosen.local_rail]->device->name() + ": " + error.what());
+        engine_.rail(chosen.local_rail).device->name() + ": " + error.what());
     stripe->last_error = error;
-    rails_[chosen.local_rail]->failed_at = std::chrono::steady_clock::now();
+    engine_.rail(chosen.local_rail).failed_at = std::chrono::steady_clock::now();
     return false;
   }
   OutboundTransfer leg;
@@ -181,14 +203,12 @@ bool Engine::open_leg(const std::shared_ptr<Stripe>& stripe, std::size_t pair) {
   stripe->legs.insert(leg_seq);
   if (connection->state == Connection::State::Established) {
     entry.begun = true;
-    if (!connection->send(begin_notice(entry)))
-      fail_connection(*connection, Error(ErrorCode::Transport, "verbs: cannot post to the QP of " +
-                                                                   describe(*connection)));
+    engine_.send(*connection, begin_notice(entry));
   }
   return true;
 }
 
-void Engine::on_accept(Connection& connection, const Notice& notice) {
+void VerbsActiveSide::on_accept(Connection& connection, const Notice& notice) {
   auto found = connection.outbound.find(notice.seq);
   if (found == connection.outbound.end()) return;  // aborted meanwhile
   auto& leg = found->second;
@@ -212,16 +232,14 @@ void Engine::on_accept(Connection& connection, const Notice& notice) {
     // A device that still holds the buffers after the grace period is cut off: the QPs go.
     stripe->transfer->gate().add_breaker(
         reinterpret_cast<std::uintptr_t>(stripe.get()),
-        [weak = weak_from_this(), seq = stripe->seq] {
-          if (auto engine = weak.lock())
-            engine->run_on_loop([raw = engine.get(), seq] { raw->break_transfer(seq); });
-        });
+        engine_.later([this, seq = stripe->seq] { break_transfer(seq); }));
   }
   const int access = stripe->transfer->kind() == OperationKind::Read ? IBV_ACCESS_LOCAL_WRITE : 0;
   try {
     for (const auto& descriptor : stripe->transfer->local())
-      leg.regions.push_back(rails_[connection.rail]->local_regions.acquire(
-          descriptor.ptr(), descriptor.size(), access));
+      leg.regions.push_back(
+          engine_.rail(connection.rail)
+              .local_regions.acquire(descriptor.ptr(), descriptor.size(), access));
   } catch (const Error& error) {
     leg.regions.clear();
     stripe->transfer->fail(error);  // its abort tells the owner
@@ -236,7 +254,7 @@ void Engine::on_accept(Connection& connection, const Notice& notice) {
   wake_legs(*stripe);
 }
 
-void Engine::pump(Connection& connection) {
+void VerbsActiveSide::pump(Connection& connection) {
   ibv_send_wr requests[kBatch];
   ibv_sge elements[kBatch];
   while (connection.state == Connection::State::Established && !connection.ready.empty()) {
@@ -262,20 +280,21 @@ void Engine::pump(Connection& connection) {
         std::any_of(stripe.legs.begin(), stripe.legs.end(), [&](std::uint64_t other) {
           const auto* other_leg = leg_of(other);
           return other_leg != nullptr && !other_leg->accepted &&
-                 !rails_[stripe.pairs[other_leg->pair].local_rail]->failed_within(kRailPenalty,
-                                                                                  now);
+                 !engine_.rail(stripe.pairs[other_leg->pair].local_rail)
+                      .failed_within(kRailPenalty, now);
         })) {
       if (leg.bytes_taken >= stripe.leg_share) continue;  // woken when the others are accepted
       room = std::min(room, stripe.leg_share - leg.bytes_taken);
     }
     const auto count = leg.next_batch(
         {requests, credits}, {elements, credits}, Connection::wr_id(Connection::Tag::Data, seq),
-        std::min(room, rails_.size() > 1 ? kMultiRailBatchBytes : UINT64_MAX));
+        std::min(room, engine_.rail_count() > 1 ? kMultiRailBatchBytes : UINT64_MAX));
     if (count == 0) continue;  // every slice is out: idle unless a failed leg gives some back
     if (leg.batches.size() == 1) leg.progress = std::chrono::steady_clock::now();
     if (!connection.post_data(requests, count)) {
-      fail_connection(connection, Error(ErrorCode::Transport,
-                                        "verbs: cannot post RDMA to " + describe(connection)));
+      engine_.fail_connection(
+          connection,
+          Error(ErrorCode::Transport, "verbs: cannot post RDMA to " + describe(connection)));
       return;
     }
     // Round robin: transfers sharing the QP take turns batch by batch.
@@ -283,13 +302,13 @@ void Engine::pump(Connection& connection) {
   }
 }
 
-void Engine::on_batch_done(Connection& connection, std::uint64_t seq) {
+void VerbsActiveSide::on_batch_done(Connection& connection, std::uint64_t seq) {
   auto found = connection.outbound.find(seq);
   if (found != connection.outbound.end()) {
     auto& leg = found->second;
     const auto stripe = leg.stripe;
     if (!leg.batches.empty()) {
-      auto& rail = *rails_[connection.rail];
+      auto& rail = engine_.rail(connection.rail);
       for (const auto& slice : leg.batches.front()) {
         stripe->rail_bytes[connection.rail] += slice.length;
         ++stripe->rail_slices[connection.rail];
@@ -316,7 +335,7 @@ void Engine::on_batch_done(Connection& connection, std::uint64_t seq) {
   pump(connection);
 }
 
-void Engine::finish_stripe(Connection& connection, std::uint64_t leg_seq, Stripe& stripe) {
+void VerbsActiveSide::finish_stripe(Connection& connection, std::uint64_t leg_seq, Stripe& stripe) {
   // Every byte is in place: let go of the buffers, then ask the owner to complete.
   for (auto other : stripe.legs)
     if (auto* other_leg = leg_of(other)) other_leg->release_buffers();
@@ -329,12 +348,10 @@ void Engine::finish_stripe(Connection& connection, std::uint64_t leg_seq, Stripe
   done.key = stripe.transfer->key();
   done.token = stripe.transfer->token();
   done.kind = stripe.transfer->kind();
-  if (!connection.send(done))
-    fail_connection(connection, Error(ErrorCode::Transport,
-                                      "verbs: cannot post to the QP of " + describe(connection)));
+  engine_.send(connection, done);
 }
 
-void Engine::on_result(Connection& connection, const Notice& notice) {
+void VerbsActiveSide::on_result(Connection& connection, const Notice& notice) {
   auto found = connection.outbound.find(notice.seq);
   if (found == connection.outbound.end()) return;
   const auto stripe = found->second.stripe;
@@ -350,8 +367,8 @@ void Engine::on_result(Connection& connection, const Notice& notice) {
   if (log_) {
     std::ostringstream line;
     line << "verbs: transfer " << stripe->seq << " rails";
-    for (std::size_t rail = 0; rail < rails_.size(); ++rail)
-      line << " " << rails_[rail]->device->name() << "=" << stripe->rail_bytes[rail] << "B/"
+    for (std::size_t rail = 0; rail < engine_.rail_count(); ++rail)
+      line << " " << engine_.rail(rail).device->name() << "=" << stripe->rail_bytes[rail] << "B/"
            << stripe->rail_slices[rail];
     if (stripe->first_failure != std::chrono::steady_clock::time_point{})
       line << " failover-ms="
@@ -367,7 +384,7 @@ void Engine::on_result(Connection& connection, const Notice& notice) {
         Error(*notice.error, "the owner did not complete the transfer: " + notice.text));
 }
 
-void Engine::resume(const std::shared_ptr<Stripe>& stripe) {
+void VerbsActiveSide::resume(const std::shared_ptr<Stripe>& stripe) {
   auto known = stripes_.find(stripe->seq);
   if (known == stripes_.end() || known->second != stripe) return;  // ended meanwhile
   if (stripe->aborted || is_terminal(stripe->transfer->status())) {
@@ -393,7 +410,7 @@ void Engine::resume(const std::shared_ptr<Stripe>& stripe) {
   for (std::size_t pair = 0; pair < stripe->pairs.size(); ++pair)
     if (!stripe->pairs[pair].tried && open_leg(stripe, pair)) {
       log("verbs: transfer " + std::to_string(stripe->seq) + " goes on over " +
-          rails_[stripe->pairs[pair].local_rail]->device->name());
+          engine_.rail(stripe->pairs[pair].local_rail).device->name());
       return;
     }
   // One rail: its own error, as it was. Several: which, and the last one's error.
@@ -407,7 +424,7 @@ void Engine::resume(const std::shared_ptr<Stripe>& stripe) {
                                " tried); the last: " + std::string(last.message())));
 }
 
-void Engine::wake_legs(const Stripe& stripe) {
+void VerbsActiveSide::wake_legs(const Stripe& stripe) {
   std::vector<rdma_cm_id*> to_pump;
   for (auto leg_seq : stripe.legs) {
     auto where = transfers_.find(leg_seq);
@@ -421,14 +438,14 @@ void Engine::wake_legs(const Stripe& stripe) {
     to_pump.push_back(connection.id());
   }
   for (auto* id : to_pump)
-    if (auto found = connections_.find(id); found != connections_.end()) {
+    if (auto found = engine_.connections().find(id); found != engine_.connections().end()) {
       const auto keep = found->second;
       pump(*keep);
     }
 }
 
-std::optional<std::chrono::steady_clock::time_point> Engine::next_stall_check() {
-  if (rails_.size() < 2) return std::nullopt;
+std::optional<std::chrono::steady_clock::time_point> VerbsActiveSide::next_stall_check() {
+  if (engine_.rail_count() < 2) return std::nullopt;
   const bool moving = std::any_of(stripes_.begin(), stripes_.end(), [](const auto& entry) {
     return !entry.second->aborted && !entry.second->done_sent && !entry.second->legs.empty();
   });
@@ -439,8 +456,8 @@ std::optional<std::chrono::steady_clock::time_point> Engine::next_stall_check() 
   return stall_check_at_;
 }
 
-void Engine::check_stalls() {
-  if (rails_.size() < 2) return;
+void VerbsActiveSide::check_stalls() {
+  if (engine_.rail_count() < 2) return;
   const auto now = std::chrono::steady_clock::now();
   if (now < stall_check_at_) return;
   std::map<rdma_cm_id*, std::string> stalled;
@@ -458,8 +475,8 @@ void Engine::check_stalls() {
       auto stall = [&](std::chrono::steady_clock::duration quiet, std::string_view what) {
         stalled.emplace(
             connection.id(),
-            "verbs: " + rails_[connection.rail]->device->name() + " to " + describe(connection) +
-                std::string(what) + " for " +
+            "verbs: " + engine_.rail(connection.rail).device->name() + " to " +
+                describe(connection) + std::string(what) + " for " +
                 std::to_string(
                     std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count()) +
                 " ms");
@@ -482,13 +499,13 @@ void Engine::check_stalls() {
   }
   for (const auto& stripe : released) wake_legs(*stripe);
   for (const auto& [id, why] : stalled)
-    if (auto found = connections_.find(id); found != connections_.end()) {
+    if (auto found = engine_.connections().find(id); found != engine_.connections().end()) {
       const auto keep = found->second;
-      fail_connection(*keep, Error(ErrorCode::PeerLost, why));
+      engine_.fail_connection(*keep, Error(ErrorCode::PeerLost, why));
     }
 }
 
-void Engine::settle(const std::shared_ptr<Stripe>& stripe) {
+void VerbsActiveSide::settle(const std::shared_ptr<Stripe>& stripe) {
   const bool ended =
       stripe->aborted || stripe->done_sent || is_terminal(stripe->transfer->status());
   if (!ended) return;
@@ -501,7 +518,7 @@ void Engine::settle(const std::shared_ptr<Stripe>& stripe) {
   if (stripe->aborted && stripe->legs.empty()) stripes_.erase(stripe->seq);
 }
 
-void Engine::abort(std::uint64_t seq, const Error& error) {
+void VerbsActiveSide::abort(std::uint64_t seq, const Error& error) {
   auto found = stripes_.find(seq);
   if (found == stripes_.end()) return;
   const auto stripe = found->second;
@@ -535,14 +552,15 @@ void Engine::abort(std::uint64_t seq, const Error& error) {
   }
   settle(stripe);
   for (auto* id : broken)
-    if (auto connection = connections_.find(id); connection != connections_.end()) {
+    if (auto connection = engine_.connections().find(id);
+        connection != engine_.connections().end()) {
       const auto keep = connection->second;
-      fail_connection(
+      engine_.fail_connection(
           *keep, Error(ErrorCode::Transport, "verbs: cannot post to the QP of " + describe(*keep)));
     }
 }
 
-void Engine::break_transfer(std::uint64_t seq) {
+void VerbsActiveSide::break_transfer(std::uint64_t seq) {
   auto found = stripes_.find(seq);
   if (found == stripes_.end()) return;
   const auto stripe = found->second;
@@ -551,13 +569,76 @@ void Engine::break_transfer(std::uint64_t seq) {
     if (auto where = transfers_.find(leg_seq); where != transfers_.end())
       holding.push_back(where->second->id());
   for (auto* id : holding)
-    if (auto connection = connections_.find(id); connection != connections_.end()) {
+    if (auto connection = engine_.connections().find(id);
+        connection != engine_.connections().end()) {
       const auto keep = connection->second;
-      fail_connection(*keep, Error(ErrorCode::PeerLost,
-                                   "verbs: a cancelled transfer's RDMA did not finish within "
-                                   "the grace period; connection to " +
-                                       describe(*keep) + " reset"));
+      engine_.fail_connection(*keep,
+                              Error(ErrorCode::PeerLost,
+                                    "verbs: a cancelled transfer's RDMA did not finish within "
+                                    "the grace period; connection to " +
+                                        describe(*keep) + " reset"));
     }
+}
+
+void VerbsActiveSide::on_connection_lost(std::size_t rail,
+                                         std::map<std::uint64_t, OutboundTransfer> legs,
+                                         const Error& error, std::optional<std::uint64_t> culprit,
+                                         const std::optional<Error>& culprit_error) {
+  // The QP is gone: no request of these legs touches memory any more.
+  for (auto& [seq, leg] : legs) {
+    transfers_.erase(seq);
+    leg.release_buffers();
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [seq, leg] : legs) {
+    const auto stripe = leg.stripe;
+    stripe->legs.erase(seq);
+    // Its unfinished slices go back to the transfer: the legs left move them again.
+    std::size_t given_back = 0;
+    for (const auto& batch : leg.batches)
+      for (const auto& slice : batch) {
+        stripe->returned.push_back(slice);
+        ++given_back;
+      }
+    leg.batches.clear();
+    leg.bytes_in_flight = 0;
+    if (stripe->aborted || is_terminal(stripe->transfer->status())) {
+      settle(stripe);
+      continue;
+    }
+    const Error& why = culprit && *culprit == seq && culprit_error ? *culprit_error : error;
+    stripe->last_error = why;
+    if (stripe->first_failure == std::chrono::steady_clock::time_point{})
+      stripe->first_failure = now;
+    // A rail that broke is worked around; a refusal, garbage or a shutdown is the transfer's.
+    const auto code = why.code();
+    if (code == ErrorCode::Cancelled || code == ErrorCode::AccessDenied ||
+        code == ErrorCode::Protocol) {
+      stripe->transfer->fail(why);
+      settle(stripe);
+      continue;
+    }
+    log("verbs: transfer " + std::to_string(stripe->seq) + " lost its leg on " +
+        engine_.rail(rail).device->name() + "; " + std::to_string(given_back) +
+        " slices in flight go to the rails left");
+    orphaned_.push_back(stripe);
+  }
+}
+
+void VerbsActiveSide::resume_orphans() {
+  // Now that the handler that failed their leg is out of the way. Bounded: each round tries
+  // pairs not tried before; what is left waits for the next handler.
+  for (int round = 0; round < 16 && !orphaned_.empty(); ++round) {
+    auto orphans = std::move(orphaned_);
+    orphaned_.clear();
+    for (const auto& stripe : orphans) resume(stripe);
+  }
+}
+
+void VerbsActiveSide::fail_all(const Error& error) {
+  for (const auto& [seq, stripe] : stripes_) stripe->transfer->fail(error);
+  orphaned_.clear();
+  stripes_.clear();
 }
 
 }  // namespace memwire::detail::verbs

@@ -178,4 +178,9 @@ void Connection::close() {
   waiting_.clear();
 }
 
+std::string describe(const Connection& connection) {
+  return "peer " + (connection.peer.empty() ? std::string("?") : connection.peer) + " at " +
+         connection.address;
+}
+
 }  // namespace memwire::detail::verbs

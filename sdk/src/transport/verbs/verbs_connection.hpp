@@ -111,4 +111,7 @@ class Connection {
   std::deque<Waiting> waiting_;
 };
 
+// "peer NAME at ip:port", for errors and logs.
+std::string describe(const Connection& connection);
+
 }  // namespace memwire::detail::verbs

@@ -119,13 +119,10 @@ Engine::Engine(const TransportContext& context)
       connect_timeout_(context.options.connect_timeout),
       max_connections_(context.options.max_connections),
       max_connections_per_peer_(context.options.max_connections_per_peer),
-      registrations_(context.registrations),
-      slice_bytes_(context.options.rdma.slice_size),
       events_(rdma_create_event_channel()),
-      timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
-  if (slice_bytes_ < 4096)
-    throw Error(ErrorCode::InvalidArgument,
-                "rdma.slice_size must be at least 4096 bytes, got " + std::to_string(slice_bytes_));
+      timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)),
+      active_(*this, context.options.rdma.slice_size, log_),
+      passive_(*this, context.registrations) {
   if (!events_) throw_errno(ErrorCode::Transport, "rdma_create_event_channel");
   if (!timer_) throw_errno(ErrorCode::Transport, "timerfd_create");
   set_nonblocking(events_->fd);
@@ -196,21 +193,13 @@ void Engine::shutdown() {
   for (const auto& [id, connection] : connections_) all.push_back(connection);
   const Error closing(ErrorCode::Cancelled, "the connector is shutting down");
   for (const auto& connection : all) fail_connection(*connection, closing);
-  for (const auto& [seq, stripe] : stripes_) stripe->transfer->fail(closing);
-  orphaned_.clear();
-  stripes_.clear();
+  active_.fail_all(closing);
   bury();
   for (auto& rail : rails_) rail->listener.reset();
 }
 
 void Engine::after_handler() {
-  // Transfers that lost a leg go on, now that the handler that failed it is out of the way.
-  // Bounded: each round tries pairs not tried before; what is left waits for the next handler.
-  for (int round = 0; round < 16 && !orphaned_.empty(); ++round) {
-    auto orphans = std::move(orphaned_);
-    orphaned_.clear();
-    for (const auto& stripe : orphans) resume(stripe);
-  }
+  active_.resume_orphans();  // transfers that lost a leg go on
   bury();
   if (flushed_ == nullptr) return;
   for (const auto& [id, connection] : connections_)
@@ -218,6 +207,12 @@ void Engine::after_handler() {
       return;
   flushed_->set_value();
   flushed_ = nullptr;
+}
+
+std::function<void()> Engine::later(std::function<void()> work) {
+  return [weak = weak_from_this(), work = std::move(work)] {
+    if (auto engine = weak.lock()) engine->run_on_loop(work);
+  };
 }
 
 bool Engine::run_on_loop(std::function<void()> work) {
@@ -228,13 +223,16 @@ bool Engine::run_on_loop(std::function<void()> work) {
 }
 
 void Engine::start(const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer) {
-  const auto seq = next_seq_++;
+  const auto seq = active_.next_seq();
   // The failure notifier may run on any thread (a cancel, a drop); the abort runs on ours.
   transfer->set_failure_notifier([weak = weak_from_this(), seq](const Error& error) {
     if (auto engine = weak.lock())
-      engine->run_on_loop([raw = engine.get(), seq, error] { raw->abort(seq, error); });
+      engine->run_on_loop([raw = engine.get(), seq, error] { raw->active_.abort(seq, error); });
   });
-  if (!run_on_loop([this, transfer, offer, seq] { begin(transfer, offer, seq); }))
+  if (!run_on_loop([this, transfer, offer, seq] {
+        active_.begin(transfer, offer, seq);
+        arm_timer();  // watches its legs for stalls
+      }))
     transfer->fail(Error(ErrorCode::Cancelled, "the verbs transport is shutting down"));
 }
 
@@ -368,8 +366,8 @@ void Engine::on_connect_request(rdma_cm_id* id, const std::optional<std::string>
   arm_timer();
 }
 
-std::shared_ptr<Connection> Engine::connection_to(const std::string& peer,
-                                                  const std::string& address, std::size_t rail) {
+std::shared_ptr<Connection> Engine::connect(const std::string& peer, const std::string& address,
+                                            std::size_t rail) {
   const auto key = peer + "@" + address + "#" + std::to_string(rail);
   if (auto found = pool_.find(key);
       found != pool_.end() && found->second->state != Connection::State::Closed)
@@ -414,10 +412,7 @@ void Engine::on_established(Connection& connection, const std::optional<std::str
     }
   }
   connection.deadline = {};
-  bool posted = connection.establish();
-  for (auto& [seq, outbound] : connection.outbound)
-    if (posted && !outbound.begun) posted = connection.send(begin_notice(outbound));
-  for (auto& [seq, outbound] : connection.outbound) outbound.begun = true;
+  const bool posted = connection.establish() && active_.announce_legs(connection);
   arm_timer();
   if (!posted)
     fail_connection(connection, Error(ErrorCode::Transport,
@@ -514,7 +509,7 @@ void Engine::handle(Connection& connection, const ibv_wc& completion) {
         fail_connection(connection, Error(ErrorCode::Transport, "verbs: ibv_post_send failed"));
         return;
       }
-      on_batch_done(connection, Connection::value_of(completion.wr_id));
+      active_.on_batch_done(connection, Connection::value_of(completion.wr_id));
       return;
   }
   fail_connection(connection, Error(ErrorCode::Protocol, "verbs: unexpected work completion"));
@@ -558,7 +553,7 @@ void Engine::arm_timer() {
     if (connection->state == Connection::State::Resolving ||
         connection->state == Connection::State::Connecting)
       if (!next || connection->deadline < *next) next = connection->deadline;
-  if (auto stall = next_stall_check(); stall && (!next || *stall < *next)) next = stall;
+  if (auto stall = active_.next_stall_check(); stall && (!next || *stall < *next)) next = stall;
   itimerspec spec{};
   if (next) {
     // steady_clock is CLOCK_MONOTONIC; an all-zero it_value would disarm instead.
@@ -585,7 +580,7 @@ void Engine::on_timer() {
                     Error(ErrorCode::Timeout,
                           "verbs: connecting to " + describe(*connection) + " took more than " +
                               std::to_string(connect_timeout_.count()) + " ms"));
-  check_stalls();
+  active_.check_stalls();
   arm_timer();
 }
 
@@ -594,21 +589,21 @@ void Engine::on_timer() {
 void Engine::on_notice(Connection& connection, const Notice& notice) {
   switch (notice.type) {
     case NoticeType::Begin:
-      on_begin(connection, notice);
+    case NoticeType::Done:
+    case NoticeType::Abort:
+      passive_.on_notice(connection, notice);
       return;
     case NoticeType::Accept:
-      on_accept(connection, notice);
-      return;
-    case NoticeType::Done:
-      on_done(connection, notice);
-      return;
     case NoticeType::Result:
-      on_result(connection, notice);
-      return;
-    case NoticeType::Abort:
-      on_abort(connection, notice);
+      active_.on_notice(connection, notice);
       return;
   }
+}
+
+void Engine::send(Connection& connection, const Notice& notice) {
+  if (!connection.send(notice))
+    fail_connection(connection, Error(ErrorCode::Transport,
+                                      "verbs: cannot post to the QP of " + describe(connection)));
 }
 
 // ---- failure --------------------------------------------------------------------------------
@@ -626,12 +621,8 @@ void Engine::fail_connection(Connection& connection, const Error& error,
   connection.outbound.clear();
   connection.inbound.clear();
   connection.ready.clear();
-  const auto now = std::chrono::steady_clock::now();
-  if (error.code() != ErrorCode::Cancelled) rails_[connection.rail]->failed_at = now;
-  for (auto& [seq, leg] : outbound) {
-    transfers_.erase(seq);
-    leg.release_buffers();
-  }
+  if (error.code() != ErrorCode::Cancelled)
+    rails_[connection.rail]->failed_at = std::chrono::steady_clock::now();
   // Freed once the current handler returns: the caller may still hold a reference.
   if (auto found = connections_.find(connection.id()); found != connections_.end()) {
     if (telemetry_)
@@ -643,57 +634,11 @@ void Engine::fail_connection(Connection& connection, const Error& error,
   std::erase_if(pool_, [&](const auto& entry) { return entry.second.get() == &connection; });
   arm_timer();
 
-  for (auto& [seq, leg] : outbound) {
-    const auto stripe = leg.stripe;
-    stripe->legs.erase(seq);
-    // Its unfinished slices go back to the transfer: the QP is gone, so no request of them
-    // touches memory any more, and the legs left move them again.
-    std::size_t given_back = 0;
-    for (const auto& batch : leg.batches)
-      for (const auto& slice : batch) {
-        stripe->returned.push_back(slice);
-        ++given_back;
-      }
-    leg.batches.clear();
-    leg.bytes_in_flight = 0;
-    if (stripe->aborted || is_terminal(stripe->transfer->status())) {
-      settle(stripe);
-      continue;
-    }
-    const Error& why = culprit && *culprit == seq && culprit_error ? *culprit_error : error;
-    stripe->last_error = why;
-    if (stripe->first_failure == std::chrono::steady_clock::time_point{})
-      stripe->first_failure = now;
-    // A rail that broke is worked around; a refusal, garbage or a shutdown is the transfer's.
-    const auto code = why.code();
-    if (code == ErrorCode::Cancelled || code == ErrorCode::AccessDenied ||
-        code == ErrorCode::Protocol) {
-      stripe->transfer->fail(why);
-      settle(stripe);
-      continue;
-    }
-    log("verbs: transfer " + std::to_string(stripe->seq) + " lost its leg on " +
-        rails_[connection.rail]->device->name() + "; " + std::to_string(given_back) +
-        " slices in flight go to the rails left");
-    orphaned_.push_back(stripe);
-  }
+  // The legs it carried give their slices back; their transfers go on over the rails left.
+  active_.on_connection_lost(connection.rail, std::move(outbound), error, culprit, culprit_error);
   // A registration fails with the last connection that began it: the peer's other rails may
   // still carry its transfer.
-  for (auto& [registration_key, weak] : inbound) {
-    const auto& key = registration_key;  // a plain reference: lambdas cannot capture a binding
-    const bool held = std::any_of(connections_.begin(), connections_.end(), [&](const auto& entry) {
-      return entry.second->state != Connection::State::Closed &&
-             entry.second->inbound.contains(key);
-    });
-    if (held) continue;
-    if (auto registration = weak.lock())
-      registration->fail(Error(ErrorCode::PeerLost, error.what()));
-  }
-}
-
-std::string Engine::describe(const Connection& connection) const {
-  return "peer " + (connection.peer.empty() ? std::string("?") : connection.peer) + " at " +
-         connection.address;
+  passive_.on_connection_lost(inbound, error);
 }
 
 }  // namespace memwire::detail::verbs

@@ -1,6 +1,5 @@
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -13,13 +12,14 @@
 
 #include "active_transfer.hpp"
 #include "file_descriptor.hpp"
-#include "registration_table.hpp"
 #include "transport/transport.hpp"
 #include "transport/verbs/local_mr_cache.hpp"
 #include "transport/verbs/progress_loop.hpp"
+#include "transport/verbs/verbs_active_side.hpp"
 #include "transport/verbs/verbs_connection.hpp"
 #include "transport/verbs/verbs_device.hpp"
 #include "transport/verbs/verbs_handles.hpp"
+#include "transport/verbs/verbs_passive_side.hpp"
 
 namespace memwire::detail::verbs {
 
@@ -44,9 +44,10 @@ struct Rail {
 
 // Everything of the verbs transport that lives on its progress thread: one rdma_cm listener
 // per rail (RDMA device), the pool of RC connections (one per peer connector, peer address and
-// local rail, shared by all operations), the completion channels, and the protocol of notices
-// on top of RDMA READ/WRITE. A large transfer is cut into slices spread over every rail pair;
-// a rail that fails gives its unfinished slices to the others. The public methods may be
+// local rail, shared by all operations), the completion channels and the timer. The protocol
+// of notices on top of RDMA READ/WRITE is the two sides': the engine hands each notice and
+// each completed batch to the side it concerns (VerbsActiveSide, VerbsPassiveSide), and a
+// failed connection's transfers to both. start(), shutdown() and the rails' accessors may be
 // called from any thread; they hand work to the progress thread.
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
@@ -67,6 +68,25 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Begins moving the bytes of `transfer` to or from the owner behind `offer`.
   void start(const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer);
 
+  // What the active and passive sides use, on the progress thread only.
+  Rail& rail(std::size_t index) const noexcept { return *rails_[index]; }
+  const std::map<rdma_cm_id*, std::shared_ptr<Connection>>& connections() const noexcept {
+    return connections_;
+  }
+  // The pooled connection to connector `peer` at `address` from local rail `rail`, opened now
+  // if there is none. Throws Error.
+  std::shared_ptr<Connection> connect(const std::string& peer, const std::string& address,
+                                      std::size_t rail);
+  // Sends `notice` on `connection`; a post that fails fails the connection.
+  void send(Connection& connection, const Notice& notice);
+  // Closes `connection` and fails everything that used it. `culprit` (a transfer whose own
+  // work request failed) gets `culprit_error`; every other one gets `error`.
+  void fail_connection(Connection& connection, const Error& error,
+                       std::optional<std::uint64_t> culprit = std::nullopt,
+                       std::optional<Error> culprit_error = std::nullopt);
+  // A callable for any thread: runs `work` on the progress thread if the engine is still there.
+  std::function<void()> later(std::function<void()> work);
+
  private:
   explicit Engine(const TransportContext& context);
   void listen(Rail& rail);
@@ -82,8 +102,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void on_cm_events();
   void on_connect_request(rdma_cm_id* id, const std::optional<std::string>& peer,
                           const rdma_conn_param& requested);
-  std::shared_ptr<Connection> connection_to(const std::string& peer, const std::string& address,
-                                            std::size_t rail);
   void on_established(Connection& connection, const std::optional<std::string>& peer);
 
   // completions
@@ -97,48 +115,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void on_timer();
   void arm_timer();
 
-  // active side
-  void begin(const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer,
-             std::uint64_t seq);
-  Notice begin_notice(const OutboundTransfer& leg) const;
-  // Opens a leg of `stripe` on its pair `pair`; false when no connection could be started.
-  bool open_leg(const std::shared_ptr<Stripe>& stripe, std::size_t pair);
-  // After a leg failed: the legs left take its slices, or a new pair is tried, or, with no
-  // rail left, the transfer fails.
-  void resume(const std::shared_ptr<Stripe>& stripe);
-  // Queues and pumps every accepted leg of `stripe`.
-  void wake_legs(const Stripe& stripe);
-  // Every slice moved: Done on `connection`.
-  void finish_stripe(Connection& connection, std::uint64_t leg_seq, Stripe& stripe);
-  // Lets go of the buffers once no leg has requests in flight; forgets an aborted stripe
-  // without legs.
-  void settle(const std::shared_ptr<Stripe>& stripe);
-  OutboundTransfer* leg_of(std::uint64_t leg_seq);
-  // With several rails: legs that stopped moving while others move fail their connection.
-  void check_stalls();
-  std::optional<std::chrono::steady_clock::time_point> next_stall_check();
-  void on_accept(Connection& connection, const Notice& notice);
-  void on_batch_done(Connection& connection, std::uint64_t seq);
-  void on_result(Connection& connection, const Notice& notice);
-  void pump(Connection& connection);
-  void abort(std::uint64_t seq, const Error& error);
-  void break_transfer(std::uint64_t seq);
-
-  // passive side
+  // A notice from the peer: to the side it concerns.
   void on_notice(Connection& connection, const Notice& notice);
-  void on_begin(Connection& connection, const Notice& notice);
-  void on_done(Connection& connection, const Notice& notice);
-  void on_abort(Connection& connection, const Notice& notice);
-  void reply(Connection& connection, NoticeType type, std::uint64_t seq,
-             std::optional<ErrorCode> error = std::nullopt, std::string text = {});
-
-  // Closes `connection` and fails everything that used it. `culprit` (a transfer whose own
-  // work request failed) gets `culprit_error`; every other one gets `error`.
-  void fail_connection(Connection& connection, const Error& error,
-                       std::optional<std::uint64_t> culprit = std::nullopt,
-                       std::optional<Error> culprit_error = std::nullopt);
-  std::string describe(const Connection& connection) const;
-
   void log(const std::string& line) const {
     if (log_) log_(line);
   }
@@ -149,22 +127,17 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const std::chrono::milliseconds connect_timeout_;
   const std::size_t max_connections_;  // accepted ones, and per peer host below
   const std::size_t max_connections_per_peer_;
-  const std::shared_ptr<RegistrationTable> registrations_;
-  const std::uint64_t slice_bytes_;
   EventChannel events_;
   FileDescriptor timer_;
   std::vector<std::unique_ptr<Rail>> rails_;  // after events_: their listeners go first
-  std::atomic<std::uint64_t> next_seq_{1};
 
   // Progress thread only.
   std::map<rdma_cm_id*, std::shared_ptr<Connection>> connections_;
-  std::map<std::string, std::shared_ptr<Connection>> pool_;   // outgoing, "peer@address"
-  std::map<std::uint64_t, Connection*> transfers_;            // leg seq -> its connection
-  std::map<std::uint64_t, std::shared_ptr<Stripe>> stripes_;  // transfer seq -> its stripe
-  std::vector<std::shared_ptr<Stripe>> orphaned_;  // lost a leg: resumed after the handler
-  std::chrono::steady_clock::time_point stall_check_at_{};
+  std::map<std::string, std::shared_ptr<Connection>> pool_;  // outgoing, "peer@address"
   std::vector<std::shared_ptr<Connection>> graveyard_;
   std::promise<void>* flushed_ = nullptr;  // set while shutdown() waits for notices to leave
+  VerbsActiveSide active_;
+  VerbsPassiveSide passive_;
 
   ProgressLoop loop_;  // last: stopped and joined before anything above goes
 };

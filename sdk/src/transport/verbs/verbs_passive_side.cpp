@@ -1,24 +1,40 @@
-// The passive (owner's) side of the verbs protocol: the device serves the RDMA itself; the
-// owner checks Begin against the live registration, completes it on Done (answering with
-// Result) and fails it on Abort or when the connection that began it is lost.
+#include "transport/verbs/verbs_passive_side.hpp"
+
+#include <algorithm>
+
 #include "registration.hpp"
 #include "transport/verbs/verbs_engine.hpp"
 
 namespace memwire::detail::verbs {
 
-void Engine::reply(Connection& connection, NoticeType type, std::uint64_t seq,
-                   std::optional<ErrorCode> error, std::string text) {
+void VerbsPassiveSide::on_notice(Connection& connection, const Notice& notice) {
+  switch (notice.type) {
+    case NoticeType::Begin:
+      on_begin(connection, notice);
+      return;
+    case NoticeType::Done:
+      on_done(connection, notice);
+      return;
+    case NoticeType::Abort:
+      on_abort(connection, notice);
+      return;
+    case NoticeType::Accept:
+    case NoticeType::Result:
+      return;  // the active side's
+  }
+}
+
+void VerbsPassiveSide::reply(Connection& connection, NoticeType type, std::uint64_t seq,
+                             std::optional<ErrorCode> error, std::string text) {
   Notice notice;
   notice.type = type;
   notice.seq = seq;
   notice.error = error;
   notice.text = std::move(text);
-  if (!connection.send(notice))
-    fail_connection(connection, Error(ErrorCode::Transport,
-                                      "verbs: cannot post to the QP of " + describe(connection)));
+  engine_.send(connection, notice);
 }
 
-void Engine::on_begin(Connection& connection, const Notice& notice) {
+void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
   auto registration = registrations_->find(notice.key);
   if (!registration) {
     reply(connection, NoticeType::Accept, notice.seq, ErrorCode::NotFound,
@@ -40,7 +56,7 @@ void Engine::on_begin(Connection& connection, const Notice& notice) {
   reply(connection, NoticeType::Accept, notice.seq);
 }
 
-void Engine::on_done(Connection& connection, const Notice& notice) {
+void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
   connection.inbound.erase(notice.key);
   auto registration = registrations_->find(notice.key);
   if (!registration) {
@@ -55,7 +71,7 @@ void Engine::on_done(Connection& connection, const Notice& notice) {
     registration->complete_from_remote(notice.token, [&] {
       answered = true;
       // The transfer may have begun on several rails: it ends on all of them.
-      for (const auto& [id, other] : connections_) other->inbound.erase(notice.key);
+      for (const auto& [id, other] : engine_.connections()) other->inbound.erase(notice.key);
       reply(connection, NoticeType::Result, notice.seq);
     });
   } catch (const Error& error) {
@@ -63,7 +79,7 @@ void Engine::on_done(Connection& connection, const Notice& notice) {
   }
 }
 
-void Engine::on_abort(Connection& connection, const Notice& notice) {
+void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
   // Only the connection that began the operation may fail it.
   auto found = connection.inbound.find(notice.key);
   if (found == connection.inbound.end()) return;
@@ -75,6 +91,21 @@ void Engine::on_abort(Connection& connection, const Notice& notice) {
                                                        "the active side failed: " + notice.text));
   } catch (const Error&) {
     // A wrong token changes nothing.
+  }
+}
+
+void VerbsPassiveSide::on_connection_lost(
+    const std::map<Id128, std::weak_ptr<Registration>>& inbound, const Error& error) {
+  const auto& connections = engine_.connections();
+  for (const auto& [registration_key, weak] : inbound) {
+    const auto& key = registration_key;  // a plain reference: lambdas cannot capture a binding
+    const bool held = std::any_of(connections.begin(), connections.end(), [&](const auto& entry) {
+      return entry.second->state != Connection::State::Closed &&
+             entry.second->inbound.contains(key);
+    });
+    if (held) continue;
+    if (auto registration = weak.lock())
+      registration->fail(Error(ErrorCode::PeerLost, error.what()));
   }
 }
 

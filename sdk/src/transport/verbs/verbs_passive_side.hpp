@@ -1,0 +1,46 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ids.hpp"
+#include "memwire/error.hpp"
+#include "registration_table.hpp"
+#include "transport/verbs/verbs_connection.hpp"
+#include "transport/verbs/verbs_wire.hpp"
+
+namespace memwire::detail::verbs {
+
+class Engine;
+
+// The passive (owner's) side of the verbs protocol: the device serves the RDMA itself; the
+// owner checks Begin against the live registration, completes it on Done (answering with
+// Result) and fails it on Abort or when the connections that began it are lost. Runs on the
+// engine's progress thread.
+class VerbsPassiveSide {
+ public:
+  VerbsPassiveSide(Engine& engine, std::shared_ptr<RegistrationTable> registrations)
+      : engine_(engine), registrations_(std::move(registrations)) {}
+
+  // Begin, Done or Abort from an active side.
+  void on_notice(Connection& connection, const Notice& notice);
+  // `inbound`: the registrations the closed connection had begun. Each fails unless another
+  // live connection (the peer's other rail) still carries its transfer.
+  void on_connection_lost(const std::map<Id128, std::weak_ptr<Registration>>& inbound,
+                          const Error& error);
+
+ private:
+  void on_begin(Connection& connection, const Notice& notice);
+  void on_done(Connection& connection, const Notice& notice);
+  void on_abort(Connection& connection, const Notice& notice);
+  void reply(Connection& connection, NoticeType type, std::uint64_t seq,
+             std::optional<ErrorCode> error = std::nullopt, std::string text = {});
+
+  Engine& engine_;
+  const std::shared_ptr<RegistrationTable> registrations_;
+};
+
+}  // namespace memwire::detail::verbs
