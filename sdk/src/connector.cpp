@@ -7,6 +7,7 @@
 #include "active_transfer.hpp"
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
+#include "memwire/error_codes.hpp"
 #include "registration.hpp"
 #include "registration_table.hpp"
 #include "telemetry/event_log.hpp"
@@ -70,13 +71,6 @@ std::uint64_t total_bytes(const std::vector<Descriptor>& descriptors) {
   return total;
 }
 
-std::string code_label(ErrorCode code) {
-  std::string label(to_string(code));
-  for (auto& c : label)
-    if (c == ' ') c = '_';
-  return label;
-}
-
 }  // namespace
 
 class Connector::Impl {
@@ -103,9 +97,10 @@ class Connector::Impl {
         events_->write(LogLevel::Debug, "transport_started", "transport " + name + " started",
                        detail::LogFields().transport(name));
       } catch (const Error& error) {
-        events_->write(LogLevel::Info, "transport_skipped",
-                       "transport " + name + " not started: " + error.what(),
-                       detail::LogFields().transport(name).code(code_label(error.code())));
+        events_->write(
+            LogLevel::Info, "transport_skipped",
+            "transport " + name + " not started: " + error.what(),
+            detail::LogFields().transport(name).code(std::string(error_code_name(error.code()))));
       }
     }
     if (transports_.empty()) {
@@ -158,7 +153,7 @@ class Connector::Impl {
                        detail::LogFields()
                            .transport(transport->name())
                            .key(key)
-                           .code(code_label(error.code())));
+                           .code(std::string(error_code_name(error.code()))));
         refusals += std::string(refusals.empty() ? "" : "; ") + error.what();
       }
     }
@@ -214,7 +209,7 @@ class Connector::Impl {
                 .peer(peer)
                 .transport(transport_name)
                 .key(key)
-                .code(code_label(error.code())));
+                .code(std::string(error_code_name(error.code()))));
         refusals += std::string(refusals.empty() ? "" : "; ") + error.what();
       }
     }

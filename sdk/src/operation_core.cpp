@@ -1,5 +1,7 @@
 #include "operation_core.hpp"
 
+#include "memwire/error_codes.hpp"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -79,16 +81,7 @@ void OperationCore::on_complete(Callback callback) {
   callback(status);
 }
 
-namespace {
-
-std::string code_label(ErrorCode code) {
-  std::string label(to_string(code));
-  for (auto& c : label)
-    if (c == ' ') c = '_';
-  return label;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 void OperationCore::record_end_locked() const noexcept {
   if (!observation_.telemetry) return;
@@ -105,7 +98,8 @@ void OperationCore::log_end(OperationStatus status, const std::string& transport
   if (!observation_.events || !observation_.events->enabled(level)) return;
   std::string code, message;
   if (auto error = failure()) {
-    if (errored || error->code() != ErrorCode::Cancelled) code = code_label(error->code());
+    if (errored || error->code() != ErrorCode::Cancelled)
+      code = std::string(error_code_name(error->code()));
     message = error->what();
   }
   const char* event = errored                                ? "operation_failed"

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "memwire/error_codes.hpp"
+
 namespace memwire::detail {
 namespace {
 
@@ -9,13 +11,6 @@ constexpr std::array<std::string_view, 4> kTransportNames = {"none", "tcp", "shm
 constexpr std::array<std::string_view, 2> kKindNames = {"read", "write"};
 constexpr std::array<std::string_view, 2> kSideNames = {"active", "passive"};
 constexpr std::array<std::string_view, 2> kDirectionNames = {"outbound", "inbound"};
-
-// Label values in snake case: "peer lost" -> "peer_lost".
-std::string code_label(ErrorCode code) {
-  std::string label(to_string(code));
-  std::replace(label.begin(), label.end(), ' ', '_');
-  return label;
-}
 
 constexpr std::uint64_t nanoseconds_of(double seconds) {
   return static_cast<std::uint64_t>(seconds * 1e9 + 0.5);
@@ -104,7 +99,8 @@ TelemetrySnapshot TelemetryRecorder::snapshot(const std::string& connector,
           count.kind = kKindNames[kind];
           count.side = kSideNames[side];
           count.status = status == 0 ? "complete" : status == 1 ? "cancelled" : "error";
-          if (status >= 2) count.code = code_label(static_cast<ErrorCode>(status - 2));
+          if (status >= 2)
+            count.code = std::string(error_code_name(static_cast<ErrorCode>(status - 2)));
           count.operations = operations;
           count.bytes = counter.bytes.load(std::memory_order_relaxed);
           snapshot.operations.push_back(std::move(count));
