@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 
 namespace memwire::test_support {
@@ -34,9 +36,18 @@ int bound_loopback_socket(bool listening, std::uint16_t& port) {
 }  // namespace
 
 std::uint16_t free_loopback_port() {
-  std::uint16_t port = 0;
-  ::close(bound_loopback_socket(false, port));
-  return port;
+  // The port is free again once its socket closes, so the kernel may pick it for the next
+  // caller too: a 3-node cluster once got one port as a node's route port and another node's
+  // monitor port (the route then spoke to an HTTP server). Never hand out a port twice.
+  static std::mutex mutex;
+  static std::set<std::uint16_t> handed_out;
+  std::lock_guard lock(mutex);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    std::uint16_t port = 0;
+    ::close(bound_loopback_socket(false, port));
+    if (handed_out.insert(port).second) return port;
+  }
+  throw std::runtime_error("no loopback port left that this process has not handed out");
 }
 
 // In the body: port_'s default initialiser runs after fd_'s, and would overwrite the port.

@@ -252,6 +252,11 @@ void VerbsActiveSide::on_accept(Connection& connection, const Notice& notice) {
   connection.ready.push_back(notice.seq);
   pump(connection);
   wake_legs(*stripe);
+  // Cancelled while this leg was being accepted (registering 64 MiB takes a while under TCG):
+  // pump posted nothing, so no completion would ever let go of the pin taken above, and the
+  // canceller would wait out its grace period and cut the connection instead of telling the
+  // owner (VerbsTransport.ActiveCancelSendsAnErrorNotice, 12 of 12 runs in the guest).
+  if (stripe->aborted || is_terminal(stripe->transfer->status())) settle(stripe);
 }
 
 void VerbsActiveSide::pump(Connection& connection) {

@@ -105,7 +105,9 @@ void VerbsPassiveSide::on_connection_lost(
     });
     if (held) continue;
     if (auto registration = weak.lock())
-      registration->fail(Error(ErrorCode::PeerLost, error.what()));
+      registration->fail(Error(ErrorCode::PeerLost, error.code() == ErrorCode::PeerLost
+                                                        ? std::string(error.message())
+                                                        : std::string(error.what())));
   }
 }
 
