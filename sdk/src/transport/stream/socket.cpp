@@ -152,6 +152,23 @@ void tune_data_socket(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
 }
 
+namespace {
+
+// Moves past `bytes` already sent or received: whole parts dropped, the next one trimmed.
+void advance(iovec*& parts, int& count, std::size_t bytes) {
+  while (count > 0 && bytes >= parts->iov_len) {
+    bytes -= parts->iov_len;
+    ++parts;
+    --count;
+  }
+  if (count > 0) {
+    parts->iov_base = static_cast<char*>(parts->iov_base) + bytes;
+    parts->iov_len -= bytes;
+  }
+}
+
+}  // namespace
+
 bool send_all(int fd, iovec* parts, int count) {
   while (count > 0) {
     msghdr message{};
@@ -162,16 +179,7 @@ bool send_all(int fd, iovec* parts, int count) {
       if (errno == EINTR) continue;
       return false;
     }
-    auto remaining = static_cast<std::size_t>(sent);
-    while (count > 0 && remaining >= parts->iov_len) {
-      remaining -= parts->iov_len;
-      ++parts;
-      --count;
-    }
-    if (count > 0) {
-      parts->iov_base = static_cast<char*>(parts->iov_base) + remaining;
-      parts->iov_len -= remaining;
-    }
+    advance(parts, count, static_cast<std::size_t>(sent));
   }
   return true;
 }
@@ -209,16 +217,7 @@ bool receive_all(int fd, iovec* parts, int count) {
     ssize_t received = ::recvmsg(fd, &message, MSG_WAITALL);
     if (received < 0 && errno == EINTR) continue;
     if (received <= 0) return false;
-    auto remaining = static_cast<std::size_t>(received);
-    while (count > 0 && remaining >= parts->iov_len) {
-      remaining -= parts->iov_len;
-      ++parts;
-      --count;
-    }
-    if (count > 0) {
-      parts->iov_base = static_cast<char*>(parts->iov_base) + remaining;
-      parts->iov_len -= remaining;
-    }
+    advance(parts, count, static_cast<std::size_t>(received));
   }
   return true;
 }
