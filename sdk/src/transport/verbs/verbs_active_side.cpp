@@ -252,11 +252,6 @@ void VerbsActiveSide::on_accept(Connection& connection, const Notice& notice) {
   connection.ready.push_back(notice.seq);
   pump(connection);
   wake_legs(*stripe);
-  // Cancelled while this leg was being accepted (registering 64 MiB takes a while under TCG):
-  // pump posted nothing, so no completion would ever let go of the pin taken above, and the
-  // canceller would wait out its grace period and cut the connection instead of telling the
-  // owner (VerbsTransport.ActiveCancelSendsAnErrorNotice, 12 of 12 runs in the guest).
-  if (stripe->aborted || is_terminal(stripe->transfer->status())) settle(stripe);
 }
 
 void VerbsActiveSide::pump(Connection& connection) {
@@ -271,7 +266,13 @@ void VerbsActiveSide::pump(Connection& connection) {
     if (found == connection.outbound.end()) continue;
     auto& leg = found->second;
     const auto& stripe = *leg.stripe;
-    if (stripe.aborted || stripe.done_sent || is_terminal(stripe.transfer->status())) continue;
+    if (stripe.aborted || stripe.done_sent || is_terminal(stripe.transfer->status())) {
+      // Ended while this leg waited to post (a cancel racing its Accept): nothing of it may be
+      // in flight, so no completion would let go of the pin. Settling here covers every path.
+      const auto ended = leg.stripe;
+      settle(ended);
+      continue;
+    }
     // Its window is full: it comes back to the queue when a batch of it completes.
     if (leg.bytes_in_flight > 0 && leg.bytes_in_flight + stripe.slice_bytes > stripe.leg_window)
       continue;
