@@ -4,9 +4,12 @@
 
 #include <array>
 #include <charconv>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "canonical_descriptors.hpp"
+#include "decimal.hpp"
 #include "ids.hpp"
 #include "memwire/error.hpp"
 
@@ -146,17 +149,17 @@ T take(simdjson::simdjson_result<T> result) {
   return value;
 }
 
-std::uint64_t unsigned_value(ondemand::value value, const Path& where) {
+std::uint64_t unsigned_value(ondemand::value& value, const Path& where) {
   return take(value.get_uint64(), where, "must be a non-negative integer");
 }
 
-std::string string_value(ondemand::value value, const Path& where, bool allow_empty = false) {
+std::string string_value(ondemand::value& value, const Path& where, bool allow_empty = false) {
   std::string text(take(value.get_string(), where, "must be a string"));
   if (text.empty() && !allow_empty) invalid(where, "must not be empty");
   return text;
 }
 
-std::string id_value(ondemand::value value, const Path& where) {
+std::string id_value(ondemand::value& value, const Path& where) {
   auto text = string_value(value, where);
   if (!parse_id(text)) invalid(where, "must be 32 hex digits");
   return text;
@@ -170,7 +173,7 @@ template <typename Target>
 struct Field {
   std::string_view name;
   bool required;
-  void (*read)(Target& target, ondemand::value value, const Path& path);
+  void (*read)(Target& target, ondemand::value& value, const Path& path);
 };
 
 template <typename Target, std::size_t N>
@@ -187,20 +190,35 @@ constexpr bool well_formed(const Fields<Target, N>& fields) {
   return true;
 }
 
+// The row of `fields` that `field`'s name picks. Names are compared as written first (no
+// unescaping, no copy: a KV cache's metadata has thousands of objects); a name written with
+// escapes, or an unknown one, is unescaped and compared again.
+template <typename Target, std::size_t N>
+std::size_t field_index(ondemand::field& field, const Path& where,
+                        const Fields<Target, N>& fields) {
+  const auto raw = field.key();
+  for (std::size_t index = 0; index < N; ++index) {
+    // Safe: the names are short, without quotes or backslashes, and the text is padded.
+    if (raw.unsafe_is_equal(fields[index].name)) return index;
+  }
+  const std::string_view name = take(field.unescaped_key());
+  for (std::size_t index = 0; index < N; ++index) {
+    if (fields[index].name == name) return index;
+  }
+  invalid(where.field(name), "unknown field");
+}
+
 // Reads each field of the object at `where` into `target` with its row of `fields`; rejects
 // unknown and repeated fields, then missing required ones (in table order). A typo or a foreign
-// document must not pass silently.
+// document must not pass silently. `seen` marks the rows read already by other means.
 template <typename Target, std::size_t N>
-void read_object(ondemand::value value, const Path& where, const Fields<Target, N>& fields,
-                 Target& target) {
+void read_object(ondemand::value& value, const Path& where, const Fields<Target, N>& fields,
+                 Target& target, std::array<bool, N> seen = {}) {
   auto object = take(value.get_object(), where, "must be an object");
-  std::array<bool, N> seen{};
   for (auto entry : object) {
     auto field = take(std::move(entry));
-    const std::string_view name = take(field.unescaped_key());
-    std::size_t index = 0;
-    while (index < N && fields[index].name != name) ++index;
-    if (index == N) invalid(where.field(name), "unknown field");
+    const std::size_t index = field_index(field, where, fields);
+    const std::string_view name = fields[index].name;
     if (seen[index]) invalid(where.field(name), "appears twice");
     seen[index] = true;
     fields[index].read(target, field.value(), where.field(fields[index].name));
@@ -211,66 +229,83 @@ void read_object(ondemand::value value, const Path& where, const Fields<Target, 
 
 // Calls `on_element(value, path)` for each element of the array at `where`; returns how many.
 template <typename OnElement>
-std::size_t read_array(ondemand::value value, const Path& where, const char* expected,
+std::size_t read_array(ondemand::value& value, const Path& where, const char* expected,
                        OnElement on_element) {
   auto array = take(value.get_array(), where, expected);
   std::size_t count = 0;
   for (auto element : array) {
-    on_element(take(std::move(element)), where.element(count));
+    auto item = take(std::move(element));
+    on_element(item, where.element(count));
     ++count;
   }
   return count;
 }
 
-constexpr Fields<RemoteDescriptor, 3> kDescriptorFields{{
+// One descriptor as it is read, and the device text of the one before: a KV cache's thousands
+// of descriptors name one device, whose text is then parsed once.
+struct DescriptorRead {
+  RemoteDescriptor descriptor;
+  std::string_view device_token;  // raw JSON (quotes included) that gave `device`
+  Device device;
+};
+
+constexpr Fields<DescriptorRead, 3> kDescriptorFields{{
     {"device", true,
-     [](RemoteDescriptor& descriptor, ondemand::value value, const Path& path) {
-       try {
-         descriptor.device = Device::parse(string_value(value, path));
-       } catch (const Error& error) {
-         if (error.code() == ErrorCode::InvalidMetadata) throw;
-         invalid(path, error.what());
+     [](DescriptorRead& read, ondemand::value& value, const Path& path) {
+       // The same bytes as a text already parsed give the same device.
+       const std::string_view token = value.raw_json_token();
+       if (read.device_token.empty() || token != read.device_token) {
+         try {
+           read.device = Device::parse(string_value(value, path));
+         } catch (const Error& error) {
+           if (error.code() == ErrorCode::InvalidMetadata) throw;
+           invalid(path, error.what());
+         }
+         read.device_token = token;
        }
+       read.descriptor.device = read.device;
      }},
     {"ptr", true,
-     [](RemoteDescriptor& descriptor, ondemand::value value, const Path& path) {
-       descriptor.ptr = unsigned_value(value, path);
-       if (descriptor.ptr == 0) invalid(path, "must not be null");
+     [](DescriptorRead& read, ondemand::value& value, const Path& path) {
+       read.descriptor.ptr = unsigned_value(value, path);
+       if (read.descriptor.ptr == 0) invalid(path, "must not be null");
      }},
     {"size", true,
-     [](RemoteDescriptor& descriptor, ondemand::value value, const Path& path) {
-       descriptor.size = unsigned_value(value, path);
-       if (descriptor.size == 0) invalid(path, "must not be zero");
-       if (descriptor.size > RdmaMetadata::kMaxTotalSize)
+     [](DescriptorRead& read, ondemand::value& value, const Path& path) {
+       read.descriptor.size = unsigned_value(value, path);
+       if (read.descriptor.size == 0) invalid(path, "must not be zero");
+       if (read.descriptor.size > RdmaMetadata::kMaxTotalSize)
          invalid(path, "must be at most " + std::to_string(RdmaMetadata::kMaxTotalSize) + " bytes");
      }},
 }};
 static_assert(well_formed(kDescriptorFields));
 
-RemoteDescriptor parse_descriptor(ondemand::value item, const Path& where) {
-  RemoteDescriptor descriptor;
-  read_object(item, where, kDescriptorFields, descriptor);
+const RemoteDescriptor& parse_descriptor(ondemand::value& item, const Path& where,
+                                         DescriptorRead& read) {
+  read.descriptor = RemoteDescriptor{};
+  read_object(item, where, kDescriptorFields, read);
+  const auto& descriptor = read.descriptor;
   if (descriptor.ptr + descriptor.size < descriptor.ptr) invalid(where, "range overflows");
   return descriptor;
 }
 
 constexpr Fields<TransportOffer, 4> kOfferFields{{
     {"name", true,
-     [](TransportOffer& offer, ondemand::value value, const Path& path) {
+     [](TransportOffer& offer, ondemand::value& value, const Path& path) {
        offer.name = string_value(value, path);
      }},
     {"address", true,
-     [](TransportOffer& offer, ondemand::value value, const Path& path) {
+     [](TransportOffer& offer, ondemand::value& value, const Path& path) {
        offer.address = string_value(value, path, true);
      }},
     {"keys", false,
-     [](TransportOffer& offer, ondemand::value value, const Path& path) {
-       read_array(value, path, "must be an array", [&](ondemand::value key, const Path& at) {
+     [](TransportOffer& offer, ondemand::value& value, const Path& path) {
+       read_array(value, path, "must be an array", [&](ondemand::value& key, const Path& at) {
          offer.keys.push_back(unsigned_value(key, at));
        });
      }},
     {"attributes", false,
-     [](TransportOffer& offer, ondemand::value value, const Path& path) {
+     [](TransportOffer& offer, ondemand::value& value, const Path& path) {
        auto attributes = take(value.get_object(), path, "must be an object");
        for (auto entry : attributes) {
          auto attribute = take(std::move(entry));
@@ -282,7 +317,7 @@ constexpr Fields<TransportOffer, 4> kOfferFields{{
 }};
 static_assert(well_formed(kOfferFields));
 
-TransportOffer parse_offer(ondemand::value item, const Path& where) {
+TransportOffer parse_offer(ondemand::value& item, const Path& where) {
   TransportOffer offer;
   read_object(item, where, kOfferFields, offer);
   return offer;
@@ -290,17 +325,17 @@ TransportOffer parse_offer(ondemand::value item, const Path& where) {
 
 constexpr Fields<Endpoint, 3> kEndpointFields{{
     {"connector", true,
-     [](Endpoint& endpoint, ondemand::value value, const Path& path) {
+     [](Endpoint& endpoint, ondemand::value& value, const Path& path) {
        endpoint.connector = string_value(value, path);
      }},
     {"host", true,
-     [](Endpoint& endpoint, ondemand::value value, const Path& path) {
+     [](Endpoint& endpoint, ondemand::value& value, const Path& path) {
        endpoint.host = string_value(value, path, true);
      }},
     {"transports", true,
-     [](Endpoint& endpoint, ondemand::value value, const Path& path) {
+     [](Endpoint& endpoint, ondemand::value& value, const Path& path) {
        if (read_array(value, path, "must be a non-empty array",
-                      [&](ondemand::value offer, const Path& at) {
+                      [&](ondemand::value& offer, const Path& at) {
                         endpoint.transports.push_back(parse_offer(offer, at));
                       }) == 0)
          invalid(path, "must be a non-empty array");
@@ -308,7 +343,7 @@ constexpr Fields<Endpoint, 3> kEndpointFields{{
 }};
 static_assert(well_formed(kEndpointFields));
 
-Endpoint parse_endpoint(ondemand::value item, const Path& where) {
+Endpoint parse_endpoint(ondemand::value& item, const Path& where) {
   Endpoint endpoint;
   read_object(item, where, kEndpointFields, endpoint);
   return endpoint;
@@ -326,25 +361,26 @@ struct MetadataFields {
 
 constexpr Fields<MetadataFields, 7> kMetadataFields{{
     {"version", true,
-     [](MetadataFields&, ondemand::value value, const Path& path) {
+     [](MetadataFields&, ondemand::value& value, const Path& path) {
        if (unsigned_value(value, path) != RdmaMetadata::kVersion)
          invalid(path,
                  "unsupported (this build speaks " + std::to_string(RdmaMetadata::kVersion) + ")");
      }},
     {"operation_kind", true,
-     [](MetadataFields& read, ondemand::value value, const Path& path) {
+     [](MetadataFields& read, ondemand::value& value, const Path& path) {
        read.kind = unsigned_value(value, path);
        if (read.kind != 1 && read.kind != 2) invalid(path, "must be 1 (read) or 2 (write)");
      }},
     {"descriptors", true,
-     [](MetadataFields& read, ondemand::value value, const Path& path) {
+     [](MetadataFields& read, ondemand::value& value, const Path& path) {
        auto& descriptors = read.descriptors;
+       DescriptorRead descriptor;
        read_array(value, path, "must be a non-empty array",
-                  [&](ondemand::value item, const Path& at) {
+                  [&](ondemand::value& item, const Path& at) {
                     if (descriptors.size() == RdmaMetadata::kMaxDescriptors)
                       invalid(path, "more than " + std::to_string(RdmaMetadata::kMaxDescriptors) +
                                         " descriptors");
-                    descriptors.push_back(parse_descriptor(item, at));
+                    descriptors.push_back(parse_descriptor(item, at, descriptor));
                     if (descriptors.back().device.kind() != descriptors.front().device.kind())
                       invalid(path, "all descriptors must share one memory kind");
                     read.total_size += descriptors.back().size;
@@ -355,19 +391,19 @@ constexpr Fields<MetadataFields, 7> kMetadataFields{{
        if (descriptors.empty()) invalid(path, "must be a non-empty array");
      }},
     {"notification_key", true,
-     [](MetadataFields& read, ondemand::value value, const Path& path) {
+     [](MetadataFields& read, ondemand::value& value, const Path& path) {
        read.key = id_value(value, path);
      }},
     {"endpoint", true,
-     [](MetadataFields& read, ondemand::value value, const Path& path) {
+     [](MetadataFields& read, ondemand::value& value, const Path& path) {
        read.endpoint = parse_endpoint(value, path);
      }},
     {"token", true,
-     [](MetadataFields& read, ondemand::value value, const Path& path) {
+     [](MetadataFields& read, ondemand::value& value, const Path& path) {
        read.token = id_value(value, path);
      }},
     {"expires_at", true,
-     [](MetadataFields& read, ondemand::value value, const Path& path) {
+     [](MetadataFields& read, ondemand::value& value, const Path& path) {
        constexpr const char* kExpected =
            "must be a non-negative integer (unix milliseconds, 0 = never)";
        read.expires_at = take(value.get_int64(), path, kExpected);
@@ -375,6 +411,12 @@ constexpr Fields<MetadataFields, 7> kMetadataFields{{
      }},
 }};
 static_assert(well_formed(kMetadataFields));
+
+constexpr std::size_t kDescriptorsRow = [] {
+  std::size_t row = 0;
+  while (kMetadataFields[row].name != "descriptors") ++row;
+  return row;
+}();
 
 }  // namespace
 
@@ -422,27 +464,44 @@ RdmaMetadata parse_metadata(std::string_view text) {
   // buffer per thread, reused: a fetch by name parses metadata every time. A large text gets
   // its own, freed at once: the parser's index is 4 bytes per byte of text, and a server
   // thread would otherwise keep that for ever. 256 KiB covers 2048 descriptors (105 KB of
-  // JSON): a thread that parsed such metadata keeps about 1.3 MB, and parsing it again costs
-  // 260-290 us instead of 370-480 us (no fresh allocation and page faults each time).
+  // JSON) written otherwise than to_json writes them: a thread that parsed such metadata
+  // keeps about 1.3 MB, and parsing it again needs no fresh allocation and page faults.
   constexpr std::size_t kReusedCapacity = 256u << 10;
   thread_local ondemand::parser reused_parser;
   thread_local std::string reused_padded;
+
+  // A descriptor list written as to_json writes it is read without simdjson, which then reads
+  // the other fields: '{' and the text after the list (canonical_descriptors.hpp).
+  MetadataFields read;
+  std::array<bool, kMetadataFields.size()> seen{};
+  std::string_view head, body = text;
+  if (auto canonical = read_canonical_descriptors(text);
+      canonical && (canonical->rest.starts_with(',') || canonical->rest.starts_with('}'))) {
+    read.descriptors = std::move(canonical->descriptors);
+    read.total_size = canonical->total_size;
+    seen[kDescriptorsRow] = true;
+    head = "{";
+    body = canonical->rest.substr(canonical->rest.starts_with(',') ? 1 : 0);
+  }
+  const std::size_t size = head.size() + body.size();
+
   std::optional<ondemand::parser> own_parser;
   std::string own_padded;
-  const bool large = text.size() > kReusedCapacity;
+  const bool large = size > kReusedCapacity;
   if (large) {
-    check_depth(text);  // before the parser's index (4 bytes per byte) is allocated
+    check_depth(body);  // before the parser's index (4 bytes per byte) is allocated
     own_parser.emplace();
   }
   auto& parser = large ? *own_parser : reused_parser;
   auto& padded = large ? own_padded : reused_padded;
-  padded.assign(text);
-  padded.resize(text.size() + simdjson::SIMDJSON_PADDING);
+  padded.assign(head);
+  padded.append(body);
+  padded.resize(size + simdjson::SIMDJSON_PADDING);
   auto document =
-      take(parser.iterate(simdjson::padded_string_view(padded.data(), text.size(), padded.size())));
+      take(parser.iterate(simdjson::padded_string_view(padded.data(), size, padded.size())));
   const Path root;
-  MetadataFields read;
-  read_object(take(document.get_value()), root, kMetadataFields, read);
+  auto top = take(document.get_value());
+  read_object(top, root, kMetadataFields, read, seen);
   const char* after = nullptr;  // the root object must be all there is
   if (document.current_location().get(after) == simdjson::SUCCESS)
     throw Error(ErrorCode::InvalidMetadata, "not JSON: text after the object");
@@ -471,27 +530,30 @@ void append_number(std::string& out, Number value) {
 }  // namespace
 
 // The keys in nlohmann's (sorted) order, as the document always had them. The descriptors, which
-// a KV cache has thousands of, are written directly: through a json tree each took ~600 ns.
+// a KV cache has thousands of, are written directly (through a json tree each took ~600 ns),
+// in two appends each, and exactly as read_canonical_descriptors reads them back quickly.
 std::string RdmaMetadata::to_json() const {
   std::string out;
-  out.reserve(256 + descriptors_.size() * 64);
+  out.reserve(256 + descriptors_.size() * 56);
   out += "{\"descriptors\":[";
-  std::string device_text, device_json;
+  // Up to the pointer's digits; a device's name has no characters that JSON escapes.
+  std::string head;
+  Device device;
   for (std::size_t i = 0; i < descriptors_.size(); ++i) {
     const auto& d = descriptors_[i];
-    auto text = d.device.to_string();
-    if (i == 0 || text != device_text) {
-      device_json = json(text).dump();
-      device_text = std::move(text);
+    if (i == 0 || d.device != device) {
+      device = d.device;
+      head = "{\"device\":\"" + device.to_string() + "\",\"ptr\":";
     }
     if (i > 0) out += ',';
-    out += "{\"device\":";
-    out += device_json;
-    out += ",\"ptr\":";
-    append_number(out, d.ptr);
-    out += ",\"size\":";
-    append_number(out, d.size);
-    out += '}';
+    out += head;
+    constexpr std::string_view kSize = ",\"size\":";
+    char tail[64];  // two numbers of at most 20 digits, kSize and '}'
+    char* end = write_decimal(tail, d.ptr);
+    std::memcpy(end, kSize.data(), kSize.size());
+    end = write_decimal(end + kSize.size(), d.size);
+    *end++ = '}';
+    out.append(tail, end);
   }
   json transports = json::array();
   for (const auto& offer : endpoint_.transports) {

@@ -2,6 +2,7 @@
 #include <sys/resource.h>
 
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <string>
 #include <utility>
@@ -361,4 +362,96 @@ TEST(Metadata, RejectsSizesPastTheLimitOrOverflowingTheirSum) {
   document = valid_document();
   document["endpoint"]["transports"][0]["keys"] = json::array({17, 18, 19});
   expect_rejected(document, "keys");
+}
+
+namespace {
+
+// What from_json makes of `text`: the metadata written back, or the error's message (where a
+// JSON syntax error is, by column, left out).
+std::string outcome(const std::string& text) {
+  try {
+    return "accepted " + RdmaMetadata::from_json(text).to_json();
+  } catch (const Error& error) {
+    return "rejected (" + std::to_string(static_cast<int>(error.code())) + ") " +
+           std::regex_replace(error.what(), std::regex("column [0-9]+"), "column N");
+  }
+}
+
+}  // namespace
+
+// A descriptor list written as to_json writes it is read without the JSON parser; a space after
+// '[' sends the same document through the parser. Both must accept and reject alike, with the
+// same message, whatever the descriptors hold.
+TEST(Metadata, TheQuickDescriptorReaderAgreesWithTheParser) {
+  auto document = valid_document();
+  document.erase("descriptors");
+  const std::string others = document.dump().substr(1);  // `"endpoint":...}`
+  const std::vector<std::string> lists = {
+      R"({"device":"cpu","ptr":4096,"size":100},{"device":"cpu","ptr":8192,"size":5})",
+      R"({"device":"cuda:1","ptr":4096,"size":100},{"device":"gpu:1","ptr":1,"size":1})",
+      R"({"device":"cuda","ptr":4096,"size":1},{"device":"cuda:2","ptr":9,"size":1})",
+      R"({"device":"cpu","ptr":18446744073709551614,"size":1})",
+      R"({"device":"cpu","ptr":18446744073709551615,"size":1})",
+      R"({"device":"cpu","ptr":9999999999999999999,"size":1})",
+      R"({"device":"cpu","ptr":18446744073709551616,"size":1})",
+      R"({"device":"cpu","ptr":0,"size":1})",
+      R"({"device":"cpu","ptr":1,"size":0})",
+      R"({"device":"cpu","ptr":01,"size":1})",
+      R"({"device":"cpu","ptr":-1,"size":1})",
+      R"({"device":"cpu","ptr":1.5,"size":1})",
+      R"({"device":"cpu","ptr":1e3,"size":1})",
+      R"({"device":"cpu","ptr":"4096","size":1})",
+      R"({"device":"cpu","ptr":4096,"size":274877906944})",
+      R"({"device":"cpu","ptr":4096,"size":274877906945})",
+      R"({"device":"cpu","ptr":4096,"size":274877906944},{"device":"cpu","ptr":1,"size":1})",
+      R"({"device":"tpu","ptr":4096,"size":1})",
+      R"({"device":"CPU","ptr":4096,"size":1})",
+      R"({"device":"cp\u0075","ptr":4096,"size":1})",
+      R"({"device":"","ptr":4096,"size":1})",
+      R"({"device":"cuda:99999999999","ptr":4096,"size":1})",
+      R"({"device":"cpu","ptr":4096,"size":1},{"device":"cuda:0","ptr":4096,"size":1})",
+      R"({"device":1,"ptr":4096,"size":1})",
+      R"({"device":"cpu","ptr":4096,"size":1,"rkey":3})",
+      R"({"device":"cpu","ptr":4096})",
+      R"({"device":"cpu","ptr":4096,"ptr":4096,"size":1})",
+      R"({"ptr":4096,"device":"cpu","size":1})",
+      R"({"device":"cpu","ptr":4096,"size":1},)",
+      R"({"device":"cpu","ptr":4096,"size":1}],"descriptors":[{"device":"cpu","ptr":1,"size":1})",
+      R"({"device":"cpu","ptr":4096,"size":1}})",
+      R"()",
+      R"([])",
+  };
+  for (const auto& list : lists) {
+    for (const std::string& end :
+         std::vector<std::string>{"]," + others, "]}", "],}", "] ," + others, "]" + others}) {
+      const std::string quick = R"({"descriptors":[)" + list + end;
+      const std::string parsed = R"({"descriptors": [)" + list + end;
+      EXPECT_EQ(outcome(quick), outcome(parsed)) << quick;
+    }
+  }
+  // The limit on their number.
+  std::string many = R"({"descriptors":[)";
+  for (std::size_t i = 0; i <= RdmaMetadata::kMaxDescriptors; ++i)
+    many += std::string(i > 0 ? "," : "") + R"({"device":"cpu","ptr":4096,"size":1})";
+  many += "]," + others;
+  EXPECT_EQ(outcome(many).substr(0, 9), "rejected ");
+  EXPECT_EQ(outcome(many), outcome(R"({"descriptors": [)" + many.substr(16)));
+}
+
+// to_json writes numbers itself: every length of pointer, written and read back.
+TEST(Metadata, WritesEveryLengthOfNumber) {
+  std::vector<std::uint64_t> pointers = {1, ~std::uint64_t(0) - 1};
+  for (std::uint64_t power = 10; power != 0 && power < ~std::uint64_t(0) / 10; power *= 10) {
+    pointers.insert(pointers.end(), {power - 1, power, power + 1, power * 5 + 3});
+  }
+  pointers.push_back(std::uint64_t(10000000000000000000u));
+  for (std::uint64_t ptr : pointers) {
+    std::vector<RemoteDescriptor> descriptors{{Device{}, ptr, 1}};
+    RdmaMetadata metadata(OperationKind::Read, descriptors, "0123456789abcdef0123456789abcdef",
+                          Endpoint{"c", "h", {TransportOffer{"tcp", "a", {}, {}}}},
+                          "fedcba9876543210fedcba9876543210", 0);
+    const auto text = metadata.to_json();
+    EXPECT_NE(text.find("\"ptr\":" + std::to_string(ptr) + ","), std::string::npos) << text;
+    EXPECT_EQ(RdmaMetadata::from_json(text), metadata) << text;
+  }
 }
