@@ -531,7 +531,7 @@ void append_number(std::string& out, Number value) {
 
 // The keys in nlohmann's (sorted) order, as the document always had them. The descriptors, which
 // a KV cache has thousands of, are written directly (through a json tree each took ~600 ns),
-// in two appends each, and exactly as read_canonical_descriptors reads them back quickly.
+// a few kilobytes at a time, and exactly as read_canonical_descriptors reads them back quickly.
 std::string RdmaMetadata::to_json() const {
   std::string out;
   out.reserve(256 + descriptors_.size() * 56);
@@ -539,22 +539,31 @@ std::string RdmaMetadata::to_json() const {
   // Up to the pointer's digits; a device's name has no characters that JSON escapes.
   std::string head;
   Device device;
+  // Descriptors are written into `batch`, which is appended when it may not hold another.
+  char batch[4096];
+  std::size_t used = 0;
   for (std::size_t i = 0; i < descriptors_.size(); ++i) {
     const auto& d = descriptors_[i];
     if (i == 0 || d.device != device) {
       device = d.device;
       head = "{\"device\":\"" + device.to_string() + "\",\"ptr\":";
     }
-    if (i > 0) out += ',';
-    out += head;
     constexpr std::string_view kSize = ",\"size\":";
-    char tail[64];  // two numbers of at most 20 digits, kSize and '}'
-    char* end = write_decimal(tail, d.ptr);
+    constexpr std::size_t kMostAfterHead = 1 + 20 + kSize.size() + 20 + 1;
+    if (sizeof batch - used < head.size() + kMostAfterHead) {
+      out.append(batch, used);
+      used = 0;
+    }
+    char* end = batch + used;
+    if (i > 0) *end++ = ',';
+    std::memcpy(end, head.data(), head.size());
+    end = write_decimal(end + head.size(), d.ptr);
     std::memcpy(end, kSize.data(), kSize.size());
     end = write_decimal(end + kSize.size(), d.size);
     *end++ = '}';
-    out.append(tail, end);
+    used = static_cast<std::size_t>(end - batch);
   }
+  out.append(batch, used);
   json transports = json::array();
   for (const auto& offer : endpoint_.transports) {
     json item = {{"name", offer.name}, {"address", offer.address}};
