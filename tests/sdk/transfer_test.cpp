@@ -151,6 +151,30 @@ TEST_P(Concurrency, TwoHundredFiftySixOperationsOnOneConnectorPair) {
   }
 }
 
+// Small answers to requests that arrive together go out together (held back while the reader
+// handles the rest of its inbox). Completing a readable waits for its answer's pin: a held
+// answer must not keep it, or the reader waits on itself and every operation hangs.
+TEST_P(Concurrency, ManySmallReadsEachCompletingItsReadableAllEnd) {
+  Connector owner(transport_options(GetParam(), 16384, 1));
+  Connector reader(transport_options(GetParam(), 16384, 1));
+  constexpr int kOperations = 512;
+  std::vector<Buffers> sources, targets;
+  std::vector<ReadableOperation> readables;
+  std::vector<ReadOperation> reads;
+  for (int i = 0; i < kOperations; ++i) {
+    sources.push_back(make_buffers({4096}, 3000 + i));
+    targets.push_back(make_buffers({4096}, std::nullopt));
+    readables.push_back(owner.create_readable(sources[i].view()));
+  }
+  for (int i = 0; i < kOperations; ++i)
+    reads.push_back(reader.begin_read(readables[i].metadata(), targets[i].view()));
+  for (int i = 0; i < kOperations; ++i) {
+    ASSERT_EQ(reads[i].wait_for_completion(20s), OperationStatus::Complete) << i;
+    ASSERT_EQ(readables[i].wait_for_completion(20s), OperationStatus::Complete) << i;
+    expect_pattern(targets[i], 3000 + i);
+  }
+}
+
 TEST_P(Concurrency, ConnectionsArePooledAcrossOperations) {
   Connector owner(transport_options(GetParam(), 4096, 2));
   Connector reader(transport_options(GetParam(), 4096, 2));

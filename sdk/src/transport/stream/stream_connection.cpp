@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstring>
 #include <system_error>
 
 #include "thread_name.hpp"
@@ -13,7 +14,10 @@ namespace memwire::detail {
 
 StreamConnection::StreamConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler,
                                    std::string peer)
-    : socket_(std::move(socket)), handler_(std::move(handler)), peer_(std::move(peer)) {
+    : socket_(std::move(socket)),
+      handler_(std::move(handler)),
+      peer_(std::move(peer)),
+      inbox_(std::make_unique_for_overwrite<std::byte[]>(kInboxSize)) {
   tune_data_socket(socket_.get());
 }
 
@@ -70,6 +74,7 @@ void StreamConnection::shutdown(const std::string& reason) {
     closing_ = true;
     close_reason_ = reason;
   }
+  broken_.store(true, std::memory_order_release);
   ::shutdown(socket_.get(), SHUT_RDWR);
   queued_.notify_all();
   drained_.notify_all();
@@ -85,7 +90,87 @@ void StreamConnection::close_when_sent(std::chrono::milliseconds timeout) {
   shutdown("connection closed");
 }
 
+namespace {
+
+// The connection whose reader loop runs on this thread, if any.
+thread_local const StreamConnection* reading_connection = nullptr;
+
+}  // namespace
+
+bool StreamConnection::hold_back(OutFrame& frame) {
+  if (reading_connection != this || !frame.pieces.empty()) return false;
+  if (broken_.load(std::memory_order_acquire)) return false;
+  if (inbox_end_ - inbox_begin_ < sizeof(FrameHeader)) return false;  // nothing more to handle
+  if (frame.data != nullptr) {
+    // A held frame must not hold its registration open (completing one waits for its pins,
+    // here on this very thread): a short answer's bytes are copied out under the pin instead;
+    // the socket would copy them a moment later anyway.
+    if (!frame.text.empty() || frame.header.length > kMostCopiedWhenHeld) return false;
+    if (!frame.pin) frame.pin = frame.gate->pin();
+    if (!frame.pin) return false;  // revoked: the usual path sends it as Cancelled
+    frame.text.assign(reinterpret_cast<const char*>(frame.data), frame.header.length);
+    frame.data = nullptr;
+    frame.pin.reset();
+    frame.gate = nullptr;
+    frame.keep_alive.reset();
+  } else if (frame.pin) {
+    return false;
+  }
+  held_back_.push_back(std::move(frame));
+  if (held_back_.size() == kMostHeldBack) send_held_back();
+  return true;
+}
+
+void StreamConnection::send_held_back() {
+  if (held_back_.empty()) return;
+  std::vector<iovec> parts;
+  std::vector<std::size_t> lengths;  // what is left of each frame
+  parts.reserve(held_back_.size() * 3);
+  lengths.reserve(held_back_.size());
+  for (auto& frame : held_back_) lengths.push_back(frame_parts(frame, parts));
+  std::unique_lock lock(mutex_);
+  if (closing_) {
+    held_back_.clear();
+    return;
+  }
+  if (writing_ || !queue_.empty()) {  // behind what others queued: the writer takes them all
+    for (auto& frame : held_back_) queue_.push_back(std::move(frame));
+    held_back_.clear();
+    queued_.notify_one();
+    return;
+  }
+  writing_ = true;
+  lock.unlock();
+  auto sent = send_some(socket_.get(), parts.data(), static_cast<int>(parts.size()));
+  lock.lock();
+  writing_ = false;
+  // Account what went out frame by frame; the rest goes to the writer, in order.
+  std::size_t next = 0;
+  for (auto& frame : held_back_) {
+    if (sent > 0) {
+      const auto left = static_cast<long>(lengths[next]);
+      const auto taken = std::min(sent, left);
+      frame.sent += static_cast<std::size_t>(taken);
+      sent -= taken;
+      if (taken == left) {
+        frame.finished = true;
+        frame.pin.reset();
+        ++next;
+        continue;
+      }
+    }
+    break;
+  }
+  const bool failed = sent < 0;
+  for (auto i = next; i < held_back_.size(); ++i) queue_.push_back(std::move(held_back_[i]));
+  held_back_.clear();
+  if (!queue_.empty()) queued_.notify_one();
+  lock.unlock();
+  if (failed) shutdown("send failed");
+}
+
 bool StreamConnection::send(OutFrame frame) {
+  if (hold_back(frame)) return true;
   std::unique_lock lock(mutex_);
   if (closing_) return false;
   if (writing_ || !queue_.empty()) {
@@ -106,15 +191,73 @@ bool StreamConnection::send(OutFrame frame) {
   return true;
 }
 
+bool StreamConnection::refill_inbox() {
+  send_held_back();  // about to wait on the peer: it may be waiting for these
+  inbox_begin_ = 0;
+  inbox_end_ = 0;
+  for (;;) {
+    ssize_t received = ::recv(socket_.get(), inbox_.get(), kInboxSize, 0);
+    if (received < 0 && errno == EINTR) continue;
+    if (received <= 0) return false;
+    inbox_end_ = static_cast<std::size_t>(received);
+    return true;
+  }
+}
+
+std::size_t StreamConnection::take_from_inbox(void* data, std::size_t length) {
+  const auto count = std::min(length, inbox_end_ - inbox_begin_);
+  if (count > 0) std::memcpy(data, inbox_.get() + inbox_begin_, count);
+  inbox_begin_ += count;
+  return count;
+}
+
 bool StreamConnection::receive(void* data, std::size_t length) {
-  return receive_all(socket_.get(), data, length);
+  auto* cursor = static_cast<std::byte*>(data);
+  for (;;) {
+    const auto taken = take_from_inbox(cursor, length);
+    cursor += taken;
+    length -= taken;
+    if (length == 0) return true;
+    // The inbox is empty here.
+    if (length >= kDirectReceive) {
+      send_held_back();
+      return receive_all(socket_.get(), cursor, length);
+    }
+    if (!refill_inbox()) return false;
+  }
 }
 
 bool StreamConnection::receive(std::span<iovec> pieces) {
-  return receive_all(socket_.get(), pieces.data(), static_cast<int>(pieces.size()));
+  auto* part = pieces.data();
+  auto count = static_cast<int>(pieces.size());
+  std::size_t left = 0;
+  for (const auto& piece : pieces) left += piece.iov_len;
+  while (count > 0) {
+    if (part->iov_len == 0) {
+      ++part;
+      --count;
+      continue;
+    }
+    if (inbox_begin_ == inbox_end_) {
+      if (left >= kDirectReceive) {
+        send_held_back();
+        return receive_all(socket_.get(), part, count);
+      }
+      if (!refill_inbox()) return false;
+    }
+    const auto taken = take_from_inbox(part->iov_base, part->iov_len);
+    part->iov_base = static_cast<char*>(part->iov_base) + taken;
+    part->iov_len -= taken;
+    left -= taken;
+  }
+  return true;
 }
 
 bool StreamConnection::discard(std::size_t length) {
+  const auto buffered = std::min(length, inbox_end_ - inbox_begin_);
+  inbox_begin_ += buffered;
+  length -= buffered;
+  if (length > 0) send_held_back();
   std::array<std::byte, 64 * 1024> sink;
   while (length > 0) {
     auto piece = std::min(length, sink.size());
@@ -135,11 +278,13 @@ std::optional<std::string> StreamConnection::receive_text(std::uint64_t length) 
 }
 
 void StreamConnection::read_loop() {
+  reading_connection = this;
   std::string reason = "peer closed the connection";
   // A peer that connects and stays silent holds a descriptor and two threads: not for long.
   bool awaiting_first_frame = first_frame_timeout_.count() > 0;
   if (awaiting_first_frame) set_receive_timeout(socket_.get(), first_frame_timeout_);
   for (;;) {
+    if (broken_.load(std::memory_order_acquire)) break;  // not past a shutdown on buffered frames
     FrameHeader header;
     if (!receive(&header, sizeof header)) {
       if (awaiting_first_frame && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -156,6 +301,8 @@ void StreamConnection::read_loop() {
     }
     handler_->on_frame(*this, header);
   }
+  held_back_.clear();  // the connection is closing: they would not arrive
+  reading_connection = nullptr;
   shutdown(reason);
   std::string why;
   {
@@ -200,7 +347,7 @@ void StreamConnection::write_loop() {
   dropped.swap(queue_);
 }
 
-bool StreamConnection::write_frame(OutFrame& frame, bool blocking) {
+std::size_t StreamConnection::frame_parts(OutFrame& frame, std::vector<iovec>& parts) {
   const bool registered = frame.data != nullptr || !frame.pieces.empty();
   if (frame.sent == 0) {
     if (registered && !frame.pin) {
@@ -221,51 +368,39 @@ bool StreamConnection::write_frame(OutFrame& frame, bool blocking) {
     }
   }
   // Not header.length: a read request (or a cross-memory one) names a length it carries none of.
-  std::vector<iovec> many;
-  iovec few[3];
-  iovec* parts = few;
-  std::size_t count = 0;
-  if (frame.pin && !frame.pieces.empty()) {
-    many.reserve(frame.pieces.size() + 2);
-    parts = many.data();
-  }
-  auto add = [&](void* base, std::size_t length) {
-    if (length == 0) return;
-    if (parts == few) {
-      few[count++] = {base, length};
-    } else {
-      many.push_back({base, length});
-      ++count;
-    }
+  // What an earlier, partial write already sent is skipped.
+  auto skip = frame.sent;
+  std::size_t left = 0;
+  auto add = [&](const void* base, std::size_t length) {
+    const auto step = std::min(skip, length);
+    skip -= step;
+    if (length == step) return;
+    parts.push_back({const_cast<char*>(static_cast<const char*>(base)) + step, length - step});
+    left += length - step;
   };
   add(&frame.header, sizeof frame.header);
   add(frame.text.data(), frame.text.size());
   if (frame.pin) {
-    if (frame.data != nullptr) add(const_cast<std::byte*>(frame.data), frame.header.length);
+    if (frame.data != nullptr) add(frame.data, frame.header.length);
     for (const auto& piece : frame.pieces) add(piece.iov_base, piece.iov_len);
   }
-  std::size_t total = 0;
-  for (std::size_t i = 0; i < count; ++i) total += parts[i].iov_len;
-  // Skip what an earlier, partial write already sent.
-  std::size_t first = 0;
-  for (auto skip = frame.sent; skip > 0;) {
-    auto step = std::min(skip, parts[first].iov_len);
-    parts[first].iov_base = static_cast<char*>(parts[first].iov_base) + step;
-    parts[first].iov_len -= step;
-    skip -= step;
-    if (parts[first].iov_len == 0) ++first;
-  }
-  const auto left = total - frame.sent;
-  const auto remaining_parts = static_cast<int>(count - first);
+  return left;
+}
+
+bool StreamConnection::write_frame(OutFrame& frame, bool blocking) {
+  thread_local std::vector<iovec> parts;  // reused: no allocation per frame
+  parts.clear();
+  const auto left = frame_parts(frame, parts);
+  std::size_t sent = left;
   if (blocking) {
-    if (!send_all(socket_.get(), parts + first, remaining_parts)) return false;
-    frame.sent += left;
+    if (!send_all(socket_.get(), parts.data(), static_cast<int>(parts.size()))) return false;
   } else {
-    auto sent = send_some(socket_.get(), parts + first, remaining_parts);
-    if (sent < 0) return false;
-    frame.sent += static_cast<std::size_t>(sent);
+    const auto some = send_some(socket_.get(), parts.data(), static_cast<int>(parts.size()));
+    if (some < 0) return false;
+    sent = static_cast<std::size_t>(some);
   }
-  if (frame.sent == total) {
+  frame.sent += sent;
+  if (sent == left) {
     frame.finished = true;
     frame.pin.reset();
   }

@@ -102,6 +102,17 @@ class MEMWIRE_API StreamConnection {
   // Sends what is left of `frame`; blocking, or only what the socket takes now. False when the
   // connection broke.
   bool write_frame(OutFrame& frame, bool blocking);
+  // Pins `frame`'s memory (or turns it into a Cancelled frame) and appends the iovecs of what is
+  // left of it to `parts`; the byte count.
+  std::size_t frame_parts(OutFrame& frame, std::vector<iovec>& parts);
+  // Reader thread: a small frame sent while more frames wait in the inbox is held back, then
+  // goes out with the others in one sendmsg before the reader next waits on the socket.
+  bool hold_back(OutFrame& frame);
+  void send_held_back();
+  // Reader thread: one recv into the inbox (it must be empty), as many bytes as have arrived.
+  bool refill_inbox();
+  // Copies what the inbox holds, up to `length`; the byte count.
+  std::size_t take_from_inbox(void* data, std::size_t length);
 
   FileDescriptor socket_;
   std::unique_ptr<FrameHandler> handler_;
@@ -122,6 +133,22 @@ class MEMWIRE_API StreamConnection {
   std::atomic<int> running_threads_{0};
   std::thread reader_;
   std::thread writer_;
+
+  // Reader thread: bytes received ahead of the frame being read. One recv takes many small
+  // frames (headers, short answers) at once; a payload at least kDirectReceive long goes from
+  // the socket straight into its destination.
+  static constexpr std::size_t kInboxSize = 64 * 1024;
+  static constexpr std::size_t kDirectReceive = 16 * 1024;
+  std::unique_ptr<std::byte[]> inbox_;
+  std::size_t inbox_begin_ = 0;
+  std::size_t inbox_end_ = 0;
+  // Mirrors closing_ for the reader, which stops at once even with frames still in the inbox.
+  std::atomic<bool> broken_{false};
+  // Reader thread: answers held back while it handles the requests already in the inbox (one
+  // sendmsg for a burst of them, not one each). Few, and each a header and one block.
+  static constexpr std::size_t kMostHeldBack = 64;
+  static constexpr std::size_t kMostCopiedWhenHeld = 16 * 1024;
+  std::vector<OutFrame> held_back_;
 };
 
 }  // namespace memwire::detail
