@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "transport/stream/bulk_copy.hpp"
+
 namespace memwire::detail {
 
 std::uint64_t StreamActiveSide::expect(std::shared_ptr<StreamTransfer> transfer,
@@ -146,9 +148,9 @@ void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHead
     auto* remote = mapping->base() + location.offset;
     // Still pinned: a cancel waits for this copy to end before the caller reuses the buffer.
     if (reading) {
-      std::memcpy(pending->local, remote, pending->length);
+      copy_bulk(pending->local, remote, pending->length);
     } else {
-      std::memcpy(remote, pending->local, pending->length);
+      copy_bulk(remote, pending->local, pending->length);
     }
   } catch (const Error& error) {
     return fail(*pending, error);

@@ -12,6 +12,13 @@
 
 namespace memwire::detail {
 
+namespace {
+
+// The connection whose reader loop runs on this thread, if any.
+thread_local const StreamConnection* reading_connection = nullptr;
+
+}  // namespace
+
 StreamConnection::StreamConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler,
                                    std::string peer)
     : socket_(std::move(socket)),
@@ -68,6 +75,8 @@ bool StreamConnection::alive() const {
 }
 
 void StreamConnection::shutdown(const std::string& reason) {
+  // A handler that answers, then closes (a protocol error) meant the answer to go first.
+  if (reading_connection == this) send_held_back();
   {
     std::lock_guard lock(mutex_);
     if (closing_) return;
@@ -81,6 +90,7 @@ void StreamConnection::shutdown(const std::string& reason) {
 }
 
 void StreamConnection::close_when_sent(std::chrono::milliseconds timeout) {
+  if (reading_connection == this) send_held_back();
   {
     std::unique_lock lock(mutex_);
     draining_ = true;
@@ -89,13 +99,6 @@ void StreamConnection::close_when_sent(std::chrono::milliseconds timeout) {
   }
   shutdown("connection closed");
 }
-
-namespace {
-
-// The connection whose reader loop runs on this thread, if any.
-thread_local const StreamConnection* reading_connection = nullptr;
-
-}  // namespace
 
 bool StreamConnection::hold_back(OutFrame& frame) {
   if (reading_connection != this || !frame.pieces.empty()) return false;

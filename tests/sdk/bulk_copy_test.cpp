@@ -1,0 +1,37 @@
+// copy_bulk: every byte of a large chunk lands, whatever the alignment of either end, and
+// nothing beside the destination range is touched.
+#include "transport/stream/bulk_copy.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+using namespace memwire::detail;
+
+TEST(BulkCopy, EveryByteAtAnyAlignmentAndNothingBeside) {
+  constexpr std::size_t kGuard = 128;
+  for (std::size_t length :
+       {std::size_t{1}, std::size_t{4095}, kBulkCopyThreshold - 1, kBulkCopyThreshold,
+        kBulkCopyThreshold + 63, 3 * kBulkCopyThreshold + 5}) {
+    for (std::size_t source_offset : {0, 1, 17, 64}) {
+      for (std::size_t destination_offset : {0, 3, 48, 63}) {
+        std::vector<std::byte> source(length + source_offset);
+        for (std::size_t i = 0; i < source.size(); ++i)
+          source[i] = static_cast<std::byte>((i * 131 + length) % 251);
+        std::vector<std::byte> destination(length + destination_offset + 2 * kGuard,
+                                           std::byte{0xa5});
+        copy_bulk(destination.data() + kGuard + destination_offset, source.data() + source_offset,
+                  length);
+        const auto* copied = destination.data() + kGuard + destination_offset;
+        const std::vector<std::byte> guard(kGuard + destination_offset, std::byte{0xa5});
+        const auto where = ::testing::Message() << "length " << length << " offsets "
+                                                << source_offset << "/" << destination_offset;
+        ASSERT_TRUE(std::equal(guard.begin(), guard.end(), destination.begin())) << where;
+        ASSERT_TRUE(std::equal(copied, copied + length, source.begin() + source_offset)) << where;
+        ASSERT_TRUE(std::equal(guard.begin(), guard.begin() + kGuard, copied + length)) << where;
+      }
+    }
+  }
+}
