@@ -1,5 +1,11 @@
 #include "operation_core.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <thread>
+
 #include "memwire/error_codes.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -10,11 +16,35 @@ namespace memwire::detail {
 
 namespace {
 
-// How long wait() spins before it sleeps on the condition variable: about one loopback round
-// trip of a small READ, so that such an operation usually ends while its waiter still runs (no
-// futex wake, no scheduler round trip: 1 us of a 12 us 4 KiB READ here). Longer spins gained
-// little more and, on a busy 2-core host, took the CPU the transport's threads needed (p99 up).
-constexpr std::chrono::nanoseconds kWaitSpin{10'000};
+// How long wait() spins before it sleeps on the condition variable: a little past how long
+// waits typically last on this host, so that a small operation usually ends while its waiter
+// still runs. Sleeping costs a futex wake from the reader thread and a scheduler round trip,
+// which on a VM with paravirtual interrupts is 10-15 us of a 45 us 4 KiB READ (a quiet
+// bare-metal-like VM: ~1 us of 12 us). Learned, as round trips differ by host, and bounded.
+constexpr std::chrono::nanoseconds kMinWaitSpin{10'000};
+constexpr std::chrono::nanoseconds kMaxWaitSpin{100'000};
+// Waits longer than this are large transfers or slow peers: they teach the spin nothing.
+constexpr std::chrono::nanoseconds kLongestTypicalWait{1'000'000};
+
+// Moving average of recent waits' lengths (ns), one per process: one host, one round trip.
+// Relaxed: a lost update only drops a sample.
+std::atomic<std::int64_t> typical_wait_ns{kMinWaitSpin.count()};
+
+// Spinning waiters take a CPU each: at most one per two CPUs, so that the transport's threads,
+// which end the operations, keep theirs. Others sleep at once.
+std::atomic<unsigned> spinning_waiters{0};
+const unsigned kMostSpinningWaiters = std::max(1u, std::thread::hardware_concurrency() / 2);
+
+std::chrono::nanoseconds wait_spin() noexcept {
+  const std::chrono::nanoseconds spin{typical_wait_ns.load(std::memory_order_relaxed) * 3 / 2};
+  return std::clamp(spin, kMinWaitSpin, kMaxWaitSpin);
+}
+
+void learn_wait(std::chrono::nanoseconds waited) noexcept {
+  if (waited >= kLongestTypicalWait) return;
+  const auto average = typical_wait_ns.load(std::memory_order_relaxed);
+  typical_wait_ns.store(average + (waited.count() - average) / 16, std::memory_order_relaxed);
+}
 
 void relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -50,12 +80,17 @@ std::optional<Error> OperationCore::failure() const {
 }
 
 OperationStatus OperationCore::wait(std::optional<std::chrono::milliseconds> timeout) const {
+  std::optional<std::chrono::steady_clock::time_point> began;
   if (!settled_.load(std::memory_order_acquire) && (!timeout || timeout->count() > 0)) {
-    const auto until = std::chrono::steady_clock::now() + kWaitSpin;
-    for (unsigned round = 1; !settled_.load(std::memory_order_acquire); ++round) {
-      relax();
-      if (round % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
+    began = std::chrono::steady_clock::now();
+    if (spinning_waiters.fetch_add(1, std::memory_order_relaxed) < kMostSpinningWaiters) {
+      const auto until = *began + wait_spin();
+      for (unsigned round = 1; !settled_.load(std::memory_order_acquire); ++round) {
+        relax();
+        if (round % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
+      }
     }
+    spinning_waiters.fetch_sub(1, std::memory_order_relaxed);
   }
   std::unique_lock lock(mutex_);
   auto done = [&] { return is_terminal(status_) && !settling_; };
@@ -66,6 +101,7 @@ OperationStatus OperationCore::wait(std::optional<std::chrono::milliseconds> tim
                                         std::to_string(timeout->count()) + " ms (status " +
                                         std::string(to_string(status_)) + ")");
   }
+  if (began) learn_wait(std::chrono::steady_clock::now() - *began);
   if (status_ == OperationStatus::Errored) throw *error_;
   return status_;
 }
