@@ -118,8 +118,7 @@ std::unique_ptr<sideband::Channel> open_channel(const services::Arguments& args,
       return channel;
     } catch (const Error& error) {
       if (Clock::now() >= deadline || error.code() == ErrorCode::AccessDenied) throw;
-      say("event channel-retry attempt=" + std::to_string(attempt) +
-          " code=" + code_of(error));
+      say("event channel-retry attempt=" + std::to_string(attempt) + " code=" + code_of(error));
     }
     std::this_thread::sleep_for(milliseconds(250));  // the cluster is electing: look again
   }
