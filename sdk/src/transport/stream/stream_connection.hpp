@@ -51,10 +51,12 @@ struct OutFrame {
   bool finished = false;                   // every byte is out
 };
 
-// One stream connection with a reader thread (payload goes straight from the socket into
-// registered memory) and a writer thread (straight from registered memory into the socket).
-// A frame sent while nothing is queued goes out at once on the sender's thread, as far as the
-// socket takes it without blocking: small requests and answers skip the thread hand-off.
+// One stream connection with a reader thread (small frames arrive many per recv through an
+// inbox; payloads from 16 KiB go straight from the socket into registered memory) and a writer
+// thread (straight from registered memory into the socket). A frame sent while nothing is
+// queued goes out at once on the sender's thread, as far as the socket takes it without
+// blocking: small requests and answers skip the thread hand-off. Answers the reader thread
+// writes while more requests wait in its inbox go out together, before it next waits.
 class MEMWIRE_API StreamConnection {
  public:
   StreamConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler, std::string peer);
