@@ -44,7 +44,7 @@ void exchange(std::uint16_t port, std::string_view request) {
   std::string answer;
   while (!complete_response(answer)) {
     pollfd ready{fd, POLLIN, 0};
-    if (::poll(&ready, 1, kQuietMs) <= 0) break;
+    if (memwire::fuzz::poll_one(ready, kQuietMs) <= 0) break;
     char chunk[65536];
     auto got = ::recv(fd, chunk, sizeof chunk, 0);
     if (got <= 0) break;

@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +22,19 @@ namespace memwire::fuzz {
 // How long a peer may take to answer and close before the fuzz target gives up on it.
 inline constexpr int kAnswerTimeoutMs = 10000;
 
+// poll() on one socket for at most `timeout_ms`, resumed after a signal: libFuzzer's alarm
+// (its -timeout watchdog) interrupts waits, and an interrupted wait is not a silent peer.
+inline int poll_one(pollfd& ready, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    const int result = ::poll(&ready, 1, timeout_ms);
+    if (result >= 0 || errno != EINTR) return result;
+    timeout_ms = static_cast<int>(std::max<long long>(
+        0, std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
+               .count()));
+  }
+}
+
 inline int connect_loopback(std::uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) std::abort();
@@ -27,8 +42,25 @@ inline int connect_loopback(std::uint16_t port) {
   address.sin_family = AF_INET;
   address.sin_port = htons(port);
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) std::abort();
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    // Interrupted by a signal, the handshake goes on: wait for it, then ask how it ended.
+    if (errno != EINTR) std::abort();
+    pollfd ready{fd, POLLOUT, 0};
+    int error = 0;
+    socklen_t length = sizeof error;
+    if (poll_one(ready, kAnswerTimeoutMs) <= 0 ||
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0)
+      std::abort();
+  }
   return fd;
+}
+
+// accept(), resumed after a signal.
+inline int accept_one(int listener) {
+  for (;;) {
+    const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0 || errno != EINTR) return fd;
+  }
 }
 
 // A listening socket on 127.0.0.1, any free port.
@@ -52,7 +84,7 @@ inline int listen_loopback(std::uint16_t& port) {
 inline void send_draining(int fd, std::string_view bytes) {
   while (!bytes.empty()) {
     pollfd ready{fd, POLLOUT | POLLIN, 0};
-    if (::poll(&ready, 1, kAnswerTimeoutMs) <= 0) break;
+    if (poll_one(ready, kAnswerTimeoutMs) <= 0) break;
     if (ready.revents & POLLIN) {
       char sink[4096];
       if (::recv(fd, sink, sizeof sink, MSG_DONTWAIT) == 0) break;
@@ -84,9 +116,10 @@ inline bool drain_until_closed(int fd, int quiet_ms = -1) {
     if (left <= 0) return false;
     if (quiet_ms >= 0 && left > quiet_ms) left = quiet_ms;
     pollfd ready{fd, POLLIN, 0};
-    if (::poll(&ready, 1, static_cast<int>(left)) <= 0) return false;
+    if (poll_one(ready, static_cast<int>(left)) <= 0) return false;
     char sink[65536];
     auto got = ::recv(fd, sink, sizeof sink, 0);
+    if (got < 0 && errno == EINTR) continue;
     if (got <= 0) return true;
   }
 }

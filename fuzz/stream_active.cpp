@@ -52,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       {"fuzz-passive", "localhost", {{"tcp", "127.0.0.1:" + std::to_string(port), {}, {}}}},
       std::string(32, 'b'), 0);
   auto run = [&](auto operation) {
-    const int peer = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    const int peer = memwire::fuzz::accept_one(listener);
     if (peer < 0) std::abort();
     memwire::fuzz::send_then_half_close(peer, answers);
     // The connection stays open while the connector lives; the operation must end regardless.

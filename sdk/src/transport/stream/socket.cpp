@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 
@@ -83,8 +84,16 @@ FileDescriptor connect_tcp(const HostPort& peer, std::chrono::milliseconds timeo
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
     if (errno != EINPROGRESS)
       throw Error(ErrorCode::PeerLost, errno_text(("connect" + where).c_str()));
-    pollfd waiting{fd.get(), POLLOUT, 0};
-    int ready = ::poll(&waiting, 1, static_cast<int>(timeout.count()));
+    // A signal (a profiler's, an interpreter's) interrupts the wait, never the deadline.
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int ready = 0;
+    for (;;) {
+      const auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd waiting{fd.get(), POLLOUT, 0};
+      ready = ::poll(&waiting, 1, static_cast<int>(std::max<long long>(left.count(), 0)));
+      if (ready >= 0 || errno != EINTR) break;
+    }
     if (ready == 0) throw Error(ErrorCode::PeerLost, "connect" + where + ": timed out");
     int error = 0;
     socklen_t length = sizeof error;
