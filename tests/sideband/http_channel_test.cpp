@@ -129,6 +129,48 @@ TEST(HttpChannelErrors, GarbageUnderANameIsInvalidMetadata) {
   thread.join();
 }
 
+TEST(HttpChannelErrors, RepliesLargerThanTheLimitFailAtOnce) {
+  // A real HTTP server that answers with more than any metadata: declared (512 MiB) or endless
+  // (chunked, no length). The client must stop at its limit, not fill its memory or time out.
+  httplib::Server server;
+  const std::string zeros(64 * 1024, '0');
+  server.Get("/v1/metadata/declared", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content_provider(std::size_t{512} << 20, "application/json",
+                             [&](std::size_t, std::size_t, httplib::DataSink& sink) {
+                               return sink.write(zeros.data(), zeros.size());
+                             });
+  });
+  server.Get("/v1/metadata/endless", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("application/json", [&](std::size_t, httplib::DataSink& sink) {
+      return sink.write(zeros.data(), zeros.size());
+    });
+  });
+  int port = server.bind_to_any_port("127.0.0.1");
+  std::thread thread([&] { server.listen_after_bind(); });
+  {
+    auto options = channel_options("http://127.0.0.1:" + std::to_string(port));
+    options.max_reply_size = 1 << 20;
+    HttpChannel channel(options);
+    for (const char* name : {"declared", "endless"}) {
+      const auto began = std::chrono::steady_clock::now();
+      try {
+        channel.fetch(name, 20s);
+        ADD_FAILURE() << name;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::Protocol) << name << ": " << e.what();
+        EXPECT_NE(std::string(e.what()).find("larger than 1048576 bytes"), std::string::npos)
+            << e.what();
+      }
+      EXPECT_LT(std::chrono::steady_clock::now() - began, 10s) << name;
+    }
+  }
+  server.stop();
+  thread.join();
+  auto options = channel_options("http://127.0.0.1:1");
+  options.max_reply_size = 0;
+  EXPECT_EQ(error_code_of([&] { HttpChannel channel(options); }), ErrorCode::InvalidArgument);
+}
+
 TEST(HttpChannelWire, OneKeptHandleSendsEachCallAsItsOwn) {
   // A curl handle is reused without a reset: a GET after a PUT, a bodiless DELETE after a POST
   // must carry nothing of the call before. A real server records what arrives.

@@ -117,6 +117,9 @@ struct MEMWIRE_API HttpChannelOptions {
   std::chrono::milliseconds retry_backoff = std::chrono::milliseconds(20);
   // Requests one serve() answers at once (one poller each).
   unsigned serve_concurrency = 4;
+  // A reply body larger than this fails the call (Protocol) as soon as it says so or grows past
+  // it: a wrong URL or a hostile server must not fill this process's memory.
+  std::size_t max_reply_size = 64u << 20;
 };
 
 // Channel over an HttpEndpoint, on libcurl. Keeps its connections open between calls; safe to
