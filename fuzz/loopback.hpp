@@ -9,7 +9,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -17,22 +16,17 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "transport/stream/socket.hpp"
+
 namespace memwire::fuzz {
 
 // How long a peer may take to answer and close before the fuzz target gives up on it.
 inline constexpr int kAnswerTimeoutMs = 10000;
 
-// poll() on one socket for at most `timeout_ms`, resumed after a signal: libFuzzer's alarm
-// (its -timeout watchdog) interrupts waits, and an interrupted wait is not a silent peer.
+// Every wait here goes through memwire::detail::poll_resumed: libFuzzer's -timeout watchdog
+// interrupts waits with SIGALRM, and an interrupted wait is not a silent peer.
 inline int poll_one(pollfd& ready, int timeout_ms) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (;;) {
-    const int result = ::poll(&ready, 1, timeout_ms);
-    if (result >= 0 || errno != EINTR) return result;
-    timeout_ms = static_cast<int>(std::max<long long>(
-        0, std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
-               .count()));
-  }
+  return detail::poll_resumed(ready, std::chrono::milliseconds(timeout_ms));
 }
 
 inline int connect_loopback(std::uint16_t port) {

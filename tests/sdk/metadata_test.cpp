@@ -432,8 +432,9 @@ TEST(Metadata, TheQuickDescriptorReaderAgreesWithTheParser) {
       EXPECT_EQ(outcome(quick), outcome(parsed)) << quick;
     }
   }
-  // Numbers of every length, and every length cut short by a character next to the digits
-  // (the quick reader takes eight digits at a time: each may stop it anywhere among them).
+  // Numbers of every length, each cut at every place by a character next to the digits in
+  // ASCII ('/' and ':' border them) or one a number may not hold: the reader must stop exactly
+  // where the parser does.
   const std::string digits = "98765432109876543210";
   for (std::size_t length = 1; length <= digits.size(); ++length) {
     std::vector<std::string> numbers = {digits.substr(0, length),

@@ -76,6 +76,16 @@ std::uint16_t local_port(int fd) {
   return ntohs(address.sin_port);
 }
 
+int poll_resumed(pollfd& ready, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const int result = ::poll(&ready, 1, static_cast<int>(std::max<long long>(left.count(), 0)));
+    if (result >= 0 || errno != EINTR) return result;
+  }
+}
+
 FileDescriptor connect_tcp(const HostPort& peer, std::chrono::milliseconds timeout) {
   auto address = resolve_ipv4(peer.host, peer.port, ErrorCode::PeerLost);
   FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -84,16 +94,8 @@ FileDescriptor connect_tcp(const HostPort& peer, std::chrono::milliseconds timeo
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
     if (errno != EINPROGRESS)
       throw Error(ErrorCode::PeerLost, errno_text(("connect" + where).c_str()));
-    // A signal (a profiler's, an interpreter's) interrupts the wait, never the deadline.
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    int ready = 0;
-    for (;;) {
-      const auto left =
-          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      pollfd waiting{fd.get(), POLLOUT, 0};
-      ready = ::poll(&waiting, 1, static_cast<int>(std::max<long long>(left.count(), 0)));
-      if (ready >= 0 || errno != EINTR) break;
-    }
+    pollfd waiting{fd.get(), POLLOUT, 0};
+    const int ready = poll_resumed(waiting, timeout);
     if (ready == 0) throw Error(ErrorCode::PeerLost, "connect" + where + ": timed out");
     int error = 0;
     socklen_t length = sizeof error;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <poll.h>
 #include <sys/uio.h>
 
 #include <chrono>
@@ -25,6 +26,10 @@ MEMWIRE_API HostPort parse_host_port(std::string_view text);
 // A listening TCP socket; throws Error{Transport} with the reason.
 MEMWIRE_API FileDescriptor listen_tcp(const std::string& address, std::uint16_t port);
 MEMWIRE_API std::uint16_t local_port(int fd);
+// poll() on one descriptor for at most `timeout`, resumed after a signal (a profiler's, an
+// interpreter's, libFuzzer's watchdog): an interrupted wait is neither an event nor a timeout.
+// poll()'s result: > 0 ready (see `ready.revents`), 0 timed out, < 0 failed.
+MEMWIRE_API int poll_resumed(pollfd& ready, std::chrono::milliseconds timeout);
 // Connects within `timeout`; throws Error{PeerLost} when the peer cannot be reached.
 MEMWIRE_API FileDescriptor connect_tcp(const HostPort& peer, std::chrono::milliseconds timeout);
 // A listening Unix socket in the abstract namespace ("@name": no file to clean up).
