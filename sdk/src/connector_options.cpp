@@ -46,6 +46,9 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
     for (std::string name; std::getline(in, name, ',');)
       if (!name.empty()) options.rdma.devices.push_back(name);
   }
+  if (const char* text = std::getenv("MEMWIRE_RDMA_ACCESS")) options.rdma.access = text;
+  if (const char* text = std::getenv("MEMWIRE_RDMA_MAX_ACCESS_FAULTS"))
+    options.rdma.max_access_faults = number_from<unsigned>("MEMWIRE_RDMA_MAX_ACCESS_FAULTS", text);
   if (const char* text = std::getenv("MEMWIRE_RDMA_SLICE_SIZE"))
     options.rdma.slice_size = number_from<std::size_t>("MEMWIRE_RDMA_SLICE_SIZE", text);
   if (const char* text = std::getenv("MEMWIRE_GID_INDEX"))

@@ -135,11 +135,12 @@ void Registration::revoke() {
     observation().telemetry->unregistered(observation().bytes);
   if (auto table = table_.lock()) table->erase(key_);
   gate_.close(grace_);
-  std::vector<std::unique_ptr<TransportState>> released;
+  std::vector<std::shared_ptr<TransportState>> released;
   {
     std::lock_guard lock(attachments_mutex_);
     released.swap(attachments_);
   }
+  for (const auto& state : released) state->revoke();
 }
 
 void Registration::cancel() {

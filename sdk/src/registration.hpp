@@ -21,10 +21,13 @@ namespace memwire::detail {
 
 class RegistrationTable;
 
-// Per-registration state a transport keeps (e.g. verbs memory regions); released on revoke.
+// Per-registration state a transport keeps (e.g. verbs memory regions and the access granted
+// to peers): revoke() runs when the registration is revoked, before it finishes, and the state
+// is released then.
 class TransportState {
  public:
   virtual ~TransportState() = default;
+  virtual void revoke() noexcept {}
 };
 
 // The core of a passive operation: local memory that remotes may read or write while they
@@ -75,6 +78,14 @@ class MEMWIRE_API Registration final : public OperationCore {
   void count_registered();
 
   void attach(std::unique_ptr<TransportState> state);
+  // The attached state of type T, or null (never attached, or already revoked).
+  template <class T>
+  std::shared_ptr<T> attachment() {
+    std::lock_guard lock(attachments_mutex_);
+    for (const auto& state : attachments_)
+      if (auto found = std::dynamic_pointer_cast<T>(state)) return found;
+    return nullptr;
+  }
   // Withdraws remote access at once: out of the table, gate closed, transport state released.
   void revoke();
 
@@ -96,7 +107,7 @@ class MEMWIRE_API Registration final : public OperationCore {
   std::atomic<bool> completing_{false};  // a completion notice was accepted
   std::atomic<bool> counted_registered_{false};
   std::mutex attachments_mutex_;
-  std::vector<std::unique_ptr<TransportState>> attachments_;
+  std::vector<std::shared_ptr<TransportState>> attachments_;
 };
 
 }  // namespace memwire::detail

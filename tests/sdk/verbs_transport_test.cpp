@@ -19,6 +19,7 @@
 #include "sdk/forged_token_check.hpp"
 #include "support/child_process.hpp"
 #include "support/pattern.hpp"
+#include "support/raw_verbs_peer.hpp"
 #include "support/test_peer_process.hpp"
 #include "transport/verbs/verbs_wire.hpp"
 
@@ -27,6 +28,7 @@ using namespace std::chrono_literals;
 using memwire::test_support::ChildProcess;
 using memwire::test_support::fill_pattern;
 using memwire::test_support::first_mismatch;
+using memwire::test_support::RawVerbsPeer;
 using memwire::test_support::start_test_peer;
 
 namespace {
@@ -125,7 +127,7 @@ TEST_P(VerbsMatrix, MovesEveryByte) {
     auto readable = owner.create_readable(passive.descriptors());
     const auto metadata = readable.metadata();
     ASSERT_EQ(verbs_offer(metadata).name, "verbs");
-    ASSERT_EQ(verbs_offer(metadata).keys.size(), param.sizes.size());
+    ASSERT_TRUE(verbs_offer(metadata).keys.empty()) << "keys are granted per connection";
     auto read = peer.begin_read(metadata, active.descriptors());
     EXPECT_EQ(read.wait_for_completion(120s), OperationStatus::Complete);
     EXPECT_EQ(readable.wait_for_completion(10s), OperationStatus::Complete);
@@ -377,193 +379,35 @@ TEST(VerbsTransport, UnreachableOwnerFailsWithinTheTimeout) {
   EXPECT_LT(std::chrono::steady_clock::now() - began, 15s);
 }
 
-// ---- revocation: a late RDMA access with the old rkey fails on the device ------------------
-
-// A bare RC QP connected to a connector's verbs listener: what a peer holding stale metadata
-// could do without going through memwire's protocol.
-class RawVerbsPeer {
- public:
-  explicit RawVerbsPeer(const std::string& address) {
-    const auto colon = address.rfind(':');
-    const auto host = address.substr(0, colon), port = address.substr(colon + 1);
-    rdma_addrinfo hints{};
-    hints.ai_port_space = RDMA_PS_TCP;
-    rdma_addrinfo* info = nullptr;
-    if (rdma_getaddrinfo(host.c_str(), port.c_str(), &hints, &info) != 0)
-      throw std::runtime_error("rdma_getaddrinfo " + address);
-    ibv_qp_init_attr attributes{};
-    attributes.cap.max_send_wr = attributes.cap.max_recv_wr = 4;
-    attributes.cap.max_send_sge = attributes.cap.max_recv_sge = 1;
-    attributes.qp_type = IBV_QPT_RC;
-    attributes.sq_sig_all = 1;
-    const int created = rdma_create_ep(&id_, info, nullptr, &attributes);
-    rdma_freeaddrinfo(info);
-    if (created != 0) throw std::runtime_error("rdma_create_ep");
-    const auto hello =
-        detail::verbs::encode_hello("raw-test-peer", detail::verbs::kConnectPrivateData);
-    rdma_conn_param parameters{};
-    parameters.private_data = hello.data();
-    parameters.private_data_len = static_cast<std::uint8_t>(hello.size());
-    parameters.initiator_depth = parameters.responder_resources = 1;
-    parameters.retry_count = parameters.rnr_retry_count = 7;
-    if (rdma_connect(id_, &parameters) != 0) {
-      rdma_destroy_ep(id_);
-      throw std::runtime_error("rdma_connect " + address);
-    }
-  }
-  // No rdma_disconnect: on a synchronous id it blocks until the other end answers, which a
-  // connector that already dropped us never does. Destroying the id disconnects anyway.
-  ~RawVerbsPeer() { rdma_destroy_ep(id_); }
-  RawVerbsPeer(const RawVerbsPeer&) = delete;
-  RawVerbsPeer& operator=(const RawVerbsPeer&) = delete;
-
-  // Whether the connector disconnected us within `timeout`.
-  bool disconnected_within(std::chrono::milliseconds timeout) {
-    pollfd readable{id_->channel->fd, POLLIN, 0};
-    if (::poll(&readable, 1, static_cast<int>(timeout.count())) != 1) return false;
-    rdma_cm_event* event = nullptr;
-    if (rdma_get_cm_event(id_->channel, &event) != 0) return false;
-    const bool disconnected = event->event == RDMA_CM_EVENT_DISCONNECTED;
-    rdma_ack_cm_event(event);
-    return disconnected;
-  }
-
-  // One SEND of `bytes` to the connector: its status.
-  ibv_wc_status send(std::span<std::byte> bytes) {
-    ibv_mr* mr = rdma_reg_msgs(id_, bytes.data(), bytes.size());
-    if (mr == nullptr) throw std::runtime_error("rdma_reg_msgs");
-    const int posted =
-        rdma_post_send(id_, nullptr, bytes.data(), bytes.size(), mr, IBV_SEND_SIGNALED);
-    ibv_wc completion{};
-    const int completed = posted == 0 ? rdma_get_send_comp(id_, &completion) : -1;
-    rdma_dereg_mr(mr);
-    if (completed <= 0) throw std::runtime_error("no completion for the raw SEND");
-    return completion.status;
-  }
-
-  // One RDMA READ (into `local`) or WRITE (from `local`) against (remote, rkey): its status.
-  ibv_wc_status access(bool read, std::span<std::byte> local, std::uint64_t remote,
-                       std::uint32_t rkey) {
-    ibv_mr* mr = rdma_reg_msgs(id_, local.data(), local.size());
-    if (mr == nullptr) throw std::runtime_error("rdma_reg_msgs");
-    const int posted = read ? rdma_post_read(id_, nullptr, local.data(), local.size(), mr,
-                                             IBV_SEND_SIGNALED, remote, rkey)
-                            : rdma_post_write(id_, nullptr, local.data(), local.size(), mr,
-                                              IBV_SEND_SIGNALED, remote, rkey);
-    ibv_wc completion{};
-    const int completed = posted == 0 ? rdma_get_send_comp(id_, &completion) : -1;
-    rdma_dereg_mr(mr);
-    if (completed <= 0) throw std::runtime_error("no completion for the raw RDMA request");
-    return completion.status;
-  }
-
- private:
-  rdma_cm_id* id_ = nullptr;
-};
+// ---- revocation: a late RDMA access fails on the device --------------------------------------
+// (the keys granted per connection, and every way they end, are in verbs_access_test.cpp)
 
 bool all_equal(std::span<const std::byte> bytes, std::byte value) {
   return std::all_of(bytes.begin(), bytes.end(), [&](auto b) { return b == value; });
 }
 
-TEST(VerbsRevocation, RawPeerCanReadWhileLive) {
-  // The control: the same raw READ succeeds while the registration is live.
-  REQUIRE_RDMA();
-  Connector owner(verbs_options());
-  std::vector<std::byte> source(8192), target(8192, std::byte{0});
-  fill_pattern(source, 11);
-  auto readable = owner.create_readable({Descriptor(std::span(source))});
-  const auto metadata = readable.metadata();
-  const auto& offer = verbs_offer(metadata);
-  RawVerbsPeer raw(offer.address);
-  EXPECT_EQ(raw.access(true, target, metadata.descriptors()[0].ptr,
-                       static_cast<std::uint32_t>(offer.keys[0])),
-            IBV_WC_SUCCESS);
-  EXPECT_EQ(first_mismatch(target, 11), target.size());
-}
-
-TEST(VerbsRevocation, LateReadAfterCompletionFails) {
+TEST(VerbsRevocation, AMemwireReadersKeysEndWithItsRead) {
+  // A memwire reader completed; a raw peer that begins the same operation afterwards gets no
+  // key, and a key it was granted before the read ended no longer works.
   REQUIRE_RDMA();
   Connector owner(verbs_options()), peer(verbs_options());
   std::vector<std::byte> source(8192), target(8192);
   fill_pattern(source, 12);
   auto readable = owner.create_readable({Descriptor(std::span(source))});
   const auto metadata = readable.metadata();
+  RawVerbsPeer raw(verbs_offer(metadata).address);
+  const auto grant = raw.begin(metadata);
+  ASSERT_TRUE(grant.accepted);
   auto read = peer.begin_read(metadata, {Descriptor(std::span(target))});
   ASSERT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
   ASSERT_EQ(readable.wait_for_completion(10s), OperationStatus::Complete);
-
   std::vector<std::byte> late(8192, std::byte{0xab});
-  RawVerbsPeer raw(verbs_offer(metadata).address);
-  EXPECT_EQ(raw.access(true, late, metadata.descriptors()[0].ptr,
-                       static_cast<std::uint32_t>(verbs_offer(metadata).keys[0])),
+  EXPECT_EQ(raw.access(true, late, metadata.descriptors()[0].ptr, grant.rkeys[0]),
             IBV_WC_REM_ACCESS_ERR);
   EXPECT_TRUE(all_equal(late, std::byte{0xab})) << "the late READ delivered bytes";
+  RawVerbsPeer again(verbs_offer(metadata).address);
+  EXPECT_EQ(again.begin(metadata, 2).error, ErrorCode::NotFound);
   EXPECT_EQ(first_mismatch(source, 12), source.size());
-}
-
-TEST(VerbsRevocation, LateReadAfterCancelFails) {
-  REQUIRE_RDMA();
-  Connector owner(verbs_options());
-  std::vector<std::byte> source(8192);
-  fill_pattern(source, 13);
-  auto readable = owner.create_readable({Descriptor(std::span(source))});
-  const auto metadata = readable.metadata();
-  readable.cancel();
-  std::vector<std::byte> late(8192, std::byte{0xab});
-  RawVerbsPeer raw(verbs_offer(metadata).address);
-  EXPECT_EQ(raw.access(true, late, metadata.descriptors()[0].ptr,
-                       static_cast<std::uint32_t>(verbs_offer(metadata).keys[0])),
-            IBV_WC_REM_ACCESS_ERR);
-  EXPECT_TRUE(all_equal(late, std::byte{0xab})) << "the late READ delivered bytes";
-}
-
-TEST(VerbsRevocation, LateWriteAfterCancelLeavesMemoryUntouched) {
-  REQUIRE_RDMA();
-  Connector owner(verbs_options());
-  std::vector<std::byte> memory(8192, std::byte{0x11});
-  auto writable = owner.create_writable({Descriptor(std::span(memory))});
-  const auto metadata = writable.metadata();
-  writable.cancel();
-  std::vector<std::byte> payload(8192);
-  fill_pattern(payload, 14);
-  RawVerbsPeer raw(verbs_offer(metadata).address);
-  EXPECT_EQ(raw.access(false, payload, metadata.descriptors()[0].ptr,
-                       static_cast<std::uint32_t>(verbs_offer(metadata).keys[0])),
-            IBV_WC_REM_ACCESS_ERR);
-  EXPECT_TRUE(all_equal(memory, std::byte{0x11})) << "the late WRITE changed the memory";
-}
-
-TEST(VerbsRevocation, LateWriteAfterCompletionLeavesMemoryUntouched) {
-  REQUIRE_RDMA();
-  Connector owner(verbs_options()), peer(verbs_options());
-  std::vector<std::byte> memory(8192), source(8192);
-  fill_pattern(source, 15);
-  auto writable = owner.create_writable({Descriptor(std::span(memory))});
-  const auto metadata = writable.metadata();
-  auto write = peer.begin_write({Descriptor(std::span(source))}, metadata);
-  ASSERT_EQ(write.wait_for_completion(30s), OperationStatus::Complete);
-  ASSERT_EQ(writable.wait_for_completion(10s), OperationStatus::Complete);
-  std::vector<std::byte> payload(8192, std::byte{0xee});
-  RawVerbsPeer raw(verbs_offer(metadata).address);
-  EXPECT_EQ(raw.access(false, payload, metadata.descriptors()[0].ptr,
-                       static_cast<std::uint32_t>(verbs_offer(metadata).keys[0])),
-            IBV_WC_REM_ACCESS_ERR);
-  EXPECT_EQ(first_mismatch(memory, 15), memory.size()) << "the late WRITE changed the memory";
-}
-
-TEST(VerbsRevocation, ReadableRegionsAllowNoRemoteWrite) {
-  // Least privilege: a readable operation's rkey does not permit an RDMA WRITE.
-  REQUIRE_RDMA();
-  Connector owner(verbs_options());
-  std::vector<std::byte> memory(4096, std::byte{0x22});
-  auto readable = owner.create_readable({Descriptor(std::span(memory))});
-  const auto metadata = readable.metadata();
-  std::vector<std::byte> payload(4096, std::byte{0x33});
-  RawVerbsPeer raw(verbs_offer(metadata).address);
-  EXPECT_EQ(raw.access(false, payload, metadata.descriptors()[0].ptr,
-                       static_cast<std::uint32_t>(verbs_offer(metadata).keys[0])),
-            IBV_WC_REM_ACCESS_ERR);
-  EXPECT_TRUE(all_equal(memory, std::byte{0x22}));
 }
 
 TEST(VerbsRevocation, OwnerCancelMidTransferFailsTheReader) {
@@ -611,11 +455,7 @@ TEST(VerbsRevocation, GarbageFromAPeerClosesOnlyItsConnection) {
     // The owner drops that connection. Closed before it saw the connection established, it
     // cannot send a DREQ; the peer then learns on its next request.
     if (!raw.disconnected_within(10s)) {
-      std::vector<std::byte> late(4096);
-      EXPECT_NE(raw.access(true, late, metadata.descriptors()[0].ptr,
-                           static_cast<std::uint32_t>(verbs_offer(metadata).keys[0])),
-                IBV_WC_SUCCESS)
-          << "the owner kept talking to a garbage peer";
+      EXPECT_FALSE(raw.begin(metadata).accepted) << "the owner kept talking to a garbage peer";
     }
   }
   EXPECT_EQ(readable.status(), OperationStatus::Initialized);

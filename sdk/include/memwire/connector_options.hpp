@@ -18,11 +18,24 @@ namespace memwire {
 // -1 = RoCEv2 on IPv4. A transfer larger than `slice_size` is cut into slices of that size
 // spread over the rails both ends share; a smaller one goes on one rail. When a rail fails,
 // its unfinished slices move to the rails left.
+//
+// Access: a peer gets remote keys for a readable or writable only after presenting its token,
+// and they work from that peer's queue pair alone (the NIC enforces it). `access` says how:
+// "windows" (type-2 memory windows bound to the peer's QP), "connection_pd" (the memory
+// registered in a protection domain of the peer's connection alone: for devices without
+// type-2 windows; a PD per accepted connection and a registration per operation begun),
+// "auto" (windows where the device has them). An accepted connection that ends in a remote
+// access error, a flushed QP or garbage is a fault of its source address: a source with
+// `max_access_faults` of them within `access_fault_window` is refused until the oldest
+// leaves the window (0 = never refused).
 struct MEMWIRE_API RdmaOptions {
   std::vector<std::string> devices;
   std::string device;
   int gid_index = -1;
   std::size_t slice_size = 1u << 20;
+  std::string access = "auto";
+  unsigned max_access_faults = 8;
+  std::chrono::milliseconds access_fault_window = std::chrono::seconds(60);
 };
 
 // The TCP transport's settings: bytes per request, and connections per peer that one
@@ -66,7 +79,8 @@ struct MEMWIRE_API ConnectorOptions {
 
   // Applies the documented MEMWIRE_* environment overrides (MEMWIRE_TRANSPORTS=verbs,tcp,
   // MEMWIRE_BIND_ADDRESS, MEMWIRE_PORT, MEMWIRE_RDMA_DEVICE, MEMWIRE_RDMA_DEVICES=rxe0,rxe1,
-  // MEMWIRE_RDMA_SLICE_SIZE, MEMWIRE_GID_INDEX,
+  // MEMWIRE_RDMA_SLICE_SIZE, MEMWIRE_RDMA_ACCESS=auto|windows|connection_pd,
+  // MEMWIRE_RDMA_MAX_ACCESS_FAULTS, MEMWIRE_GID_INDEX,
   // MEMWIRE_TCP_CHUNK_SIZE, MEMWIRE_TCP_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS,
   // MEMWIRE_MAX_CONNECTIONS_PER_PEER, MEMWIRE_LOG=1 logs JSON lines to stderr,
   // MEMWIRE_LOG_LEVEL=debug|info|warn|error sets the level and also logs to stderr). The only place

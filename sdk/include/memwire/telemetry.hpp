@@ -45,12 +45,17 @@ struct MEMWIRE_API TelemetrySnapshot {
   std::vector<ConnectionCount> connections;
   std::uint64_t registered_bytes = 0;  // memory remote peers may reach right now
   std::uint64_t registrations = 0;     // readable/writable operations created, ever
+  // Accepted connections that ended in a remote access error, a flushed QP or garbage (a peer
+  // using keys it was not granted), and connections refused because their source had too many.
+  std::uint64_t peer_faults = 0;
+  std::uint64_t refused_connections = 0;
 };
 
 // Prometheus text exposition (version 0.0.4): memwire_operations_total,
 // memwire_transferred_bytes_total, memwire_operation_duration_seconds (histogram),
 // memwire_registered_bytes, memwire_registrations_total, memwire_connections,
-// memwire_connections_opened_total. Every family has its HELP and TYPE lines.
+// memwire_connections_opened_total, memwire_peer_faults_total,
+// memwire_refused_connections_total. Every family has its HELP and TYPE lines.
 MEMWIRE_API std::string to_prometheus(const TelemetrySnapshot& snapshot);
 
 }  // namespace memwire

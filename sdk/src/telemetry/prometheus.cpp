@@ -103,6 +103,13 @@ std::string to_prometheus(const TelemetrySnapshot& snapshot) {
   family(out, "memwire_registrations_total", "counter",
          "Readable and writable operations created.");
   Sample("memwire_registrations_total").value(out, std::to_string(snapshot.registrations));
+  family(out, "memwire_peer_faults_total", "counter",
+         "Accepted connections that ended in a remote access error, a flush or garbage.");
+  Sample("memwire_peer_faults_total").value(out, std::to_string(snapshot.peer_faults));
+  family(out, "memwire_refused_connections_total", "counter",
+         "Connections refused because their source had too many faults.");
+  Sample("memwire_refused_connections_total")
+      .value(out, std::to_string(snapshot.refused_connections));
 
   family(out, "memwire_connections", "gauge", "Data-plane connections open now.");
   for (const auto& connections : snapshot.connections)

@@ -36,6 +36,13 @@ class TelemetryRecorder {
   void unregistered(std::uint64_t bytes) noexcept;
   void connection_opened(std::string_view transport, Direction direction) noexcept;
   void connection_closed(std::string_view transport, Direction direction) noexcept;
+  // A peer's connection ended in an access fault; a connection refused for its source's faults.
+  void peer_fault(std::string_view /*transport*/) noexcept {
+    peer_faults_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void connection_refused(std::string_view /*transport*/) noexcept {
+    refused_connections_.fetch_add(1, std::memory_order_relaxed);
+  }
 
   // `transports`: the ones that started; their connection gauges are listed even at zero.
   TelemetrySnapshot snapshot(const std::string& connector,
@@ -69,6 +76,8 @@ class TelemetryRecorder {
   std::array<Connections, kTransports * 2> connections_{};
   std::atomic<std::uint64_t> registered_bytes_{0};
   std::atomic<std::uint64_t> registrations_{0};
+  std::atomic<std::uint64_t> peer_faults_{0};
+  std::atomic<std::uint64_t> refused_connections_{0};
 };
 
 }  // namespace memwire::detail

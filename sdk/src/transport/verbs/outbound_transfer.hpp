@@ -31,9 +31,8 @@ struct Slice {
 struct Stripe {
   struct Pair {
     std::size_t local_rail = 0;
-    std::string address;               // the peer rail's "ip:port"
-    std::vector<std::uint32_t> rkeys;  // per descriptor, registered on the peer rail's device
-    bool tried = false;                // a leg was opened on it (it is not tried twice)
+    std::string address;  // the peer rail's "ip:port"
+    bool tried = false;   // a leg was opened on it (it is not tried twice)
   };
 
   std::uint64_t seq = 0;  // the transfer's number (its failure notifier, its breaker)
@@ -79,6 +78,9 @@ struct OutboundTransfer {
 
   bool begun = false;  // Begin sent: the owner knows this leg
   bool accepted = false;
+  // The keys the owner granted this leg's connection, one per descriptor (Keys notices).
+  std::vector<std::uint32_t> rkeys;
+  std::size_t keys_received = 0;
 
   // While bytes move: the local buffers' regions on this leg's device.
   std::vector<std::shared_ptr<const ibv_mr>> regions;

@@ -1,7 +1,6 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -10,18 +9,17 @@
 
 namespace memwire::detail::verbs {
 
-// A peer's rail as its verbs offer names it: where its listener is, and the rkeys of the
-// operation's descriptors on that device.
+// A peer's rail as its verbs offer names it: where its listener is. The offer carries no
+// remote key: the owner grants keys per connection once a peer presents the token.
 struct PeerRail {
   std::string address;
-  std::vector<std::uint32_t> rkeys;
 };
 
-// The offer's first rail is its `address` and `keys` (what a single-rail peer reads); rail N
-// (1..kMaxRails-1) is in the attributes "railN" ("ip:port") and "railN_keys" ("k,k,...").
-MEMWIRE_API void add_rail(TransportOffer& offer, std::size_t rail, const std::string& address,
-                          const std::vector<std::uint64_t>& keys);
-// Every rail of `offer`, each with one rkey per descriptor; throws Error{InvalidMetadata}.
-MEMWIRE_API std::vector<PeerRail> rails_of(const TransportOffer& offer, std::size_t descriptors);
+// The offer's first rail is its `address` (what a single-rail peer dials); rail N
+// (1..kMaxRails-1) is in the attribute "railN" ("ip:port").
+MEMWIRE_API void add_rail(TransportOffer& offer, std::size_t rail, const std::string& address);
+// Every rail of `offer`; throws Error{InvalidMetadata} on an address that is not ip:port, and
+// on keys (an offer of protocol 1, whose keys opened the memory to any peer: not spoken).
+MEMWIRE_API std::vector<PeerRail> rails_of(const TransportOffer& offer);
 
 }  // namespace memwire::detail::verbs

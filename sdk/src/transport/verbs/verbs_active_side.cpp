@@ -67,7 +67,9 @@ VerbsActiveSide::VerbsActiveSide(Engine& engine, std::uint64_t slice_bytes,
 }
 
 void VerbsActiveSide::on_notice(Connection& connection, const Notice& notice) {
-  if (notice.type == NoticeType::Accept)
+  if (notice.type == NoticeType::Keys)
+    on_keys(connection, notice);
+  else if (notice.type == NoticeType::Accept)
     on_accept(connection, notice);
   else if (notice.type == NoticeType::Result)
     on_result(connection, notice);
@@ -111,7 +113,7 @@ void VerbsActiveSide::begin(const std::shared_ptr<ActiveTransfer>& transfer,
   }
   std::vector<PeerRail> peer;
   try {
-    peer = rails_of(offer, local.size());
+    peer = rails_of(offer);
   } catch (const Error& error) {
     transfer->fail(error);
     return;
@@ -140,8 +142,7 @@ void VerbsActiveSide::begin(const std::shared_ptr<ActiveTransfer>& transfer,
   for (const auto& candidate : candidates) {
     if (local_taken[candidate.rail] || peer_taken[candidate.peer_rail]) continue;
     local_taken[candidate.rail] = peer_taken[candidate.peer_rail] = true;
-    stripe->pairs.push_back({candidate.rail, peer[candidate.peer_rail].address,
-                             peer[candidate.peer_rail].rkeys, false});
+    stripe->pairs.push_back({candidate.rail, peer[candidate.peer_rail].address, false});
   }
   std::sort(
       stripe->pairs.begin(), stripe->pairs.end(),
@@ -208,6 +209,23 @@ bool VerbsActiveSide::open_leg(const std::shared_ptr<Stripe>& stripe, std::size_
   return true;
 }
 
+void VerbsActiveSide::on_keys(Connection& connection, const Notice& notice) {
+  auto found = connection.outbound.find(notice.seq);
+  if (found == connection.outbound.end()) return;  // aborted meanwhile
+  auto& leg = found->second;
+  const auto descriptors = leg.stripe->transfer->local().size();
+  if (notice.first_index > descriptors || notice.rkeys.size() > descriptors - notice.first_index) {
+    engine_.fail_connection(connection,
+                            Error(ErrorCode::Protocol, "verbs: " + describe(connection) +
+                                                           " granted keys beyond the descriptors"));
+    return;
+  }
+  leg.rkeys.resize(descriptors);
+  std::copy(notice.rkeys.begin(), notice.rkeys.end(),
+            leg.rkeys.begin() + static_cast<std::ptrdiff_t>(notice.first_index));
+  leg.keys_received += notice.rkeys.size();
+}
+
 void VerbsActiveSide::on_accept(Connection& connection, const Notice& notice) {
   auto found = connection.outbound.find(notice.seq);
   if (found == connection.outbound.end()) return;  // aborted meanwhile
@@ -225,6 +243,14 @@ void VerbsActiveSide::on_accept(Connection& connection, const Notice& notice) {
     return;
   }
   if (stripe->aborted || stripe->done_sent || is_terminal(stripe->transfer->status())) return;
+  if (leg.keys_received != stripe->transfer->local().size()) {
+    engine_.fail_connection(
+        connection, Error(ErrorCode::Protocol,
+                          "verbs: " + describe(connection) + " accepted with " +
+                              std::to_string(leg.keys_received) + " keys for " +
+                              std::to_string(stripe->transfer->local().size()) + " descriptors"));
+    return;
+  }
   if (!stripe->pin) {
     auto pin = stripe->transfer->gate().pin();
     if (!pin) return;  // being cancelled: its failure notifier (abort) comes next

@@ -23,7 +23,8 @@ namespace memwire::detail::verbs {
 class Engine;
 
 // The active side of the verbs protocol: Begin on each rail a transfer uses, then RDMA
-// READ/WRITE batches of its slices once the owner accepted, then Done; the owner's Result
+// READ/WRITE batches of its slices under the keys the owner granted that connection (Keys)
+// once it accepted, then Done; the owner's Result
 // ends the transfer. Abort is the error notice. A transfer is a Stripe cut into slices; each
 // rail pair it uses is a leg (an OutboundTransfer on that pair's connection). A leg whose rail
 // fails gives its slices back and the legs left (or a pair not tried yet) move them. Runs on
@@ -70,6 +71,7 @@ class VerbsActiveSide {
  private:
   // Opens a leg of `stripe` on its pair `pair`; false when no connection could be started.
   bool open_leg(const std::shared_ptr<Stripe>& stripe, std::size_t pair);
+  void on_keys(Connection& connection, const Notice& notice);
   void on_accept(Connection& connection, const Notice& notice);
   void on_result(Connection& connection, const Notice& notice);
   // Posts batches of the legs ready on `connection`, as its credits and their windows allow.

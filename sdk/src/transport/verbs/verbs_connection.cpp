@@ -37,14 +37,20 @@ Connection::~Connection() {
   close();
 }
 
+void Connection::use_own_protection_domain() {
+  own_pd_.reset(ibv_alloc_pd(device_->context()), [](ibv_pd* pd) { ibv_dealloc_pd(pd); });
+  if (!own_pd_) fail("ibv_alloc_pd");
+}
+
 void Connection::create_queue_pair() {
   if (id_->verbs != device_->context())
     throw Error(ErrorCode::Transport,
                 "peer " + address + " is not reachable through " + device_->name());
+  ibv_pd* pd = own_pd_ ? own_pd_.get() : device_->pd();
   const unsigned slots = kReceiveSlots + reserved_;
   buffers_ = std::make_unique<std::byte[]>(slots * kNoticeBytes);
   buffers_mr_ =
-      device_->register_memory(buffers_.get(), slots * kNoticeBytes, IBV_ACCESS_LOCAL_WRITE);
+      device_->register_memory(pd, buffers_.get(), slots * kNoticeBytes, IBV_ACCESS_LOCAL_WRITE);
   const int entries =
       std::min<int>(static_cast<int>(send_depth_ + kReceiveSlots), device_->max_cq_entries());
   cq_.reset(ibv_create_cq(device_->context(), entries, this, channel_, 0));
@@ -61,7 +67,7 @@ void Connection::create_queue_pair() {
   attributes.cap.max_recv_wr = kReceiveSlots;
   attributes.cap.max_send_sge = 1;
   attributes.cap.max_recv_sge = 1;
-  if (rdma_create_qp(id_.get(), device_->pd(), &attributes) != 0) fail("rdma_create_qp");
+  if (rdma_create_qp(id_.get(), pd, &attributes) != 0) fail("rdma_create_qp");
 
   for (unsigned slot = 0; slot < kReceiveSlots; ++slot)
     if (!repost_receive(wr_id(Tag::Receive, slot))) fail("ibv_post_recv");
@@ -95,22 +101,88 @@ bool Connection::send(const Notice& notice) {
   return flush();
 }
 
+bool Connection::send_grant(std::uint64_t seq, const std::shared_ptr<AccessGrant>& grant) {
+  // The binds first: on an RC QP the work requests run in order, so the windows are bound
+  // before the keys reach the peer.
+  for (std::size_t window = 0; grant->binds() > 0 && window < grant->rkeys().size(); ++window) {
+    if (grant->rkeys()[window] == 0) continue;  // an empty descriptor has no window
+    Waiting bind{};
+    bind.grant = grant;
+    bind.window = window;
+    bind.bind = true;
+    waiting_.push_back(std::move(bind));
+  }
+  const auto& rkeys = grant->rkeys();
+  for (std::size_t first = 0; first < rkeys.size(); first += Notice::kMaxKeys) {
+    Notice keys;
+    keys.type = NoticeType::Keys;
+    keys.seq = seq;
+    keys.first_index = static_cast<std::uint32_t>(first);
+    keys.rkeys.assign(rkeys.begin() + static_cast<std::ptrdiff_t>(first),
+                      rkeys.begin() + static_cast<std::ptrdiff_t>(
+                                          std::min(rkeys.size(), first + Notice::kMaxKeys)));
+    Waiting message{};
+    message.size = encode(keys, std::span<std::byte, kNoticeBytes>(message.bytes));
+    waiting_.push_back(std::move(message));
+  }
+  Notice accept;
+  accept.type = NoticeType::Accept;
+  accept.seq = seq;
+  Waiting message{};
+  message.size = encode(accept, std::span<std::byte, kNoticeBytes>(message.bytes));
+  message.grant = grant;
+  message.seq = seq;
+  waiting_.push_back(std::move(message));
+  return flush();
+}
+
 bool Connection::establish() {
   state = State::Established;
   return flush();
 }
 
 bool Connection::flush() {
-  while (state == State::Established && !waiting_.empty() && !free_send_slots_.empty() &&
-         credits_ > 0) {
+  while (state == State::Established && !waiting_.empty() && credits_ > 0) {
     const auto& message = waiting_.front();
-    if (!post_control({message.bytes.data(), message.size})) return false;
+    if (message.bind) {
+      if (!post_bind(message)) return false;
+    } else {
+      if (free_send_slots_.empty()) break;
+      if (!post_control(message)) return false;
+    }
     waiting_.pop_front();
   }
   return true;
 }
 
-bool Connection::post_control(std::span<const std::byte> bytes) {
+bool Connection::post_bind(const Waiting& message) {
+  ibv_send_wr wr{};
+  if (!message.grant->prepare_bind(message.window, wr)) return true;  // ended: nothing to bind
+  wr.wr_id = wr_id(Tag::Bind, next_bind_++ & ((std::uint64_t{1} << 56) - 1));
+  ibv_send_wr* bad = nullptr;
+  if (ibv_post_send(id_->qp, &wr, &bad) != 0) {
+    message.grant->bind_completed();
+    return false;
+  }
+  --credits_;
+  in_flight_.push_back({wr.wr_id, 1});
+  binding_[wr.wr_id] = message.grant;
+  return true;
+}
+
+bool Connection::post_control(const Waiting& message) {
+  std::array<std::byte, kNoticeBytes> refusal;
+  std::span<const std::byte> bytes(message.bytes.data(), message.size);
+  if (message.grant && message.grant->invalidated()) {
+    // The owner ended the operation before its Accept left: the peer learns so, rather than
+    // getting keys that no longer work.
+    Notice refused;
+    refused.type = NoticeType::Accept;
+    refused.seq = message.seq;
+    refused.error = ErrorCode::Cancelled;
+    refused.text = "the operation ended on the owner's side";
+    bytes = {refusal.data(), encode(refused, std::span<std::byte, kNoticeBytes>(refusal))};
+  }
   const auto slot = free_send_slots_.front();
   std::byte* buffer = buffers_.get() + slot * kNoticeBytes;
   std::memcpy(buffer, bytes.data(), bytes.size());
@@ -161,6 +233,8 @@ bool Connection::on_send_completion(std::uint64_t id) {
     in_flight_.pop_front();
     credits_ += entry.work_requests;
     if (tag_of(entry.id) == Tag::Control) free_send_slots_.push_back(value_of(entry.id));
+    if (tag_of(entry.id) == Tag::Bind)
+      if (auto bound = binding_.extract(entry.id)) bound.mapped()->bind_completed();
     if (entry.id == id) break;
   }
   return flush();
@@ -176,6 +250,11 @@ void Connection::close() {
   // Destroying the QP guarantees the device touches no memory for it any more.
   if (id_->qp != nullptr) rdma_destroy_qp(id_.get());
   waiting_.clear();
+  // No bind of it will run now: the windows may go.
+  for (auto& [id, grant] : binding_) grant->connection_closed();
+  binding_.clear();
+  for (auto& [key, entry] : inbound)
+    if (entry.grant) entry.grant->connection_closed();
 }
 
 std::string describe(const Connection& connection) {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ids.hpp"
+#include "transport/verbs/access_grant.hpp"
 #include "transport/verbs/outbound_transfer.hpp"
 #include "transport/verbs/verbs_device.hpp"
 #include "transport/verbs/verbs_handles.hpp"
@@ -29,7 +30,7 @@ namespace memwire::detail::verbs {
 class Connection {
  public:
   enum class State { Resolving, Connecting, Established, Closed };
-  enum class Tag : std::uint64_t { Receive = 1, Control = 2, Data = 3 };
+  enum class Tag : std::uint64_t { Receive = 1, Control = 2, Data = 3, Bind = 4 };
   static std::uint64_t wr_id(Tag tag, std::uint64_t value) {
     return (static_cast<std::uint64_t>(tag) << 56) | value;
   }
@@ -42,6 +43,10 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
+  // Before create_queue_pair(): the QP gets a protection domain of its own, which no other
+  // QP shares (access granted to its peer on devices without type-2 windows).
+  void use_own_protection_domain();
+  const std::shared_ptr<ibv_pd>& own_protection_domain() const noexcept { return own_pd_; }
   // Creates the CQ and the QP on the id (once its address is resolved, or on a connect
   // request) and posts every receive buffer. Throws Error{Transport}.
   void create_queue_pair();
@@ -53,6 +58,10 @@ class Connection {
   // Sends `notice` at once, or when the QP is established and a send buffer and a credit are
   // free. False when posting failed: the connection is broken.
   bool send(const Notice& notice);
+  // Hands `grant` to the peer for its transfer `seq`: binds its windows on this QP, then its
+  // keys (Keys notices), then Accept. Should the grant end before Accept is posted, the
+  // Accept says so instead. False when posting failed.
+  bool send_grant(std::uint64_t seq, const std::shared_ptr<AccessGrant>& grant);
   // The QP can send now: flushes what waited. False on a post failure.
   bool establish();
   // Stops the connection for good: disconnects and destroys the QP, after which the device no
@@ -82,10 +91,18 @@ class Connection {
   std::chrono::steady_clock::time_point deadline{};
   std::map<std::uint64_t, OutboundTransfer> outbound;    // active transfers, by seq
   std::deque<std::uint64_t> ready;                       // seqs with data left to post
-  std::map<Id128, std::weak_ptr<Registration>> inbound;  // registrations a peer began here
+  // Registrations a peer began here, with the access granted to this connection for each.
+  struct Inbound {
+    std::weak_ptr<Registration> registration;
+    std::shared_ptr<AccessGrant> grant;
+  };
+  std::map<Id128, Inbound> inbound;
+  bool grant_revoked = false;  // the owner ended a grant in use here (an access error is ours)
 
  private:
-  bool post_control(std::span<const std::byte> bytes);
+  struct Waiting;
+  bool post_control(const Waiting& message);
+  bool post_bind(const Waiting& message);
   bool flush();
 
   struct Signalled {
@@ -93,6 +110,7 @@ class Connection {
     unsigned work_requests;
   };
 
+  std::shared_ptr<ibv_pd> own_pd_;  // first: outlives the QP and regions made in it
   std::shared_ptr<const VerbsDevice> device_;
   ibv_comp_channel* channel_;
   unsigned send_depth_;
@@ -104,11 +122,19 @@ class Connection {
   CmId id_;
   std::deque<std::uint64_t> free_send_slots_;
   std::deque<Signalled> in_flight_;
+  // A notice to post, or the bind of one window of a grant. An Accept carries its grant:
+  // posted as a refusal if the grant ended before it left.
   struct Waiting {
     std::array<std::byte, kNoticeBytes> bytes;
-    std::size_t size;
+    std::size_t size = 0;
+    std::shared_ptr<AccessGrant> grant;
+    std::size_t window = 0;
+    bool bind = false;
+    std::uint64_t seq = 0;
   };
   std::deque<Waiting> waiting_;
+  std::map<std::uint64_t, std::shared_ptr<AccessGrant>> binding_;  // binds in flight, by wr_id
+  std::uint64_t next_bind_ = 0;
 };
 
 // "peer NAME at ip:port", for errors and logs.

@@ -100,6 +100,8 @@ VerbsDevice::VerbsDevice(const std::string& wanted, int gid_index) {
       max_message_size_ = attributes.max_msg_sz;
       max_qp_wr_ = device.max_qp_wr;
       max_cqe_ = device.max_cqe;
+      binds_windows_ = device.max_mw > 0 &&
+                       (device.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0;
       return;
     }
   }
@@ -111,7 +113,11 @@ VerbsDevice::VerbsDevice(const std::string& wanted, int gid_index) {
 }
 
 Mr VerbsDevice::register_memory(void* address, std::size_t length, int access) const {
-  Mr mr(ibv_reg_mr(pd_.get(), address, length, access));
+  return register_memory(pd_.get(), address, length, access);
+}
+
+Mr VerbsDevice::register_memory(ibv_pd* pd, void* address, std::size_t length, int access) const {
+  Mr mr(ibv_reg_mr(pd, address, length, access));
   if (!mr)
     throw Error(ErrorCode::Transport, "cannot register " + std::to_string(length) + " bytes with " +
                                           name_ + ": " + std::strerror(errno) +

@@ -36,9 +36,14 @@ class VerbsDevice {
   std::uint32_t max_message_size() const noexcept { return max_message_size_; }
   int max_queue_depth() const noexcept { return max_qp_wr_; }
   int max_cq_entries() const noexcept { return max_cqe_; }
+  // Whether the device binds type-2 memory windows to one QP (IBV_DEVICE_MEM_WINDOW_TYPE_2B):
+  // remote access a peer gets only after presenting a token, usable from its QP alone.
+  bool binds_windows() const noexcept { return binds_windows_; }
 
   // Registers [address, address + length) with `access`; throws Error{Transport} naming why.
   Mr register_memory(void* address, std::size_t length, int access) const;
+  // The same in another protection domain of this device (a connection's own).
+  Mr register_memory(ibv_pd* pd, void* address, std::size_t length, int access) const;
 
  private:
   DeviceList devices_;
@@ -51,6 +56,7 @@ class VerbsDevice {
   std::uint32_t max_message_size_ = 0;
   int max_qp_wr_ = 0;
   int max_cqe_ = 0;
+  bool binds_windows_ = false;
 };
 
 }  // namespace memwire::detail::verbs

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <future>
 
+#include "memwire/clock.hpp"
 #include "registration.hpp"
 #include "transport/verbs/ipv4_endpoint.hpp"
 
@@ -115,24 +116,37 @@ std::shared_ptr<Engine> Engine::create(const TransportContext& context) {
 Engine::Engine(const TransportContext& context)
     : connector_name_(context.connector_name),
       log_(context.options.log),
+      events_log_(context.events),
       telemetry_(context.telemetry),
       connect_timeout_(context.options.connect_timeout),
       max_connections_(context.options.max_connections),
       max_connections_per_peer_(context.options.max_connections_per_peer),
       events_(rdma_create_event_channel()),
       timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)),
+      faults_(context.options.rdma.max_access_faults, context.options.rdma.access_fault_window),
       active_(*this, context.options.rdma.slice_size, log_),
       passive_(*this, context.registrations) {
+  const auto& access = context.options.rdma.access;
+  if (access != "auto" && access != "windows" && access != "connection_pd")
+    throw Error(ErrorCode::InvalidArgument,
+                "rdma.access must be auto, windows or connection_pd, got '" + access + "'");
   if (!events_) throw_errno(ErrorCode::Transport, "rdma_create_event_channel");
   if (!timer_) throw_errno(ErrorCode::Transport, "timerfd_create");
   set_nonblocking(events_->fd);
   for (auto& device : open_rails(context.options, log_)) {
+    if (access == "windows" && !device->binds_windows())
+      throw Error(ErrorCode::Transport,
+                  "rdma.access is windows, but " + device->name() + " has no type-2 memory windows");
     rails_.push_back(std::make_unique<Rail>(std::move(device)));
     auto& rail = *rails_.back();
+    rail.own_pd_per_peer =
+        access == "connection_pd" || (access == "auto" && !rail.device->binds_windows());
     listen(rail);
     log("verbs: rail " + std::to_string(rails_.size() - 1) + ": " + rail.device->name() + " port " +
         std::to_string(rail.device->port()) + ", GID index " +
-        std::to_string(rail.device->gid_index()) + ", listening on " + rail.address);
+        std::to_string(rail.device->gid_index()) + ", listening on " + rail.address +
+        ", peers' access by " +
+        (rail.own_pd_per_peer ? "a protection domain per connection" : "type-2 memory windows"));
   }
   loop_.watch(events_->fd, [this] {
     on_cm_events();
@@ -336,6 +350,26 @@ void Engine::on_connect_request(rdma_cm_id* id, const std::optional<std::string>
   // Each accepted connection costs a queue pair and its buffers: capped in total and per host.
   const auto endpoint = format_endpoint(rdma_get_peer_addr(id));
   const auto host = endpoint.substr(0, endpoint.rfind(':'));
+  // A source that keeps ending its connections in access errors is guessing keys: refused for
+  // a while, so that a guess costs more than a reconnect.
+  if (faults_.refused(host, std::chrono::steady_clock::now())) {
+    if (!refusal_logged_[host]) {
+      refusal_logged_[host] = true;
+      events_log_->write(LogLevel::Warn, "connection_refused",
+                         "verbs: connections from " + host + " refused: " +
+                             std::to_string(faults_.limit()) + " access faults within " +
+                             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                                faults_.window())
+                                                .count()) +
+                             " s",
+                         LogFields().peer(host).transport("verbs"));
+    }
+    if (telemetry_) telemetry_->connection_refused("verbs");
+    rdma_reject(id, nullptr, 0);
+    return;
+  }
+  if (refusal_logged_.size() > SourceFaults::kMaxSources) refusal_logged_.clear();
+  refusal_logged_.erase(host);
   std::size_t incoming = 0, from_host = 0;
   for (const auto& [other_id, other] : connections_) {
     if (other->outgoing || other->state == Connection::State::Closed) continue;
@@ -351,6 +385,7 @@ void Engine::on_connect_request(rdma_cm_id* id, const std::optional<std::string>
                                                  std::move(owned), false, *peer, endpoint);
   connection->rail = static_cast<std::size_t>(rail - rails_.begin());
   try {
+    if ((*rail)->own_pd_per_peer) connection->use_own_protection_domain();
     connection->create_queue_pair();
     const auto ours = encode_hello(connector_name_, kAcceptPrivateData);
     auto parameters = connection_parameters(ours);
@@ -488,6 +523,7 @@ void Engine::handle(Connection& connection, const ibv_wc& completion) {
       try {
         notice = decode(connection.received(completion.wr_id, completion.byte_len));
       } catch (const Error& error) {
+        count_fault(connection, "sent garbage");
         fail_connection(connection,
                         Error(ErrorCode::Protocol,
                               "verbs: " + describe(connection) + " sent garbage: " + error.what()));
@@ -501,6 +537,7 @@ void Engine::handle(Connection& connection, const ibv_wc& completion) {
       return;
     }
     case Connection::Tag::Control:
+    case Connection::Tag::Bind:
       if (!connection.on_send_completion(completion.wr_id))
         fail_connection(connection, Error(ErrorCode::Transport, "verbs: ibv_post_send failed"));
       return;
@@ -519,6 +556,9 @@ void Engine::on_work_error(Connection& connection, const ibv_wc& completion) {
   const std::string status = ibv_wc_status_str(completion.status);
   const auto broken = Error(ErrorCode::PeerLost, "verbs: connection to " + describe(connection) +
                                                      " broke (" + status + ")");
+  // On an accepted connection the device failed the peer's request (or flushed ours after
+  // it did): it used a key it was not granted.
+  if (!connection.outgoing) count_fault(connection, status);
   if (Connection::tag_of(completion.wr_id) != Connection::Tag::Data ||
       completion.status == IBV_WC_WR_FLUSH_ERR) {
     fail_connection(connection, broken);
@@ -554,6 +594,7 @@ void Engine::arm_timer() {
         connection->state == Connection::State::Connecting)
       if (!next || connection->deadline < *next) next = connection->deadline;
   if (auto stall = active_.next_stall_check(); stall && (!next || *stall < *next)) next = stall;
+  if (auto expiry = next_expiry(); expiry && (!next || *expiry < *next)) next = expiry;
   itimerspec spec{};
   if (next) {
     // steady_clock is CLOCK_MONOTONIC; an all-zero it_value would disarm instead.
@@ -581,7 +622,57 @@ void Engine::on_timer() {
                           "verbs: connecting to " + describe(*connection) + " took more than " +
                               std::to_string(connect_timeout_.count()) + " ms"));
   active_.check_stalls();
+  end_expired_grants();
   arm_timer();
+}
+
+void Engine::watch_expiry(const std::shared_ptr<Registration>& registration,
+                          const std::shared_ptr<AccessGrant>& grant) {
+  const auto expires = registration->expires_at_ms();
+  if (expires == 0) return;
+  // Watches of grants that ended are dropped now and then: the map stays as long as the live.
+  if (expiries_.size() >= 4096)
+    std::erase_if(expiries_, [](const auto& entry) { return entry.second.grant.expired(); });
+  expiries_.emplace(expires, ExpiryWatch{registration, grant});
+  arm_timer();
+}
+
+std::optional<std::chrono::steady_clock::time_point> Engine::next_expiry() const {
+  if (expiries_.empty()) return std::nullopt;
+  const auto in = std::chrono::milliseconds(std::max<std::int64_t>(
+      0, expiries_.begin()->first - unix_now_ms() + 1));
+  return std::chrono::steady_clock::now() + in;
+}
+
+void Engine::end_expired_grants() {
+  const auto now = unix_now_ms();
+  while (!expiries_.empty() && expiries_.begin()->first < now) {
+    auto watch = expiries_.extract(expiries_.begin());
+    auto registration = watch.mapped().registration.lock();
+    auto grant = watch.mapped().grant.lock();
+    if (!registration || !grant) continue;
+    const auto expires = registration->expires_at_ms();
+    if (expires != 0 && expires >= now) {  // renewed: watched until its new expiry
+      expiries_.emplace(expires, std::move(watch.mapped()));
+      continue;
+    }
+    if (expires != 0) grant->invalidate();
+  }
+}
+
+void Engine::count_fault(const Connection& connection, std::string_view why) {
+  // A grant the owner ended (a cancel, an expiry) under a reader in flight: an honest peer.
+  for (const auto& [key, entry] : connection.inbound)
+    if (entry.grant->invalidated()) return;
+  const auto host = connection.address.substr(0, connection.address.rfind(':'));
+  const auto faults = faults_.record(host, std::chrono::steady_clock::now());
+  if (telemetry_) telemetry_->peer_fault("verbs");
+  events_log_->write(LogLevel::Warn, "peer_fault",
+                     "verbs: connection from " + connection.address + " (calling itself " +
+                         (connection.peer.empty() ? std::string("?") : connection.peer) +
+                         ") ended in " + std::string(why) + "; " + std::to_string(faults) +
+                         " such from " + host + " within the window",
+                     LogFields().peer(connection.address).transport("verbs"));
 }
 
 // ---- notices ------------------------------------------------------------------------------
@@ -595,6 +686,7 @@ void Engine::on_notice(Connection& connection, const Notice& notice) {
       return;
     case NoticeType::Accept:
     case NoticeType::Result:
+    case NoticeType::Keys:
       active_.on_notice(connection, notice);
       return;
   }

@@ -12,6 +12,8 @@
 
 #include "active_transfer.hpp"
 #include "file_descriptor.hpp"
+#include "source_faults.hpp"
+#include "telemetry/event_log.hpp"
 #include "transport/transport.hpp"
 #include "transport/verbs/local_mr_cache.hpp"
 #include "transport/verbs/progress_loop.hpp"
@@ -35,6 +37,7 @@ struct Rail {
   std::uint64_t chunk_bytes = 0;
   std::uint64_t bytes_moved = 0;  // progress thread only
   std::uint64_t slices_moved = 0;
+  bool own_pd_per_peer = false;  // no type-2 windows: a protection domain per accepted peer
   std::optional<std::chrono::steady_clock::time_point> failed_at;  // a connection on it last failed
   bool failed_within(std::chrono::steady_clock::duration span,
                      std::chrono::steady_clock::time_point now) const noexcept {
@@ -64,6 +67,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
     return rails_[rail]->device;
   }
   const std::string& address(std::size_t rail) const noexcept { return rails_[rail]->address; }
+  // Whether peers of `rail` get memory windows over regions registered at offer time (else
+  // each accepted connection has its own protection domain, and grants register there).
+  bool grants_windows(std::size_t rail) const noexcept { return !rails_[rail]->own_pd_per_peer; }
 
   // Begins moving the bytes of `transfer` to or from the owner behind `offer`.
   void start(const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer);
@@ -86,6 +92,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
                        std::optional<Error> culprit_error = std::nullopt);
   // A callable for any thread: runs `work` on the progress thread if the engine is still there.
   std::function<void()> later(std::function<void()> work);
+  // Ends `grant` when `registration` expires (unless renewed by then).
+  void watch_expiry(const std::shared_ptr<Registration>& registration,
+                    const std::shared_ptr<AccessGrant>& grant);
 
  private:
   explicit Engine(const TransportContext& context);
@@ -115,6 +124,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void on_timer();
   void arm_timer();
 
+  // An accepted connection ended in an access error, a flush or garbage: a fault of its
+  // source, unless the owner had ended a grant it used (then the error is the owner's doing).
+  void count_fault(const Connection& connection, std::string_view why);
+  // Grants of expired registrations end.
+  void end_expired_grants();
+  std::optional<std::chrono::steady_clock::time_point> next_expiry() const;
+
   // A notice from the peer: to the side it concerns.
   void on_notice(Connection& connection, const Notice& notice);
   void log(const std::string& line) const {
@@ -123,6 +139,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   const std::string connector_name_;
   const std::function<void(std::string_view)> log_;
+  const std::shared_ptr<const EventLog> events_log_;
   const std::shared_ptr<TelemetryRecorder> telemetry_;  // counts connections; null when off
   const std::chrono::milliseconds connect_timeout_;
   const std::size_t max_connections_;  // accepted ones, and per peer host below
@@ -135,6 +152,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::map<rdma_cm_id*, std::shared_ptr<Connection>> connections_;
   std::map<std::string, std::shared_ptr<Connection>> pool_;  // outgoing, "peer@address"
   std::vector<std::shared_ptr<Connection>> graveyard_;
+  SourceFaults faults_;
+  std::map<std::string, bool> refusal_logged_;  // per source: its refusal was logged this time
+  struct ExpiryWatch {
+    std::weak_ptr<Registration> registration;
+    std::weak_ptr<AccessGrant> grant;
+  };
+  std::multimap<std::int64_t, ExpiryWatch> expiries_;  // by unix ms
   std::promise<void>* flushed_ = nullptr;  // set while shutdown() waits for notices to leave
   VerbsActiveSide active_;
   VerbsPassiveSide passive_;

@@ -25,6 +25,9 @@ struct CqDeleter {
 struct MrDeleter {
   void operator()(ibv_mr* mr) const noexcept { ibv_dereg_mr(mr); }
 };
+struct MwDeleter {
+  void operator()(ibv_mw* mw) const noexcept { ibv_dealloc_mw(mw); }
+};
 struct EventChannelDeleter {
   void operator()(rdma_event_channel* channel) const noexcept {
     rdma_destroy_event_channel(channel);
@@ -44,6 +47,7 @@ using Pd = std::unique_ptr<ibv_pd, PdDeleter>;
 using CompChannel = std::unique_ptr<ibv_comp_channel, CompChannelDeleter>;
 using Cq = std::unique_ptr<ibv_cq, CqDeleter>;
 using Mr = std::unique_ptr<ibv_mr, MrDeleter>;
+using Mw = std::unique_ptr<ibv_mw, MwDeleter>;
 using EventChannel = std::unique_ptr<rdma_event_channel, EventChannelDeleter>;
 using CmId = std::unique_ptr<rdma_cm_id, CmIdDeleter>;
 

@@ -3,9 +3,17 @@
 #include <algorithm>
 
 #include "registration.hpp"
+#include "transport/verbs/offered_access.hpp"
 #include "transport/verbs/verbs_engine.hpp"
 
 namespace memwire::detail::verbs {
+namespace {
+
+// Registrations one connection may have begun at once: each holds memory windows (or regions)
+// on the device, so a peer cannot pile them up.
+constexpr std::size_t kMaxInboundPerConnection = 1024;
+
+}  // namespace
 
 void VerbsPassiveSide::on_notice(Connection& connection, const Notice& notice) {
   switch (notice.type) {
@@ -20,6 +28,7 @@ void VerbsPassiveSide::on_notice(Connection& connection, const Notice& notice) {
       return;
     case NoticeType::Accept:
     case NoticeType::Result:
+    case NoticeType::Keys:
       return;  // the active side's
   }
 }
@@ -51,13 +60,42 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
     reply(connection, NoticeType::Accept, notice.seq, error.code(), error.what());
     return;
   }
-  // Remembered so that losing this connection fails the operation.
-  connection.inbound[notice.key] = registration;
-  reply(connection, NoticeType::Accept, notice.seq);
+  if (connection.inbound.contains(notice.key)) {
+    reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Protocol,
+          "this connection already began the operation");
+    return;
+  }
+  if (connection.inbound.size() >= kMaxInboundPerConnection) {
+    reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Transport,
+          "too many operations begun on one connection (" +
+              std::to_string(kMaxInboundPerConnection) + ")");
+    return;
+  }
+  // Keys for this connection's QP alone, made now that the token checked out.
+  std::shared_ptr<AccessGrant> grant;
+  try {
+    auto access = registration->attachment<OfferedAccess>();
+    if (!access) throw Error(ErrorCode::Cancelled, "the operation ended on the owner's side");
+    grant = access->grant(connection.rail, *engine_.rail(connection.rail).device,
+                          connection.own_protection_domain());
+  } catch (const Error& error) {
+    reply(connection, NoticeType::Accept, notice.seq, error.code(), error.what());
+    return;
+  }
+  // Remembered so that losing this connection fails the operation and ends the grant.
+  connection.inbound[notice.key] = {registration, grant};
+  engine_.watch_expiry(registration, grant);
+  if (!connection.send_grant(notice.seq, grant))
+    engine_.fail_connection(connection, Error(ErrorCode::Transport, "verbs: cannot post to the QP of " +
+                                                                        describe(connection)));
 }
 
 void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
-  connection.inbound.erase(notice.key);
+  // The peer says it is done with its keys: they end now, whatever comes of the Done.
+  if (auto found = connection.inbound.find(notice.key); found != connection.inbound.end()) {
+    found->second.grant->invalidate();
+    connection.inbound.erase(found);
+  }
   auto registration = registrations_->find(notice.key);
   if (!registration) {
     reply(connection, NoticeType::Result, notice.seq, ErrorCode::Cancelled,
@@ -83,7 +121,9 @@ void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
   // Only the connection that began the operation may fail it.
   auto found = connection.inbound.find(notice.key);
   if (found == connection.inbound.end()) return;
-  auto registration = found->second.lock();
+  auto registration = found->second.registration.lock();
+  // The grant ends with the entry (once a bind still queued on the device has run).
+  found->second.grant->invalidate();
   connection.inbound.erase(found);
   if (!registration) return;
   try {
@@ -94,17 +134,17 @@ void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
   }
 }
 
-void VerbsPassiveSide::on_connection_lost(
-    const std::map<Id128, std::weak_ptr<Registration>>& inbound, const Error& error) {
+void VerbsPassiveSide::on_connection_lost(const std::map<Id128, Connection::Inbound>& inbound,
+                                          const Error& error) {
   const auto& connections = engine_.connections();
-  for (const auto& [registration_key, weak] : inbound) {
+  for (const auto& [registration_key, entry] : inbound) {
     const auto& key = registration_key;  // a plain reference: lambdas cannot capture a binding
     const bool held = std::any_of(connections.begin(), connections.end(), [&](const auto& entry) {
       return entry.second->state != Connection::State::Closed &&
              entry.second->inbound.contains(key);
     });
     if (held) continue;
-    if (auto registration = weak.lock())
+    if (auto registration = entry.registration.lock())
       registration->fail(Error(ErrorCode::PeerLost, error.code() == ErrorCode::PeerLost
                                                         ? std::string(error.message())
                                                         : std::string(error.what())));

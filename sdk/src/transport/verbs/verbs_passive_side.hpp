@@ -16,10 +16,11 @@ namespace memwire::detail::verbs {
 
 class Engine;
 
-// The passive (owner's) side of the verbs protocol: the device serves the RDMA itself; the
-// owner checks Begin against the live registration, completes it on Done (answering with
-// Result) and fails it on Abort or when the connections that began it are lost. Runs on the
-// engine's progress thread.
+// The passive (owner's) side of the verbs protocol: the owner checks Begin against the live
+// registration and grants that connection alone remote keys for it (the device then serves
+// the RDMA itself, and refuses every other QP); it ends the grant and completes the
+// registration on Done (answering with Result), and fails it on Abort or when the connections
+// that began it are lost. Runs on the engine's progress thread.
 class VerbsPassiveSide {
  public:
   VerbsPassiveSide(Engine& engine, std::shared_ptr<RegistrationTable> registrations)
@@ -29,7 +30,7 @@ class VerbsPassiveSide {
   void on_notice(Connection& connection, const Notice& notice);
   // `inbound`: the registrations the closed connection had begun. Each fails unless another
   // live connection (the peer's other rail) still carries its transfer.
-  void on_connection_lost(const std::map<Id128, std::weak_ptr<Registration>>& inbound,
+  void on_connection_lost(const std::map<Id128, Connection::Inbound>& inbound,
                           const Error& error);
 
  private:

@@ -4,19 +4,12 @@
 
 #include "registration.hpp"
 #include "transport/verbs/ipv4_endpoint.hpp"
+#include "transport/verbs/offered_access.hpp"
 #include "transport/verbs/rail_offer.hpp"
 #include "transport/verbs/verbs_engine.hpp"
 
 namespace memwire::detail {
 namespace {
-
-// The memory regions of one passive operation, on every rail. Released when it is revoked
-// (completed, cancelled, expired or dropped): a late RDMA access with the old rkeys then fails
-// on the device with a remote access error.
-struct OfferedRegions final : TransportState {
-  std::vector<std::shared_ptr<const verbs::VerbsDevice>> devices;  // outlive the regions (PDs)
-  std::vector<verbs::Mr> regions;
-};
 
 class VerbsTransport final : public Transport {
  public:
@@ -27,30 +20,37 @@ class VerbsTransport final : public Transport {
   std::string_view name() const override { return "verbs"; }
 
   TransportOffer offer(Registration& registration) override {
-    // Least privilege: a readable operation can only be read remotely, a writable one only
-    // written (local write is what the device needs to write into it).
+    // No remote key leaves in the metadata: peers are granted keys per connection once they
+    // present the token (offered_access.hpp). Where the device binds windows, the memory is
+    // registered now for binds only (a window of a readable allows remote read alone, of a
+    // writable remote write alone; local write is what the device needs to write into it).
     const int access = registration.kind() == OperationKind::Read
-                           ? IBV_ACCESS_REMOTE_READ
-                           : IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
-    auto state = std::make_unique<OfferedRegions>();
+                           ? IBV_ACCESS_MW_BIND
+                           : IBV_ACCESS_MW_BIND | IBV_ACCESS_LOCAL_WRITE;
     TransportOffer offer{"verbs", {}, {}, {}};
+    std::vector<std::shared_ptr<const verbs::BindableRegions>> rails;
     for (std::size_t rail = 0; rail < engine_->rail_count(); ++rail) {
-      const auto& device = engine_->device(rail);
-      state->devices.push_back(device);
-      std::vector<std::uint64_t> keys;
-      for (const auto& descriptor : registration.descriptors()) {
-        auto region = device->register_memory(descriptor.ptr(), descriptor.size(), access);
-        keys.push_back(region->rkey);
-        state->regions.push_back(std::move(region));
+      verbs::add_rail(offer, rail, engine_->address(rail));
+      if (!engine_->grants_windows(rail)) {
+        rails.push_back(nullptr);
+        continue;
       }
-      verbs::add_rail(offer, rail, engine_->address(rail), keys);
+      auto regions = std::make_shared<verbs::BindableRegions>();
+      regions->device = engine_->device(rail);
+      for (const auto& descriptor : registration.descriptors())
+        regions->regions.push_back(
+            descriptor.size() == 0
+                ? verbs::Mr()
+                : regions->device->register_memory(descriptor.ptr(), descriptor.size(), access));
+      rails.push_back(std::move(regions));
     }
-    registration.attach(std::move(state));
+    registration.attach(std::make_unique<verbs::OfferedAccess>(
+        registration.kind(), registration.descriptors(), std::move(rails)));
     return offer;
   }
 
   bool can_reach(const TransportOffer& offer) const override {
-    return verbs::parse_ipv4_endpoint(offer.address).has_value() && !offer.keys.empty();
+    return verbs::parse_ipv4_endpoint(offer.address).has_value() && offer.keys.empty();
   }
 
   void start(const std::shared_ptr<ActiveTransfer>& transfer,

@@ -10,10 +10,13 @@ namespace {
 
 constexpr std::uint32_t kNoticeMagic = 0x4e56574d;  // "MWVN"
 constexpr std::uint32_t kHelloMagic = 0x4856574d;   // "MWVH"
-constexpr std::uint8_t kVersion = 1;
+// 2: remote keys are granted per connection (Keys notices), never carried in metadata.
+constexpr std::uint8_t kVersion = 2;
 constexpr std::size_t kHeader = 4 + 1 + 1 + 1 + 1 + 8 + 16 + 16 + 2;
 constexpr std::size_t kHelloHeader = 4 + 1 + 1;
-static_assert(kHeader + Notice::kMaxText <= kNoticeBytes);
+constexpr std::size_t kKeysHeader = 4 + 2;
+static_assert(kHeader + Notice::kMaxText + kKeysHeader <= kNoticeBytes);
+static_assert(kHeader + kKeysHeader + 4 * Notice::kMaxKeys <= kNoticeBytes);
 
 // Little-endian fields, whatever the host: both ends may differ.
 class Writer {
@@ -77,8 +80,13 @@ std::size_t encode(const Notice& notice, std::span<std::byte, kNoticeBytes> out)
   writer.u64(notice.seq);
   writer.bytes(notice.key.data(), notice.key.size());
   writer.bytes(notice.token.data(), notice.token.size());
+  const bool keys = text.empty();
   writer.u16(static_cast<std::uint16_t>(text.size()));
   writer.bytes(text.data(), text.size());
+  const auto count = keys ? std::min(notice.rkeys.size(), Notice::kMaxKeys) : 0;
+  writer.u32(notice.first_index);
+  writer.u16(static_cast<std::uint16_t>(count));
+  for (std::size_t i = 0; i < count; ++i) writer.u32(notice.rkeys[i]);
   return writer.size();
 }
 
@@ -91,7 +99,7 @@ Notice decode(std::span<const std::byte> in) {
   Notice notice;
   const auto type = reader.u8();
   if (type < static_cast<std::uint8_t>(NoticeType::Begin) ||
-      type > static_cast<std::uint8_t>(NoticeType::Abort))
+      type > static_cast<std::uint8_t>(NoticeType::Keys))
     throw Error(ErrorCode::Protocol, "unknown verbs notice type " + std::to_string(type));
   notice.type = static_cast<NoticeType>(type);
   const auto kind = reader.u8();
@@ -109,6 +117,12 @@ Notice decode(std::span<const std::byte> in) {
   if (length > Notice::kMaxText) throw Error(ErrorCode::Protocol, "verbs notice text too long");
   notice.text.resize(length);
   reader.bytes(notice.text.data(), length);
+  notice.first_index = reader.u32();
+  const auto count = reader.u16();
+  if (count > Notice::kMaxKeys || (count > 0 && length > 0))
+    throw Error(ErrorCode::Protocol, "verbs notice carries too many keys");
+  notice.rkeys.resize(count);
+  for (auto& rkey : notice.rkeys) rkey = reader.u32();
   return notice;
 }
 

@@ -17,10 +17,19 @@ namespace memwire::detail::verbs {
 
 // The control messages of the verbs transport, carried as SENDs on the data QP. An active
 // transfer announces itself (Begin: the passive side checks key, token and kind before a byte
-// moves, and remembers which connection uses the registration), moves its bytes with RDMA
-// READ/WRITE, then sends Done; the passive side completes the registration and answers with
-// Result, and only then does the active side succeed. Abort is the active side's error notice.
-enum class NoticeType : std::uint8_t { Begin = 1, Accept = 2, Done = 3, Result = 4, Abort = 5 };
+// moves), and the passive side grants that connection, and it alone, remote keys for the
+// registration (Keys, as many as the descriptors need, then Accept); the active side moves its
+// bytes with RDMA READ/WRITE under those keys, then sends Done; the passive side ends the grant,
+// completes the registration and answers with Result, and only then does the active side
+// succeed. Abort is the active side's error notice. Metadata carries no remote key.
+enum class NoticeType : std::uint8_t {
+  Begin = 1,
+  Accept = 2,
+  Done = 3,
+  Result = 4,
+  Abort = 5,
+  Keys = 6
+};
 
 struct Notice {
   NoticeType type = NoticeType::Begin;
@@ -30,14 +39,18 @@ struct Notice {
   OperationKind kind = OperationKind::Unspecified;  // Begin
   std::optional<ErrorCode> error;                   // Accept, Result, Abort; empty = success
   std::string text;                                 // why, when `error` is set
+  std::uint32_t first_index = 0;                    // Keys: the descriptor of rkeys[0]
+  std::vector<std::uint32_t> rkeys;                 // Keys: one per descriptor from first_index
 
   static constexpr std::size_t kMaxText = 200;
+  static constexpr std::size_t kMaxKeys = 48;  // per Keys notice (a notice carries no text then)
 };
 
 // Every notice fits one receive buffer of this size.
 inline constexpr std::size_t kNoticeBytes = 256;
 
-// Writes `notice` (text cut at kMaxText) into `out`; returns the bytes used.
+// Writes `notice` (text cut at kMaxText; rkeys, at most kMaxKeys, only without text) into
+// `out`; returns the bytes used.
 MEMWIRE_API std::size_t encode(const Notice& notice, std::span<std::byte, kNoticeBytes> out);
 // Throws Error{Protocol} on anything malformed: the peer is not speaking this protocol.
 MEMWIRE_API Notice decode(std::span<const std::byte> in);

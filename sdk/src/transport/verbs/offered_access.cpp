@@ -1,0 +1,39 @@
+#include "transport/verbs/offered_access.hpp"
+
+#include "memwire/error.hpp"
+
+namespace memwire::detail::verbs {
+
+OfferedAccess::OfferedAccess(OperationKind kind, std::vector<Descriptor> descriptors,
+                             std::vector<std::shared_ptr<const BindableRegions>> rails)
+    : kind_(kind), descriptors_(std::move(descriptors)), rails_(std::move(rails)) {}
+
+std::shared_ptr<AccessGrant> OfferedAccess::grant(std::size_t rail, const VerbsDevice& device,
+                                                  const std::shared_ptr<ibv_pd>& own_pd) {
+  std::lock_guard lock(mutex_);
+  if (revoked_) throw Error(ErrorCode::Cancelled, "the operation ended on the owner's side");
+  std::shared_ptr<AccessGrant> granted;
+  if (own_pd)
+    granted = AccessGrant::own_regions(device, own_pd, descriptors_, kind_);
+  else if (rail < rails_.size() && rails_[rail])
+    granted = AccessGrant::windows(rails_[rail], kind_);
+  else
+    throw Error(ErrorCode::Transport, "verbs: the operation was not offered on " + device.name());
+  // Grants of connections that ended are forgotten: the list stays as long as the live ones.
+  std::erase_if(grants_, [](const auto& weak) { return weak.expired(); });
+  grants_.push_back(granted);
+  return granted;
+}
+
+void OfferedAccess::revoke() noexcept {
+  std::vector<std::weak_ptr<AccessGrant>> grants;
+  {
+    std::lock_guard lock(mutex_);
+    revoked_ = true;
+    grants.swap(grants_);
+  }
+  for (const auto& weak : grants)
+    if (auto granted = weak.lock()) granted->invalidate();
+}
+
+}  // namespace memwire::detail::verbs

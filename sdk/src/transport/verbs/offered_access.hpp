@@ -1,0 +1,39 @@
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "memwire/descriptor.hpp"
+#include "memwire/status.hpp"
+#include "registration.hpp"
+#include "transport/verbs/access_grant.hpp"
+
+namespace memwire::detail::verbs {
+
+// The verbs side of one passive operation: its bindable regions on each rail (devices with
+// type-2 windows) and every grant handed out for it. revoke() (completed, cancelled, dropped)
+// ends every grant before the registration finishes; the regions go once no grant needs them.
+class OfferedAccess final : public TransportState {
+ public:
+  // `rails`: per engine rail, its bindable regions, or null where grants register their own.
+  OfferedAccess(OperationKind kind, std::vector<Descriptor> descriptors,
+                std::vector<std::shared_ptr<const BindableRegions>> rails);
+
+  // Access for the connection on `rail` whose peer presented the token: windows over the
+  // rail's bindable regions, or regions in `own_pd`. Throws Error{Cancelled} once revoked,
+  // Error{Transport} when the device refuses.
+  std::shared_ptr<AccessGrant> grant(std::size_t rail, const VerbsDevice& device,
+                                     const std::shared_ptr<ibv_pd>& own_pd);
+  void revoke() noexcept override;
+
+ private:
+  const OperationKind kind_;
+  const std::vector<Descriptor> descriptors_;
+  const std::vector<std::shared_ptr<const BindableRegions>> rails_;
+  std::mutex mutex_;
+  bool revoked_ = false;
+  std::vector<std::weak_ptr<AccessGrant>> grants_;
+};
+
+}  // namespace memwire::detail::verbs

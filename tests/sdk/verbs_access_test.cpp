@@ -1,0 +1,355 @@
+// Access enforced by the NIC (issue 20): a peer gets remote keys for a registration only after
+// presenting its token, they work from that peer's QP alone, and they end with the operation.
+// An attacker here is a raw RC QP (support/raw_verbs_peer.hpp) connected to the owner's verbs
+// listener, holding what any legitimate reader of readable A holds: A's metadata. Each test
+// runs with type-2 memory windows and with the protection-domain-per-connection fallback, on
+// every rail the owner offers. Needs an RDMA device (integration/rxe); skips elsewhere.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "memwire/memwire.hpp"
+#include "support/pattern.hpp"
+#include "support/raw_verbs_peer.hpp"
+
+using namespace memwire;
+using namespace std::chrono_literals;
+using memwire::test_support::fill_pattern;
+using memwire::test_support::first_mismatch;
+using memwire::test_support::RawVerbsPeer;
+
+namespace {
+
+ConnectorOptions owner_options(const std::string& access) {
+  ConnectorOptions options;
+  options.transports = {"verbs"};
+  options.connect_timeout = 5s;
+  options.rdma.access = access;
+  // Guessing tests make hundreds of bad connections on purpose: the source is not refused
+  // here (ASourceThatKeepsFaultingIsRefused checks the limit).
+  options.rdma.max_access_faults = 0;
+  return options;
+}
+
+bool rdma_available() {
+  static const bool available = [] {
+    try {
+      Connector probe(owner_options("auto"));
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
+// The owner's verbs listeners: the offer's address, then rail1, ... when it has several.
+std::vector<std::string> rail_addresses(const RdmaMetadata& metadata) {
+  const auto& offer = metadata.endpoint().transports.at(0);
+  std::vector<std::string> addresses{offer.address};
+  for (int rail = 1;; ++rail) {
+    auto found = offer.attributes.find("rail" + std::to_string(rail));
+    if (found == offer.attributes.end()) return addresses;
+    addresses.push_back(found->second);
+  }
+}
+
+bool all_equal(std::span<const std::byte> bytes, std::byte value) {
+  return std::all_of(bytes.begin(), bytes.end(), [&](auto b) { return b == value; });
+}
+
+// The key guessing of issue 20: every rkey whose region index lies strictly between those of
+// `below` and `above` (regions registered just before and after the owner registered its
+// own: rxe hands indices out in sequence), with each of the 256 8-bit keys, one connection
+// per guess since a wrong key breaks the QP. Returns the keys the device accepted.
+struct Guesses {
+  std::size_t tried = 0;
+  std::vector<std::uint32_t> accepted;
+};
+Guesses guess_region_keys(const std::string& address, bool read, std::uint64_t remote,
+                          std::size_t length, std::uint32_t below, std::uint32_t above) {
+  Guesses guesses;
+  std::vector<std::byte> local(length, std::byte{0x5a});
+  for (std::uint32_t index = (below >> 8) + 1; index < (above >> 8) && index < (below >> 8) + 5;
+       ++index)
+    for (std::uint32_t key = 0; key < 256; ++key) {
+      RawVerbsPeer attacker(address, "attacker");
+      ++guesses.tried;
+      if (attacker.access(read, local, remote, (index << 8) | key) == IBV_WC_SUCCESS)
+        guesses.accepted.push_back((index << 8) | key);
+    }
+  return guesses;
+}
+
+class VerbsAccess : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (!rdma_available()) GTEST_SKIP() << "no RDMA device (run under integration/rxe)";
+    if (std::string(GetParam()) == "windows") {
+      try {
+        Connector probe(owner_options("windows"));
+      } catch (const Error& error) {
+        GTEST_SKIP() << "this device binds no type-2 memory windows: " << error.what();
+      }
+    }
+  }
+  ConnectorOptions options() const { return owner_options(GetParam()); }
+};
+
+TEST_P(VerbsAccess, NoRemoteKeyLeavesInTheMetadata) {
+  Connector owner(options());
+  std::vector<std::byte> memory(4096);
+  auto readable = owner.create_readable({Descriptor(std::span(memory))});
+  const auto& offer = readable.metadata().endpoint().transports.at(0);
+  EXPECT_EQ(offer.name, "verbs");
+  EXPECT_TRUE(offer.keys.empty());
+  for (const auto& [name, value] : offer.attributes)
+    EXPECT_EQ(name.find("key"), std::string::npos) << name << " = " << value;
+}
+
+TEST_P(VerbsAccess, AKeyWorksOnlyOnTheConnectionItWasGrantedTo) {
+  Connector owner(options());
+  std::vector<std::byte> source(8192);
+  fill_pattern(source, 41);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  const auto metadata = readable.metadata();
+  for (const auto& address : rail_addresses(metadata)) {
+    SCOPED_TRACE(address);
+    RawVerbsPeer reader(address, "reader");
+    const auto grant = reader.begin(metadata);
+    ASSERT_TRUE(grant.accepted) << "the owner refused a Begin with the right token";
+    ASSERT_EQ(grant.rkeys.size(), 1u);
+    // The control: on the connection that presented the token, the key reads.
+    std::vector<std::byte> target(8192, std::byte{0});
+    ASSERT_EQ(reader.access(true, target, metadata.descriptors()[0].ptr, grant.rkeys[0]),
+              IBV_WC_SUCCESS);
+    EXPECT_EQ(first_mismatch(target, 41), target.size());
+    // The same key from another QP of the same peer host, which never presented the token.
+    RawVerbsPeer other(address, "attacker");
+    std::vector<std::byte> stolen(8192, std::byte{0xab});
+    EXPECT_EQ(other.access(true, stolen, metadata.descriptors()[0].ptr, grant.rkeys[0]),
+              IBV_WC_REM_ACCESS_ERR);
+    EXPECT_TRUE(all_equal(stolen, std::byte{0xab})) << "another QP read with a granted key";
+  }
+  EXPECT_EQ(readable.status(), OperationStatus::InProgress);  // begun, not completed
+}
+
+TEST_P(VerbsAccess, AWriteKeyWorksOnlyOnTheConnectionItWasGrantedTo) {
+  Connector owner(options());
+  std::vector<std::byte> memory(8192, std::byte{0x11});
+  auto writable = owner.create_writable({Descriptor(std::span(memory))});
+  const auto metadata = writable.metadata();
+  const auto address = rail_addresses(metadata).back();
+  RawVerbsPeer writer(address, "writer");
+  const auto grant = writer.begin(metadata);
+  ASSERT_TRUE(grant.accepted);
+  RawVerbsPeer other(address, "attacker");
+  std::vector<std::byte> payload(8192, std::byte{0x66});
+  EXPECT_EQ(other.access(false, payload, metadata.descriptors()[0].ptr, grant.rkeys[0]),
+            IBV_WC_REM_ACCESS_ERR);
+  EXPECT_TRUE(all_equal(memory, std::byte{0x11})) << "another QP wrote with a granted key";
+  fill_pattern(payload, 42);
+  ASSERT_EQ(writer.access(false, payload, metadata.descriptors()[0].ptr, grant.rkeys[0]),
+            IBV_WC_SUCCESS);
+  EXPECT_EQ(first_mismatch(memory, 42), memory.size());
+}
+
+TEST_P(VerbsAccess, AGrantOfAReadableAllowsNoWrite) {
+  Connector owner(options());
+  std::vector<std::byte> memory(4096, std::byte{0x22});
+  auto readable = owner.create_readable({Descriptor(std::span(memory))});
+  const auto metadata = readable.metadata();
+  RawVerbsPeer reader(rail_addresses(metadata).front());
+  const auto grant = reader.begin(metadata);
+  ASSERT_TRUE(grant.accepted);
+  std::vector<std::byte> payload(4096, std::byte{0x33});
+  EXPECT_EQ(reader.access(false, payload, metadata.descriptors()[0].ptr, grant.rkeys[0]),
+            IBV_WC_REM_ACCESS_ERR);
+  EXPECT_TRUE(all_equal(memory, std::byte{0x22}));
+}
+
+TEST_P(VerbsAccess, APeerHoldingAsMetadataCannotReadBOrWriteWByGuessing) {
+  // The attack of issue 20: readables A and B and a writable W; the attacker holds A's
+  // metadata and knows where B's and W's regions sit in the device's tables. On main before
+  // the fix one of these guesses opened B (and W) for any QP.
+  Connector owner(options());
+  std::vector<std::byte> a(65536), b(65536), w(65536, std::byte{0x77});
+  fill_pattern(a, 43);
+  fill_pattern(b, 44);
+  auto readable_a = owner.create_readable({Descriptor(std::span(a))});
+  const auto metadata_a = readable_a.metadata();
+  const auto address = rail_addresses(metadata_a).front();
+  RawVerbsPeer prober(address, "attacker");
+  const auto before_b = prober.probe_region_rkey();
+  auto readable_b = owner.create_readable({Descriptor(std::span(b))});
+  const auto after_b = prober.probe_region_rkey();
+  auto writable_w = owner.create_writable({Descriptor(std::span(w))});
+  const auto after_w = prober.probe_region_rkey();
+
+  // A legitimate grant of A, as any reader of A gets.
+  const auto grant = prober.begin(metadata_a);
+  ASSERT_TRUE(grant.accepted);
+  const auto b_address = reinterpret_cast<std::uintptr_t>(b.data());
+  const auto w_address = reinterpret_cast<std::uintptr_t>(w.data());
+  const auto read_b = guess_region_keys(address, true, b_address, 4096, before_b, after_b);
+  EXPECT_TRUE(read_b.accepted.empty()) << read_b.accepted.size() << " keys read B";
+  const auto write_w = guess_region_keys(address, false, w_address, 4096, after_b, after_w);
+  EXPECT_TRUE(write_w.accepted.empty()) << write_w.accepted.size() << " keys wrote W";
+  EXPECT_TRUE(all_equal(w, std::byte{0x77})) << "W was written";
+  // A's own granted key does not reach B or W either (another registration).
+  std::vector<std::byte> local(4096, std::byte{0x5a});
+  RawVerbsPeer reuse(address, "attacker");
+  EXPECT_NE(reuse.access(true, local, b_address, grant.rkeys[0]), IBV_WC_SUCCESS);
+  std::cout << "[          ] guesses: " << read_b.tried << " at B, " << write_w.tried
+            << " at W, none accepted\n";
+  EXPECT_EQ(readable_b.status(), OperationStatus::Initialized);
+  EXPECT_EQ(writable_w.status(), OperationStatus::Initialized);
+}
+
+TEST_P(VerbsAccess, ReadingAWithoutBeginIsRefusedWhateverTheKey) {
+  Connector owner(options());
+  std::vector<std::byte> a(16384), other(4096);
+  fill_pattern(a, 45);
+  auto first = owner.create_readable({Descriptor(std::span(other))});
+  RawVerbsPeer prober(rail_addresses(first.metadata()).front(), "attacker");
+  const auto before = prober.probe_region_rkey();
+  auto readable = owner.create_readable({Descriptor(std::span(a))});
+  const auto after = prober.probe_region_rkey();
+  const auto metadata = readable.metadata();
+  const auto guesses = guess_region_keys(rail_addresses(metadata).front(), true,
+                                         metadata.descriptors()[0].ptr, 4096, before, after);
+  EXPECT_TRUE(guesses.accepted.empty()) << guesses.accepted.size() << " keys read A unbegun";
+  EXPECT_EQ(readable.status(), OperationStatus::Initialized);
+}
+
+TEST_P(VerbsAccess, KeysOfAFinishedOperationAreRefused) {
+  Connector owner(options());
+  std::vector<std::byte> source(8192);
+  fill_pattern(source, 46);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  const auto metadata = readable.metadata();
+  RawVerbsPeer reader(rail_addresses(metadata).front());
+  const auto grant = reader.begin(metadata, 7);
+  ASSERT_TRUE(grant.accepted);
+  std::vector<std::byte> target(8192);
+  ASSERT_EQ(reader.access(true, target, metadata.descriptors()[0].ptr, grant.rkeys[0]),
+            IBV_WC_SUCCESS);
+  const auto result = reader.done(metadata, 7);
+  ASSERT_TRUE(result.has_value()) << "no Result";
+  EXPECT_FALSE(result->has_value()) << "the owner refused the Done";
+  ASSERT_EQ(readable.wait_for_completion(10s), OperationStatus::Complete);
+  std::vector<std::byte> late(8192, std::byte{0xab});
+  EXPECT_EQ(reader.access(true, late, metadata.descriptors()[0].ptr, grant.rkeys[0]),
+            IBV_WC_REM_ACCESS_ERR);
+  EXPECT_TRUE(all_equal(late, std::byte{0xab})) << "a finished operation's key still read";
+}
+
+TEST_P(VerbsAccess, KeysOfACancelledOperationAreRefused) {
+  Connector owner(options());
+  std::vector<std::byte> memory(8192, std::byte{0x11});
+  auto writable = owner.create_writable({Descriptor(std::span(memory))});
+  const auto metadata = writable.metadata();
+  RawVerbsPeer writer(rail_addresses(metadata).front());
+  const auto grant = writer.begin(metadata);
+  ASSERT_TRUE(grant.accepted);
+  writable.cancel();
+  std::vector<std::byte> payload(8192, std::byte{0xee});
+  EXPECT_EQ(writer.access(false, payload, metadata.descriptors()[0].ptr, grant.rkeys[0]),
+            IBV_WC_REM_ACCESS_ERR);
+  EXPECT_TRUE(all_equal(memory, std::byte{0x11})) << "a cancelled operation's key still wrote";
+}
+
+TEST_P(VerbsAccess, KeysOfAnExpiredOperationAreRefused) {
+  auto expiring = options();
+  expiring.metadata_ttl = 1500ms;
+  Connector owner(expiring);
+  std::vector<std::byte> source(8192);
+  fill_pattern(source, 47);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  const auto metadata = readable.metadata();
+  RawVerbsPeer reader(rail_addresses(metadata).front());
+  const auto grant = reader.begin(metadata);
+  ASSERT_TRUE(grant.accepted);
+  std::vector<std::byte> target(8192);
+  ASSERT_EQ(reader.access(true, target, metadata.descriptors()[0].ptr, grant.rkeys[0]),
+            IBV_WC_SUCCESS);
+  // Past the expiry (the owner's timer ends the grant, no access needed to notice).
+  std::this_thread::sleep_until(std::chrono::system_clock::time_point(
+                                    std::chrono::milliseconds(metadata.expires_at_ms())) +
+                                300ms);
+  std::vector<std::byte> late(8192, std::byte{0xab});
+  EXPECT_EQ(reader.access(true, late, metadata.descriptors()[0].ptr, grant.rkeys[0]),
+            IBV_WC_REM_ACCESS_ERR);
+  EXPECT_TRUE(all_equal(late, std::byte{0xab})) << "an expired operation's key still read";
+}
+
+TEST_P(VerbsAccess, ABeginOfAnotherOperationsKeyWithoutItsTokenIsRefused) {
+  Connector owner(options());
+  std::vector<std::byte> a(4096), b(4096);
+  auto readable_a = owner.create_readable({Descriptor(std::span(a))});
+  auto readable_b = owner.create_readable({Descriptor(std::span(b))});
+  // B's key (say, guessed or seen) with A's token: refused, and no key granted.
+  auto forged = RdmaMetadata::from_json(readable_b.metadata().to_json());
+  const auto a_metadata = readable_a.metadata();
+  RdmaMetadata mixed(forged.operation_kind(), forged.descriptors(), forged.notification_key(),
+                     forged.endpoint(), a_metadata.token(), forged.expires_at_ms());
+  RawVerbsPeer attacker(rail_addresses(a_metadata).front(), "attacker");
+  const auto grant = attacker.begin(mixed);
+  EXPECT_FALSE(grant.accepted);
+  EXPECT_EQ(grant.error, ErrorCode::AccessDenied);
+  EXPECT_TRUE(std::all_of(grant.rkeys.begin(), grant.rkeys.end(), [](auto k) { return k == 0; }));
+}
+
+TEST_P(VerbsAccess, ASourceThatKeepsFaultingIsRefused) {
+  auto limited = options();
+  limited.rdma.max_access_faults = 3;
+  std::mutex mutex;
+  std::vector<std::string> warnings;
+  limited.log_level = LogLevel::Warn;
+  limited.log = [&](std::string_view line) {
+    std::lock_guard lock(mutex);
+    warnings.emplace_back(line);
+  };
+  Connector owner(limited);
+  std::vector<std::byte> memory(4096);
+  auto readable = owner.create_readable({Descriptor(std::span(memory))});
+  const auto metadata = readable.metadata();
+  const auto address = rail_addresses(metadata).front();
+  int refused_at = 0;
+  for (int attempt = 1; attempt <= 12 && refused_at == 0; ++attempt) {
+    try {
+      RawVerbsPeer guesser(address, "innocent-name");
+      std::vector<std::byte> local(4096);
+      EXPECT_NE(guesser.access(true, local, metadata.descriptors()[0].ptr, 0x1200u + attempt),
+                IBV_WC_SUCCESS);
+      // The owner counts the fault once its side of the QP failed: before the next attempt.
+      guesser.disconnected_within(2s);
+    } catch (const std::runtime_error&) {
+      refused_at = attempt;
+    }
+  }
+  EXPECT_GE(refused_at, 4) << "refused before the limit";
+  EXPECT_LE(refused_at, 6) << "not refused after the limit";
+  // Refused for the window, not for one attempt.
+  EXPECT_THROW(RawVerbsPeer(address, "innocent-name"), std::runtime_error);
+  const auto telemetry = owner.telemetry();
+  EXPECT_GE(telemetry.peer_faults, 3u);
+  EXPECT_GE(telemetry.refused_connections, 2u);
+  const auto host = address.substr(0, address.rfind(':'));
+  std::lock_guard lock(mutex);
+  const auto logged = std::count_if(warnings.begin(), warnings.end(), [&](const std::string& l) {
+    return l.find("\"peer_fault\"") != std::string::npos && l.find(host) != std::string::npos &&
+           l.find("\"warn\"") != std::string::npos;
+  });
+  EXPECT_GE(logged, 3) << "faults not logged at warn level with the source address";
+}
+
+INSTANTIATE_TEST_SUITE_P(Access, VerbsAccess, ::testing::Values("windows", "connection_pd"),
+                         [](const auto& info) { return std::string(info.param); });
+
+}  // namespace

@@ -1,0 +1,235 @@
+#pragma once
+
+// A bare RC QP connected to a connector's verbs listener, driven by hand: what an attacker (or
+// a peer holding stale metadata) can do without going through memwire's code. It can post raw
+// RDMA READ/WRITE with any key, and speak the notices of the verbs protocol itself (Begin,
+// then the owner's Keys and Accept). For the verbs tests and the two-guest attack probe.
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ids.hpp"
+#include "memwire/metadata.hpp"
+#include "transport/verbs/verbs_wire.hpp"
+
+namespace memwire::test_support {
+
+class RawVerbsPeer {
+ public:
+  static constexpr std::size_t kReceives = 16;
+
+  // Connects to `address` ("ip:port"), calling itself `name` in its hello. Throws
+  // std::runtime_error when the listener refuses (or is not there).
+  explicit RawVerbsPeer(const std::string& address, const std::string& name = "raw-test-peer") {
+    const auto colon = address.rfind(':');
+    const auto host = address.substr(0, colon), port = address.substr(colon + 1);
+    rdma_addrinfo hints{};
+    hints.ai_port_space = RDMA_PS_TCP;
+    rdma_addrinfo* info = nullptr;
+    if (rdma_getaddrinfo(host.c_str(), port.c_str(), &hints, &info) != 0)
+      throw std::runtime_error("rdma_getaddrinfo " + address);
+    ibv_qp_init_attr attributes{};
+    attributes.cap.max_send_wr = 8;
+    attributes.cap.max_recv_wr = kReceives;
+    attributes.cap.max_send_sge = attributes.cap.max_recv_sge = 1;
+    attributes.qp_type = IBV_QPT_RC;
+    attributes.sq_sig_all = 1;
+    const int created = rdma_create_ep(&id_, info, nullptr, &attributes);
+    rdma_freeaddrinfo(info);
+    if (created != 0) throw std::runtime_error("rdma_create_ep");
+    receive_mr_ = rdma_reg_msgs(id_, receive_buffers_.data(), sizeof receive_buffers_);
+    if (receive_mr_ == nullptr) {
+      rdma_destroy_ep(id_);
+      throw std::runtime_error("rdma_reg_msgs");
+    }
+    for (std::size_t slot = 0; slot < kReceives; ++slot) post_receive(slot);
+    const auto hello = detail::verbs::encode_hello(name, detail::verbs::kConnectPrivateData);
+    rdma_conn_param parameters{};
+    parameters.private_data = hello.data();
+    parameters.private_data_len = static_cast<std::uint8_t>(hello.size());
+    parameters.initiator_depth = parameters.responder_resources = 1;
+    parameters.retry_count = parameters.rnr_retry_count = 7;
+    if (rdma_connect(id_, &parameters) != 0) {
+      rdma_dereg_mr(receive_mr_);
+      rdma_destroy_ep(id_);
+      throw std::runtime_error("rdma_connect " + address + " refused");
+    }
+  }
+  // No rdma_disconnect: on a synchronous id it blocks until the other end answers, which a
+  // connector that already dropped us never does. Destroying the id disconnects anyway.
+  ~RawVerbsPeer() {
+    rdma_dereg_mr(receive_mr_);
+    rdma_destroy_ep(id_);
+  }
+  RawVerbsPeer(const RawVerbsPeer&) = delete;
+  RawVerbsPeer& operator=(const RawVerbsPeer&) = delete;
+
+  // Whether the connector disconnected us within `timeout`.
+  bool disconnected_within(std::chrono::milliseconds timeout) {
+    pollfd readable{id_->channel->fd, POLLIN, 0};
+    if (::poll(&readable, 1, static_cast<int>(timeout.count())) != 1) return false;
+    rdma_cm_event* event = nullptr;
+    if (rdma_get_cm_event(id_->channel, &event) != 0) return false;
+    const bool disconnected = event->event == RDMA_CM_EVENT_DISCONNECTED;
+    rdma_ack_cm_event(event);
+    return disconnected;
+  }
+
+  // One SEND of `bytes` to the connector: its status.
+  ibv_wc_status send(std::span<const std::byte> bytes) {
+    std::vector<std::byte> copy(bytes.begin(), bytes.end());
+    ibv_mr* mr = rdma_reg_msgs(id_, copy.data(), copy.size());
+    if (mr == nullptr) throw std::runtime_error("rdma_reg_msgs");
+    const int posted = rdma_post_send(id_, nullptr, copy.data(), copy.size(), mr, 0);
+    ibv_wc completion{};
+    const int completed = posted == 0 ? rdma_get_send_comp(id_, &completion) : -1;
+    rdma_dereg_mr(mr);
+    if (completed <= 0) throw std::runtime_error("no completion for the raw SEND");
+    return completion.status;
+  }
+  ibv_wc_status send(const detail::verbs::Notice& notice) {
+    std::array<std::byte, detail::verbs::kNoticeBytes> bytes{};
+    const auto size = detail::verbs::encode(notice, bytes);
+    return send(std::span<const std::byte>(bytes.data(), size));
+  }
+
+  // The next notice from the connector, or nothing within `timeout` (or on a broken QP).
+  std::optional<detail::verbs::Notice> receive(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      ibv_wc completion{};
+      int found = ibv_poll_cq(id_->recv_cq, 1, &completion);
+      if (found == 0) {
+        ibv_req_notify_cq(id_->recv_cq, 0);
+        found = ibv_poll_cq(id_->recv_cq, 1, &completion);
+      }
+      if (found < 0) return std::nullopt;
+      if (found == 1) {
+        if (completion.status != IBV_WC_SUCCESS) return std::nullopt;
+        const auto slot = completion.wr_id;
+        std::optional<detail::verbs::Notice> notice;
+        try {
+          notice = detail::verbs::decode(
+              std::span<const std::byte>(receive_buffers_[slot].data(), completion.byte_len));
+        } catch (const std::exception&) {
+        }
+        post_receive(slot);
+        return notice;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd readable{id_->recv_cq_channel->fd, POLLIN, 0};
+      if (::poll(&readable, 1, static_cast<int>(left.count())) != 1) return std::nullopt;
+      ibv_cq* cq = nullptr;
+      void* context = nullptr;
+      if (ibv_get_cq_event(id_->recv_cq_channel, &cq, &context) == 0) ibv_ack_cq_events(cq, 1);
+    }
+  }
+
+  // What the owner answered a Begin: the keys it granted this QP, or its refusal.
+  struct Grant {
+    bool accepted = false;
+    std::optional<ErrorCode> error;
+    std::vector<std::uint32_t> rkeys;
+  };
+  // Begins the operation `metadata` describes as memwire's active side would (its key and
+  // token, the pairing kind), as transfer `seq`, and collects the owner's answer.
+  Grant begin(const RdmaMetadata& metadata, std::uint64_t seq = 1,
+              std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    detail::verbs::Notice notice;
+    notice.type = detail::verbs::NoticeType::Begin;
+    notice.seq = seq;
+    notice.key = parse_id(metadata.notification_key()).value_or(Id128{});
+    notice.token = parse_id(metadata.token()).value_or(Id128{});
+    notice.kind = metadata.operation_kind() == OperationKind::Read ? OperationKind::Read
+                                                                   : OperationKind::Write;
+    if (send(notice) != IBV_WC_SUCCESS) return {};
+    return await_grant(seq, metadata.descriptors().size(), timeout);
+  }
+  // Done for transfer `seq` of `metadata`'s operation; the owner's Result (empty = success),
+  // or nothing when it did not answer.
+  std::optional<std::optional<ErrorCode>> done(const RdmaMetadata& metadata, std::uint64_t seq,
+                                               std::chrono::milliseconds timeout =
+                                                   std::chrono::seconds(20)) {
+    detail::verbs::Notice notice;
+    notice.type = detail::verbs::NoticeType::Done;
+    notice.seq = seq;
+    notice.key = parse_id(metadata.notification_key()).value_or(Id128{});
+    notice.token = parse_id(metadata.token()).value_or(Id128{});
+    if (send(notice) != IBV_WC_SUCCESS) return std::nullopt;
+    while (auto answer = receive(timeout))
+      if (answer->type == detail::verbs::NoticeType::Result && answer->seq == seq)
+        return answer->error;
+    return std::nullopt;
+  }
+
+  // One RDMA READ (into `local`) or WRITE (from `local`) against (remote, rkey): its status.
+  ibv_wc_status access(bool read, std::span<std::byte> local, std::uint64_t remote,
+                       std::uint32_t rkey) {
+    ibv_mr* mr = rdma_reg_msgs(id_, local.data(), local.size());
+    if (mr == nullptr) throw std::runtime_error("rdma_reg_msgs");
+    const int posted = read ? rdma_post_read(id_, nullptr, local.data(), local.size(), mr,
+                                             IBV_SEND_SIGNALED, remote, rkey)
+                            : rdma_post_write(id_, nullptr, local.data(), local.size(), mr,
+                                              IBV_SEND_SIGNALED, remote, rkey);
+    ibv_wc completion{};
+    const int completed = posted == 0 ? rdma_get_send_comp(id_, &completion) : -1;
+    rdma_dereg_mr(mr);
+    if (completed <= 0) throw std::runtime_error("no completion for the raw RDMA request");
+    return completion.status;
+  }
+
+  // The rkey of a region this peer registers now on the same device: on one host, rxe hands
+  // out region indices in sequence (rkey = index << 8 | an 8-bit key), so a region the owner
+  // registers between two of these has an index between theirs.
+  std::uint32_t probe_region_rkey() {
+    std::array<std::byte, 64> bytes{};
+    ibv_mr* mr = ibv_reg_mr(id_->pd, bytes.data(), bytes.size(), IBV_ACCESS_REMOTE_READ);
+    if (mr == nullptr) throw std::runtime_error("ibv_reg_mr");
+    const auto rkey = mr->rkey;
+    ibv_dereg_mr(mr);
+    return rkey;
+  }
+
+ private:
+  Grant await_grant(std::uint64_t seq, std::size_t descriptors, std::chrono::milliseconds timeout) {
+    Grant grant;
+    grant.rkeys.resize(descriptors);
+    while (auto notice = receive(timeout)) {
+      if (notice->seq != seq) continue;
+      if (notice->type == detail::verbs::NoticeType::Keys) {
+        for (std::size_t i = 0; i < notice->rkeys.size(); ++i)
+          if (notice->first_index + i < descriptors)
+            grant.rkeys[notice->first_index + i] = notice->rkeys[i];
+      } else if (notice->type == detail::verbs::NoticeType::Accept) {
+        grant.accepted = !notice->error;
+        grant.error = notice->error;
+        return grant;
+      }
+    }
+    return grant;
+  }
+
+  void post_receive(std::size_t slot) {
+    if (rdma_post_recv(id_, reinterpret_cast<void*>(slot), receive_buffers_[slot].data(),
+                       receive_buffers_[slot].size(), receive_mr_) != 0)
+      throw std::runtime_error("rdma_post_recv");
+  }
+
+  rdma_cm_id* id_ = nullptr;
+  ibv_mr* receive_mr_ = nullptr;
+  std::array<std::array<std::byte, detail::verbs::kNoticeBytes>, kReceives> receive_buffers_{};
+};
+
+}  // namespace memwire::test_support
