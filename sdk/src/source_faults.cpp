@@ -13,10 +13,10 @@ std::size_t SourceFaults::record(const std::string& source, Clock::time_point no
   if (found == sources_.end()) {
     if (sources_.size() >= kMaxSources) {
       // The source whose last fault is oldest goes: it is the least likely to be refused.
-      auto stalest = std::min_element(sources_.begin(), sources_.end(), [](const auto& a,
-                                                                           const auto& b) {
-        return a.second.empty() || (!b.second.empty() && a.second.back() < b.second.back());
-      });
+      auto stalest =
+          std::min_element(sources_.begin(), sources_.end(), [](const auto& a, const auto& b) {
+            return a.second.empty() || (!b.second.empty() && a.second.back() < b.second.back());
+          });
       sources_.erase(stalest);
     }
     found = sources_.emplace(source, std::deque<Clock::time_point>{}).first;

@@ -105,7 +105,8 @@ TEST_P(VerbsAccess, NoRemoteKeyLeavesInTheMetadata) {
   Connector owner(options());
   std::vector<std::byte> memory(4096);
   auto readable = owner.create_readable({Descriptor(std::span(memory))});
-  const auto& offer = readable.metadata().endpoint().transports.at(0);
+  const auto metadata = readable.metadata();
+  const auto& offer = metadata.endpoint().transports.at(0);
   EXPECT_EQ(offer.name, "verbs");
   EXPECT_TRUE(offer.keys.empty());
   for (const auto& [name, value] : offer.attributes)
@@ -135,8 +136,9 @@ TEST_P(VerbsAccess, AKeyWorksOnlyOnTheConnectionItWasGrantedTo) {
     EXPECT_EQ(other.access(true, stolen, metadata.descriptors()[0].ptr, grant.rkeys[0]),
               IBV_WC_REM_ACCESS_ERR);
     EXPECT_TRUE(all_equal(stolen, std::byte{0xab})) << "another QP read with a granted key";
+    // Begun, not completed; the refused QP did not fail it (the reader's own QP lives on).
+    EXPECT_EQ(readable.status(), OperationStatus::InProgress);
   }
-  EXPECT_EQ(readable.status(), OperationStatus::InProgress);  // begun, not completed
 }
 
 TEST_P(VerbsAccess, AWriteKeyWorksOnlyOnTheConnectionItWasGrantedTo) {
@@ -205,6 +207,11 @@ TEST_P(VerbsAccess, APeerHoldingAsMetadataCannotReadBOrWriteWByGuessing) {
   std::vector<std::byte> local(4096, std::byte{0x5a});
   RawVerbsPeer reuse(address, "attacker");
   EXPECT_NE(reuse.access(true, local, b_address, grant.rkeys[0]), IBV_WC_SUCCESS);
+  // With windows, B's and W's regions exist (for binds only) and the guesses cover them.
+  if (std::string(GetParam()) == "windows") {
+    EXPECT_GE(read_b.tried, 256u);
+    EXPECT_GE(write_w.tried, 256u);
+  }
   std::cout << "[          ] guesses: " << read_b.tried << " at B, " << write_w.tried
             << " at W, none accepted\n";
   EXPECT_EQ(readable_b.status(), OperationStatus::Initialized);
@@ -224,6 +231,9 @@ TEST_P(VerbsAccess, ReadingAWithoutBeginIsRefusedWhateverTheKey) {
   const auto guesses = guess_region_keys(rail_addresses(metadata).front(), true,
                                          metadata.descriptors()[0].ptr, 4096, before, after);
   EXPECT_TRUE(guesses.accepted.empty()) << guesses.accepted.size() << " keys read A unbegun";
+  if (std::string(GetParam()) == "windows") {
+    EXPECT_GE(guesses.tried, 256u);
+  }
   EXPECT_EQ(readable.status(), OperationStatus::Initialized);
 }
 
@@ -279,9 +289,9 @@ TEST_P(VerbsAccess, KeysOfAnExpiredOperationAreRefused) {
   ASSERT_EQ(reader.access(true, target, metadata.descriptors()[0].ptr, grant.rkeys[0]),
             IBV_WC_SUCCESS);
   // Past the expiry (the owner's timer ends the grant, no access needed to notice).
-  std::this_thread::sleep_until(std::chrono::system_clock::time_point(
-                                    std::chrono::milliseconds(metadata.expires_at_ms())) +
-                                300ms);
+  std::this_thread::sleep_until(
+      std::chrono::system_clock::time_point(std::chrono::milliseconds(metadata.expires_at_ms())) +
+      300ms);
   std::vector<std::byte> late(8192, std::byte{0xab});
   EXPECT_EQ(reader.access(true, late, metadata.descriptors()[0].ptr, grant.rkeys[0]),
             IBV_WC_REM_ACCESS_ERR);

@@ -37,6 +37,14 @@ ConnectorOptions verbs_options() {
   ConnectorOptions options;
   options.transports = {"verbs"};
   options.connect_timeout = 5s;
+  if (const char* access = std::getenv("MEMWIRE_TEST_ACCESS")) options.rdma.access = access;
+  // MEMWIRE_TEST_LOG=1: the connectors' own lines on stderr, to see why a test failed.
+  if (std::getenv("MEMWIRE_TEST_LOG") != nullptr) {
+    options.log_level = LogLevel::Debug;
+    options.log = [](std::string_view line) {
+      std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+    };
+  }
   return options;
 }
 

@@ -159,9 +159,9 @@ class RawVerbsPeer {
   }
   // Done for transfer `seq` of `metadata`'s operation; the owner's Result (empty = success),
   // or nothing when it did not answer.
-  std::optional<std::optional<ErrorCode>> done(const RdmaMetadata& metadata, std::uint64_t seq,
-                                               std::chrono::milliseconds timeout =
-                                                   std::chrono::seconds(20)) {
+  std::optional<std::optional<ErrorCode>> done(
+      const RdmaMetadata& metadata, std::uint64_t seq,
+      std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
     detail::verbs::Notice notice;
     notice.type = detail::verbs::NoticeType::Done;
     notice.seq = seq;
@@ -208,11 +208,11 @@ class RawVerbsPeer {
     grant.rkeys.resize(descriptors);
     while (auto notice = receive(timeout)) {
       if (notice->seq != seq) continue;
-      if (notice->type == detail::verbs::NoticeType::Keys) {
-        for (std::size_t i = 0; i < notice->rkeys.size(); ++i)
-          if (notice->first_index + i < descriptors)
-            grant.rkeys[notice->first_index + i] = notice->rkeys[i];
-      } else if (notice->type == detail::verbs::NoticeType::Accept) {
+      // Keys notices, and the last keys on the Accept.
+      for (std::size_t i = 0; i < notice->rkeys.size(); ++i)
+        if (notice->first_index + i < descriptors)
+          grant.rkeys[notice->first_index + i] = notice->rkeys[i];
+      if (notice->type == detail::verbs::NoticeType::Accept) {
         grant.accepted = !notice->error;
         grant.error = notice->error;
         return grant;

@@ -31,8 +31,7 @@ std::shared_ptr<AccessGrant> AccessGrant::windows(std::shared_ptr<const Bindable
     Mw window(ibv_alloc_mw(regions->device->pd(), IBV_MW_TYPE_2));
     if (!window)
       throw Error(ErrorCode::Transport, "cannot allocate a memory window on " +
-                                            regions->device->name() + ": " +
-                                            std::strerror(errno));
+                                            regions->device->name() + ": " + std::strerror(errno));
     const std::uint32_t key = random[index % random.size()];
     grant->rkeys_.push_back((window->rkey & ~0xffu) | key);
     grant->windows_.push_back(std::move(window));
@@ -48,9 +47,8 @@ std::shared_ptr<AccessGrant> AccessGrant::own_regions(const VerbsDevice& device,
                                                       OperationKind kind) {
   std::shared_ptr<AccessGrant> grant(new AccessGrant());
   // A writable region needs local write for the device to write into it.
-  const int access = kind == OperationKind::Read
-                         ? IBV_ACCESS_REMOTE_READ
-                         : IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+  const int access = kind == OperationKind::Read ? IBV_ACCESS_REMOTE_READ
+                                                 : IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
   for (const auto& descriptor : descriptors) {
     if (descriptor.size() == 0) {
       grant->own_.emplace_back();

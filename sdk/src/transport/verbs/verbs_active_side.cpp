@@ -209,21 +209,26 @@ bool VerbsActiveSide::open_leg(const std::shared_ptr<Stripe>& stripe, std::size_
   return true;
 }
 
-void VerbsActiveSide::on_keys(Connection& connection, const Notice& notice) {
-  auto found = connection.outbound.find(notice.seq);
-  if (found == connection.outbound.end()) return;  // aborted meanwhile
-  auto& leg = found->second;
+bool VerbsActiveSide::take_keys(Connection& connection, OutboundTransfer& leg,
+                                const Notice& notice) {
   const auto descriptors = leg.stripe->transfer->local().size();
   if (notice.first_index > descriptors || notice.rkeys.size() > descriptors - notice.first_index) {
     engine_.fail_connection(connection,
                             Error(ErrorCode::Protocol, "verbs: " + describe(connection) +
                                                            " granted keys beyond the descriptors"));
-    return;
+    return false;
   }
   leg.rkeys.resize(descriptors);
   std::copy(notice.rkeys.begin(), notice.rkeys.end(),
             leg.rkeys.begin() + static_cast<std::ptrdiff_t>(notice.first_index));
   leg.keys_received += notice.rkeys.size();
+  return true;
+}
+
+void VerbsActiveSide::on_keys(Connection& connection, const Notice& notice) {
+  auto found = connection.outbound.find(notice.seq);
+  if (found == connection.outbound.end()) return;  // aborted meanwhile
+  take_keys(connection, found->second, notice);
 }
 
 void VerbsActiveSide::on_accept(Connection& connection, const Notice& notice) {
@@ -243,6 +248,7 @@ void VerbsActiveSide::on_accept(Connection& connection, const Notice& notice) {
     return;
   }
   if (stripe->aborted || stripe->done_sent || is_terminal(stripe->transfer->status())) return;
+  if (!take_keys(connection, leg, notice)) return;  // the last of the keys come with Accept
   if (leg.keys_received != stripe->transfer->local().size()) {
     engine_.fail_connection(
         connection, Error(ErrorCode::Protocol,

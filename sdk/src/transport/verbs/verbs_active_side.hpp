@@ -71,6 +71,9 @@ class VerbsActiveSide {
  private:
   // Opens a leg of `stripe` on its pair `pair`; false when no connection could be started.
   bool open_leg(const std::shared_ptr<Stripe>& stripe, std::size_t pair);
+  // Keys the owner granted `leg` (a Keys notice, or the last of them on Accept); false (and
+  // the connection failed) when they do not fit its descriptors.
+  bool take_keys(Connection& connection, OutboundTransfer& leg, const Notice& notice);
   void on_keys(Connection& connection, const Notice& notice);
   void on_accept(Connection& connection, const Notice& notice);
   void on_result(Connection& connection, const Notice& notice);

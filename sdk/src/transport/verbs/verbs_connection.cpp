@@ -10,7 +10,7 @@ namespace memwire::detail::verbs {
 namespace {
 
 constexpr unsigned kSendDepth = 256;
-constexpr unsigned kReceiveSlots = 64;
+constexpr unsigned kReceiveSlots = 128;
 constexpr unsigned kReservedForNotices = 64;
 
 [[noreturn]] void fail(const std::string& what) {
@@ -112,22 +112,28 @@ bool Connection::send_grant(std::uint64_t seq, const std::shared_ptr<AccessGrant
     bind.bind = true;
     waiting_.push_back(std::move(bind));
   }
+  // The keys in notices of kMaxKeys, the last of them the Accept itself: one SEND for an
+  // operation of up to kMaxKeys descriptors.
   const auto& rkeys = grant->rkeys();
-  for (std::size_t first = 0; first < rkeys.size(); first += Notice::kMaxKeys) {
-    Notice keys;
-    keys.type = NoticeType::Keys;
-    keys.seq = seq;
-    keys.first_index = static_cast<std::uint32_t>(first);
-    keys.rkeys.assign(rkeys.begin() + static_cast<std::ptrdiff_t>(first),
-                      rkeys.begin() + static_cast<std::ptrdiff_t>(
-                                          std::min(rkeys.size(), first + Notice::kMaxKeys)));
+  const auto chunk = [&](NoticeType type, std::size_t first) {
+    Notice notice;
+    notice.type = type;
+    notice.seq = seq;
+    notice.first_index = static_cast<std::uint32_t>(first);
+    notice.rkeys.assign(rkeys.begin() + static_cast<std::ptrdiff_t>(first),
+                        rkeys.begin() + static_cast<std::ptrdiff_t>(
+                                            std::min(rkeys.size(), first + Notice::kMaxKeys)));
+    return notice;
+  };
+  const std::size_t last =
+      rkeys.empty() ? 0 : (rkeys.size() - 1) / Notice::kMaxKeys * Notice::kMaxKeys;
+  for (std::size_t first = 0; first < last; first += Notice::kMaxKeys) {
     Waiting message{};
-    message.size = encode(keys, std::span<std::byte, kNoticeBytes>(message.bytes));
+    message.size =
+        encode(chunk(NoticeType::Keys, first), std::span<std::byte, kNoticeBytes>(message.bytes));
     waiting_.push_back(std::move(message));
   }
-  Notice accept;
-  accept.type = NoticeType::Accept;
-  accept.seq = seq;
+  const auto accept = chunk(NoticeType::Accept, last);
   Waiting message{};
   message.size = encode(accept, std::span<std::byte, kNoticeBytes>(message.bytes));
   message.grant = grant;
@@ -247,14 +253,15 @@ void Connection::close() {
   if (!id_) return;
   // Tells the peer at once (it sees DISCONNECTED) and moves the QP to the error state.
   if (connected) rdma_disconnect(id_.get());
-  // Destroying the QP guarantees the device touches no memory for it any more.
-  if (id_->qp != nullptr) rdma_destroy_qp(id_.get());
+  // The QP is in the error state: no bind of it runs any more, and its windows go before it
+  // does (a type-2 window holds its QP: destroying a QP with windows bound waits for them).
   waiting_.clear();
-  // No bind of it will run now: the windows may go.
   for (auto& [id, grant] : binding_) grant->connection_closed();
   binding_.clear();
   for (auto& [key, entry] : inbound)
     if (entry.grant) entry.grant->connection_closed();
+  // Destroying the QP guarantees the device touches no memory for it any more.
+  if (id_->qp != nullptr) rdma_destroy_qp(id_.get());
 }
 
 std::string describe(const Connection& connection) {

@@ -89,8 +89,8 @@ class Connection {
   const std::string address;  // "ip:port" dialled (outgoing only)
   std::size_t rail = 0;       // the engine's rail (local device) it runs on
   std::chrono::steady_clock::time_point deadline{};
-  std::map<std::uint64_t, OutboundTransfer> outbound;    // active transfers, by seq
-  std::deque<std::uint64_t> ready;                       // seqs with data left to post
+  std::map<std::uint64_t, OutboundTransfer> outbound;  // active transfers, by seq
+  std::deque<std::uint64_t> ready;                     // seqs with data left to post
   // Registrations a peer began here, with the access granted to this connection for each.
   struct Inbound {
     std::weak_ptr<Registration> registration;

@@ -100,8 +100,8 @@ VerbsDevice::VerbsDevice(const std::string& wanted, int gid_index) {
       max_message_size_ = attributes.max_msg_sz;
       max_qp_wr_ = device.max_qp_wr;
       max_cqe_ = device.max_cqe;
-      binds_windows_ = device.max_mw > 0 &&
-                       (device.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0;
+      binds_windows_ =
+          device.max_mw > 0 && (device.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0;
       return;
     }
   }

@@ -135,8 +135,8 @@ Engine::Engine(const TransportContext& context)
   set_nonblocking(events_->fd);
   for (auto& device : open_rails(context.options, log_)) {
     if (access == "windows" && !device->binds_windows())
-      throw Error(ErrorCode::Transport,
-                  "rdma.access is windows, but " + device->name() + " has no type-2 memory windows");
+      throw Error(ErrorCode::Transport, "rdma.access is windows, but " + device->name() +
+                                            " has no type-2 memory windows");
     rails_.push_back(std::make_unique<Rail>(std::move(device)));
     auto& rail = *rails_.back();
     rail.own_pd_per_peer =
@@ -355,14 +355,14 @@ void Engine::on_connect_request(rdma_cm_id* id, const std::optional<std::string>
   if (faults_.refused(host, std::chrono::steady_clock::now())) {
     if (!refusal_logged_[host]) {
       refusal_logged_[host] = true;
-      events_log_->write(LogLevel::Warn, "connection_refused",
-                         "verbs: connections from " + host + " refused: " +
-                             std::to_string(faults_.limit()) + " access faults within " +
-                             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                                faults_.window())
-                                                .count()) +
-                             " s",
-                         LogFields().peer(host).transport("verbs"));
+      events_log_->write(
+          LogLevel::Warn, "connection_refused",
+          "verbs: connections from " + host + " refused: " + std::to_string(faults_.limit()) +
+              " access faults within " +
+              std::to_string(
+                  std::chrono::duration_cast<std::chrono::seconds>(faults_.window()).count()) +
+              " s",
+          LogFields().peer(host).transport("verbs"));
     }
     if (telemetry_) telemetry_->connection_refused("verbs");
     rdma_reject(id, nullptr, 0);
@@ -485,6 +485,7 @@ void Engine::on_async_events(std::size_t rail) {
     const bool port_lost = (type == IBV_EVENT_PORT_ERR && event.element.port_num == port) ||
                            type == IBV_EVENT_DEVICE_FATAL;
     ibv_ack_async_event(&event);
+    log(std::string("verbs: async event ") + ibv_event_type_str(type));
     if (!port_lost) continue;
     rails_[rail]->failed_at = std::chrono::steady_clock::now();
     std::vector<std::shared_ptr<Connection>> lost;
@@ -553,7 +554,10 @@ void Engine::handle(Connection& connection, const ibv_wc& completion) {
 }
 
 void Engine::on_work_error(Connection& connection, const ibv_wc& completion) {
-  const std::string status = ibv_wc_status_str(completion.status);
+  static constexpr const char* kRequests[] = {"?", "receive", "notice", "RDMA", "window bind"};
+  const auto tag = static_cast<std::size_t>(Connection::tag_of(completion.wr_id));
+  const std::string status = std::string(ibv_wc_status_str(completion.status)) + " on a " +
+                             kRequests[tag < std::size(kRequests) ? tag : 0];
   const auto broken = Error(ErrorCode::PeerLost, "verbs: connection to " + describe(connection) +
                                                      " broke (" + status + ")");
   // On an accepted connection the device failed the peer's request (or flushed ours after
@@ -639,8 +643,8 @@ void Engine::watch_expiry(const std::shared_ptr<Registration>& registration,
 
 std::optional<std::chrono::steady_clock::time_point> Engine::next_expiry() const {
   if (expiries_.empty()) return std::nullopt;
-  const auto in = std::chrono::milliseconds(std::max<std::int64_t>(
-      0, expiries_.begin()->first - unix_now_ms() + 1));
+  const auto in = std::chrono::milliseconds(
+      std::max<std::int64_t>(0, expiries_.begin()->first - unix_now_ms() + 1));
   return std::chrono::steady_clock::now() + in;
 }
 

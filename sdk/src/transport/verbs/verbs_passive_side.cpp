@@ -86,8 +86,9 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
   connection.inbound[notice.key] = {registration, grant};
   engine_.watch_expiry(registration, grant);
   if (!connection.send_grant(notice.seq, grant))
-    engine_.fail_connection(connection, Error(ErrorCode::Transport, "verbs: cannot post to the QP of " +
-                                                                        describe(connection)));
+    engine_.fail_connection(
+        connection,
+        Error(ErrorCode::Transport, "verbs: cannot post to the QP of " + describe(connection)));
 }
 
 void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {

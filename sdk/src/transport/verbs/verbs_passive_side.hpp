@@ -30,8 +30,7 @@ class VerbsPassiveSide {
   void on_notice(Connection& connection, const Notice& notice);
   // `inbound`: the registrations the closed connection had begun. Each fails unless another
   // live connection (the peer's other rail) still carries its transfer.
-  void on_connection_lost(const std::map<Id128, Connection::Inbound>& inbound,
-                          const Error& error);
+  void on_connection_lost(const std::map<Id128, Connection::Inbound>& inbound, const Error& error);
 
  private:
   void on_begin(Connection& connection, const Notice& notice);

@@ -18,10 +18,11 @@ namespace memwire::detail::verbs {
 // The control messages of the verbs transport, carried as SENDs on the data QP. An active
 // transfer announces itself (Begin: the passive side checks key, token and kind before a byte
 // moves), and the passive side grants that connection, and it alone, remote keys for the
-// registration (Keys, as many as the descriptors need, then Accept); the active side moves its
-// bytes with RDMA READ/WRITE under those keys, then sends Done; the passive side ends the grant,
-// completes the registration and answers with Result, and only then does the active side
-// succeed. Abort is the active side's error notice. Metadata carries no remote key.
+// registration (Keys notices as many as the descriptors need, the last keys on Accept). The
+// active side moves its bytes with RDMA READ/WRITE under those keys, then sends Done; the
+// passive side ends the grant, completes the registration and answers with Result, and only
+// then does the active side succeed. Abort is the active side's error notice. The metadata
+// carries no remote key.
 enum class NoticeType : std::uint8_t {
   Begin = 1,
   Accept = 2,
@@ -39,8 +40,8 @@ struct Notice {
   OperationKind kind = OperationKind::Unspecified;  // Begin
   std::optional<ErrorCode> error;                   // Accept, Result, Abort; empty = success
   std::string text;                                 // why, when `error` is set
-  std::uint32_t first_index = 0;                    // Keys: the descriptor of rkeys[0]
-  std::vector<std::uint32_t> rkeys;                 // Keys: one per descriptor from first_index
+  std::uint32_t first_index = 0;                    // Keys, Accept: the descriptor of rkeys[0]
+  std::vector<std::uint32_t> rkeys;                 // Keys, Accept: one per descriptor onwards
 
   static constexpr std::size_t kMaxText = 200;
   static constexpr std::size_t kMaxKeys = 48;  // per Keys notice (a notice carries no text then)
