@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -119,9 +120,11 @@ TEST_P(VerbsAccess, AKeyWorksOnlyOnTheConnectionItWasGrantedTo) {
   fill_pattern(source, 41);
   auto readable = owner.create_readable({Descriptor(std::span(source))});
   const auto metadata = readable.metadata();
+  // Every rail's reader lives to the end: losing one would fail the operation.
+  std::vector<std::unique_ptr<RawVerbsPeer>> readers;
   for (const auto& address : rail_addresses(metadata)) {
     SCOPED_TRACE(address);
-    RawVerbsPeer reader(address, "reader");
+    auto& reader = *readers.emplace_back(std::make_unique<RawVerbsPeer>(address, "reader"));
     const auto grant = reader.begin(metadata);
     ASSERT_TRUE(grant.accepted) << "the owner refused a Begin with the right token";
     ASSERT_EQ(grant.rkeys.size(), 1u);
