@@ -1,5 +1,6 @@
 // The verbs transport's control messages (SENDs on the data QP) and rdma_cm hello private
-// data: both come from the peer. decode() must return a notice or throw Error{Protocol};
+// data: both come from the peer. decode() must return a notice or throw Error{Protocol} (keys
+// included: at most kMaxKeys, none beside a text);
 // a decoded notice must encode and decode back to itself; decode_hello() never throws.
 #include "transport/verbs/verbs_wire.hpp"
 
@@ -20,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto again = verbs::decode(std::span(buffer).first(used));
     if (again.type != notice.type || again.seq != notice.seq || again.key != notice.key ||
         again.token != notice.token || again.kind != notice.kind || again.error != notice.error ||
-        again.text != notice.text)
+        again.text != notice.text || again.first_index != notice.first_index ||
+        again.rkeys != notice.rkeys)
       std::abort();
   } catch (const memwire::Error& error) {
     if (error.code() != memwire::ErrorCode::Protocol) std::abort();
