@@ -195,7 +195,8 @@ class RawVerbsPeer {
   // registers between two of these has an index between theirs.
   std::uint32_t probe_region_rkey() {
     std::array<std::byte, 64> bytes{};
-    ibv_mr* mr = ibv_reg_mr(id_->pd, bytes.data(), bytes.size(), IBV_ACCESS_REMOTE_READ);
+    const int access = IBV_ACCESS_REMOTE_READ;  // a variable: ibv_reg_mr's macro mixes enums
+    ibv_mr* mr = ibv_reg_mr(id_->pd, bytes.data(), bytes.size(), access);
     if (mr == nullptr) throw std::runtime_error("ibv_reg_mr");
     const auto rkey = mr->rkey;
     ibv_dereg_mr(mr);

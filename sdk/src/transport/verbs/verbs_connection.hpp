@@ -97,7 +97,6 @@ class Connection {
     std::shared_ptr<AccessGrant> grant;
   };
   std::map<Id128, Inbound> inbound;
-  bool grant_revoked = false;  // the owner ended a grant in use here (an access error is ours)
 
  private:
   struct Waiting;

@@ -560,9 +560,14 @@ void Engine::on_work_error(Connection& connection, const ibv_wc& completion) {
                              kRequests[tag < std::size(kRequests) ? tag : 0];
   const auto broken = Error(ErrorCode::PeerLost, "verbs: connection to " + describe(connection) +
                                                      " broke (" + status + ")");
-  // On an accepted connection the device failed the peer's request (or flushed ours after
-  // it did): it used a key it was not granted.
-  if (!connection.outgoing) count_fault(connection, status);
+  // On an accepted connection the device refused the peer's request (the responder then
+  // flushes every queued request of ours): it used a key it was not granted. Our own failures
+  // (a bind, a peer that stopped answering) are not the peer's fault.
+  const bool refused_remote = completion.status == IBV_WC_WR_FLUSH_ERR ||
+                              completion.status == IBV_WC_REM_ACCESS_ERR ||
+                              completion.status == IBV_WC_REM_INV_REQ_ERR ||
+                              completion.status == IBV_WC_REM_OP_ERR;
+  if (!connection.outgoing && refused_remote) count_fault(connection, status);
   if (Connection::tag_of(completion.wr_id) != Connection::Tag::Data ||
       completion.status == IBV_WC_WR_FLUSH_ERR) {
     fail_connection(connection, broken);
@@ -666,6 +671,8 @@ void Engine::end_expired_grants() {
 
 void Engine::count_fault(const Connection& connection, std::string_view why) {
   // A grant the owner ended (a cancel, an expiry) under a reader in flight: an honest peer.
+  // Not one the peer ended itself (Done, Abort: its entry is gone), or a guesser could begin
+  // and abort an operation it holds before every guess to go uncounted.
   for (const auto& [key, entry] : connection.inbound)
     if (entry.grant->invalidated()) return;
   const auto host = connection.address.substr(0, connection.address.rfind(':'));
