@@ -22,6 +22,7 @@ using namespace memwire;
 using namespace std::chrono_literals;
 using memwire::test_support::fill_pattern;
 using memwire::test_support::first_mismatch;
+using memwire::test_support::rail_addresses;
 using memwire::test_support::RawVerbsPeer;
 
 namespace {
@@ -47,17 +48,6 @@ bool rdma_available() {
     }
   }();
   return available;
-}
-
-// The owner's verbs listeners: the offer's address, then rail1, ... when it has several.
-std::vector<std::string> rail_addresses(const RdmaMetadata& metadata) {
-  const auto& offer = metadata.endpoint().transports.at(0);
-  std::vector<std::string> addresses{offer.address};
-  for (int rail = 1;; ++rail) {
-    auto found = offer.attributes.find("rail" + std::to_string(rail));
-    if (found == offer.attributes.end()) return addresses;
-    addresses.push_back(found->second);
-  }
 }
 
 bool all_equal(std::span<const std::byte> bytes, std::byte value) {

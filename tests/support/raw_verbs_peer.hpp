@@ -24,6 +24,18 @@
 
 namespace memwire::test_support {
 
+// The owner's verbs listeners as its metadata names them: the offer's address, then rail1,
+// ... when it has several.
+inline std::vector<std::string> rail_addresses(const RdmaMetadata& metadata) {
+  const auto& offer = metadata.endpoint().transports.at(0);
+  std::vector<std::string> addresses{offer.address};
+  for (int rail = 1;; ++rail) {
+    auto found = offer.attributes.find("rail" + std::to_string(rail));
+    if (found == offer.attributes.end()) return addresses;
+    addresses.push_back(found->second);
+  }
+}
+
 class RawVerbsPeer {
  public:
   static constexpr std::size_t kReceives = 16;
@@ -147,14 +159,8 @@ class RawVerbsPeer {
   // token, the pairing kind), as transfer `seq`, and collects the owner's answer.
   Grant begin(const RdmaMetadata& metadata, std::uint64_t seq = 1,
               std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-    detail::verbs::Notice notice;
-    notice.type = detail::verbs::NoticeType::Begin;
-    notice.seq = seq;
-    notice.key = parse_id(metadata.notification_key()).value_or(Id128{});
-    notice.token = parse_id(metadata.token()).value_or(Id128{});
-    notice.kind = metadata.operation_kind() == OperationKind::Read ? OperationKind::Read
-                                                                   : OperationKind::Write;
-    if (send(notice) != IBV_WC_SUCCESS) return {};
+    if (send(notice_for(metadata, detail::verbs::NoticeType::Begin, seq)) != IBV_WC_SUCCESS)
+      return {};
     return await_grant(seq, metadata.descriptors().size(), timeout);
   }
   // Done for transfer `seq` of `metadata`'s operation; the owner's Result (empty = success),
@@ -162,12 +168,8 @@ class RawVerbsPeer {
   std::optional<std::optional<ErrorCode>> done(
       const RdmaMetadata& metadata, std::uint64_t seq,
       std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-    detail::verbs::Notice notice;
-    notice.type = detail::verbs::NoticeType::Done;
-    notice.seq = seq;
-    notice.key = parse_id(metadata.notification_key()).value_or(Id128{});
-    notice.token = parse_id(metadata.token()).value_or(Id128{});
-    if (send(notice) != IBV_WC_SUCCESS) return std::nullopt;
+    if (send(notice_for(metadata, detail::verbs::NoticeType::Done, seq)) != IBV_WC_SUCCESS)
+      return std::nullopt;
     while (auto answer = receive(timeout))
       if (answer->type == detail::verbs::NoticeType::Result && answer->seq == seq)
         return answer->error;
@@ -220,6 +222,18 @@ class RawVerbsPeer {
       }
     }
     return grant;
+  }
+
+  static detail::verbs::Notice notice_for(const RdmaMetadata& metadata,
+                                          detail::verbs::NoticeType type, std::uint64_t seq) {
+    detail::verbs::Notice notice;
+    notice.type = type;
+    notice.seq = seq;
+    notice.key = parse_id(metadata.notification_key()).value_or(Id128{});
+    notice.token = parse_id(metadata.token()).value_or(Id128{});
+    notice.kind = metadata.operation_kind() == OperationKind::Read ? OperationKind::Read
+                                                                   : OperationKind::Write;
+    return notice;
   }
 
   void post_receive(std::size_t slot) {

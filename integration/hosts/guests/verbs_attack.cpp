@@ -31,21 +31,12 @@
 #include "support/raw_verbs_peer.hpp"
 
 using namespace memwire;
+using memwire::test_support::rail_addresses;
 using memwire::test_support::RawVerbsPeer;
 
 namespace {
 
 constexpr std::size_t kHalf = 64 * 1024;
-
-std::vector<std::string> rail_addresses(const RdmaMetadata& metadata) {
-  const auto& offer = metadata.endpoint().transports.at(0);
-  std::vector<std::string> addresses{offer.address};
-  for (int rail = 1;; ++rail) {
-    auto found = offer.attributes.find("rail" + std::to_string(rail));
-    if (found == offer.attributes.end()) return addresses;
-    addresses.push_back(found->second);
-  }
-}
 
 int victim(const std::string& metadata_file, const std::string& done_file, int seconds) {
   Connector owner(ConnectorOptions::from_environment());

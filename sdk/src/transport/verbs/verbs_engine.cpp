@@ -563,10 +563,9 @@ void Engine::on_work_error(Connection& connection, const ibv_wc& completion) {
   // On an accepted connection the device refused the peer's request (the responder then
   // flushes every queued request of ours): it used a key it was not granted. Our own failures
   // (a bind, a peer that stopped answering) are not the peer's fault.
-  const bool refused_remote = completion.status == IBV_WC_WR_FLUSH_ERR ||
-                              completion.status == IBV_WC_REM_ACCESS_ERR ||
-                              completion.status == IBV_WC_REM_INV_REQ_ERR ||
-                              completion.status == IBV_WC_REM_OP_ERR;
+  const bool refused_remote =
+      completion.status == IBV_WC_WR_FLUSH_ERR || completion.status == IBV_WC_REM_ACCESS_ERR ||
+      completion.status == IBV_WC_REM_INV_REQ_ERR || completion.status == IBV_WC_REM_OP_ERR;
   if (!connection.outgoing && refused_remote) count_fault(connection, status);
   if (Connection::tag_of(completion.wr_id) != Connection::Tag::Data ||
       completion.status == IBV_WC_WR_FLUSH_ERR) {
