@@ -41,7 +41,7 @@ std::shared_ptr<AccessGrant> AccessGrant::windows(std::shared_ptr<const Bindable
   return grant;
 }
 
-std::shared_ptr<AccessGrant> AccessGrant::own_regions(const VerbsDevice& device,
+std::shared_ptr<AccessGrant> AccessGrant::own_regions(std::shared_ptr<const VerbsDevice> device,
                                                       std::shared_ptr<ibv_pd> pd,
                                                       const std::vector<Descriptor>& descriptors,
                                                       OperationKind kind) {
@@ -55,11 +55,12 @@ std::shared_ptr<AccessGrant> AccessGrant::own_regions(const VerbsDevice& device,
       grant->rkeys_.push_back(0);
       continue;
     }
-    auto region = device.register_memory(pd.get(), descriptor.ptr(), descriptor.size(), access);
+    auto region = device->register_memory(pd.get(), descriptor.ptr(), descriptor.size(), access);
     grant->rkeys_.push_back(region->rkey);
     grant->own_.push_back(std::move(region));
   }
   grant->pd_ = std::move(pd);
+  grant->device_ = std::move(device);
   return grant;
 }
 

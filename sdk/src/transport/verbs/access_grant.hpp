@@ -32,7 +32,7 @@ class AccessGrant {
  public:
   static std::shared_ptr<AccessGrant> windows(std::shared_ptr<const BindableRegions> regions,
                                               OperationKind kind);
-  static std::shared_ptr<AccessGrant> own_regions(const VerbsDevice& device,
+  static std::shared_ptr<AccessGrant> own_regions(std::shared_ptr<const VerbsDevice> device,
                                                   std::shared_ptr<ibv_pd> pd,
                                                   const std::vector<Descriptor>& descriptors,
                                                   OperationKind kind);
@@ -62,6 +62,7 @@ class AccessGrant {
   mutable std::mutex mutex_;
   int window_access_ = 0;
   std::shared_ptr<const BindableRegions> bindable_;  // windows: outlive them
+  std::shared_ptr<const VerbsDevice> device_;        // own regions: outlive them (its context)
   std::shared_ptr<ibv_pd> pd_;                       // own regions: outlives them
   std::vector<Mr> own_;
   std::vector<Mw> windows_;

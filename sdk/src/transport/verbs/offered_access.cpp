@@ -8,7 +8,8 @@ OfferedAccess::OfferedAccess(OperationKind kind, std::vector<Descriptor> descrip
                              std::vector<std::shared_ptr<const BindableRegions>> rails)
     : kind_(kind), descriptors_(std::move(descriptors)), rails_(std::move(rails)) {}
 
-std::shared_ptr<AccessGrant> OfferedAccess::grant(std::size_t rail, const VerbsDevice& device,
+std::shared_ptr<AccessGrant> OfferedAccess::grant(std::size_t rail,
+                                                  const std::shared_ptr<const VerbsDevice>& device,
                                                   const std::shared_ptr<ibv_pd>& own_pd) {
   std::lock_guard lock(mutex_);
   if (revoked_) throw Error(ErrorCode::Cancelled, "the operation ended on the owner's side");
@@ -18,7 +19,7 @@ std::shared_ptr<AccessGrant> OfferedAccess::grant(std::size_t rail, const VerbsD
   else if (rail < rails_.size() && rails_[rail])
     granted = AccessGrant::windows(rails_[rail], kind_);
   else
-    throw Error(ErrorCode::Transport, "verbs: the operation was not offered on " + device.name());
+    throw Error(ErrorCode::Transport, "verbs: the operation was not offered on " + device->name());
   // Grants of connections that ended are forgotten: the list stays as long as the live ones.
   std::erase_if(grants_, [](const auto& weak) { return weak.expired(); });
   grants_.push_back(granted);

@@ -23,7 +23,8 @@ class OfferedAccess final : public TransportState {
   // Access for the connection on `rail` whose peer presented the token: windows over the
   // rail's bindable regions, or regions in `own_pd`. Throws Error{Cancelled} once revoked,
   // Error{Transport} when the device refuses.
-  std::shared_ptr<AccessGrant> grant(std::size_t rail, const VerbsDevice& device,
+  std::shared_ptr<AccessGrant> grant(std::size_t rail,
+                                     const std::shared_ptr<const VerbsDevice>& device,
                                      const std::shared_ptr<ibv_pd>& own_pd);
   void revoke() noexcept override;
 

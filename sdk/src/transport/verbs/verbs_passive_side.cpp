@@ -76,7 +76,7 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
   try {
     auto access = registration->attachment<OfferedAccess>();
     if (!access) throw Error(ErrorCode::Cancelled, "the operation ended on the owner's side");
-    grant = access->grant(connection.rail, *engine_.rail(connection.rail).device,
+    grant = access->grant(connection.rail, engine_.rail(connection.rail).device,
                           connection.own_protection_domain());
   } catch (const Error& error) {
     reply(connection, NoticeType::Accept, notice.seq, error.code(), error.what());
@@ -92,30 +92,35 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
 }
 
 void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
-  // The peer says it is done with its keys: they end now, whatever comes of the Done.
-  if (auto found = connection.inbound.find(notice.key); found != connection.inbound.end()) {
-    found->second.grant->invalidate();
-    connection.inbound.erase(found);
-  }
+  // The peer is done with its keys: its grant here ends whatever comes of the Done, after the
+  // answer left (the reader waits for it; deallocating windows is a system call each).
+  const auto end_grant = [&] {
+    if (auto found = connection.inbound.find(notice.key); found != connection.inbound.end()) {
+      found->second.grant->invalidate();
+      connection.inbound.erase(found);
+    }
+  };
   auto registration = registrations_->find(notice.key);
   if (!registration) {
     reply(connection, NoticeType::Result, notice.seq, ErrorCode::Cancelled,
           "the operation ended on the owner's side before the transfer completed");
+    end_grant();
     return;
   }
   // The Result is posted before the owner wakes: an owner that exits at once must not take
-  // the answer down with it.
+  // the answer down with it. Then the registration is revoked, which ends every grant of it
+  // (on every rail the transfer began on) before the owner wakes.
   bool answered = false;
   try {
     registration->complete_from_remote(notice.token, [&] {
       answered = true;
-      // The transfer may have begun on several rails: it ends on all of them.
-      for (const auto& [id, other] : engine_.connections()) other->inbound.erase(notice.key);
       reply(connection, NoticeType::Result, notice.seq);
     });
+    for (const auto& [id, other] : engine_.connections()) other->inbound.erase(notice.key);
   } catch (const Error& error) {
     if (!answered) reply(connection, NoticeType::Result, notice.seq, error.code(), error.what());
   }
+  end_grant();
 }
 
 void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
