@@ -355,4 +355,28 @@ TEST_P(VerbsAccess, ASourceThatKeepsFaultingIsRefused) {
 INSTANTIATE_TEST_SUITE_P(Access, VerbsAccess, ::testing::Values("windows", "connection_pd"),
                          [](const auto& info) { return std::string(info.param); });
 
+TEST(VerbsAccessLimits, KeysHeldOnOneConnectionAreBounded) {
+  if (!rdma_available()) GTEST_SKIP() << "no RDMA device (run under integration/rxe)";
+  // A peer holding tokens cannot pile up the device's windows (or regions) on one connection:
+  // past 65,536 keys its next Begin is refused, and the keys it holds still work. (Slow under
+  // TCG, tens of seconds: one access mode, one rail.)
+  Connector owner(owner_options("auto"));
+  constexpr std::size_t kDescriptors = 33000;
+  std::vector<std::byte> memory(kDescriptors);
+  std::vector<Descriptor> descriptors;
+  for (std::size_t i = 0; i < kDescriptors; ++i) descriptors.emplace_back(&memory[i], 1);
+  auto first = owner.create_readable(descriptors);
+  auto second = owner.create_readable(descriptors);
+  const auto metadata = first.metadata();
+  RawVerbsPeer reader(rail_addresses(metadata).front());
+  const auto granted = reader.begin(metadata, 1, 120s);
+  ASSERT_TRUE(granted.accepted);
+  const auto refused = reader.begin(second.metadata(), 2, 120s);
+  EXPECT_FALSE(refused.accepted);
+  EXPECT_EQ(refused.error, ErrorCode::Transport);
+  std::vector<std::byte> one(1);
+  EXPECT_EQ(reader.access(true, one, metadata.descriptors().back().ptr, granted.rkeys.back()),
+            IBV_WC_SUCCESS);
+}
+
 }  // namespace

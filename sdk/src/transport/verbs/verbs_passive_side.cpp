@@ -12,6 +12,9 @@ namespace {
 // Registrations one connection may have begun at once: each holds memory windows (or regions)
 // on the device, so a peer cannot pile them up.
 constexpr std::size_t kMaxInboundPerConnection = 1024;
+// Remote keys (memory windows or regions) one connection may hold at once: an operation may
+// have up to 65,536 descriptors, and the device's windows are shared by every peer.
+constexpr std::size_t kMaxKeysPerConnection = 65536;
 
 }  // namespace
 
@@ -69,6 +72,14 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
     reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Transport,
           "too many operations begun on one connection (" +
               std::to_string(kMaxInboundPerConnection) + ")");
+    return;
+  }
+  std::size_t keys = registration->descriptors().size();
+  for (const auto& [key, entry] : connection.inbound) keys += entry.grant->rkeys().size();
+  if (keys > kMaxKeysPerConnection) {
+    reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Transport,
+          "too many remote keys held on one connection (" + std::to_string(kMaxKeysPerConnection) +
+              "): finish some operations first");
     return;
   }
   // Keys for this connection's QP alone, made now that the token checked out.
