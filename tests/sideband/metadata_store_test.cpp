@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -169,6 +171,50 @@ TEST(MetadataStore, TheLogIsCompactedToTheLiveNames) {
   EXPECT_EQ(reloaded.size(), 4u);
   EXPECT_EQ(reloaded.get("name.2"), document(3 * MetadataStore::kCompactAfter - 1));
   EXPECT_EQ(reloaded.get("last"), document(99));
+}
+
+}  // namespace
+
+namespace {
+
+std::string contents_of(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(MetadataStore, APlantedTempLinkIsNotFollowed) {
+  // Issue 23, finding 6: a `STATE.tmp` symlink planted beside the state file made compaction
+  // overwrite the link's target, rename the link over the state and append to the target.
+  test_support::TempDir dir;
+  const auto state = dir.file("state"), precious = dir.file("precious");
+  std::ofstream(precious) << "keep me";
+  std::filesystem::create_symlink(precious, state + ".tmp");
+  {
+    MetadataStore store(state);
+    store.put("kept", document(1), 0ms);
+  }
+  EXPECT_EQ(contents_of(precious), "keep me") << "the link's target was written";
+  EXPECT_FALSE(std::filesystem::is_symlink(state)) << "the planted link became the state";
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(state + ".tmp")));
+  MetadataStore reloaded(state);
+  EXPECT_EQ(reloaded.get("kept"), document(1));
+}
+
+TEST(MetadataStore, AStateFileThatIsALinkStaysOne) {
+  // The operator's own link (state on another volume, say) is honoured: its target is written
+  // and the link is not replaced by a regular file.
+  test_support::TempDir dir;
+  const auto state = dir.file("state"), target = dir.file("target");
+  std::ofstream(target) << "";
+  std::filesystem::create_symlink(target, state);
+  {
+    MetadataStore store(state);
+    store.put("kept", document(2), 0ms);
+  }
+  EXPECT_TRUE(std::filesystem::is_symlink(state)) << "the link was replaced";
+  EXPECT_NE(contents_of(target).find("kept"), std::string::npos);
+  MetadataStore reloaded(state);
+  EXPECT_EQ(reloaded.get("kept"), document(2));
 }
 
 }  // namespace

@@ -52,6 +52,13 @@ bool write_all(int fd, const std::string& text) {
 
 MetadataStore::MetadataStore(std::string state_file) : state_file_(std::move(state_file)) {
   if (state_file_.empty()) return;
+  // The operator's own link (the state on another volume) is resolved once, here: its target
+  // is what compaction replaces, and the link stays. Nothing later follows a link.
+  std::error_code ec;
+  if (std::filesystem::is_symlink(state_file_, ec)) {
+    const auto target = std::filesystem::weakly_canonical(state_file_, ec);
+    if (!ec) state_file_ = target.string();
+  }
   std::lock_guard lock(mutex_);
   load();
   compact_locked();  // a clean file to append to: no torn tail, no dead records
@@ -159,8 +166,12 @@ void MetadataStore::log_erase_locked(const std::string& name) {
 
 void MetadataStore::compact_locked() {
   // Written aside, synced, renamed over: a crash leaves the old log or the new one, whole.
+  // A file (or a planted link) left at the temporary name is removed, never followed: the new
+  // log is a file this process creates.
   std::string temp = state_file_ + ".tmp";
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (::unlink(temp.c_str()) != 0 && errno != ENOENT)
+    std::cerr << "memwire: cannot remove " << temp << ": " << std::strerror(errno) << "\n";
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     std::cerr << "memwire: cannot write state file " << temp << ": " << std::strerror(errno)
               << "\n";
@@ -184,7 +195,7 @@ void MetadataStore::compact_locked() {
     return;
   }
   if (log_fd_ >= 0) ::close(log_fd_);
-  log_fd_ = ::open(state_file_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  log_fd_ = ::open(state_file_.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
   if (log_fd_ < 0) {
     std::cerr << "memwire: cannot open state file " << state_file_ << ": " << std::strerror(errno)
               << "\n";
