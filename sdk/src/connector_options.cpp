@@ -49,6 +49,9 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
   if (const char* text = std::getenv("MEMWIRE_RDMA_ACCESS")) options.rdma.access = text;
   if (const char* text = std::getenv("MEMWIRE_RDMA_MAX_ACCESS_FAULTS"))
     options.rdma.max_access_faults = number_from<unsigned>("MEMWIRE_RDMA_MAX_ACCESS_FAULTS", text);
+  if (const char* text = std::getenv("MEMWIRE_RDMA_ACCESS_FAULT_WINDOW_MS"))
+    options.rdma.access_fault_window = std::chrono::milliseconds(
+        number_from<std::int64_t>("MEMWIRE_RDMA_ACCESS_FAULT_WINDOW_MS", text));
   if (const char* text = std::getenv("MEMWIRE_RDMA_SLICE_SIZE"))
     options.rdma.slice_size = number_from<std::size_t>("MEMWIRE_RDMA_SLICE_SIZE", text);
   if (const char* text = std::getenv("MEMWIRE_GID_INDEX"))

@@ -379,4 +379,25 @@ TEST(VerbsAccessLimits, KeysHeldOnOneConnectionAreBounded) {
             IBV_WC_SUCCESS);
 }
 
+TEST(VerbsAccessLimits, AnUnknownAccessModeKeepsVerbsFromStarting) {
+  // Never a silent fallback to one shared protection domain: the verbs transport refuses to
+  // start, and says why.
+  if (!rdma_available()) GTEST_SKIP() << "no RDMA device (run under integration/rxe)";
+  auto options = owner_options("shared");
+  options.transports = {"verbs", "tcp"};
+  std::mutex mutex;
+  std::string lines;
+  options.log = [&](std::string_view line) {
+    std::lock_guard lock(mutex);
+    lines += std::string(line) + "\n";
+  };
+  Connector owner(options);
+  std::vector<std::byte> memory(4096);
+  auto readable = owner.create_readable({Descriptor(std::span(memory))});
+  EXPECT_EQ(readable.metadata().endpoint().transports.at(0).name, "tcp");
+  std::lock_guard lock(mutex);
+  EXPECT_NE(lines.find("rdma.access must be auto, windows or connection_pd"), std::string::npos)
+      << lines;
+}
+
 }  // namespace
