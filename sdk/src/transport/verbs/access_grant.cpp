@@ -35,7 +35,7 @@ std::shared_ptr<AccessGrant> AccessGrant::windows(std::shared_ptr<const Bindable
     const std::uint32_t key = random[index % random.size()];
     grant->rkeys_.push_back((window->rkey & ~0xffu) | key);
     grant->windows_.push_back(std::move(window));
-    ++grant->windows_count_;
+    grant->binds_ = true;
   }
   grant->bindable_ = std::move(regions);
   return grant;

@@ -42,8 +42,8 @@ class AccessGrant {
 
   // The remote keys the peer uses, one per descriptor (0 for an empty one).
   const std::vector<std::uint32_t>& rkeys() const noexcept { return rkeys_; }
-  // How many windows must be bound on the QP before the keys work (0 for own regions).
-  std::size_t binds() const noexcept { return windows_count_; }
+  // Whether windows must be bound on the QP before the keys work (not for own regions).
+  bool binds() const noexcept { return binds_; }
 
   // Fills `wr` with the bind of window `index`; false when the grant ended meanwhile (nothing
   // to post) or that window is empty. Counts the bind as in flight until bind_completed().
@@ -66,7 +66,7 @@ class AccessGrant {
   std::shared_ptr<ibv_pd> pd_;                       // own regions: outlives them
   std::vector<Mr> own_;
   std::vector<Mw> windows_;
-  std::size_t windows_count_ = 0;
+  bool binds_ = false;
   std::vector<std::uint32_t> rkeys_;
   unsigned binds_in_flight_ = 0;
   bool invalidated_ = false;

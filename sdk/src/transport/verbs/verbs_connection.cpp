@@ -104,13 +104,13 @@ bool Connection::send(const Notice& notice) {
 bool Connection::send_grant(std::uint64_t seq, const std::shared_ptr<AccessGrant>& grant) {
   // The binds first: on an RC QP the work requests run in order, so the windows are bound
   // before the keys reach the peer.
-  for (std::size_t window = 0; grant->binds() > 0 && window < grant->rkeys().size(); ++window) {
-    if (grant->rkeys()[window] == 0) continue;  // an empty descriptor has no window
-    Waiting bind{};
-    bind.grant = grant;
-    bind.window = window;
-    bind.bind = true;
-    waiting_.push_back(std::move(bind));
+  // One entry for all of them, however many descriptors: it stays first until every window
+  // is bound.
+  if (grant->binds()) {
+    Waiting binds{};
+    binds.grant = grant;
+    binds.bind = true;
+    waiting_.push_back(std::move(binds));
   }
   // The keys in notices of kMaxKeys, the last of them the Accept itself: one SEND for an
   // operation of up to kMaxKeys descriptors.
@@ -149,9 +149,10 @@ bool Connection::establish() {
 
 bool Connection::flush() {
   while (state == State::Established && !waiting_.empty() && credits_ > 0) {
-    const auto& message = waiting_.front();
+    auto& message = waiting_.front();
     if (message.bind) {
       if (!post_bind(message)) return false;
+      if (message.window < message.grant->rkeys().size()) continue;  // more windows to bind
     } else {
       if (free_send_slots_.empty()) break;
       if (!post_control(message)) return false;
@@ -161,9 +162,10 @@ bool Connection::flush() {
   return true;
 }
 
-bool Connection::post_bind(const Waiting& message) {
+bool Connection::post_bind(Waiting& message) {
   ibv_send_wr wr{};
-  if (!message.grant->prepare_bind(message.window, wr)) return true;  // ended: nothing to bind
+  // An empty descriptor has no window; a grant that ended binds nothing more.
+  if (!message.grant->prepare_bind(message.window++, wr)) return true;
   wr.wr_id = wr_id(Tag::Bind, next_bind_++ & ((std::uint64_t{1} << 56) - 1));
   ibv_send_wr* bad = nullptr;
   if (ibv_post_send(id_->qp, &wr, &bad) != 0) {

@@ -101,7 +101,7 @@ class Connection {
  private:
   struct Waiting;
   bool post_control(const Waiting& message);
-  bool post_bind(const Waiting& message);
+  bool post_bind(Waiting& message);
   bool flush();
 
   struct Signalled {
@@ -121,8 +121,8 @@ class Connection {
   CmId id_;
   std::deque<std::uint64_t> free_send_slots_;
   std::deque<Signalled> in_flight_;
-  // A notice to post, or the bind of one window of a grant. An Accept carries its grant:
-  // posted as a refusal if the grant ended before it left.
+  // A notice to post, or the binds of a grant's windows (`window`: the next to bind). An
+  // Accept carries its grant: posted as a refusal if the grant ended before it left.
   struct Waiting {
     std::array<std::byte, kNoticeBytes> bytes;
     std::size_t size = 0;
