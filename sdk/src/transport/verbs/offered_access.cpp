@@ -4,20 +4,18 @@
 
 namespace memwire::detail::verbs {
 
-OfferedAccess::OfferedAccess(OperationKind kind, std::vector<Descriptor> descriptors,
-                             std::vector<std::shared_ptr<const BindableRegions>> rails)
-    : kind_(kind), descriptors_(std::move(descriptors)), rails_(std::move(rails)) {}
-
-std::shared_ptr<AccessGrant> OfferedAccess::grant(std::size_t rail,
+std::shared_ptr<AccessGrant> OfferedAccess::grant(const Registration& registration,
+                                                  std::size_t rail,
                                                   const std::shared_ptr<const VerbsDevice>& device,
                                                   const std::shared_ptr<ibv_pd>& own_pd) {
   std::lock_guard lock(mutex_);
   if (revoked_) throw Error(ErrorCode::Cancelled, "the operation ended on the owner's side");
   std::shared_ptr<AccessGrant> granted;
   if (own_pd)
-    granted = AccessGrant::own_regions(device, own_pd, descriptors_, kind_);
+    granted =
+        AccessGrant::own_regions(device, own_pd, registration.descriptors(), registration.kind());
   else if (rail < rails_.size() && rails_[rail])
-    granted = AccessGrant::windows(rails_[rail], kind_);
+    granted = AccessGrant::windows(rails_[rail], registration.kind());
   else
     throw Error(ErrorCode::Transport, "verbs: the operation was not offered on " + device->name());
   // Grants of connections that ended are forgotten: the list stays as long as the live ones.

@@ -17,20 +17,18 @@ namespace memwire::detail::verbs {
 class OfferedAccess final : public TransportState {
  public:
   // `rails`: per engine rail, its bindable regions, or null where grants register their own.
-  OfferedAccess(OperationKind kind, std::vector<Descriptor> descriptors,
-                std::vector<std::shared_ptr<const BindableRegions>> rails);
+  explicit OfferedAccess(std::vector<std::shared_ptr<const BindableRegions>> rails)
+      : rails_(std::move(rails)) {}
 
-  // Access for the connection on `rail` whose peer presented the token: windows over the
-  // rail's bindable regions, or regions in `own_pd`. Throws Error{Cancelled} once revoked,
-  // Error{Transport} when the device refuses.
-  std::shared_ptr<AccessGrant> grant(std::size_t rail,
+  // Access to `registration` (the one this is attached to) for the connection on `rail` whose
+  // peer presented the token: windows over the rail's bindable regions, or regions in
+  // `own_pd`. Throws Error{Cancelled} once revoked, Error{Transport} when the device refuses.
+  std::shared_ptr<AccessGrant> grant(const Registration& registration, std::size_t rail,
                                      const std::shared_ptr<const VerbsDevice>& device,
                                      const std::shared_ptr<ibv_pd>& own_pd);
   void revoke() noexcept override;
 
  private:
-  const OperationKind kind_;
-  const std::vector<Descriptor> descriptors_;
   const std::vector<std::shared_ptr<const BindableRegions>> rails_;
   std::mutex mutex_;
   bool revoked_ = false;

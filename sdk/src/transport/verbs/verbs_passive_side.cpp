@@ -87,7 +87,7 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
   try {
     auto access = registration->attachment<OfferedAccess>();
     if (!access) throw Error(ErrorCode::Cancelled, "the operation ended on the owner's side");
-    grant = access->grant(connection.rail, engine_.rail(connection.rail).device,
+    grant = access->grant(*registration, connection.rail, engine_.rail(connection.rail).device,
                           connection.own_protection_domain());
   } catch (const Error& error) {
     reply(connection, NoticeType::Accept, notice.seq, error.code(), error.what());

@@ -44,8 +44,7 @@ class VerbsTransport final : public Transport {
                 : regions->device->register_memory(descriptor.ptr(), descriptor.size(), access));
       rails.push_back(std::move(regions));
     }
-    registration.attach(std::make_unique<verbs::OfferedAccess>(
-        registration.kind(), registration.descriptors(), std::move(rails)));
+    registration.attach(std::make_unique<verbs::OfferedAccess>(std::move(rails)));
     return offer;
   }
 
