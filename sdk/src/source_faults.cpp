@@ -15,13 +15,15 @@ std::size_t SourceFaults::record(const std::string& source, Clock::time_point no
       // The source whose last fault is oldest goes: it is the least likely to be refused.
       auto stalest =
           std::min_element(sources_.begin(), sources_.end(), [](const auto& a, const auto& b) {
-            return a.second.empty() || (!b.second.empty() && a.second.back() < b.second.back());
+            const auto& x = a.second.faults;
+            const auto& y = b.second.faults;
+            return x.empty() || (!y.empty() && x.back() < y.back());
           });
       sources_.erase(stalest);
     }
-    found = sources_.emplace(source, std::deque<Clock::time_point>{}).first;
+    found = sources_.emplace(source, Source{}).first;
   }
-  auto& faults = found->second;
+  auto& faults = found->second.faults;
   expire(faults, now);
   faults.push_back(now);
   // Only the last `limit` matter for refusing; one more keeps the count honest for the log.
@@ -29,16 +31,23 @@ std::size_t SourceFaults::record(const std::string& source, Clock::time_point no
   return faults.size();
 }
 
-bool SourceFaults::refused(const std::string& source, Clock::time_point now) {
-  if (limit_ == 0) return false;
+SourceFaults::Refusal SourceFaults::refused(const std::string& source, Clock::time_point now) {
+  if (limit_ == 0) return {};
   auto found = sources_.find(source);
-  if (found == sources_.end()) return false;
-  expire(found->second, now);
-  if (found->second.empty()) {
+  if (found == sources_.end()) return {};
+  auto& entry = found->second;
+  expire(entry.faults, now);
+  if (entry.faults.empty()) {
     sources_.erase(found);
-    return false;
+    return {};
   }
-  return found->second.size() >= limit_;
+  if (entry.faults.size() < limit_) {
+    entry.reported = false;
+    return {};
+  }
+  const bool first = !entry.reported;
+  entry.reported = true;
+  return {true, first};
 }
 
 }  // namespace memwire::detail

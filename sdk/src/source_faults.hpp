@@ -25,17 +25,26 @@ class MEMWIRE_API SourceFaults {
 
   // Records a fault of `source`; returns its faults within the window, this one included.
   std::size_t record(const std::string& source, Clock::time_point now);
-  // Whether `source` is refused now.
-  bool refused(const std::string& source, Clock::time_point now);
+  // Whether `source` is refused now; `first`: for the first time since it was last accepted
+  // (what a log says once, not at every attempt).
+  struct Refusal {
+    bool refused = false;
+    bool first = false;
+  };
+  Refusal refused(const std::string& source, Clock::time_point now);
   std::size_t limit() const noexcept { return limit_; }
   Clock::duration window() const noexcept { return window_; }
 
  private:
+  struct Source {
+    std::deque<Clock::time_point> faults;  // the last ones, oldest first
+    bool reported = false;                 // its refusal was reported
+  };
   void expire(std::deque<Clock::time_point>& faults, Clock::time_point now) const;
 
   const std::size_t limit_;
   const Clock::duration window_;
-  std::map<std::string, std::deque<Clock::time_point>> sources_;
+  std::map<std::string, Source> sources_;
 };
 
 }  // namespace memwire::detail

@@ -37,10 +37,8 @@ class TelemetryRecorder {
   void connection_opened(std::string_view transport, Direction direction) noexcept;
   void connection_closed(std::string_view transport, Direction direction) noexcept;
   // A peer's connection ended in an access fault; a connection refused for its source's faults.
-  void peer_fault(std::string_view /*transport*/) noexcept {
-    peer_faults_.fetch_add(1, std::memory_order_relaxed);
-  }
-  void connection_refused(std::string_view /*transport*/) noexcept {
+  void peer_fault() noexcept { peer_faults_.fetch_add(1, std::memory_order_relaxed); }
+  void connection_refused() noexcept {
     refused_connections_.fetch_add(1, std::memory_order_relaxed);
   }
 

@@ -352,9 +352,9 @@ void Engine::on_connect_request(rdma_cm_id* id, const std::optional<std::string>
   const auto host = endpoint.substr(0, endpoint.rfind(':'));
   // A source that keeps ending its connections in access errors is guessing keys: refused for
   // a while, so that a guess costs more than a reconnect.
-  if (faults_.refused(host, std::chrono::steady_clock::now())) {
-    if (!refusal_logged_[host]) {
-      refusal_logged_[host] = true;
+  if (const auto refusal = faults_.refused(host, std::chrono::steady_clock::now());
+      refusal.refused) {
+    if (refusal.first)
       events_log_->write(
           LogLevel::Warn, "connection_refused",
           "verbs: connections from " + host + " refused: " + std::to_string(faults_.limit()) +
@@ -363,13 +363,10 @@ void Engine::on_connect_request(rdma_cm_id* id, const std::optional<std::string>
                   std::chrono::duration_cast<std::chrono::seconds>(faults_.window()).count()) +
               " s",
           LogFields().peer(host).transport("verbs"));
-    }
-    if (telemetry_) telemetry_->connection_refused("verbs");
+    if (telemetry_) telemetry_->connection_refused();
     rdma_reject(id, nullptr, 0);
     return;
   }
-  if (refusal_logged_.size() > SourceFaults::kMaxSources) refusal_logged_.clear();
-  refusal_logged_.erase(host);
   std::size_t incoming = 0, from_host = 0;
   for (const auto& [other_id, other] : connections_) {
     if (other->outgoing || other->state == Connection::State::Closed) continue;
@@ -485,7 +482,6 @@ void Engine::on_async_events(std::size_t rail) {
     const bool port_lost = (type == IBV_EVENT_PORT_ERR && event.element.port_num == port) ||
                            type == IBV_EVENT_DEVICE_FATAL;
     ibv_ack_async_event(&event);
-    log(std::string("verbs: async event ") + ibv_event_type_str(type));
     if (!port_lost) continue;
     rails_[rail]->failed_at = std::chrono::steady_clock::now();
     std::vector<std::shared_ptr<Connection>> lost;
@@ -638,9 +634,12 @@ void Engine::watch_expiry(const std::shared_ptr<Registration>& registration,
                           const std::shared_ptr<AccessGrant>& grant) {
   const auto expires = registration->expires_at_ms();
   if (expires == 0) return;
-  // Watches of grants that ended are dropped now and then: the map stays as long as the live.
-  if (expiries_.size() >= 4096)
+  // Watches of grants that ended are dropped once the map doubled since the last sweep: the
+  // map stays about as long as the live grants, and each sweep is paid for by its inserts.
+  if (expiries_.size() >= prune_expiries_at_) {
     std::erase_if(expiries_, [](const auto& entry) { return entry.second.grant.expired(); });
+    prune_expiries_at_ = std::max<std::size_t>(4096, 2 * expiries_.size());
+  }
   expiries_.emplace(expires, ExpiryWatch{registration, grant});
   arm_timer();
 }
@@ -676,7 +675,7 @@ void Engine::count_fault(const Connection& connection, std::string_view why) {
     if (entry.grant->invalidated()) return;
   const auto host = connection.address.substr(0, connection.address.rfind(':'));
   const auto faults = faults_.record(host, std::chrono::steady_clock::now());
-  if (telemetry_) telemetry_->peer_fault("verbs");
+  if (telemetry_) telemetry_->peer_fault();
   events_log_->write(LogLevel::Warn, "peer_fault",
                      "verbs: connection from " + connection.address + " (calling itself " +
                          (connection.peer.empty() ? std::string("?") : connection.peer) +

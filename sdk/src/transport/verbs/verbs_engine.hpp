@@ -153,12 +153,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::map<std::string, std::shared_ptr<Connection>> pool_;  // outgoing, "peer@address"
   std::vector<std::shared_ptr<Connection>> graveyard_;
   SourceFaults faults_;
-  std::map<std::string, bool> refusal_logged_;  // per source: its refusal was logged this time
   struct ExpiryWatch {
     std::weak_ptr<Registration> registration;
     std::weak_ptr<AccessGrant> grant;
   };
   std::multimap<std::int64_t, ExpiryWatch> expiries_;  // by unix ms
+  std::size_t prune_expiries_at_ = 4096;
   std::promise<void>* flushed_ = nullptr;  // set while shutdown() waits for notices to leave
   VerbsActiveSide active_;
   VerbsPassiveSide passive_;
