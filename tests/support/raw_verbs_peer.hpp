@@ -194,7 +194,8 @@ class RawVerbsPeer {
 
   // The rkey of a region this peer registers now on the same device: on one host, rxe hands
   // out region indices in sequence (rkey = index << 8 | an 8-bit key), so a region the owner
-  // registers between two of these has an index between theirs.
+  // registers between two of these has an index between theirs. probe_window_rkey() does the
+  // same for memory windows (their own sequence).
   std::uint32_t probe_region_rkey() {
     std::array<std::byte, 64> bytes{};
     const int access = IBV_ACCESS_REMOTE_READ;  // a variable: ibv_reg_mr's macro mixes enums
@@ -202,6 +203,13 @@ class RawVerbsPeer {
     if (mr == nullptr) throw std::runtime_error("ibv_reg_mr");
     const auto rkey = mr->rkey;
     ibv_dereg_mr(mr);
+    return rkey;
+  }
+  std::uint32_t probe_window_rkey() {
+    ibv_mw* mw = ibv_alloc_mw(id_->pd, IBV_MW_TYPE_2);
+    if (mw == nullptr) throw std::runtime_error("ibv_alloc_mw");
+    const auto rkey = mw->rkey;
+    ibv_dealloc_mw(mw);
     return rkey;
   }
 
