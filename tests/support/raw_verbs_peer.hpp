@@ -103,11 +103,10 @@ class RawVerbsPeer {
     ibv_mr* mr = rdma_reg_msgs(id_, copy.data(), copy.size());
     if (mr == nullptr) throw std::runtime_error("rdma_reg_msgs");
     const int posted = rdma_post_send(id_, nullptr, copy.data(), copy.size(), mr, 0);
-    ibv_wc completion{};
-    const int completed = posted == 0 ? rdma_get_send_comp(id_, &completion) : -1;
+    const auto completion = posted == 0 ? send_completion() : std::nullopt;
     rdma_dereg_mr(mr);
-    if (completed <= 0) throw std::runtime_error("no completion for the raw SEND");
-    return completion.status;
+    if (!completion) throw std::runtime_error("no completion for the raw SEND");
+    return completion->status;
   }
   ibv_wc_status send(const detail::verbs::Notice& notice) {
     std::array<std::byte, detail::verbs::kNoticeBytes> bytes{};
@@ -117,36 +116,17 @@ class RawVerbsPeer {
 
   // The next notice from the connector, or nothing within `timeout` (or on a broken QP).
   std::optional<detail::verbs::Notice> receive(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      ibv_wc completion{};
-      int found = ibv_poll_cq(id_->recv_cq, 1, &completion);
-      if (found == 0) {
-        ibv_req_notify_cq(id_->recv_cq, 0);
-        found = ibv_poll_cq(id_->recv_cq, 1, &completion);
-      }
-      if (found < 0) return std::nullopt;
-      if (found == 1) {
-        if (completion.status != IBV_WC_SUCCESS) return std::nullopt;
-        const auto slot = completion.wr_id;
-        std::optional<detail::verbs::Notice> notice;
-        try {
-          notice = detail::verbs::decode(
-              std::span<const std::byte>(receive_buffers_[slot].data(), completion.byte_len));
-        } catch (const std::exception&) {
-        }
-        post_receive(slot);
-        return notice;
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return std::nullopt;
-      pollfd readable{id_->recv_cq_channel->fd, POLLIN, 0};
-      if (::poll(&readable, 1, static_cast<int>(left.count())) != 1) return std::nullopt;
-      ibv_cq* cq = nullptr;
-      void* context = nullptr;
-      if (ibv_get_cq_event(id_->recv_cq_channel, &cq, &context) == 0) ibv_ack_cq_events(cq, 1);
+    const auto completion = next_completion(id_->recv_cq, id_->recv_cq_channel, timeout);
+    if (!completion || completion->status != IBV_WC_SUCCESS) return std::nullopt;
+    const auto slot = completion->wr_id;
+    std::optional<detail::verbs::Notice> notice;
+    try {
+      notice = detail::verbs::decode(
+          std::span<const std::byte>(receive_buffers_[slot].data(), completion->byte_len));
+    } catch (const std::exception&) {
     }
+    post_receive(slot);
+    return notice;
   }
 
   // What the owner answered a Begin: the keys it granted this QP, or its refusal.
@@ -185,11 +165,10 @@ class RawVerbsPeer {
                                              IBV_SEND_SIGNALED, remote, rkey)
                             : rdma_post_write(id_, nullptr, local.data(), local.size(), mr,
                                               IBV_SEND_SIGNALED, remote, rkey);
-    ibv_wc completion{};
-    const int completed = posted == 0 ? rdma_get_send_comp(id_, &completion) : -1;
+    const auto completion = posted == 0 ? send_completion() : std::nullopt;
     rdma_dereg_mr(mr);
-    if (completed <= 0) throw std::runtime_error("no completion for the raw RDMA request");
-    return completion.status;
+    if (!completion) throw std::runtime_error("no completion for the raw RDMA request");
+    return completion->status;
   }
 
   // The rkey of a region this peer registers now on the same device: on one host, rxe hands
@@ -214,6 +193,38 @@ class RawVerbsPeer {
   }
 
  private:
+  // A request that neither completes nor fails within this ends the attempt: a test must not
+  // hang on a QP that the other end stopped answering.
+  static constexpr std::chrono::seconds kSendTimeout{30};
+
+  std::optional<ibv_wc> send_completion() {
+    return next_completion(id_->send_cq, id_->send_cq_channel, kSendTimeout);
+  }
+
+  // The next completion on `cq`, waiting on its channel up to `timeout`.
+  static std::optional<ibv_wc> next_completion(ibv_cq* cq, ibv_comp_channel* channel,
+                                               std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      ibv_wc completion{};
+      int found = ibv_poll_cq(cq, 1, &completion);
+      if (found == 0) {
+        ibv_req_notify_cq(cq, 0);
+        found = ibv_poll_cq(cq, 1, &completion);
+      }
+      if (found < 0) return std::nullopt;
+      if (found == 1) return completion;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd readable{channel->fd, POLLIN, 0};
+      if (::poll(&readable, 1, static_cast<int>(left.count())) != 1) return std::nullopt;
+      ibv_cq* notified = nullptr;
+      void* context = nullptr;
+      if (ibv_get_cq_event(channel, &notified, &context) == 0) ibv_ack_cq_events(notified, 1);
+    }
+  }
+
   Grant await_grant(std::uint64_t seq, std::size_t descriptors, std::chrono::milliseconds timeout) {
     Grant grant;
     grant.rkeys.resize(descriptors);

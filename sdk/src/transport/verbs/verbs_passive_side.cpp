@@ -103,8 +103,7 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
 }
 
 void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
-  // The peer is done with its keys: its grant here ends whatever comes of the Done, after the
-  // answer left (the reader waits for it; deallocating windows is a system call each).
+  // The peer is done with its keys: its grant here ends whatever comes of the Done.
   const auto end_grant = [&] {
     if (auto found = connection.inbound.find(notice.key); found != connection.inbound.end()) {
       found->second.grant->invalidate();
@@ -118,12 +117,13 @@ void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
     end_grant();
     return;
   }
-  // The Result is posted before the owner wakes: an owner that exits at once must not take
-  // the answer down with it. Then the registration is revoked, which ends every grant of it
-  // (on every rail the transfer began on) before the owner wakes.
+  // Every grant of the operation (on every rail the transfer began on) ends before the Result
+  // is posted: a reader holding its answer holds no working key. The Result is posted before
+  // the owner wakes: an owner that exits at once must not take the answer down with it.
   bool answered = false;
   try {
     registration->complete_from_remote(notice.token, [&] {
+      if (auto offered = registration->attachment<OfferedAccess>()) offered->revoke();
       answered = true;
       reply(connection, NoticeType::Result, notice.seq);
     });
