@@ -44,138 +44,13 @@ ConnectorOptions transport_options(const std::string& transport, std::size_t chu
   return options;
 }
 
-struct Shape {
-  std::vector<std::size_t> sizes;
-  std::size_t chunk;
-  unsigned connections;
-};
-
-void PrintTo(const Shape& shape, std::ostream* out) {
-  *out << shape.sizes.size() << " descriptors";
-}
-
-// `count` blocks, the first of `size` bytes, each next one `step` bytes larger (cycling back
-// after `cycle`): KV-cache-shaped descriptor lists.
-std::vector<std::size_t> blocks(std::size_t count, std::size_t size, std::size_t step = 0,
-                                std::size_t cycle = 1) {
-  std::vector<std::size_t> sizes(count);
-  for (std::size_t i = 0; i < count; ++i) sizes[i] = size + step * (i % cycle);
-  return sizes;
-}
-
-using Case = std::tuple<std::string, Shape>;  // transport, shape
-
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const auto& [transport, shape] = info.param;
-  std::string name = transport + "_";
-  if (shape.sizes.size() > 8) {  // KV-cache-shaped: the count and the first size say enough
-    name +=
-        std::to_string(shape.sizes.size()) + "blocks_from" + std::to_string(shape.sizes[0]) + "_";
-  } else {
-    for (auto size : shape.sizes) name += std::to_string(size) + "_";
-  }
-  return name + "chunk" + std::to_string(shape.chunk) + "_conn" + std::to_string(shape.connections);
-}
-
-// Every transport that runs on this machine moves the same matrix of shapes.
-class Transfer : public ::testing::TestWithParam<Case> {};
+// The stream transports' own promise (the transfer matrix and concurrency are in
+// conformance/, over every transport).
+class StreamPooling : public ::testing::TestWithParam<std::string> {};
 
 }  // namespace
 
-TEST_P(Transfer, ReadMovesEveryByte) {
-  const auto& [transport, shape] = GetParam();
-  Connector owner(transport_options(transport, shape.chunk, shape.connections));
-  Connector reader(transport_options(transport, shape.chunk, shape.connections));
-  auto source = make_buffers(shape.sizes, 11);
-  auto target = make_buffers(shape.sizes, std::nullopt);
-  auto readable = owner.create_readable(source.view());
-  auto read = reader.begin_read(readable.metadata(), target.view());
-  EXPECT_EQ(read.wait_for_completion(60s), OperationStatus::Complete);
-  EXPECT_EQ(readable.wait_for_completion(60s), OperationStatus::Complete);
-  EXPECT_EQ(read.transport(), transport);
-  EXPECT_EQ(readable.transport(), transport);
-  expect_pattern(target, 11);
-}
-
-TEST_P(Transfer, WriteMovesEveryByte) {
-  const auto& [transport, shape] = GetParam();
-  Connector owner(transport_options(transport, shape.chunk, shape.connections));
-  Connector writer(transport_options(transport, shape.chunk, shape.connections));
-  auto source = make_buffers(shape.sizes, 23);
-  auto target = make_buffers(shape.sizes, std::nullopt);
-  auto writable = owner.create_writable(target.view());
-  auto write = writer.begin_write(source.view(), writable.metadata());
-  EXPECT_EQ(write.wait_for_completion(60s), OperationStatus::Complete);
-  EXPECT_EQ(writable.wait_for_completion(60s), OperationStatus::Complete);
-  EXPECT_EQ(write.transport(), transport);
-  expect_pattern(target, 23);
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Sizes, Transfer,
-    ::testing::Combine(
-        ::testing::Values("tcp", "shm"),
-        ::testing::Values(Shape{{1}, 4u << 20, 2}, Shape{{4095}, 4096, 1}, Shape{{4096}, 4096, 2},
-                          Shape{{(1u << 20) + 3}, 65536, 4}, Shape{{16u << 20}, 4u << 20, 2},
-                          Shape{{256u << 20}, 4u << 20, 2},
-                          Shape{{1, 7, 4096, 65537, 1u << 20, 3, 100000, 5}, 8192, 3},
-                          // Many small blocks: piece requests (over shm, cross-memory ones
-                          // from 128 KiB a request; below, through the socket).
-                          Shape{blocks(2048, 8192), 4u << 20, 2},
-                          Shape{blocks(1500, 4099), 1u << 20, 3},
-                          Shape{blocks(3000, 1, 37, 9), 1u << 20, 2},
-                          Shape{blocks(40, 1000, 1, 40), 8192, 1})),
-    case_name);
-
-class Concurrency : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(Concurrency, TwoHundredFiftySixOperationsOnOneConnectorPair) {
-  Connector owner(transport_options(GetParam(), 16384, 2));
-  Connector reader(transport_options(GetParam(), 16384, 2));
-  constexpr int kOperations = 256;
-  std::vector<Buffers> sources, targets;
-  std::vector<ReadableOperation> readables;
-  std::vector<ReadOperation> reads;
-  for (int i = 0; i < kOperations; ++i) {
-    sources.push_back(make_buffers({65536 + static_cast<std::size_t>(i)}, 1000 + i));
-    targets.push_back(make_buffers({65536 + static_cast<std::size_t>(i)}, std::nullopt));
-  }
-  for (int i = 0; i < kOperations; ++i)
-    readables.push_back(owner.create_readable(sources[i].view()));
-  for (int i = 0; i < kOperations; ++i)
-    reads.push_back(reader.begin_read(readables[i].metadata(), targets[i].view()));
-  for (int i = 0; i < kOperations; ++i) {
-    EXPECT_EQ(reads[i].wait_for_completion(60s), OperationStatus::Complete);
-    EXPECT_EQ(readables[i].wait_for_completion(60s), OperationStatus::Complete);
-    expect_pattern(targets[i], 1000 + i);
-  }
-}
-
-// Small answers to requests that arrive together go out together (held back while the reader
-// handles the rest of its inbox). Completing a readable waits for its answer's pin: a held
-// answer must not keep it, or the reader waits on itself and every operation hangs.
-TEST_P(Concurrency, ManySmallReadsEachCompletingItsReadableAllEnd) {
-  Connector owner(transport_options(GetParam(), 16384, 1));
-  Connector reader(transport_options(GetParam(), 16384, 1));
-  constexpr int kOperations = 512;
-  std::vector<Buffers> sources, targets;
-  std::vector<ReadableOperation> readables;
-  std::vector<ReadOperation> reads;
-  for (int i = 0; i < kOperations; ++i) {
-    sources.push_back(make_buffers({4096}, 3000 + i));
-    targets.push_back(make_buffers({4096}, std::nullopt));
-    readables.push_back(owner.create_readable(sources[i].view()));
-  }
-  for (int i = 0; i < kOperations; ++i)
-    reads.push_back(reader.begin_read(readables[i].metadata(), targets[i].view()));
-  for (int i = 0; i < kOperations; ++i) {
-    ASSERT_EQ(reads[i].wait_for_completion(20s), OperationStatus::Complete) << i;
-    ASSERT_EQ(readables[i].wait_for_completion(20s), OperationStatus::Complete) << i;
-    expect_pattern(targets[i], 3000 + i);
-  }
-}
-
-TEST_P(Concurrency, ConnectionsArePooledAcrossOperations) {
+TEST_P(StreamPooling, ConnectionsArePooledAcrossOperations) {
   Connector owner(transport_options(GetParam(), 4096, 2));
   Connector reader(transport_options(GetParam(), 4096, 2));
   for (int round = 0; round < 50; ++round) {
@@ -192,7 +67,7 @@ TEST_P(Concurrency, ConnectionsArePooledAcrossOperations) {
   EXPECT_LT(fds, 40);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Concurrency, ::testing::Values("tcp", "shm"));
+INSTANTIATE_TEST_SUITE_P(Transports, StreamPooling, ::testing::Values("tcp", "shm"));
 
 TEST(TransportChoice, SameHostPeersPreferShmAndSaySo) {
   Connector owner, reader;  // default preference: verbs, shm, tcp

@@ -64,7 +64,9 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  ConnectorOptions options;
+  // MEMWIRE_TRANSPORTS and the other documented settings: a conformance case runs its peer on
+  // the transport under test.
+  auto options = ConnectorOptions::from_environment();
   if (argc > 5) options.tcp.chunk_size = std::strtoull(argv[5], nullptr, 10);
   Connector connector(options);
   const char* shared_wanted = std::getenv("MEMWIRE_PEER_SHARED");

@@ -1,0 +1,145 @@
+#pragma once
+
+// The transport conformance suite: the same transfer, access, race, revocation and peer-loss
+// tests over every transport memwire builds. A test is written once against the public API;
+// the parameter names the only transport both connectors may use. A transport that cannot
+// start here (verbs without an RDMA device) skips with the reason: under integration/rxe the
+// same binary runs its verbs cases in a Soft-RoCE guest.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "memwire/memwire.hpp"
+#include "support/pattern.hpp"
+
+namespace memwire::test_support {
+
+inline const std::vector<std::string>& conformance_transports() {
+  static const std::vector<std::string> transports{"tcp", "shm", "verbs"};
+  return transports;
+}
+
+// Both connectors of a case use `transport` alone. `chunk` and `connections` shape the stream
+// transports' requests; verbs ignores them.
+inline ConnectorOptions conformance_options(const std::string& transport,
+                                            std::size_t chunk = 1u << 20,
+                                            unsigned connections = 2) {
+  ConnectorOptions options;
+  options.transports = {transport};
+  options.tcp.chunk_size = chunk;
+  options.tcp.connections_per_peer = connections;
+  options.connect_timeout = std::chrono::seconds(5);
+  // The guests run the verbs cases once per access mode (windows, a PD per connection).
+  if (const char* access = std::getenv("MEMWIRE_TEST_ACCESS")) options.rdma.access = access;
+  return options;
+}
+
+// Whether `transport` starts on this machine; the reason when it does not.
+inline std::optional<std::string> transport_unavailable(const std::string& transport) {
+  static std::map<std::string, std::optional<std::string>> known;
+  if (auto found = known.find(transport); found != known.end()) return found->second;
+  std::optional<std::string> reason;
+  try {
+    Connector probe(conformance_options(transport));
+  } catch (const Error& error) {
+    reason = transport + " cannot start here (" + error.what() + ")";
+    if (transport == "verbs") *reason += "; its cases run under integration/rxe";
+  }
+  return known[transport] = reason;
+}
+
+class TransportConformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (auto reason = transport_unavailable(transport())) GTEST_SKIP() << *reason;
+  }
+  const std::string& transport() const { return GetParam(); }
+  ConnectorOptions options(std::size_t chunk = 1u << 20, unsigned connections = 2) const {
+    return conformance_options(transport(), chunk, connections);
+  }
+  // For a peer process (tests/support/test_peer.cpp): the same transport.
+  std::vector<std::string> peer_environment() const {
+    std::vector<std::string> environment{"MEMWIRE_TRANSPORTS=" + transport()};
+    if (const char* access = std::getenv("MEMWIRE_TEST_ACCESS"))
+      environment.push_back(std::string("MEMWIRE_RDMA_ACCESS=") + access);
+    return environment;
+  }
+};
+
+// Distinct buffers, one per descriptor, each with its own pattern seed.
+struct ConformanceBuffers {
+  explicit ConformanceBuffers(const std::vector<std::size_t>& sizes) {
+    for (auto size : sizes) parts.emplace_back(size);
+  }
+  std::vector<Descriptor> descriptors() {
+    std::vector<Descriptor> out;
+    for (auto& part : parts) out.emplace_back(std::span(part));
+    return out;
+  }
+  void fill(std::uint64_t seed) {
+    for (std::size_t i = 0; i < parts.size(); ++i) fill_pattern(parts[i], seed + i);
+  }
+  // The first descriptor whose bytes differ from the pattern, or parts.size() when none does.
+  std::size_t first_bad(std::uint64_t seed) const {
+    for (std::size_t i = 0; i < parts.size(); ++i)
+      if (first_mismatch(parts[i], seed + i) != parts[i].size()) return i;
+    return parts.size();
+  }
+  std::vector<std::vector<std::byte>> parts;
+};
+
+// The error an operation ends with; a test failure when it completes or is still running.
+inline ErrorCode failure_code(Operation& operation, std::chrono::milliseconds timeout) {
+  try {
+    operation.wait_for_completion(timeout);
+  } catch (const Error& error) {
+    if (error.code() == ErrorCode::Timeout && !is_terminal(operation.status()))
+      ADD_FAILURE() << "still " << to_string(operation.status()) << " after the timeout";
+    return error.code();
+  }
+  ADD_FAILURE() << "the operation did not fail; status " << to_string(operation.status());
+  return ErrorCode::Protocol;
+}
+
+// There is no event for "a peer began this operation": tests that must act mid-transfer look
+// at the status until it says so.
+inline bool until_in_progress(const Operation& operation, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (operation.status() != OperationStatus::InProgress) {
+    if (is_terminal(operation.status()) || std::chrono::steady_clock::now() > deadline)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// Runs `step` on its own thread; a step still running after `deadline` is a hang, which no
+// test can recover from in-process: report it and abort, so the test fails instead of hanging.
+template <typename Step>
+void within(std::chrono::seconds deadline, const char* what, Step step) {
+  std::packaged_task<void()> task(std::move(step));
+  auto done = task.get_future();
+  std::thread runner(std::move(task));
+  if (done.wait_for(deadline) != std::future_status::ready) {
+    std::fprintf(stderr, "HANG: %s still running after %llds\n", what,
+                 static_cast<long long>(deadline.count()));
+    std::fflush(stderr);
+    std::abort();
+  }
+  runner.join();
+  done.get();
+}
+
+}  // namespace memwire::test_support
+
+#define MEMWIRE_CONFORMANCE_SUITE(Suite)                                                         \
+  INSTANTIATE_TEST_SUITE_P(                                                                      \
+      Transports, Suite, ::testing::ValuesIn(::memwire::test_support::conformance_transports()), \
+      [](const ::testing::TestParamInfo<std::string>& info) { return info.param; })
