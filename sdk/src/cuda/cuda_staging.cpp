@@ -20,6 +20,7 @@ CudaStaging::CudaStaging(std::vector<Descriptor> device, std::shared_ptr<Staging
         "descriptor " + std::to_string(i) + " (" + descriptor.device().to_string() + ")";
     int ordinal = -1;
     try {
+      driver_->use_device(descriptor.device().id());  // the pointer is looked up in its context
       ordinal = driver_->device_of(descriptor.ptr(), descriptor.size());
     } catch (const Error& error) {
       throw Error(error.code(), where + ": " + error.what());
