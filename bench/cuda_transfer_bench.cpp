@@ -7,6 +7,7 @@
 // another connector, until both sides completed. Baselines, same sizes and trials:
 // cuMemcpyDtoD (device to device) and cuMemcpyHtoD from pinned host memory. Prints one line
 // per figure with the ratios memwire/DtoD and memwire/HtoD and, on its last line, all as JSON.
+// The same operation between host buffers ("host->host") shows what the transport alone costs.
 // Without a CUDA driver it says so and exits 0 (nothing measured).
 #include <algorithm>
 #include <chrono>
@@ -93,6 +94,7 @@ int main(int argc, char** argv) {
   void* source = driver->allocate_device(largest);
   void* target = driver->allocate_device(largest);
   void* pinned = driver->allocate_pinned(largest);
+  std::vector<std::byte> host_source(largest, std::byte{1}), host_target(largest);
   for (const auto size : sizes) {
     const double dtod =
         median_seconds(trials, [&] { driver->copy_device_to_device(target, source, size); });
@@ -103,21 +105,28 @@ int main(int argc, char** argv) {
       options.transports = {transport};
       Connector owner(options), reader(options);
       const Device gpu(DeviceKind::Cuda, 0);
-      const double memwire = median_seconds(trials, [&] {
-        auto readable = owner.create_readable({Descriptor(source, size, gpu)});
-        auto read = reader.begin_read(readable.metadata(), {Descriptor(target, size, gpu)});
-        read.wait_for_completion(std::chrono::minutes(2));
-        readable.wait_for_completion(std::chrono::minutes(2));
-      });
+      const auto operation = [&](const Descriptor& from, const Descriptor& into) {
+        return median_seconds(trials, [&] {
+          auto readable = owner.create_readable({from});
+          auto read = reader.begin_read(readable.metadata(), {into});
+          read.wait_for_completion(std::chrono::minutes(2));
+          readable.wait_for_completion(std::chrono::minutes(2));
+        });
+      };
+      const double memwire =
+          operation(Descriptor(source, size, gpu), Descriptor(target, size, gpu));
+      const double host_only =
+          operation(Descriptor(host_source.data(), size), Descriptor(host_target.data(), size));
       const auto rate = [&](double seconds) { return static_cast<double>(size) / seconds / 1e9; };
       std::printf(
-          "%-4s %9zu B  memwire %7.2f GB/s  cuMemcpyDtoD %8.2f GB/s  cuMemcpyHtoD %7.2f GB/s  "
-          "memwire/DtoD %.3f  memwire/HtoD %.3f\n",
-          transport.c_str(), size, rate(memwire), rate(dtod), rate(htod), dtod / memwire,
-          htod / memwire);
+          "%-4s %9zu B  memwire gpu->gpu %7.2f GB/s (host->host %6.2f)  cuMemcpyDtoD %8.2f GB/s  "
+          "cuMemcpyHtoD %6.2f GB/s  memwire/DtoD %.4f  memwire/HtoD %.3f\n",
+          transport.c_str(), size, rate(memwire), rate(host_only), rate(dtod), rate(htod),
+          dtod / memwire, htod / memwire);
       results.push_back({{"transport", transport},
                          {"bytes", size},
                          {"memwire_gbps", rate(memwire)},
+                         {"memwire_host_gbps", rate(host_only)},
                          {"dtod_gbps", rate(dtod)},
                          {"htod_gbps", rate(htod)},
                          {"ratio_dtod", dtod / memwire},

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <mutex>
 
 #include "active_transfer.hpp"
 #include "cuda/cuda_staging.hpp"
@@ -78,7 +79,6 @@ class Connector::Impl {
     context_.hostname = local_hostname();
     context_.options = std::move(options);
     context_.registrations = std::make_shared<detail::RegistrationTable>();
-    staging_budget_ = std::make_shared<detail::StagingBudget>(context_.options.cuda_staging_limit);
     if (context_.options.telemetry)
       context_.telemetry = std::make_shared<detail::TelemetryRecorder>();
     events_ = std::make_shared<const detail::EventLog>(
@@ -236,7 +236,12 @@ class Connector::Impl {
   // path the bytes take is visible.
   std::shared_ptr<detail::CudaStaging> stage(const std::vector<Descriptor>& local) {
     if (local.front().device().kind() != DeviceKind::Cuda) return nullptr;
-    auto staging = std::make_shared<detail::CudaStaging>(local, staging_budget_);
+    const auto& driver = detail::CudaStaging::require_driver();
+    std::call_once(pinned_pool_made_, [&] {
+      pinned_pool_ =
+          std::make_shared<detail::PinnedPool>(driver, context_.options.cuda_staging_limit);
+    });
+    auto staging = std::make_shared<detail::CudaStaging>(local, pinned_pool_);
     events_->write(LogLevel::Debug, "cuda_staged",
                    std::to_string(staging->bytes()) + " bytes of " +
                        local.front().device().to_string() +
@@ -282,7 +287,8 @@ class Connector::Impl {
   detail::TransportContext context_;
   std::shared_ptr<const detail::EventLog> events_;
   std::vector<std::unique_ptr<detail::Transport>> transports_;
-  std::shared_ptr<detail::StagingBudget> staging_budget_;
+  std::once_flag pinned_pool_made_;
+  std::shared_ptr<detail::PinnedPool> pinned_pool_;  // made at the first CUDA operation
 };
 
 Connector::Connector(ConnectorOptions options)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cuda/cuda_driver.hpp"
+#include "cuda/pinned_pool.hpp"
 #include "memwire/memwire.hpp"
 #include "support/error_code_of.hpp"
 #include "support/pattern.hpp"
@@ -148,6 +149,26 @@ TEST(CudaDescriptors, StagingPastItsLimitIsRefusedAndGivenBackWhenTheOperationEn
   }
   auto again = connector.create_readable({buffer.descriptor()});
   EXPECT_EQ(again.metadata().descriptors().front().device.to_string(), "cuda:0");
+}
+
+TEST(CudaPinnedPool, ReusesAGivenBackBufferAndFreesKeptOnesToMakeRoom) {
+  REQUIRE_CUDA();
+  detail::PinnedPool pool(*driver, 8u << 20);
+  auto first = pool.acquire(3u << 20);
+  pool.release(first);
+  EXPECT_EQ(pool.kept(), 3u << 20);
+  // About the same size: the same pages, not pinned again.
+  auto again = pool.acquire((3u << 20) - 100);
+  EXPECT_EQ(again.data, first.data);
+  EXPECT_EQ(pool.kept(), 0u);
+  pool.release(again);
+  // Too large to reuse it, and with it kept the limit would pass: it is freed first.
+  auto large = pool.acquire(7u << 20);
+  EXPECT_EQ(pool.kept(), 0u);
+  EXPECT_EQ(pool.in_use(), 7u << 20);
+  EXPECT_EQ(test_support::error_code_of([&] { (void)pool.acquire(2u << 20); }),
+            ErrorCode::Transport);
+  pool.release(large);
 }
 
 // GPU memory on both ends, over each transport that runs on one host.

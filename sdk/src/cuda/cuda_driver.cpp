@@ -51,6 +51,7 @@ CudaDriver* CudaDriver::load(std::string& reason) noexcept {
       resolve(library, "cuDeviceGet", driver->device_get_, reason) &&
       resolve(library, "cuDevicePrimaryCtxRetain", driver->primary_context_retain_, reason) &&
       resolve(library, "cuCtxSetCurrent", driver->context_set_current_, reason) &&
+      resolve(library, "cuCtxSynchronize", driver->context_synchronize_, reason) &&
       resolve(library, "cuPointerGetAttribute", driver->pointer_get_attribute_, reason) &&
       resolve(library, "cuMemcpyDtoH_v2", driver->copy_dtoh_, reason) &&
       resolve(library, "cuMemcpyHtoD_v2", driver->copy_htod_, reason) &&
@@ -154,6 +155,8 @@ void CudaDriver::copy_to_device(void* device, const void* host, std::size_t size
 
 void CudaDriver::copy_device_to_device(void* to, const void* from, std::size_t size) const {
   check(copy_dtod_(address(to), address(from), size), "cuMemcpyDtoD");
+  // Device to device returns before the copy ends: wait, as the other two copies do.
+  check(context_synchronize_(), "cuCtxSynchronize");
 }
 
 void* CudaDriver::allocate_pinned(std::size_t size) const {

@@ -67,6 +67,7 @@ class MEMWIRE_API CudaDriver {
   Result (*device_get_)(int*, int) = nullptr;
   Result (*primary_context_retain_)(Context*, int) = nullptr;
   Result (*context_set_current_)(Context) = nullptr;
+  Result (*context_synchronize_)() = nullptr;
   Result (*pointer_get_attribute_)(void*, int, DevicePointer) = nullptr;
   Result (*copy_dtoh_)(void*, DevicePointer, std::size_t) = nullptr;
   Result (*copy_htod_)(DevicePointer, const void*, std::size_t) = nullptr;

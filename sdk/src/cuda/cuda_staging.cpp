@@ -1,27 +1,29 @@
 #include "cuda/cuda_staging.hpp"
 
-#include <algorithm>
-
 #include "cuda/cuda_driver.hpp"
 #include "memwire/error.hpp"
 
 namespace memwire::detail {
 
-CudaStaging::CudaStaging(std::vector<Descriptor> device, std::shared_ptr<StagingBudget> budget)
-    : device_(std::move(device)) {
-  driver_ = CudaDriver::get();
-  if (driver_ == nullptr)
+const CudaDriver& CudaStaging::require_driver() {
+  const auto* driver = CudaDriver::get();
+  if (driver == nullptr)
     throw Error(ErrorCode::InvalidArgument,
                 "cuda memory needs the CUDA driver, and this process has none (" +
                     CudaDriver::unavailable_reason() + ")");
+  return *driver;
+}
+
+CudaStaging::CudaStaging(std::vector<Descriptor> device, std::shared_ptr<PinnedPool> pool)
+    : driver_(require_driver()), device_(std::move(device)), pool_(std::move(pool)) {
   for (std::size_t i = 0; i < device_.size(); ++i) {
     const auto& descriptor = device_[i];
     const auto where =
         "descriptor " + std::to_string(i) + " (" + descriptor.device().to_string() + ")";
     int ordinal = -1;
     try {
-      driver_->use_device(descriptor.device().id());  // the pointer is looked up in its context
-      ordinal = driver_->device_of(descriptor.ptr(), descriptor.size());
+      driver_.use_device(descriptor.device().id());  // the pointer is looked up in its context
+      ordinal = driver_.device_of(descriptor.ptr(), descriptor.size());
     } catch (const Error& error) {
       throw Error(error.code(), where + ": " + error.what());
     }
@@ -30,45 +32,34 @@ CudaStaging::CudaStaging(std::vector<Descriptor> device, std::shared_ptr<Staging
                   where + ": the memory is on cuda:" + std::to_string(ordinal));
     bytes_ += descriptor.size();
   }
-  // Taken from the budget before anything is allocated; given back by the destructor.
-  auto used = budget->used.load();
-  do {
-    if (bytes_ > budget->limit - std::min(used, budget->limit))
-      throw Error(ErrorCode::Transport,
-                  "cuda staging: " + std::to_string(bytes_) + " more bytes of pinned host memory " +
-                      "would pass cuda_staging_limit (" + std::to_string(budget->limit) + ", " +
-                      std::to_string(used) + " in use)");
-  } while (!budget->used.compare_exchange_weak(used, used + bytes_));
-  budget_ = std::move(budget);
   try {
+    buffers_.reserve(device_.size());
     host_.reserve(device_.size());
     for (const auto& descriptor : device_) {
-      driver_->use_device(descriptor.device().id());
-      host_.emplace_back(driver_->allocate_pinned(descriptor.size()), descriptor.size());
+      buffers_.push_back(pool_->acquire(descriptor.size()));
+      host_.emplace_back(buffers_.back().data, descriptor.size());
     }
   } catch (...) {
-    for (const auto& stand_in : host_) driver_->free_pinned(stand_in.ptr(), stand_in.size());
-    budget_->used -= bytes_;
+    for (const auto& buffer : buffers_) pool_->release(buffer);
     throw;
   }
 }
 
 CudaStaging::~CudaStaging() {
-  for (const auto& stand_in : host_) driver_->free_pinned(stand_in.ptr(), stand_in.size());
-  budget_->used -= bytes_;
+  for (const auto& buffer : buffers_) pool_->release(buffer);
 }
 
 void CudaStaging::copy_to_host() const {
   for (std::size_t i = 0; i < device_.size(); ++i) {
-    driver_->use_device(device_[i].device().id());
-    driver_->copy_to_host(host_[i].ptr(), device_[i].ptr(), device_[i].size());
+    driver_.use_device(device_[i].device().id());
+    driver_.copy_to_host(host_[i].ptr(), device_[i].ptr(), device_[i].size());
   }
 }
 
 void CudaStaging::copy_to_device() const {
   for (std::size_t i = 0; i < device_.size(); ++i) {
-    driver_->use_device(device_[i].device().id());
-    driver_->copy_to_device(device_[i].ptr(), host_[i].ptr(), device_[i].size());
+    driver_.use_device(device_[i].device().id());
+    driver_.copy_to_device(device_[i].ptr(), host_[i].ptr(), device_[i].size());
   }
 }
 

@@ -1,23 +1,16 @@
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "cuda/pinned_pool.hpp"
 #include "memwire/descriptor.hpp"
 #include "memwire/export.hpp"  // MEMWIRE_API: exported for tests
 
 namespace memwire::detail {
 
 class CudaDriver;
-
-// How many bytes of pinned host memory a connector's CUDA operations may hold at once.
-struct StagingBudget {
-  explicit StagingBudget(std::uint64_t limit) : limit(limit) {}
-  const std::uint64_t limit;
-  std::atomic<std::uint64_t> used{0};
-};
 
 // One operation's CUDA descriptors and a pinned host stand-in for each: the transports (tcp,
 // shm, verbs) move the stand-ins like any host memory, and the operation copies between them
@@ -27,11 +20,13 @@ struct StagingBudget {
 // directly, and verbs can register it.
 class MEMWIRE_API CudaStaging {
  public:
-  // Checks every descriptor (a CUDA driver, device memory of the device it names, inside one
-  // allocation) and takes the stand-ins out of `budget`. Throws Error{InvalidArgument} when no
-  // driver is loaded or the memory is not what the descriptor says, Error{Transport} when the
-  // budget is spent (its limit is ConnectorOptions::cuda_staging_limit).
-  CudaStaging(std::vector<Descriptor> device, std::shared_ptr<StagingBudget> budget);
+  // The process's CUDA driver; throws Error{InvalidArgument} saying why there is none.
+  static const CudaDriver& require_driver();
+
+  // Checks every descriptor (device memory of the device it names, inside one allocation) and
+  // takes the stand-ins from `pool`. Throws Error{InvalidArgument} when no driver is loaded or
+  // the memory is not what the descriptor says, Error{Transport} past the pool's limit.
+  CudaStaging(std::vector<Descriptor> device, std::shared_ptr<PinnedPool> pool);
   ~CudaStaging();
   CudaStaging(const CudaStaging&) = delete;
   CudaStaging& operator=(const CudaStaging&) = delete;
@@ -44,11 +39,12 @@ class MEMWIRE_API CudaStaging {
   void copy_to_device() const;  // stand-ins -> device
 
  private:
-  const CudaDriver* driver_ = nullptr;
+  const CudaDriver& driver_;
   std::vector<Descriptor> device_;
   std::vector<Descriptor> host_;
+  std::vector<PinnedPool::Buffer> buffers_;
   std::uint64_t bytes_ = 0;
-  std::shared_ptr<StagingBudget> budget_;
+  std::shared_ptr<PinnedPool> pool_;
 };
 
 }  // namespace memwire::detail
