@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -176,7 +177,16 @@ class CudaTransfer : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaTransfer, ReadFromGpuIntoGpu) {
   REQUIRE_CUDA();
-  Connector owner(only(GetParam())), reader(only(GetParam()));
+  // The log says which way the GPU's bytes went.
+  std::mutex log_mutex;
+  std::string log;
+  auto logged = only(GetParam());
+  logged.log_level = LogLevel::Debug;
+  logged.log = [&](std::string_view line) {
+    std::lock_guard lock(log_mutex);
+    log.append(line).append("\n");
+  };
+  Connector owner(logged), reader(only(GetParam()));
   constexpr std::size_t kSize = 48u << 20;
   DeviceBuffer source(*driver, kSize), target(*driver, kSize);
   source.fill(11);
@@ -192,6 +202,9 @@ TEST_P(CudaTransfer, ReadFromGpuIntoGpu) {
   EXPECT_EQ(read.transport(), GetParam());
   EXPECT_EQ(target.first_mismatch(11), kSize);
   EXPECT_EQ(read.results()[1].ptr(), into[1].ptr());  // the caller's memory, not the stand-in
+  std::lock_guard lock(log_mutex);
+  EXPECT_NE(log.find("\"event\":\"cuda_staged\""), std::string::npos) << log;
+  EXPECT_NE(log.find("staged through pinned host memory"), std::string::npos) << log;
 }
 
 TEST_P(CudaTransfer, WriteFromGpuIntoGpu) {
