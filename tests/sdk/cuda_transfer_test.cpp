@@ -1,6 +1,7 @@
 // CUDA descriptors (sdk/src/cuda/). Needs a GPU and its driver (libcuda.so.1): elsewhere every
 // test here skips and says why, except the one that checks the refusal without a driver.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <memory>
 #include <mutex>
@@ -81,6 +82,15 @@ std::string failure_message(const std::function<void()>& action) {
 }
 
 }  // namespace
+
+TEST(CudaOptions, StagingLimitComesFromTheEnvironment) {
+  ::setenv("MEMWIRE_CUDA_STAGING_LIMIT", "1048576", 1);
+  EXPECT_EQ(ConnectorOptions::from_environment().cuda_staging_limit, 1u << 20);
+  ::setenv("MEMWIRE_CUDA_STAGING_LIMIT", "lots", 1);
+  EXPECT_THROW(ConnectorOptions::from_environment(), Error);
+  ::unsetenv("MEMWIRE_CUDA_STAGING_LIMIT");
+  EXPECT_EQ(ConnectorOptions{}.cuda_staging_limit, std::uint64_t{4} << 30);
+}
 
 // Without a driver, the same build refuses cuda:N as before, and says why.
 TEST(CudaWithoutDriver, CudaDescriptorsAreRefusedWithTheReason) {
