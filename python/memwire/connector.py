@@ -6,6 +6,7 @@ with ``call_soon_threadsafe``. Nothing polls.
 """
 
 import asyncio
+import ctypes
 import math
 import weakref
 
@@ -17,6 +18,22 @@ from .types import OperationKind, OperationStatus
 
 #: Seconds a wait takes when given no timeout (every wait has one).
 DEFAULT_TIMEOUT = 300.0
+
+
+_cuda_seen = None
+
+
+def _cuda_driver_sees_a_device():
+    global _cuda_seen
+    if _cuda_seen is None:
+        try:
+            cuda = ctypes.CDLL("libcuda.so.1")
+            count = ctypes.c_int(0)
+            _cuda_seen = cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 \
+                and count.value > 0
+        except OSError:
+            _cuda_seen = False
+    return _cuda_seen
 
 
 def _timeout_seconds(timeout):
@@ -394,8 +411,9 @@ class Connector:
 
     @property
     def is_cuda_available(self):
-        # This build moves host memory only (no GPU-capable transport).
-        return False
+        """Whether CUDA memory can move: the CUDA driver loads and sees a device (as the
+        connector finds it at its first CUDA operation)."""
+        return _cuda_driver_sees_a_device()
 
     @property
     def transports(self):

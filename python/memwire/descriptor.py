@@ -10,10 +10,31 @@ def _is_torch_tensor(data):
     return cls.__module__.startswith("torch") and hasattr(data, "data_ptr")
 
 
+def _cuda_array(data, device):
+    """(ptr, size, device) of an object with ``__cuda_array_interface__`` (CuPy, Numba, ...)."""
+    interface = data.__cuda_array_interface__
+    if interface.get("strides") is not None:
+        raise InvalidArgumentError("a CUDA array descriptor needs a C-contiguous array")
+    ptr, _readonly = interface["data"]
+    try:
+        itemsize = int(interface["typestr"][2:])
+    except (KeyError, ValueError):
+        raise InvalidArgumentError(f"CUDA array of unknown type {interface.get('typestr')!r}") from None
+    size = itemsize
+    for extent in interface["shape"]:
+        size *= int(extent)
+    if device is None:  # CuPy says which device; the driver checks it when the operation starts
+        ordinal = getattr(getattr(data, "device", None), "id", 0)
+        device = f"cuda:{ordinal}"
+    return int(ptr or 0), size, Device(device)
+
+
 class Descriptor:
     """Memory to move, never copied. Accepts, like nixl_connect:
 
     - a ``torch.Tensor`` (contiguous; its device is the tensor's),
+    - an object with ``__cuda_array_interface__`` (a CuPy array, ...; C-contiguous), on the
+      device it names (CuPy) or ``device``,
     - ``(ndarray, device)`` with a NumPy array (or anything with the buffer protocol),
     - ``bytes`` (read-only: a source only), ``bytearray``, ``memoryview``, a NumPy array or any
       C-contiguous object with the buffer protocol,
@@ -60,6 +81,8 @@ class Descriptor:
                 raise InvalidArgumentError(f"tensor on unsupported device {dev}")
             self._ptr = int(data.data_ptr())
             self._size = int(data.numel()) * int(data.element_size())
+        elif hasattr(data, "__cuda_array_interface__"):
+            self._ptr, self._size, self._device = _cuda_array(data, device)
         else:
             try:
                 hold = _memwire.BufferHold(data, True)

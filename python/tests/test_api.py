@@ -91,6 +91,32 @@ def test_torch_cpu_tensor_descriptor():
         memwire.Descriptor(t.view(10, 10).t())  # not contiguous
 
 
+def _libcuda_loads():
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def test_cuda_array_interface_descriptor():
+    # What CuPy (and Numba, ...) expose; no GPU needed to describe one.
+    class CudaArray:
+        class device:
+            id = 1
+
+        __cuda_array_interface__ = {"shape": (4, 8), "typestr": "<f4", "data": (0x7000, False),
+                                    "version": 3, "strides": None}
+
+    d = memwire.Descriptor(CudaArray())
+    assert (d.ptr, d.size, str(d.device)) == (0x7000, 128, "cuda:1")
+    CudaArray.__cuda_array_interface__ = dict(CudaArray.__cuda_array_interface__, strides=(4, 16))
+    with pytest.raises(memwire.InvalidArgumentError):
+        memwire.Descriptor(CudaArray())
+
+
 def test_metadata_round_trip_and_strict_parsing():
     async def main():
         c = memwire.Connector()
@@ -122,7 +148,7 @@ def test_metadata_round_trip_and_strict_parsing():
 
 def test_connector_identity():
     a = memwire.Connector("worker-a")
-    assert a.name == "worker-a" and a.hostname and a.is_cuda_available is False
+    assert a.name == "worker-a" and a.hostname and a.is_cuda_available is _libcuda_loads()
     b = memwire.Connector()
     assert len(b.name) == 32 and a != b and a == a
     assert set(b.transports) <= {"verbs", "shm", "tcp"}

@@ -1,5 +1,7 @@
 #include "active_transfer.hpp"
 
+#include "cuda/cuda_staging.hpp"
+
 namespace memwire::detail {
 namespace {
 
@@ -30,7 +32,27 @@ void ActiveTransfer::set_failure_notifier(std::function<void(const Error&)> noti
   notify_failure_ = std::move(notifier);
 }
 
-void ActiveTransfer::succeed() { finish(OperationStatus::Complete); }
+const std::vector<Descriptor>& ActiveTransfer::results() const noexcept {
+  return staging_ ? staging_->device() : local_;
+}
+
+void ActiveTransfer::stage_through(std::shared_ptr<const CudaStaging> staging) {
+  local_ = staging->host();
+  staging_ = std::move(staging);
+}
+
+void ActiveTransfer::succeed() {
+  // A read's bytes reach the device before its caller hears it completed.
+  if (staging_ && kind() == OperationKind::Read && !is_terminal(status())) {
+    try {
+      staging_->copy_to_device();
+    } catch (const Error& error) {
+      fail(error);
+      return;
+    }
+  }
+  finish(OperationStatus::Complete);
+}
 
 void ActiveTransfer::fail(Error error) {
   // Mostly called on a transport thread, which may itself hold pins (requests still out on its

@@ -16,13 +16,21 @@ namespace memwire::detail {
 
 // The core of an active operation: local descriptors paired by index with the remote ones.
 // A transport moves the bytes from its own threads, then calls succeed() or fail().
+class CudaStaging;
+
 class ActiveTransfer final : public OperationCore {
  public:
   ActiveTransfer(OperationKind kind, std::vector<Descriptor> local, RdmaMetadata remote,
                  std::chrono::milliseconds grace);
   ~ActiveTransfer() override;
 
+  // What the transports move: the caller's descriptors, or their staging's host stand-ins.
   const std::vector<Descriptor>& local() const noexcept { return local_; }
+  // The caller's descriptors (a read's results).
+  const std::vector<Descriptor>& results() const noexcept;
+  // CUDA memory: local() are the staging's stand-ins, and a read copies them to the device
+  // before it completes. Set before the transfer starts.
+  void stage_through(std::shared_ptr<const CudaStaging> staging);
   const RdmaMetadata& remote() const noexcept { return remote_; }
   const Id128& key() const noexcept { return key_; }
   const Id128& token() const noexcept { return token_; }
@@ -44,7 +52,7 @@ class ActiveTransfer final : public OperationCore {
   void stop(OperationStatus status, Error error);
   void notify_passive_side(const Error& error);
 
-  const std::vector<Descriptor> local_;
+  std::vector<Descriptor> local_;
   const RdmaMetadata remote_;
   const Id128 key_;
   const Id128 token_;
@@ -52,6 +60,7 @@ class ActiveTransfer final : public OperationCore {
   AccessGate gate_;
   std::mutex notifier_mutex_;
   std::function<void(const Error&)> notify_failure_;
+  std::shared_ptr<const CudaStaging> staging_;
 };
 
 }  // namespace memwire::detail

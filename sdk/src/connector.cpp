@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <climits>
+#include <mutex>
 
 #include "active_transfer.hpp"
+#include "cuda/cuda_staging.hpp"
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
 #include "memwire/error_codes.hpp"
@@ -23,8 +25,8 @@ std::string local_hostname() {
   return name;
 }
 
-// Descriptors of one side: non-empty, no null or empty ranges, one memory kind, memory that
-// the started transports can touch.
+// Descriptors of one side: non-empty, no null or empty ranges, one memory kind. CUDA memory is
+// checked against the driver by its staging (cuda/cuda_staging.hpp).
 void check_local(const std::vector<Descriptor>& local) {
   if (local.empty()) throw Error(ErrorCode::InvalidArgument, "no descriptors");
   for (std::size_t i = 0; i < local.size(); ++i) {
@@ -34,9 +36,6 @@ void check_local(const std::vector<Descriptor>& local) {
     if (descriptor.size() == 0) throw Error(ErrorCode::InvalidArgument, where + " is empty");
     if (descriptor.device().kind() != local.front().device().kind())
       throw Error(ErrorCode::InvalidArgument, "all descriptors must share one memory kind");
-    if (descriptor.device().kind() != DeviceKind::Host)
-      throw Error(ErrorCode::InvalidArgument, where + " is " + descriptor.device().to_string() +
-                                                  " memory: this build moves host memory only");
   }
 }
 
@@ -134,8 +133,13 @@ class Connector::Impl {
     check_local(local);
     const auto ttl = context_.options.metadata_ttl;
     const std::int64_t expires = ttl.count() > 0 ? unix_now_ms() + ttl.count() : 0;
+    // CUDA memory: the transports serve pinned host stand-ins; a readable's are filled now.
+    auto staging = stage(local);
+    if (staging && kind == OperationKind::Read) staging->copy_to_host();
     auto registration = std::make_shared<detail::Registration>(
-        kind, std::move(local), expires, context_.registrations, context_.options.connect_timeout);
+        kind, staging ? staging->host() : std::move(local), expires, context_.registrations,
+        context_.options.connect_timeout);
+    if (staging) registration->stage_through(staging);
     const auto key = to_hex(registration->key());
     registration->observe(
         observation(detail::Side::Passive, total_bytes(registration->descriptors()), key, ""));
@@ -159,10 +163,13 @@ class Connector::Impl {
     }
     if (endpoint.transports.empty())
       throw Error(ErrorCode::Transport, "no transport can offer this memory (" + refusals + ")");
+    // Where the memory lives (cuda:N for staged memory), at the address the transports serve.
     std::vector<RemoteDescriptor> described;
-    for (const auto& descriptor : registration->descriptors())
-      described.push_back({descriptor.device(), reinterpret_cast<std::uintptr_t>(descriptor.ptr()),
-                           descriptor.size()});
+    for (std::size_t i = 0; i < registration->descriptors().size(); ++i) {
+      const auto& served = registration->descriptors()[i];
+      described.push_back({staging ? staging->device()[i].device() : served.device(),
+                           reinterpret_cast<std::uintptr_t>(served.ptr()), served.size()});
+    }
     registration->set_metadata(RdmaMetadata(kind, std::move(described), key, std::move(endpoint),
                                             to_hex(registration->token()), expires));
     registration->count_registered();
@@ -175,8 +182,12 @@ class Connector::Impl {
                                                        std::vector<Descriptor> local) {
     check_local(local);
     check_pairing(kind, remote, local);
+    // CUDA memory: the transports move pinned host stand-ins; a write's are filled now.
+    auto staging = stage(local);
+    if (staging && kind == OperationKind::Write) staging->copy_to_host();
     auto transfer = std::make_shared<detail::ActiveTransfer>(kind, std::move(local), remote,
                                                              context_.options.connect_timeout);
+    if (staging) transfer->stage_through(staging);
     const auto& peer = remote.endpoint().connector;
     const auto& key = remote.notification_key();
     transfer->observe(observation(detail::Side::Active, total_bytes(transfer->local()), key, peer));
@@ -221,6 +232,23 @@ class Connector::Impl {
   }
 
  private:
+  // Pinned host stand-ins for CUDA descriptors (null for host memory), logged so that the
+  // path the bytes take is visible.
+  std::shared_ptr<detail::CudaStaging> stage(const std::vector<Descriptor>& local) {
+    if (local.front().device().kind() != DeviceKind::Cuda) return nullptr;
+    const auto& driver = detail::CudaStaging::require_driver();
+    std::call_once(pinned_pool_made_, [&] {
+      pinned_pool_ =
+          std::make_shared<detail::PinnedPool>(driver, context_.options.cuda_staging_limit);
+    });
+    auto staging = std::make_shared<detail::CudaStaging>(local, pinned_pool_);
+    events_->write(LogLevel::Debug, "cuda_staged",
+                   std::to_string(staging->bytes()) + " bytes of " +
+                       local.front().device().to_string() +
+                       " memory staged through pinned host memory");
+    return staging;
+  }
+
   detail::Observation observation(detail::Side side, std::uint64_t bytes, std::string_view key,
                                   std::string_view peer) const {
     detail::Observation observation;
@@ -259,6 +287,8 @@ class Connector::Impl {
   detail::TransportContext context_;
   std::shared_ptr<const detail::EventLog> events_;
   std::vector<std::unique_ptr<detail::Transport>> transports_;
+  std::once_flag pinned_pool_made_;
+  std::shared_ptr<detail::PinnedPool> pinned_pool_;  // made at the first CUDA operation
 };
 
 Connector::Connector(ConnectorOptions options)

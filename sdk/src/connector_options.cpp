@@ -65,6 +65,8 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
   if (const char* text = std::getenv("MEMWIRE_MAX_CONNECTIONS_PER_PEER"))
     options.max_connections_per_peer =
         number_from<unsigned>("MEMWIRE_MAX_CONNECTIONS_PER_PEER", text);
+  if (const char* text = std::getenv("MEMWIRE_CUDA_STAGING_LIMIT"))
+    options.cuda_staging_limit = number_from<std::uint64_t>("MEMWIRE_CUDA_STAGING_LIMIT", text);
   if (const char* text = std::getenv("MEMWIRE_LOG"); text && std::string_view(text) == "1")
     options.log = log_to_stderr;
   if (const char* text = std::getenv("MEMWIRE_LOG_LEVEL"); text && *text) {

@@ -70,7 +70,7 @@ const std::vector<Descriptor>& ReadOperation::results() const {
   if (transfer.status() != OperationStatus::Complete)
     throw Error(ErrorCode::InvalidArgument, "results() before the read completed (status " +
                                                 std::string(to_string(transfer.status())) + ")");
-  return transfer.local();
+  return transfer.results();
 }
 
 }  // namespace memwire

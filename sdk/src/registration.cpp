@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "cuda/cuda_staging.hpp"
 #include "memwire/clock.hpp"
 #include "registration_table.hpp"
 
@@ -99,6 +100,16 @@ void Registration::complete_from_remote(const Id128& token,
   check_token(token);
   if (!gate_.is_open() || is_terminal(status()) || completing_.exchange(true))
     throw Error(ErrorCode::Cancelled, "operation already ended on the owner's side");
+  // The written bytes reach the device before the writer hears they landed.
+  if (staging_ && kind() == OperationKind::Write) {
+    try {
+      staging_->copy_to_device();
+    } catch (const Error& error) {
+      revoke();
+      finish(OperationStatus::Errored, error);
+      throw;
+    }
+  }
   // Acknowledged before the owner wakes up: an owner that exits at once must not take the
   // acknowledgement down with it.
   if (acknowledge) acknowledge();

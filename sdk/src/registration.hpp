@@ -19,6 +19,7 @@
 
 namespace memwire::detail {
 
+class CudaStaging;
 class RegistrationTable;
 
 // Per-registration state a transport keeps (e.g. verbs memory regions and the access granted
@@ -74,6 +75,10 @@ class MEMWIRE_API Registration final : public OperationCore {
   void fail_from_remote(const Id128& token, Error error);
   void fail(Error error);
 
+  // CUDA memory: the transports serve the staging's host stand-ins (descriptors()), and a
+  // writable copies them to the device before it completes. Set before it is shared.
+  void stage_through(std::shared_ptr<const CudaStaging> staging) { staging_ = std::move(staging); }
+
   // Counts its bytes as registered (memwire_registered_bytes) until it is revoked.
   void count_registered();
 
@@ -108,6 +113,7 @@ class MEMWIRE_API Registration final : public OperationCore {
   std::atomic<bool> counted_registered_{false};
   std::mutex attachments_mutex_;
   std::vector<std::shared_ptr<TransportState>> attachments_;
+  std::shared_ptr<const CudaStaging> staging_;  // outlives the gate: freed after revoke()
 };
 
 }  // namespace memwire::detail

@@ -69,6 +69,10 @@ struct MEMWIRE_API ConnectorOptions {
   unsigned max_connections = 512;
   unsigned max_connections_per_peer = 64;
   std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
+  // CUDA memory moves through pinned host stand-ins, one per descriptor, held while its
+  // operation lives: at most this many bytes of them at once per connector. An operation that
+  // would pass it is refused (Error{Transport}).
+  std::uint64_t cuda_staging_limit = std::uint64_t{4} << 30;
   // Where memwire says what it decided and what failed: one JSON object per call (no newline),
   // {"ts","level","event","msg","connector"[,"peer","transport","key","code",...]}, for each
   // event at or above `log_level`. Empty = silent. Called on memwire's threads: keep it short.

@@ -1,0 +1,192 @@
+#include "cuda/cuda_driver.hpp"
+
+#include <dlfcn.h>
+#include <sys/mman.h>
+
+#include "memwire/error.hpp"
+
+namespace memwire::detail {
+namespace {
+
+// Values of the driver API's enums that memwire passes or reads (cuda.h, CUDA 12 and 13).
+constexpr int kPointerAttributeMemoryType = 2;     // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kPointerAttributeDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr int kPointerAttributeRangeStart = 11;    // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+constexpr int kPointerAttributeRangeSize = 12;     // CU_POINTER_ATTRIBUTE_RANGE_SIZE
+constexpr unsigned kMemoryTypeDevice = 2;          // CU_MEMORYTYPE_DEVICE
+constexpr unsigned kHostRegisterPortable = 1;      // CU_MEMHOSTREGISTER_PORTABLE
+
+template <class Function>
+bool resolve(void* library, const char* name, Function& function, std::string& reason) {
+  function = reinterpret_cast<Function>(::dlsym(library, name));
+  if (function == nullptr) reason = std::string("libcuda.so.1 has no ") + name;
+  return function != nullptr;
+}
+
+CudaDriver::DevicePointer address(const void* pointer) {
+  return reinterpret_cast<CudaDriver::DevicePointer>(pointer);
+}
+
+std::string& reason_storage() {
+  static std::string reason;
+  return reason;
+}
+
+}  // namespace
+
+CudaDriver* CudaDriver::load(std::string& reason) noexcept {
+  // RTLD_NODELETE: the driver stays mapped for the process; contexts outlive any of memwire's
+  // objects and unloading a driver with live contexts is undefined.
+  void* library = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (library == nullptr) {
+    const char* why = ::dlerror();
+    reason = std::string("no CUDA driver: ") + (why != nullptr ? why : "libcuda.so.1 not found");
+    return nullptr;
+  }
+  auto* driver = new CudaDriver();
+  driver->library_ = library;
+  const bool resolved =
+      resolve(library, "cuInit", driver->init_, reason) &&
+      resolve(library, "cuDeviceGetCount", driver->device_get_count_, reason) &&
+      resolve(library, "cuDeviceGet", driver->device_get_, reason) &&
+      resolve(library, "cuDevicePrimaryCtxRetain", driver->primary_context_retain_, reason) &&
+      resolve(library, "cuCtxSetCurrent", driver->context_set_current_, reason) &&
+      resolve(library, "cuCtxSynchronize", driver->context_synchronize_, reason) &&
+      resolve(library, "cuPointerGetAttribute", driver->pointer_get_attribute_, reason) &&
+      resolve(library, "cuMemcpyDtoH_v2", driver->copy_dtoh_, reason) &&
+      resolve(library, "cuMemcpyHtoD_v2", driver->copy_htod_, reason) &&
+      resolve(library, "cuMemcpyDtoD_v2", driver->copy_dtod_, reason) &&
+      resolve(library, "cuMemHostRegister_v2", driver->host_register_, reason) &&
+      resolve(library, "cuMemHostUnregister", driver->host_unregister_, reason) &&
+      resolve(library, "cuMemAlloc_v2", driver->mem_alloc_, reason) &&
+      resolve(library, "cuMemFree_v2", driver->mem_free_, reason) &&
+      resolve(library, "cuGetErrorName", driver->error_name_, reason) &&
+      resolve(library, "cuGetErrorString", driver->error_string_, reason);
+  if (!resolved) {
+    delete driver;
+    return nullptr;
+  }
+  if (const Result result = driver->init_(0); result != 0) {
+    const char* name = nullptr;
+    driver->error_name_(result, &name);
+    reason = std::string("cuInit failed: ") + (name != nullptr ? name : std::to_string(result));
+    delete driver;
+    return nullptr;
+  }
+  if (driver->device_get_count_(&driver->device_count_) != 0 || driver->device_count_ <= 0) {
+    reason = "the CUDA driver sees no device";
+    delete driver;
+    return nullptr;
+  }
+  driver->contexts_.assign(static_cast<std::size_t>(driver->device_count_), nullptr);
+  return driver;
+}
+
+const CudaDriver* CudaDriver::get() noexcept {
+  // Loaded once, on first use, and kept for the life of the process.
+  static const CudaDriver* const driver = load(reason_storage());
+  return driver;
+}
+
+const std::string& CudaDriver::unavailable_reason() noexcept {
+  (void)get();
+  return reason_storage();
+}
+
+void CudaDriver::check(Result result, const char* what) const {
+  if (result == 0) return;
+  const char* name = nullptr;
+  const char* text = nullptr;
+  error_name_(result, &name);
+  error_string_(result, &text);
+  throw Error(ErrorCode::Transport, std::string(what) + ": " +
+                                        (name != nullptr ? name : std::to_string(result)) +
+                                        (text != nullptr ? std::string(" (") + text + ")" : ""));
+}
+
+void CudaDriver::use_device(int ordinal) const {
+  if (ordinal < 0 || ordinal >= device_count_)
+    throw Error(ErrorCode::InvalidArgument, "cuda:" + std::to_string(ordinal) +
+                                                " does not exist (" +
+                                                std::to_string(device_count_) + " device(s))");
+  Context context = nullptr;
+  {
+    std::lock_guard lock(contexts_mutex_);
+    auto& retained = contexts_[static_cast<std::size_t>(ordinal)];
+    if (retained == nullptr) {
+      int device = 0;
+      check(device_get_(&device, ordinal), "cuDeviceGet");
+      check(primary_context_retain_(&retained, device), "cuDevicePrimaryCtxRetain");
+    }
+    context = retained;
+  }
+  check(context_set_current_(context), "cuCtxSetCurrent");
+}
+
+int CudaDriver::device_of(const void* pointer, std::size_t size) const {
+  unsigned memory_type = 0;
+  if (pointer_get_attribute_(&memory_type, kPointerAttributeMemoryType, address(pointer)) != 0 ||
+      memory_type != kMemoryTypeDevice)
+    throw Error(ErrorCode::InvalidArgument, "not CUDA device memory");
+  int ordinal = -1;
+  DevicePointer start = 0;
+  std::size_t length = 0;
+  check(pointer_get_attribute_(&ordinal, kPointerAttributeDeviceOrdinal, address(pointer)),
+        "cuPointerGetAttribute(DEVICE_ORDINAL)");
+  check(pointer_get_attribute_(&start, kPointerAttributeRangeStart, address(pointer)),
+        "cuPointerGetAttribute(RANGE_START_ADDR)");
+  check(pointer_get_attribute_(&length, kPointerAttributeRangeSize, address(pointer)),
+        "cuPointerGetAttribute(RANGE_SIZE)");
+  const auto offset = address(pointer) - start;
+  if (size > length - offset)
+    throw Error(ErrorCode::InvalidArgument,
+                std::to_string(size) + " bytes run past the end of their CUDA allocation (" +
+                    std::to_string(length - offset) + " bytes left in it)");
+  return ordinal;
+}
+
+void CudaDriver::copy_to_host(void* host, const void* device, std::size_t size) const {
+  check(copy_dtoh_(host, address(device), size), "cuMemcpyDtoH");
+}
+
+void CudaDriver::copy_to_device(void* device, const void* host, std::size_t size) const {
+  check(copy_htod_(address(device), host, size), "cuMemcpyHtoD");
+}
+
+void CudaDriver::copy_device_to_device(void* to, const void* from, std::size_t size) const {
+  check(copy_dtod_(address(to), address(from), size), "cuMemcpyDtoD");
+  // Device to device returns before the copy ends: wait, as the other two copies do.
+  check(context_synchronize_(), "cuCtxSynchronize");
+}
+
+void* CudaDriver::allocate_pinned(std::size_t size) const {
+  void* host = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (host == MAP_FAILED)
+    throw Error(ErrorCode::Transport,
+                "cannot map " + std::to_string(size) + " bytes to stage through");
+  try {
+    check(host_register_(host, size, kHostRegisterPortable), "cuMemHostRegister");
+  } catch (...) {
+    ::munmap(host, size);
+    throw;
+  }
+  return host;
+}
+
+void CudaDriver::free_pinned(void* host, std::size_t size) const noexcept {
+  if (host == nullptr) return;
+  host_unregister_(host);
+  ::munmap(host, size);
+}
+
+void* CudaDriver::allocate_device(std::size_t size) const {
+  DevicePointer device = 0;
+  check(mem_alloc_(&device, size), "cuMemAlloc");
+  return reinterpret_cast<void*>(device);
+}
+
+void CudaDriver::free_device(void* device) const noexcept {
+  if (device != nullptr) mem_free_(address(device));
+}
+
+}  // namespace memwire::detail

@@ -1,0 +1,83 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests and bench
+
+namespace memwire::detail {
+
+// The few CUDA driver API entry points memwire uses, resolved at run time from libcuda.so.1
+// (dlopen), so that one build runs on machines with and without a GPU. The declarations are
+// memwire's own: the driver API is plain C (an int result, opaque handles, 64-bit device
+// addresses); no CUDA header is needed to build.
+class MEMWIRE_API CudaDriver {
+ public:
+  using Result = int;                        // CUresult; 0 = CUDA_SUCCESS
+  using DevicePointer = unsigned long long;  // CUdeviceptr
+  using Context = void*;                     // CUcontext
+  using Stream = void*;                      // CUstream
+
+  // The process's driver, loaded and initialized once; null when there is none (no
+  // libcuda.so.1, cuInit failed, no device). unavailable_reason() then says why.
+  static const CudaDriver* get() noexcept;
+  static const std::string& unavailable_reason() noexcept;
+
+  int device_count() const noexcept { return device_count_; }
+
+  // Makes device `ordinal`'s primary context current on the calling thread (retained once
+  // per device for the life of the process). Throws Error{Transport} on a driver error.
+  void use_device(int ordinal) const;
+
+  // Where `pointer` lives according to the driver: a device ordinal when it is device memory
+  // inside one allocation that holds [pointer, pointer + size), else throws
+  // Error{InvalidArgument} saying what is wrong (host memory, range past the allocation).
+  int device_of(const void* pointer, std::size_t size) const;
+
+  // Synchronous copies (the calling thread waits until the bytes arrived).
+  void copy_to_host(void* host, const void* device, std::size_t size) const;
+  void copy_to_device(void* device, const void* host, std::size_t size) const;
+  void copy_device_to_device(void* to, const void* from, std::size_t size) const;
+
+  // Page-locked host memory the GPU's copy engines reach directly; throws on failure. Plain
+  // anonymous pages registered with the driver (not the driver's own mapping), so that other
+  // processes' process_vm_readv/writev (shm) and ibv_reg_mr (verbs) can reach them too.
+  void* allocate_pinned(std::size_t size) const;
+  void free_pinned(void* host, std::size_t size) const noexcept;
+  // Device memory of the current device (tests and bench).
+  void* allocate_device(std::size_t size) const;
+  void free_device(void* device) const noexcept;
+
+  // Throws Error{Transport} "<what>: <driver's name and text for result>" unless result is 0.
+  void check(Result result, const char* what) const;
+
+ private:
+  CudaDriver() = default;
+  static CudaDriver* load(std::string& reason) noexcept;
+
+  int device_count_ = 0;
+  mutable std::mutex contexts_mutex_;
+  mutable std::vector<Context> contexts_;  // retained primary context per ordinal, or null
+  void* library_ = nullptr;
+  Result (*init_)(unsigned) = nullptr;
+  Result (*device_get_count_)(int*) = nullptr;
+  Result (*device_get_)(int*, int) = nullptr;
+  Result (*primary_context_retain_)(Context*, int) = nullptr;
+  Result (*context_set_current_)(Context) = nullptr;
+  Result (*context_synchronize_)() = nullptr;
+  Result (*pointer_get_attribute_)(void*, int, DevicePointer) = nullptr;
+  Result (*copy_dtoh_)(void*, DevicePointer, std::size_t) = nullptr;
+  Result (*copy_htod_)(DevicePointer, const void*, std::size_t) = nullptr;
+  Result (*copy_dtod_)(DevicePointer, DevicePointer, std::size_t) = nullptr;
+  Result (*host_register_)(void*, std::size_t, unsigned) = nullptr;
+  Result (*host_unregister_)(void*) = nullptr;
+  Result (*mem_alloc_)(DevicePointer*, std::size_t) = nullptr;
+  Result (*mem_free_)(DevicePointer) = nullptr;
+  Result (*error_name_)(Result, const char**) = nullptr;
+  Result (*error_string_)(Result, const char**) = nullptr;
+};
+
+}  // namespace memwire::detail

@@ -1,0 +1,50 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cuda/pinned_pool.hpp"
+#include "memwire/descriptor.hpp"
+#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests
+
+namespace memwire::detail {
+
+class CudaDriver;
+
+// One operation's CUDA descriptors and a pinned host stand-in for each: the transports (tcp,
+// shm, verbs) move the stand-ins like any host memory, and the operation copies between them
+// and the device where the bytes must be (a readable fills them when it is created, a write
+// before it starts; a writable copies to the device when the writer's completion notice
+// arrives, a read when its last byte arrived). Pinned memory: the copy engines reach it
+// directly, and verbs can register it.
+class MEMWIRE_API CudaStaging {
+ public:
+  // The process's CUDA driver; throws Error{InvalidArgument} saying why there is none.
+  static const CudaDriver& require_driver();
+
+  // Checks every descriptor (device memory of the device it names, inside one allocation) and
+  // takes the stand-ins from `pool`. Throws Error{InvalidArgument} when no driver is loaded or
+  // the memory is not what the descriptor says, Error{Transport} past the pool's limit.
+  CudaStaging(std::vector<Descriptor> device, std::shared_ptr<PinnedPool> pool);
+  ~CudaStaging();
+  CudaStaging(const CudaStaging&) = delete;
+  CudaStaging& operator=(const CudaStaging&) = delete;
+
+  const std::vector<Descriptor>& device() const noexcept { return device_; }
+  const std::vector<Descriptor>& host() const noexcept { return host_; }
+  std::uint64_t bytes() const noexcept { return bytes_; }
+
+  void copy_to_host() const;    // device -> stand-ins
+  void copy_to_device() const;  // stand-ins -> device
+
+ private:
+  const CudaDriver& driver_;
+  std::vector<Descriptor> device_;
+  std::vector<Descriptor> host_;
+  std::vector<PinnedPool::Buffer> buffers_;
+  std::uint64_t bytes_ = 0;
+  std::shared_ptr<PinnedPool> pool_;
+};
+
+}  // namespace memwire::detail
