@@ -321,6 +321,7 @@ bool StreamConnection::write_some(OutFrame& frame) {
 
 void StreamConnection::on_events(std::uint32_t events) {
   if (closed_on_loop_) return;
+  maybe_more_ = true;
   if (events & EPOLLOUT) flush();
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) read_frames();
 }
@@ -331,11 +332,13 @@ StreamConnection::Refill StreamConnection::refill_inbox() {
     inbox_end_ -= inbox_begin_;
     inbox_begin_ = 0;
   }
+  if (!maybe_more_) return Refill::Again;
   for (;;) {
-    const ssize_t received =
-        ::recv(socket_.get(), inbox_.get() + inbox_end_, kInboxSize - inbox_end_, MSG_DONTWAIT);
+    const auto room = kInboxSize - inbox_end_;
+    const ssize_t received = ::recv(socket_.get(), inbox_.get() + inbox_end_, room, MSG_DONTWAIT);
     if (received > 0) {
       inbox_end_ += static_cast<std::size_t>(received);
+      if (static_cast<std::size_t>(received) < room) maybe_more_ = false;
       return Refill::Got;
     }
     if (received < 0 && errno == EINTR) continue;
@@ -409,16 +412,23 @@ bool StreamConnection::fill_sink() {
       fill_from_inbox();
       continue;
     }
+    if (!maybe_more_) {
+      sink.pieces.erase(sink.pieces.begin(), sink.pieces.begin() + first);
+      return false;
+    }
     ssize_t received = 0;
+    std::size_t asked = 0;
     if (sink.pieces.empty()) {  // skipped: through the (empty) inbox
-      received = ::recv(socket_.get(), inbox_.get(), std::min<std::uint64_t>(sink.left, kInboxSize),
-                        MSG_DONTWAIT);
+      asked = std::min<std::uint64_t>(sink.left, kInboxSize);
+      received = ::recv(socket_.get(), inbox_.get(), asked, MSG_DONTWAIT);
     } else {  // straight from the socket into the memory
       msghdr message{};
       message.msg_iov = sink.pieces.data() + first;
       message.msg_iovlen = std::min<std::size_t>(sink.pieces.size() - first, IOV_MAX);
+      for (std::size_t i = 0; i < message.msg_iovlen; ++i) asked += message.msg_iov[i].iov_len;
       received = ::recvmsg(socket_.get(), &message, MSG_DONTWAIT);
     }
+    if (received > 0 && static_cast<std::size_t>(received) < asked) maybe_more_ = false;
     if (received < 0 && errno == EINTR) continue;
     if (received <= 0) {
       if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {

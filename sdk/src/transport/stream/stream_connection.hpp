@@ -202,6 +202,9 @@ class MEMWIRE_API StreamConnection : public std::enable_shared_from_this<StreamC
   };
   std::optional<Sink> sink_;
   std::atomic<bool> broken_{false};  // mirrors closing_ for the loop, without the lock
+  // False once a read came back short: the socket was empty then, and whatever arrives later
+  // raises a new edge. Saves the recv that would only say EAGAIN.
+  bool maybe_more_ = true;
   static constexpr std::size_t kMostHeldBack = 64;
   static constexpr std::size_t kMostCopiedWhenHeld = 16 * 1024;
   std::vector<OutFrame> held_back_;
