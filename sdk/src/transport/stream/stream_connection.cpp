@@ -322,6 +322,9 @@ bool StreamConnection::write_some(OutFrame& frame) {
 void StreamConnection::on_events(std::uint32_t events) {
   if (closed_on_loop_) return;
   maybe_more_ = true;
+  // The peer's end came with this edge: a short read no longer means there is nothing more to
+  // read (the end itself is read as 0 bytes, and no later edge will announce it).
+  if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) peer_ending_ = true;
   if (events & EPOLLOUT) flush();
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) read_frames();
 }
@@ -338,7 +341,7 @@ StreamConnection::Refill StreamConnection::refill_inbox() {
     const ssize_t received = ::recv(socket_.get(), inbox_.get() + inbox_end_, room, MSG_DONTWAIT);
     if (received > 0) {
       inbox_end_ += static_cast<std::size_t>(received);
-      if (static_cast<std::size_t>(received) < room) maybe_more_ = false;
+      if (static_cast<std::size_t>(received) < room && !peer_ending_) maybe_more_ = false;
       return Refill::Got;
     }
     if (received < 0 && errno == EINTR) continue;
@@ -428,7 +431,8 @@ bool StreamConnection::fill_sink() {
       for (std::size_t i = 0; i < message.msg_iovlen; ++i) asked += message.msg_iov[i].iov_len;
       received = ::recvmsg(socket_.get(), &message, MSG_DONTWAIT);
     }
-    if (received > 0 && static_cast<std::size_t>(received) < asked) maybe_more_ = false;
+    if (received > 0 && static_cast<std::size_t>(received) < asked && !peer_ending_)
+      maybe_more_ = false;
     if (received < 0 && errno == EINTR) continue;
     if (received <= 0) {
       if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {

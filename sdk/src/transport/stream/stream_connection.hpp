@@ -205,6 +205,7 @@ class MEMWIRE_API StreamConnection : public std::enable_shared_from_this<StreamC
   // False once a read came back short: the socket was empty then, and whatever arrives later
   // raises a new edge. Saves the recv that would only say EAGAIN.
   bool maybe_more_ = true;
+  bool peer_ending_ = false;  // an edge said the peer closed or broke its end
   static constexpr std::size_t kMostHeldBack = 64;
   static constexpr std::size_t kMostCopiedWhenHeld = 16 * 1024;
   std::vector<OutFrame> held_back_;
