@@ -7,7 +7,9 @@
 //                  [--max-inflight 1G] [--target-bytes 256M] [--max-ops 2048] [--slots 1]
 //                  [--gap 1] (descriptors GAP x their size apart: scattered blocks)
 //   transfer_bench latency --transport tcp|shm [--sizes 64,4K] [--samples 3000] [--warmup 300]
-//   either mode: [--memory plain|shared] (the peer's buffers: plain pages, or a SharedBuffer that
+//   transfer_bench fanin --transport tcp|shm [--owners 1,8,32,64] [--sizes 1M] [--samples 30]
+//                  one reader, N owner processes, a fresh readable from each every round
+//   any mode: [--memory plain|shared] (the peer's buffers: plain pages, or a SharedBuffer that
 //   a same-host driver maps)
 //
 // Throughput: one trial is a batch of operations, at most CONC in flight, timed from the first
@@ -67,6 +69,7 @@ struct Args {
   std::size_t samples = 3000;
   std::size_t warmup = 300;
   std::string memory = "plain";  // the peer's buffers: plain pages or a SharedBuffer
+  std::vector<unsigned> owners = {1, 8, 32, 64};  // fanin: owner processes
 };
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
@@ -426,11 +429,71 @@ json latency(const Args& args, Connector& connector, Peer& peer) {
   return results;
 }
 
+int thread_count() {
+  std::error_code ignored;
+  return static_cast<int>(
+      std::distance(std::filesystem::directory_iterator("/proc/self/task", ignored),
+                    std::filesystem::directory_iterator()));
+}
+
+// Fan-in: one reader, N owner processes, every round a fresh readable of SIZE from each (its
+// owner waiting on it), all read at once; the round ends when every owner saw its readable
+// complete. Reader threads counted with every connection live.
+json fan_in(const Args& args, Connector& connector, Peer& first) {
+  json results = json::array();
+  const std::size_t size = args.sizes.front();
+  for (unsigned owners : args.owners) {
+    std::vector<std::unique_ptr<Peer>> others;
+    std::vector<Peer*> peers{&first};
+    for (unsigned i = 1; i < owners; ++i) {
+      others.push_back(std::make_unique<Peer>(args.peer, args.transport, args.memory));
+      peers.push_back(others.back().get());
+    }
+    for (auto* peer : peers) peer->alloc(size, 1, 1, kPeerSeed);
+    LocalBuffers local(size, 1, owners, 0);
+    std::vector<double> rounds_ms;
+    int threads = 0;
+    for (std::size_t round = 0; round < args.warmup + args.samples; ++round) {
+      std::vector<RdmaMetadata> metadata;
+      for (auto* peer : peers) metadata.push_back(peer->publish(true, 1, true).front());
+      const auto start = Clock::now();
+      std::vector<ReadOperation> reads;
+      for (unsigned i = 0; i < owners; ++i)
+        reads.push_back(connector.begin_read(metadata[i], local.slots[i]));
+      for (auto& read : reads) read.wait_for_completion(kReply);
+      for (auto* peer : peers) {
+        if (peer->expect_line("a completion") != "c") fail("peer did not report completion");
+        if (auto done = peer->done(); done.errors > 0) fail("peer: " + done.reason);
+      }
+      if (round >= args.warmup) rounds_ms.push_back(seconds_since(start) * 1e3);
+      threads = std::max(threads, thread_count());
+    }
+    const auto r = summarize(rounds_ms);
+    const double aggregate = static_cast<double>(size) * owners / (r.median / 1e3) / 1e9;
+    std::printf(
+        "%-5s fan-in owners=%-4u %6s each  round p50 %8.2f ms  p99 %8.2f ms  "
+        "aggregate %.2f GB/s  reader threads %d\n",
+        args.transport.c_str(), owners, size_name(size).c_str(), r.median, r.p99, aggregate,
+        threads);
+    std::fflush(stdout);
+    results.push_back({{"owners", owners},
+                       {"size", size},
+                       {"rounds", r.count},
+                       {"round_ms", {{"p50", r.median}, {"p99", r.p99}, {"max", r.max}}},
+                       {"aggregate_gbps", aggregate},
+                       {"reader_threads", threads}});
+  }
+  return results;
+}
+
 Args parse(int argc, char** argv) {
   if (argc < 2) fail("usage: transfer_bench throughput|latency --transport NAME [options]");
   Args args;
   args.mode = argv[1];
-  args.sizes = parse_sizes(args.mode == "latency" ? "64,4K" : "4K,64K,1M,16M,64M,256M,1G");
+  args.sizes = parse_sizes(args.mode == "latency" ? "64,4K"
+                           : args.mode == "fanin" ? "1M"
+                                                  : "4K,64K,1M,16M,64M,256M,1G");
+  if (args.mode == "fanin") args.samples = 30, args.warmup = 3;
   args.peer = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "transfer_peer");
   auto unsigned_list = [](const std::string& text) {
     std::vector<unsigned> values;
@@ -467,6 +530,8 @@ Args parse(int argc, char** argv) {
       args.target_bytes = parse_sizes(value).at(0);
     else if (key == "--max-ops")
       args.max_ops = std::stoul(value);
+    else if (key == "--owners")
+      args.owners = unsigned_list(value);
     else if (key == "--samples")
       args.samples = std::stoul(value);
     else if (key == "--warmup")
@@ -474,7 +539,8 @@ Args parse(int argc, char** argv) {
     else
       fail("unknown option " + key);
   }
-  if (args.mode != "throughput" && args.mode != "latency") fail("mode is throughput or latency");
+  if (args.mode != "throughput" && args.mode != "latency" && args.mode != "fanin")
+    fail("mode is throughput, latency or fanin");
   return args;
 }
 
@@ -506,6 +572,7 @@ int main(int argc, char** argv) {
     } else {
       report["available"] = true;
       report["results"] = args.mode == "latency" ? latency(args, *connector, peer)
+                          : args.mode == "fanin" ? fan_in(args, *connector, peer)
                                                  : throughput(args, *connector, peer);
     }
   } catch (const std::exception& error) {

@@ -33,7 +33,14 @@ void AccessGate::refuse() {
   open_ = false;
 }
 
+namespace {
+thread_local bool break_at_once = false;
+}  // namespace
+
+void AccessGate::break_at_once_on_this_thread(bool at_once) noexcept { break_at_once = at_once; }
+
 void AccessGate::close(std::chrono::milliseconds grace) {
+  if (break_at_once) grace = std::chrono::milliseconds(0);
   std::unique_lock lock(mutex_);
   open_ = false;
   if (!released_.wait_for(lock, grace, [&] { return pins_ == 0; })) {

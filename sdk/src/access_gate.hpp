@@ -45,6 +45,10 @@ class MEMWIRE_API AccessGate {
   void add_breaker(std::uintptr_t holder, std::function<void()> breaker);
 
   void close(std::chrono::milliseconds grace);
+  // On a thread that serves many peers (an event loop), close() breaks the holders at once
+  // instead of waiting out the grace: the pins it would wait for may be ones only that thread
+  // can let go of (frames queued on its connections).
+  static void break_at_once_on_this_thread(bool at_once) noexcept;
   // Refuses new pins without waiting for the held ones; close() may follow to wait for them.
   void refuse();
 

@@ -35,9 +35,12 @@ std::atomic<std::int64_t> typical_wait_ns{kMinWaitSpin.count()};
 std::atomic<unsigned> spinning_waiters{0};
 const unsigned kMostSpinningWaiters = std::max(1u, std::thread::hardware_concurrency() / 2);
 
+// Zero when waits here typically outlast the longest spin: spinning would only burn a CPU
+// that the threads which end the operation (and other processes' I/O threads) need.
 std::chrono::nanoseconds wait_spin() noexcept {
   const std::chrono::nanoseconds spin{typical_wait_ns.load(std::memory_order_relaxed) * 3 / 2};
-  return std::clamp(spin, kMinWaitSpin, kMaxWaitSpin);
+  if (spin > kMaxWaitSpin) return std::chrono::nanoseconds(0);
+  return std::max(spin, kMinWaitSpin);
 }
 
 void learn_wait(std::chrono::nanoseconds waited) noexcept {
@@ -83,14 +86,18 @@ OperationStatus OperationCore::wait(std::optional<std::chrono::milliseconds> tim
   std::optional<std::chrono::steady_clock::time_point> began;
   if (!settled_.load(std::memory_order_acquire) && (!timeout || timeout->count() > 0)) {
     began = std::chrono::steady_clock::now();
-    if (spinning_waiters.fetch_add(1, std::memory_order_relaxed) < kMostSpinningWaiters) {
-      const auto until = *began + wait_spin();
+    const auto spin = wait_spin();
+    if (spin.count() > 0 &&
+        spinning_waiters.fetch_add(1, std::memory_order_relaxed) < kMostSpinningWaiters) {
+      const auto until = *began + spin;
       for (unsigned round = 1; !settled_.load(std::memory_order_acquire); ++round) {
         relax();
         if (round % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
       }
+      spinning_waiters.fetch_sub(1, std::memory_order_relaxed);
+    } else if (spin.count() > 0) {
+      spinning_waiters.fetch_sub(1, std::memory_order_relaxed);
     }
-    spinning_waiters.fetch_sub(1, std::memory_order_relaxed);
   }
   std::unique_lock lock(mutex_);
   auto done = [&] { return is_terminal(status_) && !settling_; };

@@ -97,6 +97,14 @@ RdmaMetadata Registration::renew(std::chrono::milliseconds lifetime) {
 
 void Registration::complete_from_remote(const Id128& token,
                                         const std::function<void()>& acknowledge) {
+  claim_remote_completion(token);
+  // Acknowledged before the owner wakes up: an owner that exits at once must not take the
+  // acknowledgement down with it.
+  if (acknowledge) acknowledge();
+  finish_remote_completion();
+}
+
+void Registration::claim_remote_completion(const Id128& token) {
   check_token(token);
   if (!gate_.is_open() || is_terminal(status()) || completing_.exchange(true))
     throw Error(ErrorCode::Cancelled, "operation already ended on the owner's side");
@@ -110,12 +118,17 @@ void Registration::complete_from_remote(const Id128& token,
       throw;
     }
   }
-  // Acknowledged before the owner wakes up: an owner that exits at once must not take the
-  // acknowledgement down with it.
-  if (acknowledge) acknowledge();
+}
+
+void Registration::finish_remote_completion() {
   // Revoked before finishing: an owner woken by Complete may free its memory at once.
   revoke();
   finish(OperationStatus::Complete);
+}
+
+void Registration::abandon_remote_completion(Error error) {
+  completing_ = false;
+  fail(std::move(error));
 }
 
 void Registration::fail_from_remote(const Id128& token, Error error) {

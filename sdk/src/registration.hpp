@@ -71,6 +71,12 @@ class MEMWIRE_API Registration final : public OperationCore {
   // Cancelled when the registration is no longer live. `acknowledge` (queueing the answer to
   // the active side) runs once the notice is accepted and before the owner is woken.
   void complete_from_remote(const Id128& token, const std::function<void()>& acknowledge = {});
+  // The same in steps, for an acknowledgement that takes a while to leave (a whole read's bytes
+  // on a socket): claim (throws as above; nothing else may complete or fail it now), then either
+  // finish once the acknowledgement is out, or abandon it with the reason it never went.
+  void claim_remote_completion(const Id128& token);
+  void finish_remote_completion();
+  void abandon_remote_completion(Error error);
   // The active side reported a failure (its token is checked), or its connection died.
   void fail_from_remote(const Id128& token, Error error);
   void fail(Error error);

@@ -78,8 +78,8 @@ class FrameCodec : public ::testing::Test {
     int ends[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends), 0);
     raw_ = FileDescriptor(ends[0]);
-    connection_ = std::make_unique<StreamConnection>(FileDescriptor(ends[1]),
-                                                     std::make_unique<Recorder>(received_), "raw");
+    connection_ = std::make_shared<StreamConnection>(
+        FileDescriptor(ends[1]), std::make_unique<Recorder>(received_), "raw", loop_);
     connection_->run();
   }
   void send_raw(const void* data, std::size_t length) {
@@ -103,9 +103,14 @@ class FrameCodec : public ::testing::Test {
     return received_->frames;
   }
 
+  void TearDown() override {
+    if (connection_) connection_->join();
+  }
+
   std::shared_ptr<Received> received_ = std::make_shared<Received>();
   FileDescriptor raw_;
-  std::unique_ptr<StreamConnection> connection_;
+  EventLoop loop_{"memwire-test"};
+  std::shared_ptr<StreamConnection> connection_;
 };
 
 FrameHeader full_header(FrameType type) {

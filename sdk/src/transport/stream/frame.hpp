@@ -106,6 +106,24 @@ inline bool pieces_add_up(const FrameHeader& header, std::span<const FramePiece>
   return total == header.length;
 }
 
+// Of a frame's payload, the bytes its receiver needs before it can handle the frame at all (a
+// text, a piece list, a mapped location): they are gathered first. The rest (a write's bytes,
+// a read answer's) streams from the socket into memory as it arrives.
+inline std::uint64_t inline_payload_bytes(const FrameHeader& header) {
+  switch (header.type) {
+    case FrameType::ReadRequest:
+    case FrameType::WriteRequest:
+      return 0;
+    case FrameType::ReadPiecesRequest:
+    case FrameType::WritePiecesRequest:
+      return piece_list_bytes(header);
+    case FrameType::ReadResponse:
+      return header.code != 0 || (header.flags & frame_flags::kMapped) != 0 ? header.length : 0;
+    default:  // texts, or a write answer's mapped location
+      return header.length;
+  }
+}
+
 // Why 80 received bytes cannot be the header of a frame this build reads: another protocol
 // (magic), another version, or a type no side knows. nullopt when they can; the connection that
 // received them closes with this reason. Whether the type suits the receiving side, and the

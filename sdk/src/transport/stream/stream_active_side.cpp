@@ -78,7 +78,7 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
     return;
   }
   if (!pending) {  // a response for a request we gave up on (e.g. an error notice)
-    connection.discard(header.length);
+    connection.discard(header.length, {});
     return;
   }
   auto& transfer = *pending->transfer->transfer;
@@ -90,21 +90,38 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
       if (!expected || header.length != pending->length)
         return break_protocol(connection, *pending, "read response of the wrong length");
       // Pinned while the bytes land in the caller's buffer; a cancelled transfer drains them.
-      bool received = false;
-      if (auto pin = transfer.gate().pin()) {
-        received = pending->pieces.empty() ? connection.receive(pending->destination, header.length)
-                                           : connection.receive(std::span(pending->pieces));
-      } else {
-        received = connection.discard(header.length);
+      auto pin = transfer.gate().pin();
+      std::vector<iovec> into;
+      if (pin) {
+        into = pending->pieces.empty()
+                   ? std::vector<iovec>{{pending->destination,
+                                         static_cast<std::size_t>(header.length)}}
+                   : std::move(pending->pieces);
       }
-      if (!received) return lost_mid_answer(connection, *pending);
-      return chunk_done(connection, pending->transfer);
+      AnswerInFlight answer(pending->transfer, connection.peer(), std::move(pin));
+      auto landed = [this, &connection, answer = std::move(answer)]() mutable {
+        chunk_done(connection, answer.landed());
+      };
+      if (into.empty()) return connection.discard(header.length, std::move(landed));
+      return connection.receive_into(std::move(into), std::move(landed));
     }
     case FrameType::WriteResponse:
       return chunk_done(connection, pending->transfer);
     default:  // NoticeResponse: the passive side accepted the completion notice
       transfer.succeed();
   }
+}
+
+AnswerInFlight::~AnswerInFlight() {
+  pin_.reset();  // never hold a pin while failing: fail() closes the gate, which waits
+  if (transfer_)
+    transfer_->transfer->fail(
+        Error(ErrorCode::PeerLost, "connection to " + peer_ + " lost during an answer"));
+}
+
+std::shared_ptr<StreamTransfer> AnswerInFlight::landed() {
+  pin_.reset();
+  return std::exchange(transfer_, nullptr);
 }
 
 void StreamActiveSide::fail(Pending& pending, const Error& error) {

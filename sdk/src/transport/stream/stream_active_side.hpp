@@ -26,6 +26,28 @@ struct StreamTransfer {
   std::atomic<bool> mapped{false};
 };
 
+// A read answer's bytes on their way into the caller's buffer (pinned meanwhile): if the
+// connection breaks before they have all landed, the transfer fails with it.
+class AnswerInFlight {
+ public:
+  AnswerInFlight(std::shared_ptr<StreamTransfer> transfer, std::string peer,
+                 std::optional<AccessGate::Pin> pin)
+      : transfer_(std::move(transfer)), peer_(std::move(peer)), pin_(std::move(pin)) {}
+  AnswerInFlight(AnswerInFlight&& other) noexcept
+      : transfer_(std::exchange(other.transfer_, nullptr)),
+        peer_(std::move(other.peer_)),
+        pin_(std::move(other.pin_)) {}
+  AnswerInFlight& operator=(AnswerInFlight&&) = delete;
+  ~AnswerInFlight();
+  // Every byte landed: the pin goes, and the transfer is the caller's to carry on.
+  std::shared_ptr<StreamTransfer> landed();
+
+ private:
+  std::shared_ptr<StreamTransfer> transfer_;
+  std::string peer_;
+  std::optional<AccessGate::Pin> pin_;
+};
+
 // The dialling end of a pooled connection: sends requests and matches responses to them.
 class StreamActiveSide final : public FrameHandler {
  public:

@@ -1,73 +1,73 @@
 #include "transport/stream/stream_connection.hpp"
 
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
+#include <climits>
 #include <cstring>
-#include <system_error>
-
-#include "thread_name.hpp"
 
 namespace memwire::detail {
 
 namespace {
 
-// The connection whose reader loop runs on this thread, if any.
+// The connection whose frames the loop on this thread is reading right now, if any.
 thread_local const StreamConnection* reading_connection = nullptr;
+
+// Moves past `bytes` filled: whole parts dropped, the next one trimmed.
+void advance(std::vector<iovec>& parts, std::size_t& first, std::size_t bytes) {
+  while (first < parts.size() && bytes >= parts[first].iov_len) {
+    bytes -= parts[first].iov_len;
+    ++first;
+  }
+  if (first < parts.size() && bytes > 0) {
+    parts[first].iov_base = static_cast<char*>(parts[first].iov_base) + bytes;
+    parts[first].iov_len -= bytes;
+  }
+}
 
 }  // namespace
 
 StreamConnection::StreamConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler,
-                                   std::string peer)
+                                   std::string peer, EventLoop& loop)
     : socket_(std::move(socket)),
       handler_(std::move(handler)),
       peer_(std::move(peer)),
+      loop_(loop),
       inbox_(std::make_unique_for_overwrite<std::byte[]>(kInboxSize)) {
   tune_data_socket(socket_.get());
 }
 
-StreamConnection::~StreamConnection() { join(); }
-
-void StreamConnection::join() {
-  shutdown("connection closed");
-  if (reader_.joinable()) reader_.join();
-  if (writer_.joinable()) writer_.join();
-}
+// The loop held a reference from run() until it closed the connection: nothing runs for it now.
+StreamConnection::~StreamConnection() = default;
 
 void StreamConnection::run(std::chrono::milliseconds first_frame_timeout,
                            std::function<void()> on_finished) {
-  first_frame_timeout_ = first_frame_timeout;
   on_finished_ = std::move(on_finished);
-  running_threads_ = 2;
-  reader_ = std::thread([this] {
-    name_this_thread("memwire-reader");
-    read_loop();
-    if (--running_threads_ == 0 && on_finished_) on_finished_();
-  });
-  try {
-    writer_ = std::thread([this] {
-      name_this_thread("memwire-writer");
-      write_loop();
-      if (--running_threads_ == 0 && on_finished_) on_finished_();
-    });
-  } catch (const std::system_error&) {  // out of threads: nothing may run half-started
-    --running_threads_;
-    join();
-    throw;
+  awaiting_first_frame_ = first_frame_timeout.count() > 0;
+  {
+    std::lock_guard lock(mutex_);
+    running_ = true;
   }
+  auto self = shared_from_this();
+  if (awaiting_first_frame_) {
+    // A peer that connects and stays silent holds a descriptor: not for long.
+    first_frame_timer_ = loop_.after(first_frame_timeout, [weak = weak_from_this()] {
+      if (auto connection = weak.lock(); connection && connection->awaiting_first_frame_)
+        connection->shutdown("no first frame within the handshake timeout");
+    });
+  }
+  loop_.add(socket_.get(), EPOLLIN | EPOLLOUT | EPOLLRDHUP,
+            [self](std::uint32_t events) { self->on_events(events); });
 }
 
-namespace {
-
-void set_receive_timeout(int socket, std::chrono::milliseconds timeout) {
-  timeval limit{static_cast<time_t>(timeout.count() / 1000),
-                static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
-  ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+void StreamConnection::join() {
+  shutdown("connection closed");
+  std::unique_lock lock(mutex_);
+  if (!running_ || loop_.in_loop_thread()) return;
+  finished_changed_.wait(lock, [&] { return finished_.load(); });
 }
-
-}  // namespace
 
 bool StreamConnection::alive() const {
   std::lock_guard lock(mutex_);
@@ -77,33 +77,57 @@ bool StreamConnection::alive() const {
 void StreamConnection::shutdown(const std::string& reason) {
   // A handler that answers, then closes (a protocol error) meant the answer to go first.
   if (reading_connection == this) send_held_back();
+  std::deque<OutFrame> dropped;
   {
     std::lock_guard lock(mutex_);
     if (closing_) return;
     closing_ = true;
     close_reason_ = reason;
+    dropped.swap(queue_);
   }
   broken_.store(true, std::memory_order_release);
   ::shutdown(socket_.get(), SHUT_RDWR);
-  queued_.notify_all();
   drained_.notify_all();
+  // Let go of their pins now: a gate closing on this very thread may be waiting for them.
+  dropped.clear();
+  // Another connection of this loop (a breaker): its half-filled payload lets go of its pin
+  // too. Not the one being read: the loop closes that one once its handler returns.
+  if (loop_.in_loop_thread() && reading_connection != this) sink_.reset();
+  if (auto self = weak_from_this().lock())
+    loop_.post([self = std::move(self)] { self->close_on_loop(); });
 }
 
 void StreamConnection::close_when_sent(std::chrono::milliseconds timeout) {
   if (reading_connection == this) send_held_back();
+  bool now = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (closing_) return;
+    draining_ = true;
+    now = queue_.empty() && !writing_;
+    if (!now) schedule_flush();
+  }
+  if (now) return shutdown("connection closed");
+  if (loop_.in_loop_thread()) {
+    drain_timer_ = loop_.after(timeout, [weak = weak_from_this()] {
+      if (auto connection = weak.lock()) connection->shutdown("connection closed");
+    });
+    return;
+  }
   {
     std::unique_lock lock(mutex_);
-    draining_ = true;
-    queued_.notify_all();
     drained_.wait_for(lock, timeout, [&] { return closing_; });
   }
   shutdown("connection closed");
 }
 
+// ---- writing ---------------------------------------------------------------------------------
+
 bool StreamConnection::hold_back(OutFrame& frame) {
-  if (reading_connection != this || !frame.pieces.empty()) return false;
+  if (reading_connection != this || !frame.pieces.empty() || frame.on_sent || frame.on_dropped)
+    return false;
   if (broken_.load(std::memory_order_acquire)) return false;
-  if (inbox_end_ - inbox_begin_ < sizeof(FrameHeader)) return false;  // nothing more to handle
+  if (buffered() < sizeof(FrameHeader)) return false;  // nothing more to handle
   if (frame.data != nullptr) {
     // A held frame must not hold its registration open (completing one waits for its pins,
     // here on this very thread): a short answer's bytes are copied out under the pin instead;
@@ -136,10 +160,10 @@ void StreamConnection::send_held_back() {
     held_back_.clear();
     return;
   }
-  if (writing_ || !queue_.empty()) {  // behind what others queued: the writer takes them all
+  if (writing_ || !queue_.empty()) {  // behind what others queued: they go out in order
     for (auto& frame : held_back_) queue_.push_back(std::move(frame));
     held_back_.clear();
-    queued_.notify_one();
+    schedule_flush();
     return;
   }
   writing_ = true;
@@ -147,7 +171,7 @@ void StreamConnection::send_held_back() {
   auto sent = send_some(socket_.get(), parts.data(), static_cast<int>(parts.size()));
   lock.lock();
   writing_ = false;
-  // Account what went out frame by frame; the rest goes to the writer, in order.
+  // Account what went out frame by frame; the rest is queued, in order.
   std::size_t next = 0;
   for (auto& frame : held_back_) {
     if (sent > 0) {
@@ -157,7 +181,6 @@ void StreamConnection::send_held_back() {
       sent -= taken;
       if (taken == left) {
         frame.finished = true;
-        frame.pin.reset();
         ++next;
         continue;
       }
@@ -167,7 +190,7 @@ void StreamConnection::send_held_back() {
   const bool failed = sent < 0;
   for (auto i = next; i < held_back_.size(); ++i) queue_.push_back(std::move(held_back_[i]));
   held_back_.clear();
-  if (!queue_.empty()) queued_.notify_one();
+  if (!queue_.empty()) schedule_flush();
   lock.unlock();
   if (failed) shutdown("send failed");
 }
@@ -178,176 +201,62 @@ bool StreamConnection::send(OutFrame frame) {
   if (closing_) return false;
   if (writing_ || !queue_.empty()) {
     queue_.push_back(std::move(frame));
-    queued_.notify_one();
+    schedule_flush();
     return true;
   }
-  // Nothing ahead of it: out at once from this thread, the rest (if any) to the writer.
+  // Nothing ahead of it: out at once from this thread; the rest, once the socket drains.
   writing_ = true;
   lock.unlock();
-  const bool ok = write_frame(frame, /*blocking=*/false);
+  const bool ok = write_some(frame);
   lock.lock();
   writing_ = false;
-  if (ok && !frame.finished) queue_.push_front(std::move(frame));
-  if (!queue_.empty()) queued_.notify_one();
+  const bool done = frame.finished;
+  if (ok && !done) queue_.push_front(std::move(frame));  // the socket is full: EPOLLOUT resumes
+  if (done && !queue_.empty()) schedule_flush();         // others queued behind it meanwhile
+  const bool drained = done && queue_.empty() && draining_;
   lock.unlock();
+  if (done) frame.on_sent();
   if (!ok) shutdown("send failed");
+  if (drained) shutdown("connection closed");
   return true;
 }
 
-bool StreamConnection::refill_inbox() {
-  send_held_back();  // about to wait on the peer: it may be waiting for these
-  inbox_begin_ = 0;
-  inbox_end_ = 0;
-  for (;;) {
-    ssize_t received = ::recv(socket_.get(), inbox_.get(), kInboxSize, 0);
-    if (received < 0 && errno == EINTR) continue;
-    if (received <= 0) return false;
-    inbox_end_ = static_cast<std::size_t>(received);
-    return true;
-  }
+void StreamConnection::schedule_flush() {
+  if (flush_scheduled_ || closing_) return;
+  flush_scheduled_ = true;
+  loop_.post([weak = weak_from_this()] {
+    if (auto connection = weak.lock()) connection->flush();
+  });
 }
 
-std::size_t StreamConnection::take_from_inbox(void* data, std::size_t length) {
-  const auto count = std::min(length, inbox_end_ - inbox_begin_);
-  if (count > 0) std::memcpy(data, inbox_.get() + inbox_begin_, count);
-  inbox_begin_ += count;
-  return count;
-}
-
-bool StreamConnection::receive(void* data, std::size_t length) {
-  auto* cursor = static_cast<std::byte*>(data);
-  for (;;) {
-    const auto taken = take_from_inbox(cursor, length);
-    cursor += taken;
-    length -= taken;
-    if (length == 0) return true;
-    // The inbox is empty here.
-    if (length >= kDirectReceive) {
-      send_held_back();
-      return receive_all(socket_.get(), cursor, length);
-    }
-    if (!refill_inbox()) return false;
-  }
-}
-
-bool StreamConnection::receive(std::span<iovec> pieces) {
-  auto* part = pieces.data();
-  auto count = static_cast<int>(pieces.size());
-  std::size_t left = 0;
-  for (const auto& piece : pieces) left += piece.iov_len;
-  while (count > 0) {
-    if (part->iov_len == 0) {
-      ++part;
-      --count;
-      continue;
-    }
-    if (inbox_begin_ == inbox_end_) {
-      if (left >= kDirectReceive) {
-        send_held_back();
-        return receive_all(socket_.get(), part, count);
-      }
-      if (!refill_inbox()) return false;
-    }
-    const auto taken = take_from_inbox(part->iov_base, part->iov_len);
-    part->iov_base = static_cast<char*>(part->iov_base) + taken;
-    part->iov_len -= taken;
-    left -= taken;
-  }
-  return true;
-}
-
-bool StreamConnection::discard(std::size_t length) {
-  const auto buffered = std::min(length, inbox_end_ - inbox_begin_);
-  inbox_begin_ += buffered;
-  length -= buffered;
-  if (length > 0) send_held_back();
-  std::array<std::byte, 64 * 1024> sink;
-  while (length > 0) {
-    auto piece = std::min(length, sink.size());
-    if (!receive_all(socket_.get(), sink.data(), piece)) return false;
-    length -= piece;
-  }
-  return true;
-}
-
-std::optional<std::string> StreamConnection::receive_text(std::uint64_t length) {
-  if (auto problem = text_payload_problem(length)) {
-    shutdown("protocol error: " + *problem);
-    return std::nullopt;
-  }
-  std::string text(length, '\0');
-  if (!receive(text.data(), text.size())) return std::nullopt;
-  return text;
-}
-
-void StreamConnection::read_loop() {
-  reading_connection = this;
-  std::string reason = "peer closed the connection";
-  // A peer that connects and stays silent holds a descriptor and two threads: not for long.
-  bool awaiting_first_frame = first_frame_timeout_.count() > 0;
-  if (awaiting_first_frame) set_receive_timeout(socket_.get(), first_frame_timeout_);
-  for (;;) {
-    if (broken_.load(std::memory_order_acquire)) break;  // not past a shutdown on buffered frames
-    FrameHeader header;
-    if (!receive(&header, sizeof header)) {
-      if (awaiting_first_frame && (errno == EAGAIN || errno == EWOULDBLOCK))
-        reason = "no first frame within the handshake timeout";
-      break;
-    }
-    if (awaiting_first_frame) {
-      awaiting_first_frame = false;
-      set_receive_timeout(socket_.get(), std::chrono::milliseconds(0));
-    }
-    if (auto problem = frame_header_problem(header)) {
-      reason = "protocol error: " + *problem;
-      break;
-    }
-    handler_->on_frame(*this, header);
-  }
-  held_back_.clear();  // the connection is closing: they would not arrive
-  reading_connection = nullptr;
-  shutdown(reason);
-  std::string why;
-  {
-    std::lock_guard lock(mutex_);
-    why = close_reason_;
-  }
-  handler_->on_closed(*this, Error(ErrorCode::PeerLost, "connection to " + peer_ + ": " + why));
-  if (watch_) {
-    // Closed by either side on purpose (a peer closing its pooled connections as it exits is
-    // routine: operations it broke say so themselves), or lost on an error.
-    const bool routine = why == "connection closed" || why == "peer closed the connection";
-    const auto level = routine ? LogLevel::Debug : LogLevel::Warn;
-    watch_->closed(why, level);
-  }
-}
-
-void StreamConnection::write_loop() {
+void StreamConnection::flush() {
+  bool drained = false;
   for (;;) {
     OutFrame frame;
     {
-      std::unique_lock lock(mutex_);
-      queued_.wait(lock, [&] { return closing_ || (!writing_ && (draining_ || !queue_.empty())); });
-      if (closing_ || (draining_ && queue_.empty())) break;
+      std::lock_guard lock(mutex_);
+      flush_scheduled_ = false;
+      if (closing_ || writing_) return;
+      if (queue_.empty()) {
+        drained = draining_;
+        break;
+      }
       frame = std::move(queue_.front());
       queue_.pop_front();
       writing_ = true;  // no sender may write inline in the middle of this frame
     }
-    const bool ok = write_frame(frame, /*blocking=*/true);
+    const bool ok = write_some(frame);
+    const bool done = frame.finished;
     {
       std::lock_guard lock(mutex_);
       writing_ = false;
+      if (ok && !done) queue_.push_front(std::move(frame));
     }
-    if (!ok) {
-      shutdown("send failed");
-      break;
-    }
+    if (done) frame.on_sent();
+    if (!ok) return shutdown("send failed");
+    if (!done) return;  // the socket is full: the EPOLLOUT edge resumes
   }
-  shutdown("connection closed");
-  // Frames still queued are dropped with their pins; the reader reports the loss.
-  std::deque<OutFrame> dropped;
-  std::lock_guard lock(mutex_);
-  dropped.swap(queue_);
+  if (drained) shutdown("connection closed");
 }
 
 std::size_t StreamConnection::frame_parts(OutFrame& frame, std::vector<iovec>& parts) {
@@ -390,24 +299,228 @@ std::size_t StreamConnection::frame_parts(OutFrame& frame, std::vector<iovec>& p
   return left;
 }
 
-bool StreamConnection::write_frame(OutFrame& frame, bool blocking) {
+bool StreamConnection::write_some(OutFrame& frame) {
   thread_local std::vector<iovec> parts;  // reused: no allocation per frame
-  parts.clear();
-  const auto left = frame_parts(frame, parts);
-  std::size_t sent = left;
-  if (blocking) {
-    if (!send_all(socket_.get(), parts.data(), static_cast<int>(parts.size()))) return false;
-  } else {
-    const auto some = send_some(socket_.get(), parts.data(), static_cast<int>(parts.size()));
-    if (some < 0) return false;
-    sent = static_cast<std::size_t>(some);
+  for (;;) {
+    parts.clear();
+    const auto left = frame_parts(frame, parts);
+    if (left == 0) break;
+    const auto sent = send_some(socket_.get(), parts.data(), static_cast<int>(parts.size()));
+    if (sent < 0) return false;
+    if (sent == 0) return true;  // full: the rest waits for the socket to drain
+    frame.sent += static_cast<std::size_t>(sent);
+    if (static_cast<std::size_t>(sent) < left) continue;  // more parts than one call takes
+    break;
   }
-  frame.sent += sent;
-  if (sent == left) {
-    frame.finished = true;
-    frame.pin.reset();
-  }
+  frame.finished = true;
+  frame.pin.reset();
   return true;
+}
+
+// ---- reading ---------------------------------------------------------------------------------
+
+void StreamConnection::on_events(std::uint32_t events) {
+  if (closed_on_loop_) return;
+  maybe_more_ = true;
+  // The peer's end came with this edge: a short read no longer means there is nothing more to
+  // read (the end itself is read as 0 bytes, and no later edge will announce it).
+  if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) peer_ending_ = true;
+  if (events & EPOLLOUT) flush();
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) read_frames();
+}
+
+StreamConnection::Refill StreamConnection::refill_inbox() {
+  if (inbox_begin_ > 0) {
+    std::memmove(inbox_.get(), inbox_.get() + inbox_begin_, buffered());
+    inbox_end_ -= inbox_begin_;
+    inbox_begin_ = 0;
+  }
+  if (!maybe_more_) return Refill::Again;
+  for (;;) {
+    const auto room = kInboxSize - inbox_end_;
+    const ssize_t received = ::recv(socket_.get(), inbox_.get() + inbox_end_, room, MSG_DONTWAIT);
+    if (received > 0) {
+      inbox_end_ += static_cast<std::size_t>(received);
+      if (static_cast<std::size_t>(received) < room && !peer_ending_) maybe_more_ = false;
+      return Refill::Got;
+    }
+    if (received < 0 && errno == EINTR) continue;
+    if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Refill::Again;
+    shutdown("peer closed the connection");
+    return Refill::Closed;
+  }
+}
+
+std::size_t StreamConnection::take_from_inbox(void* data, std::size_t length) {
+  const auto count = std::min(length, buffered());
+  if (count > 0) std::memcpy(data, inbox_.get() + inbox_begin_, count);
+  inbox_begin_ += count;
+  return count;
+}
+
+bool StreamConnection::receive(void* data, std::size_t length) {
+  if (length > inline_left_) return false;
+  take_from_inbox(data, length);
+  inline_left_ -= length;
+  return true;
+}
+
+std::optional<std::string> StreamConnection::receive_text(std::uint64_t length) {
+  if (auto problem = text_payload_problem(length)) {
+    shutdown("protocol error: " + *problem);
+    return std::nullopt;
+  }
+  std::string text(length, '\0');
+  if (!receive(text.data(), text.size())) return std::nullopt;
+  return text;
+}
+
+void StreamConnection::receive_into(std::vector<iovec> pieces, OnceTask then) {
+  std::uint64_t total = 0;
+  for (const auto& piece : pieces) total += piece.iov_len;
+  if (total == 0) return then();
+  std::erase_if(pieces, [](const iovec& piece) { return piece.iov_len == 0; });
+  sink_ = Sink{std::move(pieces), total, std::move(then)};
+}
+
+void StreamConnection::discard(std::uint64_t length, OnceTask then) {
+  if (length == 0) return then();
+  sink_ = Sink{{}, length, std::move(then)};
+}
+
+bool StreamConnection::fill_sink() {
+  auto& sink = *sink_;
+  std::size_t first = 0;  // the piece being filled
+  auto fill_from_inbox = [&] {
+    while (sink.left > 0 && buffered() > 0) {
+      if (sink.pieces.empty()) {
+        const auto skipped = std::min<std::uint64_t>(sink.left, buffered());
+        inbox_begin_ += skipped;
+        sink.left -= skipped;
+        continue;
+      }
+      auto& piece = sink.pieces[first];
+      const auto taken = take_from_inbox(piece.iov_base, piece.iov_len);
+      sink.left -= taken;
+      advance(sink.pieces, first, taken);
+    }
+  };
+  fill_from_inbox();
+  while (sink.left > 0) {
+    if (sink.left < kDirectReceive) {  // a short rest: with the frames behind it, in one recv
+      if (refill_inbox() != Refill::Got) {
+        sink.pieces.erase(sink.pieces.begin(), sink.pieces.begin() + first);
+        return false;
+      }
+      fill_from_inbox();
+      continue;
+    }
+    if (!maybe_more_) {
+      sink.pieces.erase(sink.pieces.begin(), sink.pieces.begin() + first);
+      return false;
+    }
+    ssize_t received = 0;
+    std::size_t asked = 0;
+    if (sink.pieces.empty()) {  // skipped: through the (empty) inbox
+      asked = std::min<std::uint64_t>(sink.left, kInboxSize);
+      received = ::recv(socket_.get(), inbox_.get(), asked, MSG_DONTWAIT);
+    } else {  // straight from the socket into the memory
+      msghdr message{};
+      message.msg_iov = sink.pieces.data() + first;
+      message.msg_iovlen = std::min<std::size_t>(sink.pieces.size() - first, IOV_MAX);
+      for (std::size_t i = 0; i < message.msg_iovlen; ++i) asked += message.msg_iov[i].iov_len;
+      received = ::recvmsg(socket_.get(), &message, MSG_DONTWAIT);
+    }
+    if (received > 0 && static_cast<std::size_t>(received) < asked && !peer_ending_)
+      maybe_more_ = false;
+    if (received < 0 && errno == EINTR) continue;
+    if (received <= 0) {
+      if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        sink.pieces.erase(sink.pieces.begin(), sink.pieces.begin() + first);
+        return false;
+      }
+      shutdown("peer closed the connection");
+      return false;
+    }
+    sink.left -= static_cast<std::uint64_t>(received);
+    if (!sink.pieces.empty()) advance(sink.pieces, first, static_cast<std::size_t>(received));
+  }
+  auto then = std::move(sink.then);
+  sink_.reset();
+  then();
+  return true;
+}
+
+void StreamConnection::read_frames() {
+  reading_connection = this;
+  for (;;) {
+    if (broken_.load(std::memory_order_acquire)) break;  // not past a shutdown on buffered frames
+    if (sink_) {
+      if (!fill_sink()) break;
+      continue;
+    }
+    if (buffered() < sizeof(FrameHeader)) {
+      if (refill_inbox() != Refill::Got) break;
+      continue;
+    }
+    FrameHeader header;
+    std::memcpy(&header, inbox_.get() + inbox_begin_, sizeof header);
+    if (auto problem = frame_header_problem(header)) {
+      shutdown("protocol error: " + *problem);
+      break;
+    }
+    // Gathered before the handler runs. A piece list is bounded by its count; a text or a
+    // location claiming more than a text may hold is not waited for: its handler refuses it.
+    auto wanted = inline_payload_bytes(header);
+    if (!is_piece_request(header.type) && wanted > FrameHeader::kMaxText) wanted = 0;
+    if (buffered() < sizeof header + wanted) {
+      if (refill_inbox() != Refill::Got) break;
+      continue;
+    }
+    inbox_begin_ += sizeof header;
+    inline_left_ = wanted;
+    if (awaiting_first_frame_) {
+      awaiting_first_frame_ = false;
+      loop_.cancel(first_frame_timer_);
+    }
+    handler_->on_frame(*this, header);
+    // Inline bytes the handler left (a frame it refused) are skipped with the frame.
+    if (!broken_.load(std::memory_order_acquire)) inbox_begin_ += inline_left_;
+    inline_left_ = 0;
+  }
+  send_held_back();
+  reading_connection = nullptr;
+  if (broken_.load(std::memory_order_acquire)) close_on_loop();
+}
+
+void StreamConnection::close_on_loop() {
+  if (closed_on_loop_) return;
+  closed_on_loop_ = true;
+  auto self = shared_from_this();  // alive through remove(), which drops the loop's reference
+  held_back_.clear();              // the connection is closing: they would not arrive
+  sink_.reset();
+  loop_.cancel(first_frame_timer_);
+  loop_.cancel(drain_timer_);
+  shutdown("connection closed");  // a no-op when something else closed it first
+  std::string why;
+  {
+    std::lock_guard lock(mutex_);
+    why = close_reason_;
+  }
+  handler_->on_closed(*this, Error(ErrorCode::PeerLost, "connection to " + peer_ + ": " + why));
+  if (watch_) {
+    // Closed by either side on purpose (a peer closing its pooled connections as it exits is
+    // routine: operations it broke say so themselves), or lost on an error.
+    const bool routine = why == "connection closed" || why == "peer closed the connection";
+    watch_->closed(why, routine ? LogLevel::Debug : LogLevel::Warn);
+  }
+  loop_.remove(socket_.get());
+  {
+    std::lock_guard lock(mutex_);
+    finished_ = true;
+  }
+  finished_changed_.notify_all();
+  if (on_finished_) on_finished_();
 }
 
 }  // namespace memwire::detail

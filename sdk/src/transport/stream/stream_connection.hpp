@@ -9,13 +9,13 @@
 #include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "access_gate.hpp"
 #include "memwire/error.hpp"
 #include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
 #include "telemetry/connection_watch.hpp"
+#include "transport/stream/event_loop.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
 
@@ -23,12 +23,41 @@ namespace memwire::detail {
 
 class StreamConnection;
 
+// A callable run at most once that may own what cannot be copied (pins).
+class OnceTask {
+ public:
+  OnceTask() = default;
+  template <class F>
+  OnceTask(F f) : call_(std::make_unique<Holder<F>>(std::move(f))) {}  // NOLINT: implicit
+  explicit operator bool() const noexcept { return call_ != nullptr; }
+  void operator()() {
+    auto call = std::move(call_);
+    if (call) call->run();
+  }
+
+ private:
+  struct Base {
+    virtual ~Base() = default;
+    virtual void run() = 0;
+  };
+  template <class F>
+  struct Holder final : Base {
+    explicit Holder(F f) : f(std::move(f)) {}
+    void run() override { f(); }
+    F f;
+  };
+  std::unique_ptr<Base> call_;
+};
+
 // What one side of the protocol does with incoming frames (the passive server or the active
-// client). Runs on the connection's reader thread.
+// client). Runs on the connection's event loop thread.
 class FrameHandler {
  public:
   virtual ~FrameHandler() = default;
-  // May consume the frame's payload with receive()/discard(); must consume all of it.
+  // The header and the frame's inline payload (texts, piece lists, a mapped location: see
+  // inline_payload_bytes) have arrived; take the latter with receive()/receive_text(). A frame
+  // whose payload streams (a write's bytes, a read answer's) hands it to receive_into() or
+  // discard(): the next frame is read once it has all landed.
   virtual void on_frame(StreamConnection& connection, const FrameHeader& header) = 0;
   virtual void on_closed(StreamConnection& connection, const Error& reason) = 0;
 };
@@ -47,107 +76,136 @@ struct OutFrame {
   // Declared before `pin`, so destroyed after it: the pin must go before the gate it points into.
   std::shared_ptr<const void> keep_alive;  // owner of `gate` and `data`
   std::optional<AccessGate::Pin> pin;      // held from the first byte sent to the last
-  std::size_t sent = 0;                    // bytes of header and payload already out
-  bool finished = false;                   // every byte is out
+  // Runs once the last byte is out (after the pin is let go), on the thread that sent it.
+  OnceTask on_sent;
+  // Runs instead when the frame is dropped with its connection.
+  OnceTask on_dropped;
+  std::size_t sent = 0;   // bytes of header and payload already out
+  bool finished = false;  // every byte is out
+  OutFrame() = default;
+  OutFrame(OutFrame&&) = default;
+  OutFrame& operator=(OutFrame&&) = default;
+  ~OutFrame() {
+    if (finished || !on_dropped) return;
+    pin.reset();  // first: what on_dropped does may wait for this very pin
+    on_dropped();
+  }
 };
 
-// One stream connection with a reader thread (small frames arrive many per recv through an
-// inbox; payloads from 16 KiB go straight from the socket into registered memory) and a writer
-// thread (straight from registered memory into the socket). A frame sent while nothing is
-// queued goes out at once on the sender's thread, as far as the socket takes it without
-// blocking: small requests and answers skip the thread hand-off. Answers the reader thread
-// writes while more requests wait in its inbox go out together, before it next waits.
-class MEMWIRE_API StreamConnection {
+// One stream connection, driven by an event loop (edge-triggered epoll): no thread of its own.
+// Reading is the loop's: small frames arrive many per recv through an inbox; a frame's streamed
+// payload goes from the socket straight into registered memory (or is skipped). Writing: a
+// frame sent while nothing is queued goes out at once on the sender's thread, as far as the
+// socket takes it without blocking; the rest is queued and the loop sends it as the socket
+// drains. Answers the loop writes while more requests wait in the inbox go out together.
+class MEMWIRE_API StreamConnection : public std::enable_shared_from_this<StreamConnection> {
  public:
-  StreamConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler, std::string peer);
-  ~StreamConnection();  // shuts down and joins
+  StreamConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler, std::string peer,
+                   EventLoop& loop);
+  ~StreamConnection();
   StreamConnection(const StreamConnection&) = delete;
   StreamConnection& operator=(const StreamConnection&) = delete;
 
-  // Threads start here, once the owner holds the connection, not in the constructor.
+  // Joins the loop, once the owner holds the connection (a shared_ptr), not in the constructor.
   // `first_frame_timeout` (non-zero): the peer must send its first frame within it, or the
-  // connection closes. `on_finished` runs on the last thread to end (it must not drop the
-  // connection), so its owner may reclaim it at once.
+  // connection closes. `on_finished` runs on the loop once the connection has closed and its
+  // handler heard of it (it must not drop the connection).
   void run(std::chrono::milliseconds first_frame_timeout = {},
            std::function<void()> on_finished = {});
 
-  // Counts this connection open until its reader ends, and logs how it ended. Before run().
+  // Counts this connection open until it closes, and logs how it ended. Before run().
   void watch(std::unique_ptr<ConnectionWatch> watch) { watch_ = std::move(watch); }
 
   // Queues a frame; false when the connection is closed (the frame is dropped).
   bool send(OutFrame frame);
-  // Reader thread only: moves payload bytes into `data`, or skips them.
+  // In on_frame: the frame's inline payload bytes, in turn. False when the frame did not carry
+  // that many (the connection is closing then).
   bool receive(void* data, std::size_t length);
-  // The same into many blocks in turn; `pieces` is used up as they fill.
-  bool receive(std::span<iovec> pieces);
-  bool discard(std::size_t length);
   // Receives a short text payload (names, error messages); closes on an oversized one.
   std::optional<std::string> receive_text(std::uint64_t length);
+  // In on_frame: the frame's streamed payload fills `pieces`, then `then` runs on the loop.
+  // If the connection breaks first, `then` is dropped uncalled (with what it holds).
+  void receive_into(std::vector<iovec> pieces, OnceTask then);
+  // The same, skipping `length` bytes.
+  void discard(std::uint64_t length, OnceTask then);
 
-  // Breaks the connection at once: blocked reads and writes return, both threads end.
+  // Breaks the connection at once: queued frames are dropped, the loop closes it.
   void shutdown(const std::string& reason);
   // Closes once every queued frame is out (acknowledgements of a process about to exit),
   // or after `timeout` at the latest.
   void close_when_sent(std::chrono::milliseconds timeout);
   bool alive() const;
-  // Both threads have left their loops: dropping the last reference now joins nothing that
-  // could be the dropping thread itself.
-  bool finished() const noexcept { return running_threads_.load() == 0; }
-  // Shuts down and waits for both threads. Never from one of them.
+  // Closed, and its handler told: dropping the last reference now releases everything.
+  bool finished() const noexcept { return finished_.load(); }
+  // Shuts down and waits until the loop has closed it. Never on its loop thread.
   void join();
   const std::string& peer() const noexcept { return peer_; }
   FrameHandler& handler() noexcept { return *handler_; }
 
  private:
-  void read_loop();
-  void write_loop();
-  // Sends what is left of `frame`; blocking, or only what the socket takes now. False when the
-  // connection broke.
-  bool write_frame(OutFrame& frame, bool blocking);
-  // Pins `frame`'s memory (or turns it into a Cancelled frame) and appends the iovecs of what is
-  // left of it to `parts`; the byte count.
+  // The loop's side.
+  void on_events(std::uint32_t events);
+  void read_frames();
+  enum class Refill { Got, Again, Closed };
+  Refill refill_inbox();
+  // Fills the active sink from the inbox, then the socket; true once it is full (its
+  // continuation has run).
+  bool fill_sink();
+  void close_on_loop();
+  void flush();
+  // Sends what is left of `frame` without blocking: false when the connection broke.
+  bool write_some(OutFrame& frame);
   std::size_t frame_parts(OutFrame& frame, std::vector<iovec>& parts);
-  // Reader thread: a small frame sent while more frames wait in the inbox is held back, then
-  // goes out with the others in one sendmsg before the reader next waits on the socket.
+  void schedule_flush();  // mutex_ held
+  // Loop thread, reading this connection: small answers are held back while more requests
+  // wait in the inbox, then go out together in one sendmsg.
   bool hold_back(OutFrame& frame);
   void send_held_back();
-  // Reader thread: one recv into the inbox (it must be empty), as many bytes as have arrived.
-  bool refill_inbox();
-  // Copies what the inbox holds, up to `length`; the byte count.
+  std::size_t buffered() const noexcept { return inbox_end_ - inbox_begin_; }
   std::size_t take_from_inbox(void* data, std::size_t length);
 
   FileDescriptor socket_;
   std::unique_ptr<FrameHandler> handler_;
   const std::string peer_;
+  EventLoop& loop_;
 
   mutable std::mutex mutex_;
-  std::condition_variable queued_;
   std::deque<OutFrame> queue_;
   bool closing_ = false;
   bool draining_ = false;
-  bool writing_ = false;  // a sender's thread is writing a frame right now
+  bool writing_ = false;  // a thread is writing a frame taken from the queue (or inline)
+  bool flush_scheduled_ = false;
   std::condition_variable drained_;
   std::string close_reason_;
 
-  std::chrono::milliseconds first_frame_timeout_{};
   std::function<void()> on_finished_;
   std::unique_ptr<ConnectionWatch> watch_;
-  std::atomic<int> running_threads_{0};
-  std::thread reader_;
-  std::thread writer_;
+  std::atomic<bool> finished_{false};
+  std::condition_variable finished_changed_;
+  bool running_ = false;
 
-  // Reader thread: bytes received ahead of the frame being read. One recv takes many small
-  // frames (headers, short answers) at once; a payload at least kDirectReceive long goes from
-  // the socket straight into its destination.
+  // The loop's own state, touched by no other thread.
+  bool closed_on_loop_ = false;
+  bool awaiting_first_frame_ = false;
+  EventLoop::TimerId first_frame_timer_ = 0;
+  EventLoop::TimerId drain_timer_ = 0;
   static constexpr std::size_t kInboxSize = 64 * 1024;
   static constexpr std::size_t kDirectReceive = 16 * 1024;
   std::unique_ptr<std::byte[]> inbox_;
   std::size_t inbox_begin_ = 0;
   std::size_t inbox_end_ = 0;
-  // Mirrors closing_ for the reader, which stops at once even with frames still in the inbox.
-  std::atomic<bool> broken_{false};
-  // Reader thread: answers held back while it handles the requests already in the inbox (one
-  // sendmsg for a burst of them, not one each). Few, and each a header and one block.
+  std::size_t inline_left_ = 0;  // of the frame being handled: inline bytes not yet taken
+  struct Sink {
+    std::vector<iovec> pieces;  // empty: discarding
+    std::uint64_t left = 0;
+    OnceTask then;
+  };
+  std::optional<Sink> sink_;
+  std::atomic<bool> broken_{false};  // mirrors closing_ for the loop, without the lock
+  // False once a read came back short: the socket was empty then, and whatever arrives later
+  // raises a new edge. Saves the recv that would only say EAGAIN.
+  bool maybe_more_ = true;
+  bool peer_ending_ = false;  // an edge said the peer closed or broke its end
   static constexpr std::size_t kMostHeldBack = 64;
   static constexpr std::size_t kMostCopiedWhenHeld = 16 * 1024;
   std::vector<OutFrame> held_back_;

@@ -106,7 +106,7 @@ void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHead
       response.pin = std::move(access.pin);
       response.keep_alive = registration;
     }
-    finish_request(connection, header, *registration, std::move(response));
+    finish_request(connection, header, registration, std::move(response));
   } catch (const Error& error) {
     answer(connection, FrameType::ReadResponse, header, &error);
   }
@@ -114,31 +114,48 @@ void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHead
 
 void StreamPassiveSide::serve_write(StreamConnection& connection, const FrameHeader& header) {
   // Payload on the socket must be consumed whatever happens, or the framing is lost.
-  std::uint64_t unread = (header.flags & frame_flags::kCrossMemory) ? 0 : header.length;
+  const bool cross = (header.flags & frame_flags::kCrossMemory) != 0;
+  std::uint64_t unread = cross ? 0 : header.length;
   try {
     auto registration = find(header.key);
-    {
-      auto access = registration->check_access(header.token, OperationKind::Write, header.index,
-                                               header.offset, header.length, transport_);
-      touch(registration);
-      if (header.flags & frame_flags::kCrossMemory) {
-        check_cross_memory();
-        if (answer_mapped(connection, header, access.data)) return;
-        if (auto failure =
-                copy_from_process(peer_process_, header.peer_address, access.data, header.length))
-          throw Error(ErrorCode::Transport, *failure);
-      } else {
-        unread = 0;
-        if (!connection.receive(access.data, header.length)) return;
-      }
-    }  // unpinned: completing revokes, and revoking waits for pins
-    OutFrame response;
-    response.header.type = FrameType::WriteResponse;
-    response.header.request_id = header.request_id;
-    finish_request(connection, header, *registration, std::move(response));
+    auto access = registration->check_access(header.token, OperationKind::Write, header.index,
+                                             header.offset, header.length, transport_);
+    touch(registration);
+    if (!cross) {
+      unread = 0;
+      // Straight from the socket into the registration, pinned until the last byte landed.
+      connection.receive_into(
+          {{access.data, static_cast<std::size_t>(header.length)}},
+          [this, &connection, header, registration, pin = std::move(access.pin)]() mutable {
+            { auto landed = std::move(pin); }  // unpinned: completing waits for pins
+            finish_request(connection, header, registration, write_response(header));
+          });
+      return;
+    }
+    check_cross_memory();
+    if (answer_mapped(connection, header, access.data)) return;
+    if (auto failure =
+            copy_from_process(peer_process_, header.peer_address, access.data, header.length))
+      throw Error(ErrorCode::Transport, *failure);
+    { auto copied = std::move(access.pin); }  // unpinned: completing waits for pins
+    finish_request(connection, header, registration, write_response(header));
   } catch (const Error& error) {
-    if (connection.discard(unread)) answer(connection, FrameType::WriteResponse, header, &error);
+    refuse_after(connection, unread, FrameType::WriteResponse, header, error);
   }
+}
+
+OutFrame StreamPassiveSide::write_response(const FrameHeader& request) {
+  OutFrame response;
+  response.header.type = FrameType::WriteResponse;
+  response.header.request_id = request.request_id;
+  return response;
+}
+
+void StreamPassiveSide::refuse_after(StreamConnection& connection, std::uint64_t unread,
+                                     FrameType type, const FrameHeader& request,
+                                     const Error& error) {
+  connection.discard(
+      unread, [&connection, type, request, error] { answer(connection, type, request, &error); });
 }
 
 void StreamPassiveSide::refuse_malformed(StreamConnection& connection, FrameType type,
@@ -150,6 +167,7 @@ void StreamPassiveSide::refuse_malformed(StreamConnection& connection, FrameType
 
 void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHeader& header) {
   const bool writing = header.type == FrameType::WritePiecesRequest;
+  const bool cross = (header.flags & frame_flags::kCrossMemory) != 0;
   const auto answer_type = writing ? FrameType::WriteResponse : FrameType::ReadResponse;
   const auto list_bytes = piece_list_bytes(header);
   if (list_bytes == 0)
@@ -162,8 +180,7 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
     return refuse_malformed(connection, answer_type, header,
                             "the pieces' lengths do not add up to the request's");
   // A write's bytes on the socket must be consumed whatever happens, or the framing is lost.
-  std::uint64_t unread =
-      (writing && (header.flags & frame_flags::kCrossMemory) == 0) ? header.length : 0;
+  std::uint64_t unread = writing && !cross ? header.length : 0;
   try {
     auto registration = find(header.key);
     registration->authorize(header.token, writing ? OperationKind::Write : OperationKind::Read);
@@ -175,33 +192,39 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
     OutFrame response;
     response.header.type = answer_type;
     response.header.request_id = header.request_id;
-    {
-      auto pin = registration->admit(transport_);
-      touch(registration);
-      unread = 0;
-      if (!writing && (header.flags & frame_flags::kCrossMemory) == 0) {
-        // Straight from the registration into the socket, pinned until the last byte is out.
-        response.header.length = header.length;
-        response.pieces = std::move(memory);
-        response.gate = &registration->gate();
-        response.pin = std::move(pin);
-        response.keep_alive = registration;
-      } else if (!move_pieces(connection, header, pieces, memory, response)) {
+    auto pin = registration->admit(transport_);
+    touch(registration);
+    unread = 0;
+    if (!cross) {
+      if (writing) {
+        // The bytes land straight in the blocks, pinned until the last one has.
+        connection.receive_into(
+            std::move(memory), [this, &connection, header, registration, pin = std::move(pin),
+                                response = std::move(response)]() mutable {
+              { auto landed = std::move(pin); }
+              finish_request(connection, header, registration, std::move(response));
+            });
         return;
       }
-    }  // unpinned: completing revokes, and revoking waits for pins
-    finish_request(connection, header, *registration, std::move(response));
+      // Straight from the registration into the socket, pinned until the last byte is out.
+      response.header.length = header.length;
+      response.pieces = std::move(memory);
+      response.gate = &registration->gate();
+      response.pin = std::move(pin);
+      response.keep_alive = registration;
+    } else {
+      copy_pieces(header, pieces, memory, response);
+      { auto copied = std::move(pin); }  // unpinned: completing revokes, which waits for pins
+    }
+    finish_request(connection, header, registration, std::move(response));
   } catch (const Error& error) {
-    if (connection.discard(unread)) answer(connection, answer_type, header, &error);
+    refuse_after(connection, unread, answer_type, header, error);
   }
 }
 
-bool StreamPassiveSide::move_pieces(StreamConnection& connection, const FrameHeader& header,
-                                    std::span<const FramePiece> pieces, std::vector<iovec>& memory,
-                                    OutFrame& response) {
+void StreamPassiveSide::copy_pieces(const FrameHeader& header, std::span<const FramePiece> pieces,
+                                    std::vector<iovec>& memory, OutFrame& response) {
   const bool writing = header.type == FrameType::WritePiecesRequest;
-  if ((header.flags & frame_flags::kCrossMemory) == 0)  // a write's bytes, from the socket
-    return connection.receive(std::span(memory));
   check_cross_memory();
   std::vector<iovec> theirs;
   theirs.reserve(pieces.size());
@@ -212,7 +235,6 @@ bool StreamPassiveSide::move_pieces(StreamConnection& connection, const FrameHea
                          : copy_to_process(peer_process_, theirs, memory);
   if (failure) throw Error(ErrorCode::Transport, *failure);
   if (!writing) response.header.flags = frame_flags::kCrossMemory;
-  return true;
 }
 
 bool StreamPassiveSide::answer_mapped(StreamConnection& connection, const FrameHeader& request,
@@ -233,14 +255,33 @@ bool StreamPassiveSide::answer_mapped(StreamConnection& connection, const FrameH
 }
 
 void StreamPassiveSide::finish_request(StreamConnection& connection, const FrameHeader& request,
-                                       Registration& registration, OutFrame response) {
+                                       const std::shared_ptr<Registration>& registration,
+                                       OutFrame response) {
   if ((request.flags & frame_flags::kCompletes) == 0) {
     connection.send(std::move(response));
     return;
   }
   // The whole transfer in one request: the answer doubles as the completion's acknowledgement.
-  registration.complete_from_remote(request.token, [&] { connection.send(std::move(response)); });
+  try {
+    registration->claim_remote_completion(request.token);
+  } catch (const Error& error) {
+    answer(connection, response.header.type, request, &error);
+    return;
+  }
   touched_.erase(request.key);
+  if (!response.pin) {
+    connection.send(std::move(response));
+    registration->finish_remote_completion();
+    return;
+  }
+  // A read's bytes ride on the answer: the owner wakes once the last of them has left (this
+  // thread sends them as the socket drains; completing now would wait for their pin).
+  response.on_sent = [registration] { registration->finish_remote_completion(); };
+  response.on_dropped = [registration] {
+    registration->abandon_remote_completion(
+        Error(ErrorCode::PeerLost, "the connection closed before the read's bytes had left"));
+  };
+  connection.send(std::move(response));
 }
 
 void StreamPassiveSide::serve_notice(StreamConnection& connection, const FrameHeader& header) {

@@ -40,17 +40,20 @@ class StreamPassiveSide final : public FrameHandler {
   void serve_notice(StreamConnection& connection, const FrameHeader& header);
   // A read or write of many blocks in one request: every piece is checked before any is touched.
   void serve_pieces(StreamConnection& connection, const FrameHeader& header);
-  // Moves a checked piece request's bytes; false when the connection broke meanwhile.
-  bool move_pieces(StreamConnection& connection, const FrameHeader& header,
-                   std::span<const FramePiece> pieces, std::vector<iovec>& memory,
-                   OutFrame& response);
+  // Copies a checked cross-memory piece request's bytes; throws when the kernel refuses.
+  void copy_pieces(const FrameHeader& header, std::span<const FramePiece> pieces,
+                   std::vector<iovec>& memory, OutFrame& response);
+  static OutFrame write_response(const FrameHeader& request);
+  // Skips `unread` payload bytes of a refused request, then answers with `error`.
+  static void refuse_after(StreamConnection& connection, std::uint64_t unread, FrameType type,
+                           const FrameHeader& request, const Error& error);
   // Answers a malformed frame (its framing cannot be trusted) and closes the connection.
   static void refuse_malformed(StreamConnection& connection, FrameType type,
                                const FrameHeader& request, const std::string& what);
   void serve_hello(StreamConnection& connection, const FrameHeader& header);
   // Sends the answer to a served request; completes the operation first when it asked to.
   void finish_request(StreamConnection& connection, const FrameHeader& request,
-                      Registration& registration, OutFrame response);
+                      const std::shared_ptr<Registration>& registration, OutFrame response);
   // Answers a kMapped request for memory in a SharedBuffer with its location; false when the
   // request did not ask or the memory is not shared (then it is copied as usual).
   static bool answer_mapped(StreamConnection& connection, const FrameHeader& request,

@@ -3,8 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <sys/eventfd.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,13 +12,11 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <system_error>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "registration.hpp"
-#include "thread_name.hpp"
+#include "transport/stream/event_loop.hpp"
 #include "transport/stream/stream_active_side.hpp"
 #include "transport/stream/stream_passive_side.hpp"
 
@@ -37,22 +34,16 @@ constexpr std::uint64_t kCrossMemoryMinimum = 128 << 10;
 class StreamTransport final : public Transport {
  public:
   StreamTransport(const TransportContext& context, StreamSettings settings)
-      : context_(context), settings_(std::move(settings)) {
-    if (!wake_) throw Error(ErrorCode::Transport, "eventfd failed for the " + settings_.name);
-    // Non-blocking: a connection reset between poll() and accept() must not block the loop.
+      : context_(context), settings_(std::move(settings)), loop_("memwire-" + settings_.name) {
+    // Non-blocking: the loop accepts until EAGAIN.
     ::fcntl(settings_.listener.get(), F_SETFL,
             ::fcntl(settings_.listener.get(), F_GETFL) | O_NONBLOCK);
-    acceptor_ = std::thread([this] {
-      name_this_thread("memwire-accept");
-      accept_loop();
-    });
+    watch_listener();
   }
 
   ~StreamTransport() override {
     stopping_ = true;
-    wake();
-    ::shutdown(settings_.listener.get(), SHUT_RDWR);
-    acceptor_.join();
+    loop_.post([this] { loop_.remove(settings_.listener.get()); });
     Connections all;
     {
       std::lock_guard lock(mutex_);
@@ -66,9 +57,10 @@ class StreamTransport final : public Transport {
     }
     // Answers already queued (completion acknowledgements) still go out, briefly.
     for (auto& connection : all) connection->close_when_sent(std::chrono::milliseconds(500));
-    // Joined while we still hold them: a connection thread that briefly holds a reference of
-    // its own (a breaker, a notice) must never be the one that drops the last and joins itself.
+    // Closed by the loop, their handlers told, before the loop itself goes.
     for (auto& connection : all) connection->join();
+    // Now, while what its last tasks touch is still here.
+    loop_.stop();
   }
 
   std::string_view name() const override { return settings_.name; }
@@ -268,7 +260,7 @@ class StreamTransport final : public Transport {
       auto socket = settings_.dial(address, context_.options.connect_timeout);
       const int peer = settings_.cross_memory ? peer_process(socket.get()) : 0;
       auto connection = std::make_shared<StreamConnection>(
-          std::move(socket), std::make_unique<StreamActiveSide>(peer), address);
+          std::move(socket), std::make_unique<StreamActiveSide>(peer), address, loop_);
       connection->watch(std::make_unique<ConnectionWatch>(context_, settings_.name,
                                                           Direction::Outbound, address));
       connection->run();
@@ -283,49 +275,52 @@ class StreamTransport final : public Transport {
     return connections;
   }
 
-  // Waits on the listener and on `wake_` (a connection ended, or we stop). Never spins: out of
-  // descriptors, the pending connection is dropped through a reserve descriptor, and if even
-  // that fails the listener is left alone until a connection ends (or a second passes).
-  void accept_loop() {
-    FileDescriptor reserve = open_reserve();
-    bool listener_paused = false;
+  void watch_listener() {
+    loop_.add(settings_.listener.get(), EPOLLIN, [this](std::uint32_t) { accept_ready(); });
+  }
+
+  // On the loop: takes every pending connection. Never spins: out of descriptors, a pending
+  // connection is dropped through a reserve descriptor, and if even that fails the listener is
+  // left alone until a connection ends (or a second passes).
+  void accept_ready() {
     for (;;) {
-      pollfd waits[2] = {{wake_.get(), POLLIN, 0}, {settings_.listener.get(), POLLIN, 0}};
-      const int ready = ::poll(waits, listener_paused ? 1 : 2, listener_paused ? 1000 : -1);
-      if (ready < 0 && errno != EINTR) return;
-      if (waits[0].revents != 0) {
-        std::uint64_t count;
-        [[maybe_unused]] auto drained = ::read(wake_.get(), &count, sizeof count);
-      }
       if (stopping_.load()) return;
-      reclaim_accepted();
-      if (listener_paused) {
-        listener_paused = false;
-        if (!reserve) reserve = open_reserve();
+      FileDescriptor socket(::accept4(settings_.listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (socket) {
+        admit(std::move(socket));
         continue;
       }
-      if (ready <= 0 || waits[1].revents == 0) continue;
-      FileDescriptor socket(::accept4(settings_.listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (!socket) {
-        if (errno == EMFILE || errno == ENFILE) {
-          if (!reserve) {
-            listener_paused = true;
-            continue;
-          }
-          reserve.reset();  // one descriptor free: take the connection and close it
-          FileDescriptor(::accept4(settings_.listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
-          reserve = open_reserve();
-          log(LogLevel::Warn, "connection_refused",
-              "out of file descriptors: a new connection was closed", "");
-          continue;
-        }
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED ||
-            errno == EPROTO || errno == ENOBUFS || errno == ENOMEM)
-          continue;
-        return;  // the listener was shut down
+      if (errno == EMFILE || errno == ENFILE) {
+        if (!reserve_) return pause_listener();
+        reserve_.reset();  // one descriptor free: take the connection and close it
+        const bool taken =
+            FileDescriptor(::accept4(settings_.listener.get(), nullptr, nullptr, SOCK_CLOEXEC))
+                .get() >= 0;
+        reserve_ = open_reserve();
+        // Out of descriptors, accept says so before it looks for a pending connection: with
+        // one free, "none pending" is the answer that ends the round.
+        if (!taken) return;
+        log(LogLevel::Warn, "connection_refused",
+            "out of file descriptors: a new connection was closed", "");
+        continue;
       }
-      admit(std::move(socket));
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      return;  // EAGAIN: every pending connection taken (or the listener was shut down)
     }
+  }
+
+  void pause_listener() {
+    listener_paused_ = true;
+    loop_.remove(settings_.listener.get());
+    loop_.after(std::chrono::seconds(1), [this] { resume_listener(); });
+  }
+
+  // Edge-triggered: watching it again reports the connections that waited meanwhile.
+  void resume_listener() {
+    if (!listener_paused_ || stopping_.load()) return;
+    listener_paused_ = false;
+    if (!reserve_) reserve_ = open_reserve();
+    watch_listener();
   }
 
   void admit(FileDescriptor socket) {
@@ -351,19 +346,21 @@ class StreamTransport final : public Transport {
         std::make_unique<StreamPassiveSide>(context_.registrations, process, settings_.name);
     auto* passive = handler.get();
     auto connection = std::make_shared<StreamConnection>(std::move(socket), std::move(handler),
-                                                         settings_.name + " peer");
+                                                         settings_.name + " peer", loop_);
     passive->bind(connection);
     connection->watch(
         std::make_unique<ConnectionWatch>(context_, settings_.name, Direction::Inbound, peer));
-    try {
-      connection->run(context_.options.handshake_timeout, [this] { wake(); });
-    } catch (const std::system_error& error) {
-      log(LogLevel::Warn, "connection_refused",
-          std::string("connection closed: cannot start its threads: ") + error.what(), peer);
-      return;
+    {
+      std::lock_guard lock(mutex_);
+      accepted_.push_back({connection, std::move(peer)});
     }
-    std::lock_guard lock(mutex_);
-    accepted_.push_back({std::move(connection), std::move(peer)});
+    // Once closed, it gives its descriptor back at once, and a paused listener resumes.
+    connection->run(context_.options.handshake_timeout, [this] {
+      loop_.post([this] {
+        reclaim_accepted();
+        resume_listener();
+      });
+    });
   }
 
   // Connections whose threads ended give their descriptors back now, not at the next accept.
@@ -375,11 +372,6 @@ class StreamTransport final : public Transport {
       finished.push_back(std::move(entry));
       return true;
     });
-  }
-
-  void wake() {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] auto written = ::write(wake_.get(), &one, sizeof one);
   }
 
   // Who a connection counts against: its process over a Unix socket, else its IP address.
@@ -419,7 +411,11 @@ class StreamTransport final : public Transport {
 
   const TransportContext& context_;
   StreamSettings settings_;
-  std::thread acceptor_;
+  // Every connection's I/O, and the listener's: one thread, whatever the number of peers.
+  // Declared before the connections, so it outlives them.
+  EventLoop loop_;
+  FileDescriptor reserve_ = open_reserve();  // the loop's
+  bool listener_paused_ = false;             // the loop's
   std::mutex mutex_;
   std::map<std::string, Connections> pool_;
   struct Accepted {
@@ -427,7 +423,6 @@ class StreamTransport final : public Transport {
     std::string peer;  // what the per-peer limit counts
   };
   std::vector<Accepted> accepted_;
-  FileDescriptor wake_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
   std::atomic<bool> stopping_{false};
   Connections retired_;  // closed, out of the pool, threads maybe still running
   std::atomic<std::size_t> next_first_connection_{0};

@@ -21,8 +21,8 @@ struct StreamSettings {
   bool cross_memory = false;
 };
 
-// A transport over the framed stream protocol: one listener, pooled connections per peer, each
-// with a reader and a writer thread.
+// A transport over the framed stream protocol: one listener, pooled connections per peer, all
+// driven by one event loop thread, however many peers there are.
 std::unique_ptr<Transport> make_stream_transport(const TransportContext& context,
                                                  StreamSettings settings);
 

@@ -1,0 +1,155 @@
+#include "transport/stream/event_loop.hpp"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+
+#include "access_gate.hpp"
+#include "memwire/error.hpp"
+#include "thread_name.hpp"
+
+namespace memwire::detail {
+
+namespace {
+
+thread_local EventLoop* running_loop = nullptr;
+
+}  // namespace
+
+EventLoop::EventLoop(std::string thread_name)
+    : epoll_(::epoll_create1(EPOLL_CLOEXEC)), wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (!epoll_ || !wake_) throw Error(ErrorCode::Transport, "cannot create an event loop");
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = wake_.get();
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &event) != 0)
+    throw Error(ErrorCode::Transport, "cannot watch the event loop's eventfd");
+  std::lock_guard lock(mutex_);  // thread_id_ is read by callbacks, which lock it first
+  thread_ = std::thread([this, name = std::move(thread_name)] {
+    name_this_thread(name.c_str());
+    running_loop = this;
+    // Frames queued on this loop's connections hold pins only this thread can let go of.
+    AccessGate::break_at_once_on_this_thread(true);
+    run();
+    running_loop = nullptr;
+  });
+  thread_id_ = thread_.get_id();
+}
+
+void EventLoop::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake();
+  if (thread_.joinable()) thread_.join();
+}
+
+EventLoop* EventLoop::current() noexcept { return running_loop; }
+
+void EventLoop::add(int fd, std::uint32_t events, Ready ready) {
+  auto callback = std::make_shared<Ready>(std::move(ready));
+  post([this, fd, events, callback = std::move(callback)] {
+    epoll_event event{};
+    event.events = events | EPOLLET;
+    event.data.fd = fd;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &event) != 0) {
+      // Not watched: tell the owner at once, as a hang-up.
+      (*callback)(EPOLLHUP | EPOLLERR);
+      return;
+    }
+    watched_[fd] = callback;
+  });
+}
+
+void EventLoop::remove(int fd) {
+  if (watched_.erase(fd) > 0) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+}
+
+void EventLoop::post(Task task) {
+  {
+    std::lock_guard lock(mutex_);
+    posted_.push_back(std::move(task));
+  }
+  wake();
+}
+
+EventLoop::TimerId EventLoop::after(std::chrono::milliseconds delay, Task task) {
+  std::lock_guard lock(mutex_);
+  const auto id = next_timer_++;
+  timers_.emplace(std::chrono::steady_clock::now() + delay, std::make_pair(id, std::move(task)));
+  // The loop may be asleep with a later deadline: let it recompute its wait.
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto written = ::write(wake_.get(), &one, sizeof one);
+  return id;
+}
+
+void EventLoop::cancel(TimerId timer) {
+  std::lock_guard lock(mutex_);
+  for (auto it = timers_.begin(); it != timers_.end(); ++it)
+    if (it->second.first == timer) {
+      timers_.erase(it);
+      return;
+    }
+}
+
+void EventLoop::wake() {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto written = ::write(wake_.get(), &one, sizeof one);
+}
+
+std::vector<EventLoop::Task> EventLoop::take_due_timers(std::chrono::steady_clock::time_point now) {
+  std::vector<Task> due;
+  std::lock_guard lock(mutex_);
+  while (!timers_.empty() && timers_.begin()->first <= now) {
+    due.push_back(std::move(timers_.begin()->second.second));
+    timers_.erase(timers_.begin());
+  }
+  return due;
+}
+
+int EventLoop::wait_timeout_ms() const {
+  if (timers_.empty()) return -1;
+  const auto left = timers_.begin()->first - std::chrono::steady_clock::now();
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return ms <= 0 ? 0 : static_cast<int>(std::min<long long>(ms, 60'000));
+}
+
+void EventLoop::run() {
+  std::array<epoll_event, 64> events;
+  for (;;) {
+    int timeout = -1;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_ && posted_.empty()) return;
+      timeout = posted_.empty() ? wait_timeout_ms() : 0;
+    }
+    const int ready = ::epoll_wait(epoll_.get(), events.data(), events.size(), timeout);
+    if (ready < 0 && errno != EINTR) return;
+    for (int i = 0; i < ready; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == wake_.get()) {
+        std::uint64_t count;
+        [[maybe_unused]] auto drained = ::read(wake_.get(), &count, sizeof count);
+        continue;
+      }
+      // Held for the call: the callback may remove itself.
+      auto found = watched_.find(fd);
+      if (found == watched_.end()) continue;
+      auto callback = found->second;
+      (*callback)(events[i].events);
+    }
+    std::vector<Task> tasks;
+    {
+      std::lock_guard lock(mutex_);
+      tasks.swap(posted_);
+    }
+    for (auto& task : tasks) task();
+    for (auto& task : take_due_timers(std::chrono::steady_clock::now())) task();
+  }
+}
+
+}  // namespace memwire::detail

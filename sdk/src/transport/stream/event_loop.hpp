@@ -1,0 +1,72 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "file_descriptor.hpp"
+#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
+
+namespace memwire::detail {
+
+// One I/O thread: epoll over the descriptors added to it, an eventfd for tasks posted from
+// other threads, and timers. Every callback runs on that thread, one at a time, so what a
+// callback touches needs no lock against other callbacks of the same loop. Descriptors are
+// watched edge-triggered: a callback reads or writes until EAGAIN.
+class MEMWIRE_API EventLoop {
+ public:
+  using Task = std::function<void()>;
+  using Ready = std::function<void(std::uint32_t events)>;
+  using TimerId = std::uint64_t;
+
+  explicit EventLoop(std::string thread_name);
+  // Runs the tasks still posted, then stops the thread; timers not yet due never run.
+  // Descriptors still added are forgotten. Not on the loop thread.
+  void stop();
+  ~EventLoop() { stop(); }
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  // Watches `fd` for `events` (EPOLLIN, EPOLLOUT; edge-triggered) until remove(). Any thread.
+  void add(int fd, std::uint32_t events, Ready ready);
+  // Forgets `fd`; its callback is not called again (nor later in the batch being handled).
+  // Loop thread only.
+  void remove(int fd);
+  // Runs `task` on the loop thread, after the callback running now. Any thread.
+  void post(Task task);
+  // Runs `task` on the loop thread once `delay` has passed, unless cancelled. Any thread.
+  TimerId after(std::chrono::milliseconds delay, Task task);
+  void cancel(TimerId timer);
+  bool in_loop_thread() const noexcept { return std::this_thread::get_id() == thread_id_; }
+  // The loop running the callback on this thread, if any.
+  static EventLoop* current() noexcept;
+
+ private:
+  void run();
+  void wake();
+  // Due timers, removed from the table: run outside the lock.
+  std::vector<Task> take_due_timers(std::chrono::steady_clock::time_point now);
+  int wait_timeout_ms() const;
+
+  FileDescriptor epoll_;
+  FileDescriptor wake_;
+  std::unordered_map<int, std::shared_ptr<Ready>> watched_;  // loop thread only
+
+  std::mutex mutex_;
+  std::vector<Task> posted_;
+  std::multimap<std::chrono::steady_clock::time_point, std::pair<TimerId, Task>> timers_;
+  TimerId next_timer_ = 1;
+  bool stopping_ = false;
+
+  std::thread thread_;
+  std::thread::id thread_id_;
+};
+
+}  // namespace memwire::detail
