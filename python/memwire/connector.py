@@ -421,13 +421,13 @@ class Connector:
     def create_readable(self, local_descriptors):
         """Makes local memory readable by a remote; await it or use it directly."""
         descriptors = as_descriptors(local_descriptors, writable_target=False)
-        native = self._native.create_readable([d._spec() for d in descriptors])
+        native = self._native.create_readable([d._spec() for d in descriptors], descriptors)
         return ReadableOperation(self, native, descriptors, self._loop())
 
     def create_writable(self, local_descriptors):
         """Makes local memory writable by a remote; await it or use it directly."""
         descriptors = as_descriptors(local_descriptors, writable_target=True)
-        native = self._native.create_writable([d._spec() for d in descriptors])
+        native = self._native.create_writable([d._spec() for d in descriptors], descriptors)
         return WritableOperation(self, native, descriptors, self._loop())
 
     def begin_read(self, remote_metadata, local_descriptors):
@@ -442,7 +442,7 @@ class Connector:
         loop = self._loop()
         op = ReadOperation.__new__(ReadOperation)
         notifier, token = op._arm(loop) if loop is not None else (None, 0)
-        native = self._native.begin_read(remote._native, [d._spec() for d in descriptors], notifier, token)
+        native = self._native.begin_read(remote._native, [d._spec() for d in descriptors], notifier, token, descriptors)
         op._connector, op._native, op._descriptors = self, native, descriptors
         if loop is None:
             op._loop = op._done = None
@@ -460,7 +460,7 @@ class Connector:
         loop = self._loop()
         op = WriteOperation.__new__(WriteOperation)
         notifier, token = op._arm(loop) if loop is not None else (None, 0)
-        native = self._native.begin_write([d._spec() for d in descriptors], remote._native, notifier, token)
+        native = self._native.begin_write([d._spec() for d in descriptors], remote._native, notifier, token, descriptors)
         op._connector, op._native, op._descriptors = self, native, descriptors
         if loop is None:
             op._loop = op._done = None

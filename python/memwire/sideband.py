@@ -213,7 +213,7 @@ class Worker:
         """Publishes local memory for remote reads under ``name``; returns the Lease."""
         descriptors = as_descriptors(local_descriptors, writable_target=False)
         specs = [d._spec() for d in descriptors]
-        native = await _blocking(self._native.publish, name, specs, _ttl_ms(ttl))
+        native = await _blocking(self._native.publish, name, specs, _ttl_ms(ttl), descriptors)
         return Lease(self, native, descriptors)
 
     async def read(self, name, local_descriptors, timeout=None, *, wait=False):

@@ -260,14 +260,22 @@ class Notifier {
 using AnyOperation = std::variant<memwire::ReadableOperation, memwire::WritableOperation,
                                   memwire::ReadOperation, memwire::WriteOperation>;
 
+// Holds what the operation uses, whatever order Python drops things in: the connector (its
+// progress thread and transports) and the Python objects that own the memory (`owners`, the
+// Descriptor list), released only after the operation let go of that memory.
 class PyOperation {
  public:
-  explicit PyOperation(AnyOperation op) : op_(std::make_unique<AnyOperation>(std::move(op))) {}
+  PyOperation(AnyOperation op, std::shared_ptr<memwire::Connector> connector, py::object owners)
+      : op_(std::make_unique<AnyOperation>(std::move(op))),
+        connector_(std::move(connector)),
+        owners_(std::move(owners)) {}
   ~PyOperation() {
     // Dropping an unfinished operation cancels it and may wait for a transport to let go of
-    // the memory (bounded by connect_timeout): not with the GIL held.
+    // the memory (bounded by connect_timeout), and the last connector reference joins its
+    // threads: not with the GIL held.
     without_gil([&] {
       op_.reset();
+      connector_.reset();
       return 0;
     });
     for (auto& signal : signals_) {
@@ -330,8 +338,10 @@ class PyOperation {
   void close() {
     without_gil([&] {
       op_.reset();
+      connector_.reset();
       return 0;
     });
+    owners_ = py::none();
   }
 
   std::string transport() { return base().transport(); }
@@ -378,6 +388,8 @@ class PyOperation {
   }
 
   std::unique_ptr<AnyOperation> op_;
+  std::shared_ptr<memwire::Connector> connector_;
+  py::object owners_;
   std::vector<std::shared_ptr<Signal>> signals_;
 };
 
@@ -427,11 +439,10 @@ class PyConnector {
 
 // --- Sideband -------------------------------------------------------------------------------
 
-// Holds a channel of either kind; the Worker borrows it (both outlive the worker: the Python
-// Worker keeps references to its connector and channel).
+// Holds a channel of either kind, shared with the workers that use it.
 class PyChannel {
  public:
-  explicit PyChannel(std::unique_ptr<memwire::sideband::Channel> channel)
+  explicit PyChannel(std::shared_ptr<memwire::sideband::Channel> channel)
       : channel_(std::move(channel)) {}
   ~PyChannel() {
     without_gil([&] {
@@ -442,9 +453,23 @@ class PyChannel {
   PyChannel(const PyChannel&) = delete;
   PyChannel& operator=(const PyChannel&) = delete;
   memwire::sideband::Channel& get() { return *channel_; }
+  const std::shared_ptr<memwire::sideband::Channel>& shared() const { return channel_; }
 
  private:
-  std::unique_ptr<memwire::sideband::Channel> channel_;
+  std::shared_ptr<memwire::sideband::Channel> channel_;
+};
+
+// A C++ Worker with the connector and channel it borrows: whoever holds this (the Python
+// Worker, each lease and subscription) keeps all three alive. Members end in reverse order:
+// the worker before the channel and connector it uses.
+struct WorkerHold {
+  WorkerHold(std::shared_ptr<memwire::Connector> c, std::shared_ptr<memwire::sideband::Channel> ch)
+      : connector(std::move(c)),
+        channel(std::move(ch)),
+        worker(std::make_unique<memwire::sideband::Worker>(*connector, *channel)) {}
+  std::shared_ptr<memwire::Connector> connector;
+  std::shared_ptr<memwire::sideband::Channel> channel;
+  std::unique_ptr<memwire::sideband::Worker> worker;
 };
 
 class PyStopSource {
@@ -458,8 +483,9 @@ class PyStopSource {
 
 class PySubscription {
  public:
-  explicit PySubscription(std::unique_ptr<memwire::sideband::Subscription> subscription)
-      : subscription_(std::move(subscription)) {}
+  PySubscription(std::unique_ptr<memwire::sideband::Subscription> subscription,
+                 std::shared_ptr<WorkerHold> worker)
+      : worker_(std::move(worker)), subscription_(std::move(subscription)) {}
   ~PySubscription() { close(); }
   PySubscription(const PySubscription&) = delete;
   PySubscription& operator=(const PySubscription&) = delete;
@@ -467,11 +493,13 @@ class PySubscription {
     // Joins the serve threads, which may be inside the Python handler waiting for the GIL.
     without_gil([&] {
       subscription_.reset();
+      worker_.reset();
       return 0;
     });
   }
 
  private:
+  std::shared_ptr<WorkerHold> worker_;  // the registration uses its worker and channel
   std::unique_ptr<memwire::sideband::Subscription> subscription_;
 };
 
@@ -489,9 +517,13 @@ std::shared_ptr<const void> hold_python(py::object object) {
   });
 }
 
+// A lease keeps its worker (and so the channel it withdraws from and the connector of its
+// operation) and the Python owners of its memory until it ends: a lease collected after
+// everything else a coroutine held still releases safely.
 class PyLease {
  public:
-  explicit PyLease(memwire::sideband::Lease lease) : lease_(std::move(lease)) {}
+  PyLease(memwire::sideband::Lease lease, std::shared_ptr<WorkerHold> worker, py::object owners)
+      : worker_(std::move(worker)), lease_(std::move(lease)), owners_(std::move(owners)) {}
   ~PyLease() { release(); }
   PyLease(const PyLease&) = delete;
   PyLease& operator=(const PyLease&) = delete;
@@ -501,8 +533,10 @@ class PyLease {
     without_gil([&] {
       if (lease_) lease_->release();
       lease_.reset();
+      worker_.reset();
       return 0;
     });
+    owners_ = py::none();
   }
   memwire::sideband::Lease& checked() {
     if (!lease_) throw memwire::Error(memwire::ErrorCode::InvalidArgument, "lease was released");
@@ -533,14 +567,16 @@ class PyLease {
   Metadata metadata() { return {checked().operation().metadata()}; }
 
  private:
+  std::shared_ptr<WorkerHold> worker_;
   std::optional<memwire::sideband::Lease> lease_;
+  py::object owners_;
   std::vector<std::shared_ptr<Signal>> signals_;
 };
 
 class PyWorker {
  public:
   PyWorker(PyConnector& connector, PyChannel& channel)
-      : worker_(std::make_unique<memwire::sideband::Worker>(connector.get(), channel.get())) {}
+      : worker_(std::make_shared<WorkerHold>(connector.shared(), channel.shared())) {}
   ~PyWorker() {
     without_gil([&] {
       worker_.reset();
@@ -550,10 +586,11 @@ class PyWorker {
   PyWorker(const PyWorker&) = delete;
   PyWorker& operator=(const PyWorker&) = delete;
 
-  memwire::sideband::Worker& get() { return *worker_; }
+  memwire::sideband::Worker& get() { return *worker_->worker; }
+  const std::shared_ptr<WorkerHold>& shared() const { return worker_; }
 
  private:
-  std::unique_ptr<memwire::sideband::Worker> worker_;
+  std::shared_ptr<WorkerHold> worker_;
 };
 
 }  // namespace
@@ -640,41 +677,54 @@ PYBIND11_MODULE(_memwire, m) {
       .def_property_readonly("name", [](PyConnector& c) { return c.get().name(); })
       .def_property_readonly("hostname", [](PyConnector& c) { return c.get().hostname(); })
       .def("transports", [](PyConnector& c) { return c.get().transports(); })
-      .def("create_readable",
-           [](PyConnector& c, const Descriptors& local) {
-             const auto& descriptors = local;
-             return new PyOperation(
-                 without_gil([&] { return AnyOperation(c.get().create_readable(descriptors)); }));
-           })
-      .def("create_writable",
-           [](PyConnector& c, const Descriptors& local) {
-             const auto& descriptors = local;
-             return new PyOperation(
-                 without_gil([&] { return AnyOperation(c.get().create_writable(descriptors)); }));
-           })
+      // `owners` (the Descriptor list) stays alive until the operation let go of its memory.
+      .def(
+          "create_readable",
+          [](PyConnector& c, const Descriptors& local, py::object owners) {
+            const auto& descriptors = local;
+            return new PyOperation(
+                without_gil([&] { return AnyOperation(c.get().create_readable(descriptors)); }),
+                c.shared(), std::move(owners));
+          },
+          py::arg("local"), py::arg("owners") = py::none())
+      .def(
+          "create_writable",
+          [](PyConnector& c, const Descriptors& local, py::object owners) {
+            const auto& descriptors = local;
+            return new PyOperation(
+                without_gil([&] { return AnyOperation(c.get().create_writable(descriptors)); }),
+                c.shared(), std::move(owners));
+          },
+          py::arg("local"), py::arg("owners") = py::none())
       // begin_* take an optional callable so that the completion is armed in the same call.
       .def(
           "begin_read",
           [](PyConnector& c, const Metadata& remote, const Descriptors& local,
-             std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             std::shared_ptr<Notifier> notifier, std::uint64_t token, py::object owners) {
             const auto& descriptors = local;
-            auto* op = new PyOperation(without_gil(
-                [&] { return AnyOperation(c.get().begin_read(remote.value, descriptors)); }));
+            auto* op = new PyOperation(
+                without_gil(
+                    [&] { return AnyOperation(c.get().begin_read(remote.value, descriptors)); }),
+                c.shared(), std::move(owners));
             if (notifier) op->notify_via(notifier, token);
             return op;
           },
-          py::arg("remote"), py::arg("local"), py::arg("notifier") = nullptr, py::arg("token") = 0)
+          py::arg("remote"), py::arg("local"), py::arg("notifier") = nullptr, py::arg("token") = 0,
+          py::arg("owners") = py::none())
       .def(
           "begin_write",
           [](PyConnector& c, const Descriptors& local, const Metadata& remote,
-             std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             std::shared_ptr<Notifier> notifier, std::uint64_t token, py::object owners) {
             const auto& descriptors = local;
-            auto* op = new PyOperation(without_gil(
-                [&] { return AnyOperation(c.get().begin_write(descriptors, remote.value)); }));
+            auto* op = new PyOperation(
+                without_gil(
+                    [&] { return AnyOperation(c.get().begin_write(descriptors, remote.value)); }),
+                c.shared(), std::move(owners));
             if (notifier) op->notify_via(notifier, token);
             return op;
           },
-          py::arg("local"), py::arg("remote"), py::arg("notifier") = nullptr, py::arg("token") = 0);
+          py::arg("local"), py::arg("remote"), py::arg("notifier") = nullptr, py::arg("token") = 0,
+          py::arg("owners") = py::none());
 
   // --- sideband ---
   py::class_<PyChannel>(m, "Channel")
@@ -720,7 +770,7 @@ PYBIND11_MODULE(_memwire, m) {
         options.token = token;
         if (connect_timeout_ms > 0) options.connect_timeout = milliseconds(connect_timeout_ms);
         if (request_timeout_ms > 0) options.request_timeout = milliseconds(request_timeout_ms);
-        return new PyChannel(std::make_unique<memwire::sideband::HttpChannel>(options));
+        return new PyChannel(std::make_shared<memwire::sideband::HttpChannel>(options));
       },
       py::arg("url"), py::arg("token") = "", py::arg("connect_timeout_ms") = 0,
       py::arg("request_timeout_ms") = 0);
@@ -741,7 +791,7 @@ PYBIND11_MODULE(_memwire, m) {
         if (connect_timeout_ms > 0) options.connect_timeout = milliseconds(connect_timeout_ms);
         if (request_timeout_ms > 0) options.request_timeout = milliseconds(request_timeout_ms);
         return new PyChannel(
-            without_gil([&] { return std::make_unique<memwire::sideband::NatsChannel>(options); }));
+            without_gil([&] { return std::make_shared<memwire::sideband::NatsChannel>(options); }));
       },
       py::arg("servers"), py::arg("user") = "", py::arg("password") = "", py::arg("token") = "",
       py::arg("subject_prefix") = "", py::arg("kv_bucket") = "", py::arg("connect_timeout_ms") = 0,
@@ -778,13 +828,18 @@ PYBIND11_MODULE(_memwire, m) {
       .def("metadata", &PyLease::metadata);
 
   py::class_<PyWorker>(m, "Worker")
-      .def(py::init<PyConnector&, PyChannel&>(), py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
-      .def("publish",
-           [](PyWorker& w, const std::string& name, const Descriptors& local, std::int64_t ttl_ms) {
-             const auto& descriptors = local;
-             return new PyLease(without_gil(
-                 [&] { return w.get().publish(name, descriptors, milliseconds(ttl_ms)); }));
-           })
+      .def(py::init<PyConnector&, PyChannel&>())
+      .def(
+          "publish",
+          [](PyWorker& w, const std::string& name, const Descriptors& local, std::int64_t ttl_ms,
+             py::object owners) {
+            const auto& descriptors = local;
+            return new PyLease(without_gil([&] {
+                                 return w.get().publish(name, descriptors, milliseconds(ttl_ms));
+                               }),
+                               w.shared(), std::move(owners));
+          },
+          py::arg("name"), py::arg("local"), py::arg("ttl_ms"), py::arg("owners") = py::none())
       // handler(name) -> (list of NativeDescriptor, owner): runs on the channel's thread.
       .def("serve", [](PyWorker& w, const std::string& prefix, py::function handler,
                        std::int64_t write_timeout_ms) {
@@ -833,6 +888,6 @@ PYBIND11_MODULE(_memwire, m) {
           return data;
         };
         return new PySubscription(
-            without_gil([&] { return w.get().serve(prefix, serve_one, options); }));
+            without_gil([&] { return w.get().serve(prefix, serve_one, options); }), w.shared());
       });
 }
