@@ -7,7 +7,6 @@ with ``call_soon_threadsafe``. Nothing polls.
 
 import asyncio
 import math
-import weakref
 
 from . import _memwire
 from .descriptor import Descriptor, as_descriptors
@@ -105,7 +104,10 @@ class _LoopCompletions:
 
 
 _TIMED_OUT = -1  # what a watched wait's future gets when its deadline passes
-_completions = weakref.WeakKeyDictionary()  # loop -> _LoopCompletions
+# loop -> _LoopCompletions. Each value holds its loop (it schedules on it), so a weak key would
+# never die: entries of closed loops are dropped instead, whenever a new loop comes, which lets
+# go of the loop and of its eventfd (once no operation in flight still posts to it).
+_completions = {}
 _last = [None, None]  # (loop, completions) of the last lookup: most programs have one loop
 
 
@@ -114,9 +116,15 @@ def _completions_for(loop):
         return _last[1]
     completions = _completions.get(loop)
     if completions is None:
+        _forget_closed_loops()
         completions = _completions[loop] = _LoopCompletions(loop)
     _last[0], _last[1] = loop, completions
     return completions
+
+
+def _forget_closed_loops():
+    for loop in [loop for loop in _completions if loop.is_closed()]:
+        del _completions[loop]
 
 
 def _deliver(loop, future, status):

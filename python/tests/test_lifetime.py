@@ -155,3 +155,43 @@ def test_a_subscription_left_open_outlives_its_worker():
         print("ok")
         """
     )
+
+
+def open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_each_event_loop_lets_go_of_its_eventfd_and_itself():
+    # One asyncio.run() per request (a common sync wrapper): each loop's completion notifier
+    # (an eventfd) and the loop itself are released once the loop is closed.
+    import gc
+    import weakref
+
+    import memwire
+
+    owner, reader = memwire.Connector(), memwire.Connector()
+    source = bytearray(b"y" * 4096)
+    loops = []
+
+    async def one_read():
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        readable = owner.create_readable(memwire.Descriptor(source))
+        target = bytearray(4096)
+        read = reader.begin_read(readable.metadata(), memwire.Descriptor(target))
+        await read.wait_for_completion(timeout=10)
+        await readable.wait_for_completion(timeout=10)
+        assert target == source
+
+    import asyncio
+
+    for _ in range(3):
+        asyncio.run(one_read())  # warm up: lazily made fds (the selector's, the pool's)
+    gc.collect()
+    before = open_fds()
+    for _ in range(60):
+        asyncio.run(one_read())
+    gc.collect()
+    grown = open_fds() - before
+    alive = sum(1 for ref in loops if ref() is not None)
+    assert grown <= 2, f"{grown} descriptors more after 60 loops"
+    assert alive <= 1, f"{alive} of {len(loops)} closed loops still alive"
