@@ -28,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#include "host_memory.hpp"
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/http.hpp"
 #include "memwire/sideband/nats.hpp"
@@ -617,6 +618,12 @@ PYBIND11_MODULE(_memwire, m) {
         return std::make_pair(static_cast<int>(device.kind()), device.id());
       },
       "(kind, id) of a device string: cpu/host, cuda[:N]/gpu[:N]");
+  m.def(
+      "host_memory_access",
+      [](std::uintptr_t address, std::size_t size) {
+        return static_cast<int>(memwire_python::host_memory_access(address, size));
+      },
+      "0: not all mapped readable, 1: readable, 2: readable and writable");
   m.def("error_code_name", [](int code) {
     return std::string(memwire::to_string(static_cast<memwire::ErrorCode>(code)));
   });
@@ -861,9 +868,12 @@ PYBIND11_MODULE(_memwire, m) {
             } catch (py::error_already_set& error) {
               // A memwire error raised in Python keeps its code (MemwireError.code); anything
               // else reaches the requester as NotFound with its text.
+              // Only the exception's kind and message travel: never its traceback (the owner's
+              // file paths and code).
               int code = static_cast<int>(memwire::ErrorCode::NotFound);
-              std::string message = error.what();
               py::object value = error.value();
+              std::string message = py::str(value.get_type().attr("__name__")).cast<std::string>() +
+                                    ": " + py::str(value).cast<std::string>();
               if (py::hasattr(value, "code") && PyLong_Check(value.attr("code").ptr())) {
                 const int raised = value.attr("code").cast<int>();
                 if (raised >= 0 && raised < static_cast<int>(memwire::kAllErrorCodes.size()))
