@@ -10,6 +10,7 @@
 //   (atexit), callbacks no longer touch Python at all: see PythonGate.
 // - A Python object held by a C++ callback is always released with the GIL held: Signal hands
 //   it over exactly once, either to the callback or to the owning wrapper's destructor.
+#include <pthread.h>
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -87,6 +88,44 @@ auto without_gil(F&& work) {
     return work();
   }
   return work();
+}
+
+// --- fork() ---------------------------------------------------------------------------------
+
+// Counts fork()s into this process. A native object records it when made; in a child forked
+// after that, the object's threads, connections and published names are the parent's.
+std::atomic<std::uint64_t> fork_count{0};
+
+class ForkBirth {
+ public:
+  ForkBirth() noexcept : generation_(current()) {}
+  bool inherited() const noexcept { return current() != generation_; }
+
+ private:
+  static std::uint64_t current() noexcept {
+    static const bool registered =
+        pthread_atfork(nullptr, nullptr, [] { fork_count.fetch_add(1); }) == 0;
+    (void)registered;
+    return fork_count.load();
+  }
+  std::uint64_t generation_;
+};
+
+// Ends a native handle (unique_ptr, shared_ptr, optional) without the GIL. In a child forked
+// after it was made it is left alone, leaked on purpose: ending it would join threads that do
+// not exist here, or withdraw and cancel what the parent still uses.
+template <class Handle>
+void end_native(Handle& handle, const ForkBirth& birth) {
+  if (!handle) return;
+  if (birth.inherited()) {
+    new Handle(std::move(handle));
+    handle.reset();
+    return;
+  }
+  without_gil([&] {
+    handle.reset();
+    return 0;
+  });
 }
 
 // --- Errors ---------------------------------------------------------------------------------
@@ -274,11 +313,8 @@ class PyOperation {
     // Dropping an unfinished operation cancels it and may wait for a transport to let go of
     // the memory (bounded by connect_timeout), and the last connector reference joins its
     // threads: not with the GIL held.
-    without_gil([&] {
-      op_.reset();
-      connector_.reset();
-      return 0;
-    });
+    end_native(op_, birth_);
+    end_native(connector_, birth_);
     for (auto& signal : signals_) {
       if (PyObject* callable = signal->take()) Py_DECREF(callable);
     }
@@ -337,11 +373,8 @@ class PyOperation {
 
   // Ends the operation now (cancels an unfinished one; a passive one's access is revoked).
   void close() {
-    without_gil([&] {
-      op_.reset();
-      connector_.reset();
-      return 0;
-    });
+    end_native(op_, birth_);
+    end_native(connector_, birth_);
     owners_ = py::none();
   }
 
@@ -388,6 +421,7 @@ class PyOperation {
     std::erase_if(signals_, [](const std::shared_ptr<Signal>& s) { return s->fired(); });
   }
 
+  ForkBirth birth_;
   std::unique_ptr<AnyOperation> op_;
   std::shared_ptr<memwire::Connector> connector_;
   py::object owners_;
@@ -445,18 +479,14 @@ class PyChannel {
  public:
   explicit PyChannel(std::shared_ptr<memwire::sideband::Channel> channel)
       : channel_(std::move(channel)) {}
-  ~PyChannel() {
-    without_gil([&] {
-      channel_.reset();
-      return 0;
-    });
-  }
+  ~PyChannel() { end_native(channel_, birth_); }
   PyChannel(const PyChannel&) = delete;
   PyChannel& operator=(const PyChannel&) = delete;
   memwire::sideband::Channel& get() { return *channel_; }
   const std::shared_ptr<memwire::sideband::Channel>& shared() const { return channel_; }
 
  private:
+  ForkBirth birth_;
   std::shared_ptr<memwire::sideband::Channel> channel_;
 };
 
@@ -492,14 +522,12 @@ class PySubscription {
   PySubscription& operator=(const PySubscription&) = delete;
   void close() {
     // Joins the serve threads, which may be inside the Python handler waiting for the GIL.
-    without_gil([&] {
-      subscription_.reset();
-      worker_.reset();
-      return 0;
-    });
+    end_native(subscription_, birth_);
+    end_native(worker_, birth_);
   }
 
  private:
+  ForkBirth birth_;
   std::shared_ptr<WorkerHold> worker_;  // the registration uses its worker and channel
   std::unique_ptr<memwire::sideband::Subscription> subscription_;
 };
@@ -531,12 +559,8 @@ class PyLease {
 
   std::string name() { return checked().name(); }
   void release() {
-    without_gil([&] {
-      if (lease_) lease_->release();
-      lease_.reset();
-      worker_.reset();
-      return 0;
-    });
+    end_native(lease_, birth_);  // ending the lease withdraws its name
+    end_native(worker_, birth_);
     owners_ = py::none();
   }
   memwire::sideband::Lease& checked() {
@@ -568,6 +592,7 @@ class PyLease {
   Metadata metadata() { return {checked().operation().metadata()}; }
 
  private:
+  ForkBirth birth_;
   std::shared_ptr<WorkerHold> worker_;
   std::optional<memwire::sideband::Lease> lease_;
   py::object owners_;
@@ -578,12 +603,7 @@ class PyWorker {
  public:
   PyWorker(PyConnector& connector, PyChannel& channel)
       : worker_(std::make_shared<WorkerHold>(connector.shared(), channel.shared())) {}
-  ~PyWorker() {
-    without_gil([&] {
-      worker_.reset();
-      return 0;
-    });
-  }
+  ~PyWorker() { end_native(worker_, birth_); }
   PyWorker(const PyWorker&) = delete;
   PyWorker& operator=(const PyWorker&) = delete;
 
@@ -591,7 +611,28 @@ class PyWorker {
   const std::shared_ptr<WorkerHold>& shared() const { return worker_; }
 
  private:
+  ForkBirth birth_;
   std::shared_ptr<WorkerHold> worker_;
+};
+
+// The HTTP endpoint embedded in this process (its server threads are this process's).
+class PyHttpEndpoint {
+ public:
+  explicit PyHttpEndpoint(memwire::sideband::HttpEndpointOptions options)
+      : endpoint_(std::make_unique<memwire::sideband::HttpEndpoint>(std::move(options))) {}
+  ~PyHttpEndpoint() { end_native(endpoint_, birth_); }
+  PyHttpEndpoint(const PyHttpEndpoint&) = delete;
+  PyHttpEndpoint& operator=(const PyHttpEndpoint&) = delete;
+  memwire::sideband::HttpEndpoint& get() {
+    if (birth_.inherited())
+      throw memwire::Error(memwire::ErrorCode::InvalidArgument,
+                           "this HttpEndpoint was made before fork() and belongs to the parent");
+    return *endpoint_;
+  }
+
+ private:
+  ForkBirth birth_;
+  std::unique_ptr<memwire::sideband::HttpEndpoint> endpoint_;
 };
 
 }  // namespace
@@ -804,20 +845,33 @@ PYBIND11_MODULE(_memwire, m) {
       py::arg("subject_prefix") = "", py::arg("kv_bucket") = "", py::arg("connect_timeout_ms") = 0,
       py::arg("request_timeout_ms") = 0);
 
-  py::class_<memwire::sideband::HttpEndpoint>(m, "HttpEndpoint")
+  py::class_<PyHttpEndpoint>(m, "HttpEndpoint")
       .def(py::init([](const std::string& bind_address, int port, const std::string& token) {
              memwire::sideband::HttpEndpointOptions options;
              options.bind_address = bind_address;
              options.port = static_cast<std::uint16_t>(port);
              options.token = token;
-             return new memwire::sideband::HttpEndpoint(options);
+             return new PyHttpEndpoint(options);
            }),
            py::arg("bind_address") = "127.0.0.1", py::arg("port") = 0, py::arg("token") = "")
-      .def("start", &memwire::sideband::HttpEndpoint::start,
-           py::call_guard<py::gil_scoped_release>())
-      .def("stop", &memwire::sideband::HttpEndpoint::stop, py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("port", &memwire::sideband::HttpEndpoint::port)
-      .def_property_readonly("url", &memwire::sideband::HttpEndpoint::url);
+      .def("start",
+           [](PyHttpEndpoint& e) {
+             auto& endpoint = e.get();
+             without_gil([&] {
+               endpoint.start();
+               return 0;
+             });
+           })
+      .def("stop",
+           [](PyHttpEndpoint& e) {
+             auto& endpoint = e.get();
+             without_gil([&] {
+               endpoint.stop();
+               return 0;
+             });
+           })
+      .def_property_readonly("port", [](PyHttpEndpoint& e) { return e.get().port(); })
+      .def_property_readonly("url", [](PyHttpEndpoint& e) { return e.get().url(); });
 
   py::class_<PyStopSource>(m, "StopSource")
       .def(py::init<>())
