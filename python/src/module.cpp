@@ -29,6 +29,7 @@
 #include <variant>
 #include <vector>
 
+#include "call_runner.hpp"
 #include "host_memory.hpp"
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/http.hpp"
@@ -474,20 +475,76 @@ class PyConnector {
 
 // --- Sideband -------------------------------------------------------------------------------
 
+// One sideband call run by a CallRunner for an event loop: its outcome waits here, and the
+// loop is woken through its Notifier (token); result() then hands it over (or raises).
+class PyCall {
+ public:
+  using Outcome = std::variant<std::monostate, Metadata, std::vector<std::string>,
+                               std::shared_ptr<memwire::sideband::Lease>>;
+
+  void cancel() { stop_.request_stop(); }
+  const std::stop_source& stop() const { return stop_; }
+
+  // On the runner's thread.
+  void finish(Outcome outcome, std::exception_ptr error) noexcept {
+    std::lock_guard lock(mutex_);
+    outcome_ = std::move(outcome);
+    error_ = std::move(error);
+  }
+  std::pair<Outcome, std::exception_ptr> take() {
+    std::lock_guard lock(mutex_);
+    return {std::exchange(outcome_, {}), std::exchange(error_, nullptr)};
+  }
+
+ private:
+  std::stop_source stop_;
+  std::mutex mutex_;
+  Outcome outcome_;
+  std::exception_ptr error_;
+};
+
+// Queues `work` (returning a PyCall::Outcome) on `runner`; the loop hears of its end by
+// `notifier` (token). Returns the call, which cancel() stops.
+template <class Work>
+std::shared_ptr<PyCall> start_call(memwire_python::CallRunner& runner, Work work,
+                                   std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+  auto call = std::make_shared<PyCall>();
+  runner.submit(
+      [call, work = std::move(work), notifier = std::move(notifier),
+       token](std::stop_token stop) mutable {
+        auto status = memwire::OperationStatus::Complete;
+        try {
+          call->finish(work(stop), nullptr);
+        } catch (...) {
+          call->finish({}, std::current_exception());
+          status = memwire::OperationStatus::Errored;
+        }
+        notifier->post(token, status);
+      },
+      call->stop());
+  return call;
+}
+
 // Holds a channel of either kind, shared with the workers that use it.
 class PyChannel {
  public:
-  explicit PyChannel(std::shared_ptr<memwire::sideband::Channel> channel)
-      : channel_(std::move(channel)) {}
-  ~PyChannel() { end_native(channel_, birth_); }
+  PyChannel(std::shared_ptr<memwire::sideband::Channel> channel, std::size_t max_calls)
+      : channel_(std::move(channel)),
+        runner_(std::make_shared<memwire_python::CallRunner>(max_calls)) {}
+  ~PyChannel() {
+    end_native(runner_, birth_);  // stops and joins the calls in flight, which use the channel
+    end_native(channel_, birth_);
+  }
   PyChannel(const PyChannel&) = delete;
   PyChannel& operator=(const PyChannel&) = delete;
   memwire::sideband::Channel& get() { return *channel_; }
   const std::shared_ptr<memwire::sideband::Channel>& shared() const { return channel_; }
+  const std::shared_ptr<memwire_python::CallRunner>& runner() const { return runner_; }
 
  private:
   ForkBirth birth_;
   std::shared_ptr<memwire::sideband::Channel> channel_;
+  std::shared_ptr<memwire_python::CallRunner> runner_;
 };
 
 // A C++ Worker with the connector and channel it borrows: whoever holds this (the Python
@@ -567,6 +624,8 @@ class PyLease {
     if (!lease_) throw memwire::Error(memwire::ErrorCode::InvalidArgument, "lease was released");
     return *lease_;
   }
+  // The Python owners of the memory the lease now publishes (after a republish).
+  void keep(py::object owners) { owners_ = std::move(owners); }
   void notify(py::object callable) {
     auto signal = std::make_shared<Signal>(std::move(callable));
     signals_.push_back(signal);
@@ -602,17 +661,23 @@ class PyLease {
 class PyWorker {
  public:
   PyWorker(PyConnector& connector, PyChannel& channel)
-      : worker_(std::make_shared<WorkerHold>(connector.shared(), channel.shared())) {}
-  ~PyWorker() { end_native(worker_, birth_); }
+      : worker_(std::make_shared<WorkerHold>(connector.shared(), channel.shared())),
+        runner_(channel.runner()) {}
+  ~PyWorker() {
+    end_native(runner_, birth_);
+    end_native(worker_, birth_);
+  }
   PyWorker(const PyWorker&) = delete;
   PyWorker& operator=(const PyWorker&) = delete;
 
   memwire::sideband::Worker& get() { return *worker_->worker; }
   const std::shared_ptr<WorkerHold>& shared() const { return worker_; }
+  memwire_python::CallRunner& runner() { return *runner_; }
 
  private:
   ForkBirth birth_;
   std::shared_ptr<WorkerHold> worker_;
+  std::shared_ptr<memwire_python::CallRunner> runner_;  // its channel's
 };
 
 // The HTTP endpoint embedded in this process (its server threads are this process's).
@@ -801,49 +866,179 @@ PYBIND11_MODULE(_memwire, m) {
              });
            })
       .def("list", [](PyChannel& c) { return without_gil([&] { return c.get().list(); }); })
-      .def("request", [](PyChannel& c, const std::string& name, const Metadata& writable,
-                         std::int64_t timeout_ms, PyStopSource& stop) {
-        without_gil([&] {
-          c.get().request(name, writable.value, milliseconds(timeout_ms), stop.token());
-          return 0;
-        });
+      .def("request",
+           [](PyChannel& c, const std::string& name, const Metadata& writable,
+              std::int64_t timeout_ms, PyStopSource& stop) {
+             without_gil([&] {
+               c.get().request(name, writable.value, milliseconds(timeout_ms), stop.token());
+               return 0;
+             });
+           })
+      // start_*: the same calls on the channel's own threads, for an event loop (notifier,
+      // token); the returned Call gives the outcome, or stops the call when cancelled.
+      .def("start_fetch",
+           [](PyChannel& c, std::string name, std::int64_t timeout_ms,
+              std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             return start_call(
+                 *c.runner(),
+                 [channel = c.shared(), name, timeout_ms](std::stop_token) -> PyCall::Outcome {
+                   return Metadata{channel->fetch(name, milliseconds(timeout_ms))};
+                 },
+                 std::move(notifier), token);
+           })
+      .def("start_wait_for",
+           [](PyChannel& c, std::string name, std::int64_t timeout_ms,
+              std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             return start_call(
+                 *c.runner(),
+                 [channel = c.shared(), name, timeout_ms](std::stop_token stop) -> PyCall::Outcome {
+                   return Metadata{channel->wait_for(name, milliseconds(timeout_ms), stop)};
+                 },
+                 std::move(notifier), token);
+           })
+      .def("start_publish",
+           [](PyChannel& c, std::string name, const Metadata& md, std::int64_t ttl_ms,
+              std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             return start_call(
+                 *c.runner(),
+                 [channel = c.shared(), name, md, ttl_ms](std::stop_token) -> PyCall::Outcome {
+                   channel->publish(name, md.value, milliseconds(ttl_ms));
+                   return {};
+                 },
+                 std::move(notifier), token);
+           })
+      .def("start_withdraw",
+           [](PyChannel& c, std::string name, std::shared_ptr<Notifier> notifier,
+              std::uint64_t token) {
+             return start_call(
+                 *c.runner(),
+                 [channel = c.shared(), name](std::stop_token) -> PyCall::Outcome {
+                   channel->withdraw(name);
+                   return {};
+                 },
+                 std::move(notifier), token);
+           })
+      .def("start_list",
+           [](PyChannel& c, std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             return start_call(
+                 *c.runner(),
+                 [channel = c.shared()](std::stop_token) -> PyCall::Outcome {
+                   return channel->list();
+                 },
+                 std::move(notifier), token);
+           })
+      .def("start_request", [](PyChannel& c, std::string name, const Metadata& writable,
+                               std::int64_t timeout_ms, PyStopSource& abandon,
+                               std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+        return start_call(
+            *c.runner(),
+            [channel = c.shared(), name, writable, timeout_ms,
+             abandon = abandon.token()](std::stop_token stop) -> PyCall::Outcome {
+              // Either the operation's failure or the task's cancellation ends the wait.
+              std::stop_source either;
+              std::stop_callback on_abandon(abandon, [&] { either.request_stop(); });
+              std::stop_callback on_stop(stop, [&] { either.request_stop(); });
+              channel->request(name, writable.value, milliseconds(timeout_ms), either.get_token());
+              return {};
+            },
+            std::move(notifier), token);
       });
 
-  m.def(
-      "http_channel",
-      [](const std::string& url, const std::string& token, std::int64_t connect_timeout_ms,
-         std::int64_t request_timeout_ms) {
-        memwire::sideband::HttpChannelOptions options;
-        options.url = url;
-        options.token = token;
-        if (connect_timeout_ms > 0) options.connect_timeout = milliseconds(connect_timeout_ms);
-        if (request_timeout_ms > 0) options.request_timeout = milliseconds(request_timeout_ms);
-        return new PyChannel(std::make_shared<memwire::sideband::HttpChannel>(options));
-      },
-      py::arg("url"), py::arg("token") = "", py::arg("connect_timeout_ms") = 0,
-      py::arg("request_timeout_ms") = 0);
+  py::class_<PyCall, std::shared_ptr<PyCall>>(m, "Call")
+      .def("cancel", &PyCall::cancel)
+      .def("result", [](PyCall& call) -> py::object {
+        auto [outcome, error] = call.take();
+        if (error) std::rethrow_exception(error);
+        if (auto* md = std::get_if<Metadata>(&outcome)) return py::cast(std::move(*md));
+        if (auto* names = std::get_if<std::vector<std::string>>(&outcome))
+          return py::cast(std::move(*names));
+        return py::none();
+      });
 
-  m.def(
-      "nats_channel",
-      [](const std::vector<std::string>& servers, const std::string& user,
-         const std::string& password, const std::string& token, const std::string& subject_prefix,
-         const std::string& kv_bucket, std::int64_t connect_timeout_ms,
-         std::int64_t request_timeout_ms) {
-        memwire::sideband::NatsOptions options;
-        options.servers = servers;
-        options.user = user;
-        options.password = password;
-        options.token = token;
-        if (!subject_prefix.empty()) options.subject_prefix = subject_prefix;
-        if (!kv_bucket.empty()) options.kv_bucket = kv_bucket;
-        if (connect_timeout_ms > 0) options.connect_timeout = milliseconds(connect_timeout_ms);
-        if (request_timeout_ms > 0) options.request_timeout = milliseconds(request_timeout_ms);
-        return new PyChannel(
-            without_gil([&] { return std::make_shared<memwire::sideband::NatsChannel>(options); }));
-      },
-      py::arg("servers"), py::arg("user") = "", py::arg("password") = "", py::arg("token") = "",
-      py::arg("subject_prefix") = "", py::arg("kv_bucket") = "", py::arg("connect_timeout_ms") = 0,
-      py::arg("request_timeout_ms") = 0);
+  // Options come as a dict of the C++ option names (the Python classes build it), so that a new
+  // option is one line here and one keyword there.
+  m.def("http_channel", [](const py::dict& given, std::size_t max_calls) {
+    memwire::sideband::HttpChannelOptions options;
+    for (auto [key, value] : given) {
+      const auto name = key.cast<std::string>();
+      if (name == "url")
+        options.url = value.cast<std::string>();
+      else if (name == "token")
+        options.token = value.cast<std::string>();
+      else if (name == "user")
+        options.user = value.cast<std::string>();
+      else if (name == "password")
+        options.password = value.cast<std::string>();
+      else if (name == "ca_file")
+        options.ca_file = value.cast<std::string>();
+      else if (name == "verify_peer")
+        options.verify_peer = value.cast<bool>();
+      else if (name == "connect_timeout_ms")
+        options.connect_timeout = milliseconds(value.cast<std::int64_t>());
+      else if (name == "request_timeout_ms")
+        options.request_timeout = milliseconds(value.cast<std::int64_t>());
+      else if (name == "max_retries")
+        options.max_retries = value.cast<int>();
+      else if (name == "max_reply_size")
+        options.max_reply_size = value.cast<std::size_t>();
+      else
+        throw memwire::Error(memwire::ErrorCode::InvalidArgument,
+                             "unknown HttpChannel option " + name);
+    }
+    return new PyChannel(std::make_shared<memwire::sideband::HttpChannel>(options), max_calls);
+  });
+
+  m.def("nats_channel", [](const py::dict& given, std::size_t max_calls) {
+    memwire::sideband::NatsOptions options;
+    auto text = [](py::handle value) { return value.cast<std::string>(); };
+    for (auto [key, value] : given) {
+      const auto name = key.cast<std::string>();
+      if (name == "servers")
+        options.servers = value.cast<std::vector<std::string>>();
+      else if (name == "connection_name")
+        options.connection_name = text(value);
+      else if (name == "user")
+        options.user = text(value);
+      else if (name == "password")
+        options.password = text(value);
+      else if (name == "token")
+        options.token = text(value);
+      else if (name == "nkey_public")
+        options.nkey_public = text(value);
+      else if (name == "nkey_seed_file")
+        options.nkey_seed_file = text(value);
+      else if (name == "creds_file")
+        options.creds_file = text(value);
+      else if (name == "tls")
+        options.tls = value.cast<bool>();
+      else if (name == "ca_file")
+        options.ca_file = text(value);
+      else if (name == "cert_file")
+        options.cert_file = text(value);
+      else if (name == "key_file")
+        options.key_file = text(value);
+      else if (name == "subject_prefix")
+        options.subject_prefix = text(value);
+      else if (name == "kv_bucket")
+        options.kv_bucket = text(value);
+      else if (name == "kv_replicas")
+        options.kv_replicas = value.cast<int>();
+      else if (name == "kv_max_age_ms")
+        options.kv_max_age = milliseconds(value.cast<std::int64_t>());
+      else if (name == "connect_timeout_ms")
+        options.connect_timeout = milliseconds(value.cast<std::int64_t>());
+      else if (name == "request_timeout_ms")
+        options.request_timeout = milliseconds(value.cast<std::int64_t>());
+      else if (name == "max_reconnect")
+        options.max_reconnect = value.cast<int>();
+      else
+        throw memwire::Error(memwire::ErrorCode::InvalidArgument,
+                             "unknown NatsChannel option " + name);
+    }
+    return new PyChannel(
+        without_gil([&] { return std::make_shared<memwire::sideband::NatsChannel>(options); }),
+        max_calls);
+  });
 
   py::class_<PyHttpEndpoint>(m, "HttpEndpoint")
       .def(py::init([](const std::string& bind_address, int port, const std::string& token) {
@@ -901,6 +1096,40 @@ PYBIND11_MODULE(_memwire, m) {
                                w.shared(), std::move(owners));
           },
           py::arg("name"), py::arg("local"), py::arg("ttl_ms"), py::arg("owners") = py::none())
+      .def("start_publish",
+           [](PyWorker& w, std::string name, Descriptors local, std::int64_t ttl_ms,
+              std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             return start_call(
+                 w.runner(),
+                 [worker = w.shared(), name, local = std::move(local),
+                  ttl_ms](std::stop_token) mutable -> PyCall::Outcome {
+                   return std::make_shared<memwire::sideband::Lease>(
+                       worker->worker->publish(name, std::move(local), milliseconds(ttl_ms)));
+                 },
+                 std::move(notifier), token);
+           })
+      // Puts `local` under the lease's name in place of its memory (no moment of NotFound).
+      .def("republish",
+           [](PyWorker& w, PyLease& lease, const Descriptors& local, std::int64_t ttl_ms,
+              py::object owners) {
+             auto& held = lease.checked();
+             const auto& descriptors = local;
+             without_gil([&] {
+               w.get().republish(held, descriptors, milliseconds(ttl_ms));
+               return 0;
+             });
+             lease.keep(std::move(owners));
+           })
+      // The lease a start_publish call made, kept alive by `owners` from here on.
+      .def("lease_of",
+           [](PyWorker& w, PyCall& call, py::object owners) {
+             auto [outcome, error] = call.take();
+             if (error) std::rethrow_exception(error);
+             auto* lease = std::get_if<std::shared_ptr<memwire::sideband::Lease>>(&outcome);
+             if (lease == nullptr || !*lease)
+               throw memwire::Error(memwire::ErrorCode::InvalidArgument, "not a publish call");
+             return new PyLease(std::move(**lease), w.shared(), std::move(owners));
+           })
       // handler(name) -> (list of NativeDescriptor, owner): runs on the channel's thread.
       .def("serve", [](PyWorker& w, const std::string& prefix, py::function handler,
                        std::int64_t write_timeout_ms) {
