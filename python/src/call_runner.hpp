@@ -42,7 +42,9 @@ class CallRunner {
     std::lock_guard lock(mutex_);
     if (stopping_) stop.request_stop();
     queue_.push_back(Job{std::move(work), std::move(stop)});
-    if (idle_ == 0 && threads_.size() < max_threads_) {
+    // Idle threads already woken for earlier jobs still count as idle until they take one:
+    // compare with the jobs not yet taken, or a new job could wait behind a long call.
+    if (queue_.size() > idle_ && threads_.size() < max_threads_) {
       threads_.emplace_back([this] { run(); });
     } else {
       wake_.notify_one();

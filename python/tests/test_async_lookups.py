@@ -83,3 +83,29 @@ def test_asyncio_run_exits_promptly_after_a_cancelled_wait(make_channel):
     asyncio.run(main())
     took = time.monotonic() - started
     assert took < 3.0, f"asyncio.run took {took:.1f} s to end after a cancelled wait"
+
+
+def test_a_lookup_does_not_queue_behind_pending_waits(make_channel):
+    async def main():
+        worker = memwire.Worker(memwire.Connector(), make_channel())
+        owner = memwire.Worker(memwire.Connector(), make_channel())
+        # The second round starts more waits than the first left idle threads: they must not
+        # all count on those few (the fetch would queue behind waits of 60 s).
+        for count in (3, 8):
+            waits = [
+                asyncio.create_task(worker.channel.wait_for(unique("py.pending"), timeout=60))
+                for _ in range(count)
+            ]
+            await asyncio.sleep(0.2)
+            name = unique("py.ready")
+            async with await owner.publish(name, memwire.Descriptor(bytearray(b"r" * 64))):
+                started = time.monotonic()
+                await asyncio.wait_for(worker.channel.fetch(name, timeout=10), 10)
+                took = time.monotonic() - started
+            for task in waits:
+                task.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+            await asyncio.sleep(1.5)  # the cancelled waits' threads are idle again
+            assert took < 0.5, f"a fetch took {took:.2f} s behind {count} pending waits"
+
+    asyncio.run(main())
