@@ -25,6 +25,7 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <thread>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -352,6 +353,25 @@ class PyOperation {
       op.on_complete(
           [notifier, token](memwire::OperationStatus status) { notifier->post(token, status); });
       return 0;
+    });
+  }
+
+  // Watches the status for at most `budget_us` (GIL released, yielding the CPU between looks):
+  // the final status, or -1 when still running. A small transfer ends sooner than the event
+  // loop's wake-up (eventfd, epoll, callback, task step) would take.
+  int spin(std::int64_t budget_us) {
+    auto& op = base();
+    return without_gil([&] {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(budget_us);
+      for (;;) {
+        const auto status = op.status();
+        if (status == memwire::OperationStatus::Complete ||
+            status == memwire::OperationStatus::Cancelled ||
+            status == memwire::OperationStatus::Errored)
+          return static_cast<int>(status);
+        if (std::chrono::steady_clock::now() >= deadline) return -1;
+        std::this_thread::yield();
+      }
     });
   }
 
@@ -772,6 +792,7 @@ PYBIND11_MODULE(_memwire, m) {
       .def("notify", &PyOperation::notify)
       .def("notify_via", &PyOperation::notify_via)
       .def("wait", &PyOperation::wait)
+      .def("spin", &PyOperation::spin)
       .def("cancel", &PyOperation::cancel)
       .def("close", &PyOperation::close)
       .def("transport", &PyOperation::transport)
