@@ -8,7 +8,6 @@ over HTTP). At most ``max_calls`` calls of one channel run at once (default 64);
 """
 
 import asyncio
-import functools
 import inspect
 
 from . import _memwire
@@ -29,11 +28,6 @@ def _ttl_ms(ttl):
 
 #: Sideband calls of one channel that run at once (each on a native thread of the channel's).
 DEFAULT_MAX_CALLS = 64
-
-
-async def _blocking(function, *args):
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(None, functools.partial(function, *args))
 
 
 async def _native_call(start, *args):
@@ -384,8 +378,8 @@ class Worker:
             descriptors = as_descriptors(data, writable_target=False)
             return ([d._spec() for d in descriptors], descriptors)
 
-        native = await _blocking(self._native.serve, prefix, serve_one, _ms(write_timeout))
-        return Subscription(native, serve_one)
+        call = await _native_call(self._native.start_serve, prefix, serve_one, _ms(write_timeout))
+        return Subscription(self._native.subscription_of(call), serve_one)
 
 
 __all__ = ["HttpChannel", "NatsChannel", "HttpEndpoint", "Worker", "Lease", "Subscription"]

@@ -500,7 +500,20 @@ class PyConnector {
 class PyCall {
  public:
   using Outcome = std::variant<std::monostate, Metadata, std::vector<std::string>,
-                               std::shared_ptr<memwire::sideband::Lease>>;
+                               std::shared_ptr<memwire::sideband::Lease>,
+                               std::shared_ptr<memwire::sideband::Subscription>>;
+
+  PyCall() = default;
+  // An outcome nobody took (the task was cancelled) ends without the GIL: a subscription joins
+  // serve threads that may be waiting for it, a lease withdraws its name over the network.
+  ~PyCall() {
+    without_gil([&] {
+      outcome_ = {};
+      return 0;
+    });
+  }
+  PyCall(const PyCall&) = delete;
+  PyCall& operator=(const PyCall&) = delete;
 
   void cancel() { stop_.request_stop(); }
   const std::stop_source& stop() const { return stop_; }
@@ -591,7 +604,7 @@ class PyStopSource {
 
 class PySubscription {
  public:
-  PySubscription(std::unique_ptr<memwire::sideband::Subscription> subscription,
+  PySubscription(std::shared_ptr<memwire::sideband::Subscription> subscription,
                  std::shared_ptr<WorkerHold> worker)
       : worker_(std::move(worker)), subscription_(std::move(subscription)) {}
   ~PySubscription() { close(); }
@@ -606,7 +619,7 @@ class PySubscription {
  private:
   ForkBirth birth_;
   std::shared_ptr<WorkerHold> worker_;  // the registration uses its worker and channel
-  std::unique_ptr<memwire::sideband::Subscription> subscription_;
+  std::shared_ptr<memwire::sideband::Subscription> subscription_;
 };
 
 // A Python object kept alive by C++ (ServedData::owner): released with the GIL, or leaked when
@@ -1152,56 +1165,76 @@ PYBIND11_MODULE(_memwire, m) {
              return new PyLease(std::move(**lease), w.shared(), std::move(owners));
            })
       // handler(name) -> (list of NativeDescriptor, owner): runs on the channel's thread.
-      .def("serve", [](PyWorker& w, const std::string& prefix, py::function handler,
-                       std::int64_t write_timeout_ms) {
-        auto held = hold_python(std::move(handler));
-        memwire::sideband::Worker::ServeOptions options;
-        options.write_timeout = milliseconds(write_timeout_ms);
-        auto serve_one = [held](const std::string& name) {
-          if (!PythonGate::enter())
-            throw memwire::Error(memwire::ErrorCode::Cancelled, "interpreter shutting down");
-          memwire::sideband::ServedData data;
-          {
-            py::gil_scoped_acquire gil;
-            try {
-              auto* callable = static_cast<PyObject*>(const_cast<void*>(held.get()));
-              py::object result = py::reinterpret_borrow<py::object>(callable)(py::str(name));
-              auto pair = result.cast<py::tuple>();
-              data.descriptors = pair[0].cast<Descriptors>();
-              data.owner = hold_python(py::reinterpret_borrow<py::object>(pair[1]));
-            } catch (py::error_already_set& error) {
-              // A memwire error raised in Python keeps its code (MemwireError.code); anything
-              // else reaches the requester as NotFound with its text.
-              // Only the exception's kind and message travel: never its traceback (the owner's
-              // file paths and code).
-              int code = static_cast<int>(memwire::ErrorCode::NotFound);
-              py::object value = error.value();
-              std::string message = py::str(value.get_type().attr("__name__")).cast<std::string>() +
-                                    ": " + py::str(value).cast<std::string>();
-              if (py::hasattr(value, "code") && PyLong_Check(value.attr("code").ptr())) {
-                const int raised = value.attr("code").cast<int>();
-                if (raised >= 0 && raised < static_cast<int>(memwire::kAllErrorCodes.size()))
-                  code = raised;
-                message = py::str(value).cast<std::string>();
-              }
-              PythonGate::leave();
-              throw memwire::Error(static_cast<memwire::ErrorCode>(code), message);
-            } catch (const memwire::Error&) {
-              PythonGate::leave();
-              throw;
-            } catch (const std::exception& error) {
-              // The handler's result was not (descriptors, owner): never let it escape as a
-              // foreign exception on the channel's thread.
-              PythonGate::leave();
-              throw memwire::Error(
-                  memwire::ErrorCode::InvalidArgument,
-                  std::string("serve handler returned no descriptors: ") + error.what());
-            }
-          }
-          PythonGate::leave();
-          return data;
-        };
-        return new PySubscription(
-            without_gil([&] { return w.get().serve(prefix, serve_one, options); }), w.shared());
+      // Registers on the channel's threads (a network round trip): the loop hears by
+      // (notifier, token); subscription_of(call) then gives the Subscription.
+      .def("start_serve",
+           [](PyWorker& w, const std::string& prefix, py::function handler,
+              std::int64_t write_timeout_ms, std::shared_ptr<Notifier> notifier,
+              std::uint64_t token) {
+             auto held = hold_python(std::move(handler));
+             memwire::sideband::Worker::ServeOptions options;
+             options.write_timeout = milliseconds(write_timeout_ms);
+             auto serve_one = [held](const std::string& name) {
+               if (!PythonGate::enter())
+                 throw memwire::Error(memwire::ErrorCode::Cancelled, "interpreter shutting down");
+               memwire::sideband::ServedData data;
+               {
+                 py::gil_scoped_acquire gil;
+                 try {
+                   auto* callable = static_cast<PyObject*>(const_cast<void*>(held.get()));
+                   py::object result = py::reinterpret_borrow<py::object>(callable)(py::str(name));
+                   auto pair = result.cast<py::tuple>();
+                   data.descriptors = pair[0].cast<Descriptors>();
+                   data.owner = hold_python(py::reinterpret_borrow<py::object>(pair[1]));
+                 } catch (py::error_already_set& error) {
+                   // A memwire error raised in Python keeps its code (MemwireError.code); anything
+                   // else reaches the requester as NotFound with its text.
+                   // Only the exception's kind and message travel: never its traceback (the owner's
+                   // file paths and code).
+                   int code = static_cast<int>(memwire::ErrorCode::NotFound);
+                   py::object value = error.value();
+                   std::string message =
+                       py::str(value.get_type().attr("__name__")).cast<std::string>() + ": " +
+                       py::str(value).cast<std::string>();
+                   if (py::hasattr(value, "code") && PyLong_Check(value.attr("code").ptr())) {
+                     const int raised = value.attr("code").cast<int>();
+                     if (raised >= 0 && raised < static_cast<int>(memwire::kAllErrorCodes.size()))
+                       code = raised;
+                     message = py::str(value).cast<std::string>();
+                   }
+                   PythonGate::leave();
+                   throw memwire::Error(static_cast<memwire::ErrorCode>(code), message);
+                 } catch (const memwire::Error&) {
+                   PythonGate::leave();
+                   throw;
+                 } catch (const std::exception& error) {
+                   // The handler's result was not (descriptors, owner): never let it escape as a
+                   // foreign exception on the channel's thread.
+                   PythonGate::leave();
+                   throw memwire::Error(
+                       memwire::ErrorCode::InvalidArgument,
+                       std::string("serve handler returned no descriptors: ") + error.what());
+                 }
+               }
+               PythonGate::leave();
+               return data;
+             };
+             return start_call(
+                 w.runner(),
+                 [worker = w.shared(), prefix, serve_one = std::move(serve_one),
+                  options](std::stop_token) -> PyCall::Outcome {
+                   return std::shared_ptr<memwire::sideband::Subscription>(
+                       worker->worker->serve(prefix, serve_one, options));
+                 },
+                 std::move(notifier), token);
+           })
+      .def("subscription_of", [](PyWorker& w, PyCall& call) {
+        auto [outcome, error] = call.take();
+        if (error) std::rethrow_exception(error);
+        auto* subscription =
+            std::get_if<std::shared_ptr<memwire::sideband::Subscription>>(&outcome);
+        if (subscription == nullptr || !*subscription)
+          throw memwire::Error(memwire::ErrorCode::InvalidArgument, "not a serve call");
+        return new PySubscription(std::move(*subscription), w.shared());
       });
 }

@@ -36,6 +36,11 @@ def test_lookups_never_use_the_default_executor(make_channel):
             assert name in await reader.channel.list()
             await reader.channel.wait_for(name, timeout=10)
             await reader.channel.fetch(name, timeout=10)
+        prefix = unique("py.served")
+        async with await owner.serve(prefix, lambda name: bytearray(b"v" * 16)):
+            answer = bytearray(16)
+            await reader.request(f"{prefix}.a", memwire.Descriptor(answer), timeout=10)
+            assert answer == b"v" * 16
         assert asyncio.get_running_loop()._default_executor is None, "a sideband call borrowed the default executor"
 
     asyncio.run(main())
