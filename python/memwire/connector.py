@@ -8,7 +8,6 @@ with ``call_soon_threadsafe``. Nothing polls.
 import asyncio
 import ctypes
 import math
-import weakref
 
 from . import _memwire
 from .descriptor import Descriptor, as_descriptors
@@ -18,6 +17,11 @@ from .types import OperationKind, OperationStatus
 
 #: Seconds a wait takes when given no timeout (every wait has one).
 DEFAULT_TIMEOUT = 300.0
+
+#: How long wait_for_completion watches an unfinished operation before it lets the event loop
+#: wake it: a small transfer usually ends sooner than a loop wake-up takes (0: never watch).
+#: Holds the loop at most this long per wait.
+SPIN_MICROSECONDS = 20
 
 
 _cuda_seen = None
@@ -122,7 +126,10 @@ class _LoopCompletions:
 
 
 _TIMED_OUT = -1  # what a watched wait's future gets when its deadline passes
-_completions = weakref.WeakKeyDictionary()  # loop -> _LoopCompletions
+# loop -> _LoopCompletions. Each value holds its loop (it schedules on it), so a weak key would
+# never die: entries of closed loops are dropped instead, whenever a new loop comes, which lets
+# go of the loop and of its eventfd (once no operation in flight still posts to it).
+_completions = {}
 _last = [None, None]  # (loop, completions) of the last lookup: most programs have one loop
 
 
@@ -131,9 +138,15 @@ def _completions_for(loop):
         return _last[1]
     completions = _completions.get(loop)
     if completions is None:
+        _forget_closed_loops()
         completions = _completions[loop] = _LoopCompletions(loop)
     _last[0], _last[1] = loop, completions
     return completions
+
+
+def _forget_closed_loops():
+    for loop in [loop for loop in _completions if loop.is_closed()]:
+        del _completions[loop]
 
 
 def _deliver(loop, future, status):
@@ -184,6 +197,12 @@ class _Operation:
             self._native.notify_via(*self._arm(loop))
         return self._done
 
+    def _completions_forget(self):
+        # Ended without the loop's help: its future (resolved later by the eventfd) is dropped.
+        completions = _completions_for(self._loop)
+        completions.futures.pop(self._token, None)
+        self._loop = None
+
     def __await__(self):
         return self
         yield  # pragma: no cover  (makes this a generator: `await op` gives op)
@@ -219,6 +238,15 @@ class _Operation:
         """
         seconds = _timeout_seconds(timeout)
         done = self._completion()
+        if not done.done() and SPIN_MICROSECONDS > 0 and self._waiters == 0:
+            # A small transfer ends within microseconds: watching it briefly costs less than
+            # the loop's wake-up. The loop is held that long at most.
+            status = self._native.spin(SPIN_MICROSECONDS)
+            if status >= 0:
+                self._completions_forget()
+                if status == 3:
+                    return OperationStatus.COMPLETE
+                return OperationStatus(self._native.wait(0))
         if done.done():
             status = done.result()
         elif self._waiters == 0:
@@ -439,13 +467,13 @@ class Connector:
     def create_readable(self, local_descriptors):
         """Makes local memory readable by a remote; await it or use it directly."""
         descriptors = as_descriptors(local_descriptors, writable_target=False)
-        native = self._native.create_readable([d._spec() for d in descriptors])
+        native = self._native.create_readable([d._spec() for d in descriptors], descriptors)
         return ReadableOperation(self, native, descriptors, self._loop())
 
     def create_writable(self, local_descriptors):
         """Makes local memory writable by a remote; await it or use it directly."""
         descriptors = as_descriptors(local_descriptors, writable_target=True)
-        native = self._native.create_writable([d._spec() for d in descriptors])
+        native = self._native.create_writable([d._spec() for d in descriptors], descriptors)
         return WritableOperation(self, native, descriptors, self._loop())
 
     def begin_read(self, remote_metadata, local_descriptors):
@@ -460,7 +488,7 @@ class Connector:
         loop = self._loop()
         op = ReadOperation.__new__(ReadOperation)
         notifier, token = op._arm(loop) if loop is not None else (None, 0)
-        native = self._native.begin_read(remote._native, [d._spec() for d in descriptors], notifier, token)
+        native = self._native.begin_read(remote._native, [d._spec() for d in descriptors], notifier, token, descriptors)
         op._connector, op._native, op._descriptors = self, native, descriptors
         if loop is None:
             op._loop = op._done = None
@@ -478,7 +506,7 @@ class Connector:
         loop = self._loop()
         op = WriteOperation.__new__(WriteOperation)
         notifier, token = op._arm(loop) if loop is not None else (None, 0)
-        native = self._native.begin_write([d._spec() for d in descriptors], remote._native, notifier, token)
+        native = self._native.begin_write([d._spec() for d in descriptors], remote._native, notifier, token, descriptors)
         op._connector, op._native, op._descriptors = self, native, descriptors
         if loop is None:
             op._loop = op._done = None

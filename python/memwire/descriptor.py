@@ -29,6 +29,9 @@ def _cuda_array(data, device):
     return int(ptr or 0), size, Device(device)
 
 
+_ADDRESS_LIMIT = (1 << 64) - 1  # ptr + size stays below it (no wrap-around)
+
+
 class Descriptor:
     """Memory to move, never copied. Accepts, like nixl_connect:
 
@@ -66,7 +69,13 @@ class Descriptor:
                     raise InvalidArgumentError(f"descriptor pointer must be a positive int, not {ptr!r}")
                 if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
                     raise InvalidArgumentError(f"descriptor size must be a positive int, not {size!r}")
+                if ptr + size > _ADDRESS_LIMIT:
+                    raise InvalidArgumentError(
+                        f"descriptor (0x{ptr:x}, {size}) runs past the end of the 64-bit address space"
+                    )
                 self._ptr, self._size, self._device = ptr, size, Device(dev)
+                if self._device.kind == DeviceKind.HOST:
+                    self._check_host_memory()
                 return
             raise InvalidArgumentError("a descriptor tuple is (array, device) or (ptr, size, device[, owner])")
         self._from_object(data, device)
@@ -101,6 +110,16 @@ class Descriptor:
             self._device = Device(device) if device is not None else Device("cpu")
         if self._size <= 0:
             raise InvalidArgumentError("a descriptor needs at least one byte")
+
+    def _check_host_memory(self):
+        # A raw pointer is trusted by no transport: memory that is not there would fault on one
+        # of memwire's threads (and kill the process) instead of failing the operation.
+        access = _memwire.host_memory_access(self._ptr, self._size)
+        if access == 0:
+            raise InvalidArgumentError(
+                f"descriptor memory 0x{self._ptr:x}+{self._size} is not mapped readable in this process"
+            )
+        self._readonly = access == 1
 
     @property
     def ptr(self):

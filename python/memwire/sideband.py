@@ -1,18 +1,19 @@
 """Metadata by name: HttpChannel, NatsChannel and Worker (publish, read, serve, request).
 
-Channel calls block in C++ (network round trips); the async methods run them on the event
-loop's default executor, with the GIL released, and bound them by their timeouts. Transfers
-themselves complete through the connector's completion callback, as operations do.
+Channel calls block in C++ (network round trips). The async methods run them on the channel's
+own native threads (never asyncio's default executor, which the application and its DNS lookups
+need) and learn of their end as operations do: through the loop's eventfd. Cancelling the
+awaiting task stops the call (a wait for a name ends at once over NATS, within about a second
+over HTTP). At most ``max_calls`` calls of one channel run at once (default 64); more queue.
 """
 
 import asyncio
-import functools
 import inspect
 
 from . import _memwire
 from .connector import _completions_for, _timeout_seconds
 from .descriptor import as_descriptors
-from .errors import MemwireError
+from .errors import MemwireError, NotFoundError
 from .metadata import RdmaMetadata
 from .types import OperationStatus
 
@@ -25,9 +26,23 @@ def _ttl_ms(ttl):
     return 0 if not ttl else _ms(ttl)
 
 
-async def _blocking(function, *args):
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(None, functools.partial(function, *args))
+#: Sideband calls of one channel that run at once (each on a native thread of the channel's).
+DEFAULT_MAX_CALLS = 64
+
+
+async def _native_call(start, *args):
+    """Runs a channel call started by ``start(*args, notifier, token)`` on the channel's threads
+    and returns its outcome; cancelling the awaiting task stops it."""
+    completions = _completions_for(asyncio.get_running_loop())
+    notifier, token, done = completions.arm()
+    call = start(*args, notifier, token)
+    try:
+        await done
+    except asyncio.CancelledError:
+        completions.futures.pop(token, None)
+        call.cancel()
+        raise
+    return call
 
 
 class _Channel:
@@ -35,33 +50,70 @@ class _Channel:
 
     async def publish(self, name, metadata, ttl=0):
         """Publishes ``metadata`` under ``name`` for ``ttl`` seconds (0: until withdrawn)."""
-        await _blocking(self._native.publish, name, RdmaMetadata.coerce(metadata)._native, _ttl_ms(ttl))
+        md = RdmaMetadata.coerce(metadata)._native
+        (await _native_call(self._native.start_publish, name, md, _ttl_ms(ttl))).result()
 
     async def fetch(self, name, timeout=None):
         """The metadata under ``name``; NotFoundError when nobody published it."""
-        return RdmaMetadata(await _blocking(self._native.fetch, name, _ms(timeout)))
+        return RdmaMetadata((await _native_call(self._native.start_fetch, name, _ms(timeout))).result())
 
     async def wait_for(self, name, timeout=None):
         """Like fetch, but waits (without polling) until ``name`` is published."""
-        return RdmaMetadata(await _blocking(self._native.wait_for, name, _ms(timeout)))
+        return RdmaMetadata((await _native_call(self._native.start_wait_for, name, _ms(timeout))).result())
 
     async def withdraw(self, name):
-        await _blocking(self._native.withdraw, name)
+        (await _native_call(self._native.start_withdraw, name)).result()
 
     async def list(self):
-        return await _blocking(self._native.list)
+        return (await _native_call(self._native.start_list)).result()
+
+
+def _options(given, timeouts):
+    """The non-None keyword options as the native side names them (timeouts in ms)."""
+    options = {}
+    for key, value in given.items():
+        if value is None:
+            continue
+        if key in timeouts:
+            options[key + "_ms"] = _ms(value)
+        else:
+            options[key] = value
+    return options
+
+
+def _max_calls(value):
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 4096:
+        from .errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"max_calls must be 1..4096, not {value!r}")
+    return value
 
 
 class HttpChannel(_Channel):
-    """Names over HTTP: a memwire-registry or an HttpEndpoint (``url`` like http://host:port)."""
+    """Names over HTTP: a memwire-registry or an HttpEndpoint (``url`` like http://host:port or
+    https://...). ``ca_file`` trusts that CA bundle too; ``verify_peer=False`` skips the server's
+    certificate check (tests only); ``user``/``password``: basic auth for a proxy in front."""
 
-    def __init__(self, url, *, token="", connect_timeout=None, request_timeout=None):
+    def __init__(
+        self,
+        url,
+        *,
+        token="",
+        user=None,
+        password=None,
+        ca_file=None,
+        verify_peer=None,
+        connect_timeout=None,
+        request_timeout=None,
+        max_retries=None,
+        max_calls=DEFAULT_MAX_CALLS,
+    ):
         self.url = url
+        given = dict(url=url, token=token, user=user, password=password, ca_file=ca_file,
+                     verify_peer=verify_peer, connect_timeout=connect_timeout,
+                     request_timeout=request_timeout, max_retries=max_retries)
         self._native = _memwire.http_channel(
-            url,
-            token,
-            _ms(connect_timeout) if connect_timeout else 0,
-            _ms(request_timeout) if request_timeout else 0,
+            _options(given, ("connect_timeout", "request_timeout")), _max_calls(max_calls)
         )
 
 
@@ -72,26 +124,42 @@ class NatsChannel(_Channel):
         self,
         servers="nats://127.0.0.1:4222",
         *,
-        user="",
-        password="",
-        token="",
-        subject_prefix="",
-        kv_bucket="",
+        user=None,
+        password=None,
+        token=None,
+        nkey_public=None,
+        nkey_seed_file=None,
+        creds_file=None,
+        tls=None,
+        ca_file=None,
+        cert_file=None,
+        key_file=None,
+        subject_prefix=None,
+        kv_bucket=None,
+        kv_replicas=None,
+        kv_max_age=None,
+        connection_name=None,
         connect_timeout=None,
         request_timeout=None,
+        max_reconnect=None,
+        max_calls=DEFAULT_MAX_CALLS,
     ):
+        """Credentials: at most one of user/password, token, nkey_public + nkey_seed_file, or
+        creds_file. TLS: ``tls=True``, a ``tls://`` URL or any of ca_file, cert_file + key_file
+        (mutual TLS). ``kv_replicas`` (1..5) and ``kv_max_age`` (seconds) apply when this
+        channel creates the KV bucket."""
         if isinstance(servers, str):
             servers = [servers]
         self.servers = list(servers)
+        given = dict(servers=self.servers, user=user, password=password, token=token,
+                     nkey_public=nkey_public, nkey_seed_file=nkey_seed_file, creds_file=creds_file,
+                     tls=tls, ca_file=ca_file, cert_file=cert_file, key_file=key_file,
+                     subject_prefix=subject_prefix or None, kv_bucket=kv_bucket or None,
+                     kv_replicas=kv_replicas, kv_max_age=kv_max_age, connection_name=connection_name,
+                     connect_timeout=connect_timeout, request_timeout=request_timeout,
+                     max_reconnect=max_reconnect)
         self._native = _memwire.nats_channel(
-            self.servers,
-            user,
-            password,
-            token,
-            subject_prefix,
-            kv_bucket,
-            _ms(connect_timeout) if connect_timeout else 0,
-            _ms(request_timeout) if request_timeout else 0,
+            _options(given, ("connect_timeout", "request_timeout", "kv_max_age")), _max_calls(max_calls)
         )
 
 
@@ -162,6 +230,16 @@ class Lease:
 
     wait_for_completion = wait
 
+    def republish(self, local_descriptors, ttl=0):
+        """Publishes ``local_descriptors`` under this lease's name in place of its memory (whose
+        remote access ends), without a moment in which the name is unknown: to serve a name
+        again after each read. The lease's wait() then waits for a read of the new memory.
+        A short blocking call (one registry round trip, GIL released)."""
+        descriptors = as_descriptors(local_descriptors, writable_target=False)
+        self._worker._native.republish(self._native, [d._spec() for d in descriptors], _ttl_ms(ttl), descriptors)
+        self._descriptors = descriptors
+        self._loop = None  # the next wait() arms on the new operation
+
     def release(self):
         self._native.release()
 
@@ -213,8 +291,8 @@ class Worker:
         """Publishes local memory for remote reads under ``name``; returns the Lease."""
         descriptors = as_descriptors(local_descriptors, writable_target=False)
         specs = [d._spec() for d in descriptors]
-        native = await _blocking(self._native.publish, name, specs, _ttl_ms(ttl))
-        return Lease(self, native, descriptors)
+        call = await _native_call(self._native.start_publish, name, specs, _ttl_ms(ttl))
+        return Lease(self, self._native.lease_of(call, descriptors), descriptors)
 
     async def read(self, name, local_descriptors, timeout=None, *, wait=False):
         """Reads the memory published under ``name`` into local memory and returns the
@@ -224,8 +302,8 @@ class Worker:
         descriptors = as_descriptors(local_descriptors, writable_target=True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
-        lookup = self.channel._native.wait_for if wait else self.channel._native.fetch
-        native_md = await _blocking(lookup, name, _ms(seconds))
+        lookup = self.channel._native.start_wait_for if wait else self.channel._native.start_fetch
+        native_md = (await _native_call(lookup, name, _ms(seconds))).result()
         op = self.connector.begin_read(RdmaMetadata(native_md), descriptors)
         try:
             await op.wait_for_completion(max(0.001, deadline - loop.time()))
@@ -234,9 +312,28 @@ class Worker:
             raise
         return op
 
-    async def request(self, name, local_descriptors, timeout=None):
+    async def request(self, name, local_descriptors, timeout=None, *, wait=False):
         """Asks the owner of ``name`` to write it into local memory; returns the completed
-        WritableOperation. A killed owner ends it at once with PeerLostError."""
+        WritableOperation. A killed owner ends it at once with PeerLostError. ``wait=True``
+        waits (within ``timeout``) for a server of ``name`` to appear instead of raising
+        NotFoundError at once: it asks again with a backoff (50 ms doubling to 1 s)."""
+        if not wait:
+            return await self._request(name, local_descriptors, timeout)
+        seconds = _timeout_seconds(timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        backoff = 0.05
+        while True:
+            try:
+                return await self._request(name, local_descriptors, max(0.001, deadline - loop.time()))
+            except NotFoundError:
+                left = deadline - loop.time()
+                if left <= backoff:
+                    raise
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+
+    async def _request(self, name, local_descriptors, timeout):
         seconds = _timeout_seconds(timeout)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
@@ -250,7 +347,8 @@ class Worker:
         op._native.notify(on_end)
         md = op.metadata()
         try:
-            await _blocking(self.channel._native.request, name, md._native, _ms(seconds), stop)
+            call = await _native_call(self.channel._native.start_request, name, md._native, _ms(seconds), stop)
+            call.result()
         except asyncio.CancelledError:
             stop.request_stop()
             op._cancel_quietly()
@@ -280,8 +378,8 @@ class Worker:
             descriptors = as_descriptors(data, writable_target=False)
             return ([d._spec() for d in descriptors], descriptors)
 
-        native = await _blocking(self._native.serve, prefix, serve_one, _ms(write_timeout))
-        return Subscription(native, serve_one)
+        call = await _native_call(self._native.start_serve, prefix, serve_one, _ms(write_timeout))
+        return Subscription(self._native.subscription_of(call), serve_one)
 
 
 __all__ = ["HttpChannel", "NatsChannel", "HttpEndpoint", "Worker", "Lease", "Subscription"]

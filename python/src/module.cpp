@@ -10,6 +10,7 @@
 //   (atexit), callbacks no longer touch Python at all: see PythonGate.
 // - A Python object held by a C++ callback is always released with the GIL held: Signal hands
 //   it over exactly once, either to the callback or to the owning wrapper's destructor.
+#include <pthread.h>
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -24,10 +25,13 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <thread>
 #include <utility>
 #include <variant>
 #include <vector>
 
+#include "call_runner.hpp"
+#include "host_memory.hpp"
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/http.hpp"
 #include "memwire/sideband/nats.hpp"
@@ -86,6 +90,44 @@ auto without_gil(F&& work) {
     return work();
   }
   return work();
+}
+
+// --- fork() ---------------------------------------------------------------------------------
+
+// Counts fork()s into this process. A native object records it when made; in a child forked
+// after that, the object's threads, connections and published names are the parent's.
+std::atomic<std::uint64_t> fork_count{0};
+
+class ForkBirth {
+ public:
+  ForkBirth() noexcept : generation_(current()) {}
+  bool inherited() const noexcept { return current() != generation_; }
+
+ private:
+  static std::uint64_t current() noexcept {
+    static const bool registered =
+        pthread_atfork(nullptr, nullptr, [] { fork_count.fetch_add(1); }) == 0;
+    (void)registered;
+    return fork_count.load();
+  }
+  std::uint64_t generation_;
+};
+
+// Ends a native handle (unique_ptr, shared_ptr, optional) without the GIL. In a child forked
+// after it was made it is left alone, leaked on purpose: ending it would join threads that do
+// not exist here, or withdraw and cancel what the parent still uses.
+template <class Handle>
+void end_native(Handle& handle, const ForkBirth& birth) {
+  if (!handle) return;
+  if (birth.inherited()) {
+    new Handle(std::move(handle));
+    handle.reset();
+    return;
+  }
+  without_gil([&] {
+    handle.reset();
+    return 0;
+  });
 }
 
 // --- Errors ---------------------------------------------------------------------------------
@@ -260,16 +302,21 @@ class Notifier {
 using AnyOperation = std::variant<memwire::ReadableOperation, memwire::WritableOperation,
                                   memwire::ReadOperation, memwire::WriteOperation>;
 
+// Holds what the operation uses, whatever order Python drops things in: the connector (its
+// progress thread and transports) and the Python objects that own the memory (`owners`, the
+// Descriptor list), released only after the operation let go of that memory.
 class PyOperation {
  public:
-  explicit PyOperation(AnyOperation op) : op_(std::make_unique<AnyOperation>(std::move(op))) {}
+  PyOperation(AnyOperation op, std::shared_ptr<memwire::Connector> connector, py::object owners)
+      : op_(std::make_unique<AnyOperation>(std::move(op))),
+        connector_(std::move(connector)),
+        owners_(std::move(owners)) {}
   ~PyOperation() {
     // Dropping an unfinished operation cancels it and may wait for a transport to let go of
-    // the memory (bounded by connect_timeout): not with the GIL held.
-    without_gil([&] {
-      op_.reset();
-      return 0;
-    });
+    // the memory (bounded by connect_timeout), and the last connector reference joins its
+    // threads: not with the GIL held.
+    end_native(op_, birth_);
+    end_native(connector_, birth_);
     for (auto& signal : signals_) {
       if (PyObject* callable = signal->take()) Py_DECREF(callable);
     }
@@ -309,6 +356,25 @@ class PyOperation {
     });
   }
 
+  // Watches the status for at most `budget_us` (GIL released, yielding the CPU between looks):
+  // the final status, or -1 when still running. A small transfer ends sooner than the event
+  // loop's wake-up (eventfd, epoll, callback, task step) would take.
+  int spin(std::int64_t budget_us) {
+    auto& op = base();
+    return without_gil([&] {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(budget_us);
+      for (;;) {
+        const auto status = op.status();
+        if (status == memwire::OperationStatus::Complete ||
+            status == memwire::OperationStatus::Cancelled ||
+            status == memwire::OperationStatus::Errored)
+          return static_cast<int>(status);
+        if (std::chrono::steady_clock::now() >= deadline) return -1;
+        std::this_thread::yield();
+      }
+    });
+  }
+
   // Blocking wait (GIL released); raises the failure. timeout_ms < 0: none.
   int wait(std::int64_t timeout_ms) {
     auto& op = base();
@@ -328,10 +394,9 @@ class PyOperation {
 
   // Ends the operation now (cancels an unfinished one; a passive one's access is revoked).
   void close() {
-    without_gil([&] {
-      op_.reset();
-      return 0;
-    });
+    end_native(op_, birth_);
+    end_native(connector_, birth_);
+    owners_ = py::none();
   }
 
   std::string transport() { return base().transport(); }
@@ -377,7 +442,10 @@ class PyOperation {
     std::erase_if(signals_, [](const std::shared_ptr<Signal>& s) { return s->fired(); });
   }
 
+  ForkBirth birth_;
   std::unique_ptr<AnyOperation> op_;
+  std::shared_ptr<memwire::Connector> connector_;
+  py::object owners_;
   std::vector<std::shared_ptr<Signal>> signals_;
 };
 
@@ -427,24 +495,102 @@ class PyConnector {
 
 // --- Sideband -------------------------------------------------------------------------------
 
-// Holds a channel of either kind; the Worker borrows it (both outlive the worker: the Python
-// Worker keeps references to its connector and channel).
-class PyChannel {
+// One sideband call run by a CallRunner for an event loop: its outcome waits here, and the
+// loop is woken through its Notifier (token); result() then hands it over (or raises).
+class PyCall {
  public:
-  explicit PyChannel(std::unique_ptr<memwire::sideband::Channel> channel)
-      : channel_(std::move(channel)) {}
-  ~PyChannel() {
+  using Outcome = std::variant<std::monostate, Metadata, std::vector<std::string>,
+                               std::shared_ptr<memwire::sideband::Lease>,
+                               std::shared_ptr<memwire::sideband::Subscription>>;
+
+  PyCall() = default;
+  // An outcome nobody took (the task was cancelled) ends without the GIL: a subscription joins
+  // serve threads that may be waiting for it, a lease withdraws its name over the network.
+  ~PyCall() {
     without_gil([&] {
-      channel_.reset();
+      outcome_ = {};
       return 0;
     });
+  }
+  PyCall(const PyCall&) = delete;
+  PyCall& operator=(const PyCall&) = delete;
+
+  void cancel() { stop_.request_stop(); }
+  const std::stop_source& stop() const { return stop_; }
+
+  // On the runner's thread.
+  void finish(Outcome outcome, std::exception_ptr error) noexcept {
+    std::lock_guard lock(mutex_);
+    outcome_ = std::move(outcome);
+    error_ = std::move(error);
+  }
+  std::pair<Outcome, std::exception_ptr> take() {
+    std::lock_guard lock(mutex_);
+    return {std::exchange(outcome_, {}), std::exchange(error_, nullptr)};
+  }
+
+ private:
+  std::stop_source stop_;
+  std::mutex mutex_;
+  Outcome outcome_;
+  std::exception_ptr error_;
+};
+
+// Queues `work` (returning a PyCall::Outcome) on `runner`; the loop hears of its end by
+// `notifier` (token). Returns the call, which cancel() stops.
+template <class Work>
+std::shared_ptr<PyCall> start_call(memwire_python::CallRunner& runner, Work work,
+                                   std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+  auto call = std::make_shared<PyCall>();
+  runner.submit(
+      [call, work = std::move(work), notifier = std::move(notifier),
+       token](std::stop_token stop) mutable {
+        auto status = memwire::OperationStatus::Complete;
+        try {
+          call->finish(work(stop), nullptr);
+        } catch (...) {
+          call->finish({}, std::current_exception());
+          status = memwire::OperationStatus::Errored;
+        }
+        notifier->post(token, status);
+      },
+      call->stop());
+  return call;
+}
+
+// Holds a channel of either kind, shared with the workers that use it.
+class PyChannel {
+ public:
+  PyChannel(std::shared_ptr<memwire::sideband::Channel> channel, std::size_t max_calls)
+      : channel_(std::move(channel)),
+        runner_(std::make_shared<memwire_python::CallRunner>(max_calls)) {}
+  ~PyChannel() {
+    end_native(runner_, birth_);  // stops and joins the calls in flight, which use the channel
+    end_native(channel_, birth_);
   }
   PyChannel(const PyChannel&) = delete;
   PyChannel& operator=(const PyChannel&) = delete;
   memwire::sideband::Channel& get() { return *channel_; }
+  const std::shared_ptr<memwire::sideband::Channel>& shared() const { return channel_; }
+  const std::shared_ptr<memwire_python::CallRunner>& runner() const { return runner_; }
 
  private:
-  std::unique_ptr<memwire::sideband::Channel> channel_;
+  ForkBirth birth_;
+  std::shared_ptr<memwire::sideband::Channel> channel_;
+  std::shared_ptr<memwire_python::CallRunner> runner_;
+};
+
+// A C++ Worker with the connector and channel it borrows: whoever holds this (the Python
+// Worker, each lease and subscription) keeps all three alive. Members end in reverse order:
+// the worker before the channel and connector it uses.
+struct WorkerHold {
+  WorkerHold(std::shared_ptr<memwire::Connector> c, std::shared_ptr<memwire::sideband::Channel> ch)
+      : connector(std::move(c)),
+        channel(std::move(ch)),
+        worker(std::make_unique<memwire::sideband::Worker>(*connector, *channel)) {}
+  std::shared_ptr<memwire::Connector> connector;
+  std::shared_ptr<memwire::sideband::Channel> channel;
+  std::unique_ptr<memwire::sideband::Worker> worker;
 };
 
 class PyStopSource {
@@ -458,21 +604,22 @@ class PyStopSource {
 
 class PySubscription {
  public:
-  explicit PySubscription(std::unique_ptr<memwire::sideband::Subscription> subscription)
-      : subscription_(std::move(subscription)) {}
+  PySubscription(std::shared_ptr<memwire::sideband::Subscription> subscription,
+                 std::shared_ptr<WorkerHold> worker)
+      : worker_(std::move(worker)), subscription_(std::move(subscription)) {}
   ~PySubscription() { close(); }
   PySubscription(const PySubscription&) = delete;
   PySubscription& operator=(const PySubscription&) = delete;
   void close() {
     // Joins the serve threads, which may be inside the Python handler waiting for the GIL.
-    without_gil([&] {
-      subscription_.reset();
-      return 0;
-    });
+    end_native(subscription_, birth_);
+    end_native(worker_, birth_);
   }
 
  private:
-  std::unique_ptr<memwire::sideband::Subscription> subscription_;
+  ForkBirth birth_;
+  std::shared_ptr<WorkerHold> worker_;  // the registration uses its worker and channel
+  std::shared_ptr<memwire::sideband::Subscription> subscription_;
 };
 
 // A Python object kept alive by C++ (ServedData::owner): released with the GIL, or leaked when
@@ -489,25 +636,29 @@ std::shared_ptr<const void> hold_python(py::object object) {
   });
 }
 
+// A lease keeps its worker (and so the channel it withdraws from and the connector of its
+// operation) and the Python owners of its memory until it ends: a lease collected after
+// everything else a coroutine held still releases safely.
 class PyLease {
  public:
-  explicit PyLease(memwire::sideband::Lease lease) : lease_(std::move(lease)) {}
+  PyLease(memwire::sideband::Lease lease, std::shared_ptr<WorkerHold> worker, py::object owners)
+      : worker_(std::move(worker)), lease_(std::move(lease)), owners_(std::move(owners)) {}
   ~PyLease() { release(); }
   PyLease(const PyLease&) = delete;
   PyLease& operator=(const PyLease&) = delete;
 
   std::string name() { return checked().name(); }
   void release() {
-    without_gil([&] {
-      if (lease_) lease_->release();
-      lease_.reset();
-      return 0;
-    });
+    end_native(lease_, birth_);  // ending the lease withdraws its name
+    end_native(worker_, birth_);
+    owners_ = py::none();
   }
   memwire::sideband::Lease& checked() {
     if (!lease_) throw memwire::Error(memwire::ErrorCode::InvalidArgument, "lease was released");
     return *lease_;
   }
+  // The Python owners of the memory the lease now publishes (after a republish).
+  void keep(py::object owners) { owners_ = std::move(owners); }
   void notify(py::object callable) {
     auto signal = std::make_shared<Signal>(std::move(callable));
     signals_.push_back(signal);
@@ -533,27 +684,53 @@ class PyLease {
   Metadata metadata() { return {checked().operation().metadata()}; }
 
  private:
+  ForkBirth birth_;
+  std::shared_ptr<WorkerHold> worker_;
   std::optional<memwire::sideband::Lease> lease_;
+  py::object owners_;
   std::vector<std::shared_ptr<Signal>> signals_;
 };
 
 class PyWorker {
  public:
   PyWorker(PyConnector& connector, PyChannel& channel)
-      : worker_(std::make_unique<memwire::sideband::Worker>(connector.get(), channel.get())) {}
+      : worker_(std::make_shared<WorkerHold>(connector.shared(), channel.shared())),
+        runner_(channel.runner()) {}
   ~PyWorker() {
-    without_gil([&] {
-      worker_.reset();
-      return 0;
-    });
+    end_native(runner_, birth_);
+    end_native(worker_, birth_);
   }
   PyWorker(const PyWorker&) = delete;
   PyWorker& operator=(const PyWorker&) = delete;
 
-  memwire::sideband::Worker& get() { return *worker_; }
+  memwire::sideband::Worker& get() { return *worker_->worker; }
+  const std::shared_ptr<WorkerHold>& shared() const { return worker_; }
+  memwire_python::CallRunner& runner() { return *runner_; }
 
  private:
-  std::unique_ptr<memwire::sideband::Worker> worker_;
+  ForkBirth birth_;
+  std::shared_ptr<WorkerHold> worker_;
+  std::shared_ptr<memwire_python::CallRunner> runner_;  // its channel's
+};
+
+// The HTTP endpoint embedded in this process (its server threads are this process's).
+class PyHttpEndpoint {
+ public:
+  explicit PyHttpEndpoint(memwire::sideband::HttpEndpointOptions options)
+      : endpoint_(std::make_unique<memwire::sideband::HttpEndpoint>(std::move(options))) {}
+  ~PyHttpEndpoint() { end_native(endpoint_, birth_); }
+  PyHttpEndpoint(const PyHttpEndpoint&) = delete;
+  PyHttpEndpoint& operator=(const PyHttpEndpoint&) = delete;
+  memwire::sideband::HttpEndpoint& get() {
+    if (birth_.inherited())
+      throw memwire::Error(memwire::ErrorCode::InvalidArgument,
+                           "this HttpEndpoint was made before fork() and belongs to the parent");
+    return *endpoint_;
+  }
+
+ private:
+  ForkBirth birth_;
+  std::unique_ptr<memwire::sideband::HttpEndpoint> endpoint_;
 };
 
 }  // namespace
@@ -580,6 +757,12 @@ PYBIND11_MODULE(_memwire, m) {
         return std::make_pair(static_cast<int>(device.kind()), device.id());
       },
       "(kind, id) of a device string: cpu/host, cuda[:N]/gpu[:N]");
+  m.def(
+      "host_memory_access",
+      [](std::uintptr_t address, std::size_t size) {
+        return static_cast<int>(memwire_python::host_memory_access(address, size));
+      },
+      "0: not all mapped readable, 1: readable, 2: readable and writable");
   m.def("error_code_name", [](int code) {
     return std::string(memwire::to_string(static_cast<memwire::ErrorCode>(code)));
   });
@@ -622,6 +805,7 @@ PYBIND11_MODULE(_memwire, m) {
       .def("notify", &PyOperation::notify)
       .def("notify_via", &PyOperation::notify_via)
       .def("wait", &PyOperation::wait)
+      .def("spin", &PyOperation::spin)
       .def("cancel", &PyOperation::cancel)
       .def("close", &PyOperation::close)
       .def("transport", &PyOperation::transport)
@@ -640,41 +824,54 @@ PYBIND11_MODULE(_memwire, m) {
       .def_property_readonly("name", [](PyConnector& c) { return c.get().name(); })
       .def_property_readonly("hostname", [](PyConnector& c) { return c.get().hostname(); })
       .def("transports", [](PyConnector& c) { return c.get().transports(); })
-      .def("create_readable",
-           [](PyConnector& c, const Descriptors& local) {
-             const auto& descriptors = local;
-             return new PyOperation(
-                 without_gil([&] { return AnyOperation(c.get().create_readable(descriptors)); }));
-           })
-      .def("create_writable",
-           [](PyConnector& c, const Descriptors& local) {
-             const auto& descriptors = local;
-             return new PyOperation(
-                 without_gil([&] { return AnyOperation(c.get().create_writable(descriptors)); }));
-           })
+      // `owners` (the Descriptor list) stays alive until the operation let go of its memory.
+      .def(
+          "create_readable",
+          [](PyConnector& c, const Descriptors& local, py::object owners) {
+            const auto& descriptors = local;
+            return new PyOperation(
+                without_gil([&] { return AnyOperation(c.get().create_readable(descriptors)); }),
+                c.shared(), std::move(owners));
+          },
+          py::arg("local"), py::arg("owners") = py::none())
+      .def(
+          "create_writable",
+          [](PyConnector& c, const Descriptors& local, py::object owners) {
+            const auto& descriptors = local;
+            return new PyOperation(
+                without_gil([&] { return AnyOperation(c.get().create_writable(descriptors)); }),
+                c.shared(), std::move(owners));
+          },
+          py::arg("local"), py::arg("owners") = py::none())
       // begin_* take an optional callable so that the completion is armed in the same call.
       .def(
           "begin_read",
           [](PyConnector& c, const Metadata& remote, const Descriptors& local,
-             std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             std::shared_ptr<Notifier> notifier, std::uint64_t token, py::object owners) {
             const auto& descriptors = local;
-            auto* op = new PyOperation(without_gil(
-                [&] { return AnyOperation(c.get().begin_read(remote.value, descriptors)); }));
+            auto* op = new PyOperation(
+                without_gil(
+                    [&] { return AnyOperation(c.get().begin_read(remote.value, descriptors)); }),
+                c.shared(), std::move(owners));
             if (notifier) op->notify_via(notifier, token);
             return op;
           },
-          py::arg("remote"), py::arg("local"), py::arg("notifier") = nullptr, py::arg("token") = 0)
+          py::arg("remote"), py::arg("local"), py::arg("notifier") = nullptr, py::arg("token") = 0,
+          py::arg("owners") = py::none())
       .def(
           "begin_write",
           [](PyConnector& c, const Descriptors& local, const Metadata& remote,
-             std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             std::shared_ptr<Notifier> notifier, std::uint64_t token, py::object owners) {
             const auto& descriptors = local;
-            auto* op = new PyOperation(without_gil(
-                [&] { return AnyOperation(c.get().begin_write(descriptors, remote.value)); }));
+            auto* op = new PyOperation(
+                without_gil(
+                    [&] { return AnyOperation(c.get().begin_write(descriptors, remote.value)); }),
+                c.shared(), std::move(owners));
             if (notifier) op->notify_via(notifier, token);
             return op;
           },
-          py::arg("local"), py::arg("remote"), py::arg("notifier") = nullptr, py::arg("token") = 0);
+          py::arg("local"), py::arg("remote"), py::arg("notifier") = nullptr, py::arg("token") = 0,
+          py::arg("owners") = py::none());
 
   // --- sideband ---
   py::class_<PyChannel>(m, "Channel")
@@ -703,64 +900,207 @@ PYBIND11_MODULE(_memwire, m) {
              });
            })
       .def("list", [](PyChannel& c) { return without_gil([&] { return c.get().list(); }); })
-      .def("request", [](PyChannel& c, const std::string& name, const Metadata& writable,
-                         std::int64_t timeout_ms, PyStopSource& stop) {
-        without_gil([&] {
-          c.get().request(name, writable.value, milliseconds(timeout_ms), stop.token());
-          return 0;
-        });
+      .def("request",
+           [](PyChannel& c, const std::string& name, const Metadata& writable,
+              std::int64_t timeout_ms, PyStopSource& stop) {
+             without_gil([&] {
+               c.get().request(name, writable.value, milliseconds(timeout_ms), stop.token());
+               return 0;
+             });
+           })
+      // start_*: the same calls on the channel's own threads, for an event loop (notifier,
+      // token); the returned Call gives the outcome, or stops the call when cancelled.
+      .def("start_fetch",
+           [](PyChannel& c, std::string name, std::int64_t timeout_ms,
+              std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             return start_call(
+                 *c.runner(),
+                 [channel = c.shared(), name, timeout_ms](std::stop_token) -> PyCall::Outcome {
+                   return Metadata{channel->fetch(name, milliseconds(timeout_ms))};
+                 },
+                 std::move(notifier), token);
+           })
+      .def("start_wait_for",
+           [](PyChannel& c, std::string name, std::int64_t timeout_ms,
+              std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             return start_call(
+                 *c.runner(),
+                 [channel = c.shared(), name, timeout_ms](std::stop_token stop) -> PyCall::Outcome {
+                   return Metadata{channel->wait_for(name, milliseconds(timeout_ms), stop)};
+                 },
+                 std::move(notifier), token);
+           })
+      .def("start_publish",
+           [](PyChannel& c, std::string name, const Metadata& md, std::int64_t ttl_ms,
+              std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             return start_call(
+                 *c.runner(),
+                 [channel = c.shared(), name, md, ttl_ms](std::stop_token) -> PyCall::Outcome {
+                   channel->publish(name, md.value, milliseconds(ttl_ms));
+                   return {};
+                 },
+                 std::move(notifier), token);
+           })
+      .def("start_withdraw",
+           [](PyChannel& c, std::string name, std::shared_ptr<Notifier> notifier,
+              std::uint64_t token) {
+             return start_call(
+                 *c.runner(),
+                 [channel = c.shared(), name](std::stop_token) -> PyCall::Outcome {
+                   channel->withdraw(name);
+                   return {};
+                 },
+                 std::move(notifier), token);
+           })
+      .def("start_list",
+           [](PyChannel& c, std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             return start_call(
+                 *c.runner(),
+                 [channel = c.shared()](std::stop_token) -> PyCall::Outcome {
+                   return channel->list();
+                 },
+                 std::move(notifier), token);
+           })
+      .def("start_request", [](PyChannel& c, std::string name, const Metadata& writable,
+                               std::int64_t timeout_ms, PyStopSource& abandon,
+                               std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+        return start_call(
+            *c.runner(),
+            [channel = c.shared(), name, writable, timeout_ms,
+             abandon = abandon.token()](std::stop_token stop) -> PyCall::Outcome {
+              // Either the operation's failure or the task's cancellation ends the wait.
+              std::stop_source either;
+              std::stop_callback on_abandon(abandon, [&] { either.request_stop(); });
+              std::stop_callback on_stop(stop, [&] { either.request_stop(); });
+              channel->request(name, writable.value, milliseconds(timeout_ms), either.get_token());
+              return {};
+            },
+            std::move(notifier), token);
       });
 
-  m.def(
-      "http_channel",
-      [](const std::string& url, const std::string& token, std::int64_t connect_timeout_ms,
-         std::int64_t request_timeout_ms) {
-        memwire::sideband::HttpChannelOptions options;
-        options.url = url;
-        options.token = token;
-        if (connect_timeout_ms > 0) options.connect_timeout = milliseconds(connect_timeout_ms);
-        if (request_timeout_ms > 0) options.request_timeout = milliseconds(request_timeout_ms);
-        return new PyChannel(std::make_unique<memwire::sideband::HttpChannel>(options));
-      },
-      py::arg("url"), py::arg("token") = "", py::arg("connect_timeout_ms") = 0,
-      py::arg("request_timeout_ms") = 0);
+  py::class_<PyCall, std::shared_ptr<PyCall>>(m, "Call")
+      .def("cancel", &PyCall::cancel)
+      .def("result", [](PyCall& call) -> py::object {
+        auto [outcome, error] = call.take();
+        if (error) std::rethrow_exception(error);
+        if (auto* md = std::get_if<Metadata>(&outcome)) return py::cast(std::move(*md));
+        if (auto* names = std::get_if<std::vector<std::string>>(&outcome))
+          return py::cast(std::move(*names));
+        return py::none();
+      });
 
-  m.def(
-      "nats_channel",
-      [](const std::vector<std::string>& servers, const std::string& user,
-         const std::string& password, const std::string& token, const std::string& subject_prefix,
-         const std::string& kv_bucket, std::int64_t connect_timeout_ms,
-         std::int64_t request_timeout_ms) {
-        memwire::sideband::NatsOptions options;
-        options.servers = servers;
-        options.user = user;
-        options.password = password;
-        options.token = token;
-        if (!subject_prefix.empty()) options.subject_prefix = subject_prefix;
-        if (!kv_bucket.empty()) options.kv_bucket = kv_bucket;
-        if (connect_timeout_ms > 0) options.connect_timeout = milliseconds(connect_timeout_ms);
-        if (request_timeout_ms > 0) options.request_timeout = milliseconds(request_timeout_ms);
-        return new PyChannel(
-            without_gil([&] { return std::make_unique<memwire::sideband::NatsChannel>(options); }));
-      },
-      py::arg("servers"), py::arg("user") = "", py::arg("password") = "", py::arg("token") = "",
-      py::arg("subject_prefix") = "", py::arg("kv_bucket") = "", py::arg("connect_timeout_ms") = 0,
-      py::arg("request_timeout_ms") = 0);
+  // Options come as a dict of the C++ option names (the Python classes build it), so that a new
+  // option is one line here and one keyword there.
+  m.def("http_channel", [](const py::dict& given, std::size_t max_calls) {
+    memwire::sideband::HttpChannelOptions options;
+    for (auto [key, value] : given) {
+      const auto name = key.cast<std::string>();
+      if (name == "url")
+        options.url = value.cast<std::string>();
+      else if (name == "token")
+        options.token = value.cast<std::string>();
+      else if (name == "user")
+        options.user = value.cast<std::string>();
+      else if (name == "password")
+        options.password = value.cast<std::string>();
+      else if (name == "ca_file")
+        options.ca_file = value.cast<std::string>();
+      else if (name == "verify_peer")
+        options.verify_peer = value.cast<bool>();
+      else if (name == "connect_timeout_ms")
+        options.connect_timeout = milliseconds(value.cast<std::int64_t>());
+      else if (name == "request_timeout_ms")
+        options.request_timeout = milliseconds(value.cast<std::int64_t>());
+      else if (name == "max_retries")
+        options.max_retries = value.cast<int>();
+      else if (name == "max_reply_size")
+        options.max_reply_size = value.cast<std::size_t>();
+      else
+        throw memwire::Error(memwire::ErrorCode::InvalidArgument,
+                             "unknown HttpChannel option " + name);
+    }
+    return new PyChannel(std::make_shared<memwire::sideband::HttpChannel>(options), max_calls);
+  });
 
-  py::class_<memwire::sideband::HttpEndpoint>(m, "HttpEndpoint")
+  m.def("nats_channel", [](const py::dict& given, std::size_t max_calls) {
+    memwire::sideband::NatsOptions options;
+    auto text = [](py::handle value) { return value.cast<std::string>(); };
+    for (auto [key, value] : given) {
+      const auto name = key.cast<std::string>();
+      if (name == "servers")
+        options.servers = value.cast<std::vector<std::string>>();
+      else if (name == "connection_name")
+        options.connection_name = text(value);
+      else if (name == "user")
+        options.user = text(value);
+      else if (name == "password")
+        options.password = text(value);
+      else if (name == "token")
+        options.token = text(value);
+      else if (name == "nkey_public")
+        options.nkey_public = text(value);
+      else if (name == "nkey_seed_file")
+        options.nkey_seed_file = text(value);
+      else if (name == "creds_file")
+        options.creds_file = text(value);
+      else if (name == "tls")
+        options.tls = value.cast<bool>();
+      else if (name == "ca_file")
+        options.ca_file = text(value);
+      else if (name == "cert_file")
+        options.cert_file = text(value);
+      else if (name == "key_file")
+        options.key_file = text(value);
+      else if (name == "subject_prefix")
+        options.subject_prefix = text(value);
+      else if (name == "kv_bucket")
+        options.kv_bucket = text(value);
+      else if (name == "kv_replicas")
+        options.kv_replicas = value.cast<int>();
+      else if (name == "kv_max_age_ms")
+        options.kv_max_age = milliseconds(value.cast<std::int64_t>());
+      else if (name == "connect_timeout_ms")
+        options.connect_timeout = milliseconds(value.cast<std::int64_t>());
+      else if (name == "request_timeout_ms")
+        options.request_timeout = milliseconds(value.cast<std::int64_t>());
+      else if (name == "max_reconnect")
+        options.max_reconnect = value.cast<int>();
+      else
+        throw memwire::Error(memwire::ErrorCode::InvalidArgument,
+                             "unknown NatsChannel option " + name);
+    }
+    return new PyChannel(
+        without_gil([&] { return std::make_shared<memwire::sideband::NatsChannel>(options); }),
+        max_calls);
+  });
+
+  py::class_<PyHttpEndpoint>(m, "HttpEndpoint")
       .def(py::init([](const std::string& bind_address, int port, const std::string& token) {
              memwire::sideband::HttpEndpointOptions options;
              options.bind_address = bind_address;
              options.port = static_cast<std::uint16_t>(port);
              options.token = token;
-             return new memwire::sideband::HttpEndpoint(options);
+             return new PyHttpEndpoint(options);
            }),
            py::arg("bind_address") = "127.0.0.1", py::arg("port") = 0, py::arg("token") = "")
-      .def("start", &memwire::sideband::HttpEndpoint::start,
-           py::call_guard<py::gil_scoped_release>())
-      .def("stop", &memwire::sideband::HttpEndpoint::stop, py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("port", &memwire::sideband::HttpEndpoint::port)
-      .def_property_readonly("url", &memwire::sideband::HttpEndpoint::url);
+      .def("start",
+           [](PyHttpEndpoint& e) {
+             auto& endpoint = e.get();
+             without_gil([&] {
+               endpoint.start();
+               return 0;
+             });
+           })
+      .def("stop",
+           [](PyHttpEndpoint& e) {
+             auto& endpoint = e.get();
+             without_gil([&] {
+               endpoint.stop();
+               return 0;
+             });
+           })
+      .def_property_readonly("port", [](PyHttpEndpoint& e) { return e.get().port(); })
+      .def_property_readonly("url", [](PyHttpEndpoint& e) { return e.get().url(); });
 
   py::class_<PyStopSource>(m, "StopSource")
       .def(py::init<>())
@@ -778,61 +1118,123 @@ PYBIND11_MODULE(_memwire, m) {
       .def("metadata", &PyLease::metadata);
 
   py::class_<PyWorker>(m, "Worker")
-      .def(py::init<PyConnector&, PyChannel&>(), py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
-      .def("publish",
-           [](PyWorker& w, const std::string& name, const Descriptors& local, std::int64_t ttl_ms) {
+      .def(py::init<PyConnector&, PyChannel&>())
+      .def(
+          "publish",
+          [](PyWorker& w, const std::string& name, const Descriptors& local, std::int64_t ttl_ms,
+             py::object owners) {
+            const auto& descriptors = local;
+            return new PyLease(without_gil([&] {
+                                 return w.get().publish(name, descriptors, milliseconds(ttl_ms));
+                               }),
+                               w.shared(), std::move(owners));
+          },
+          py::arg("name"), py::arg("local"), py::arg("ttl_ms"), py::arg("owners") = py::none())
+      .def("start_publish",
+           [](PyWorker& w, std::string name, Descriptors local, std::int64_t ttl_ms,
+              std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             return start_call(
+                 w.runner(),
+                 [worker = w.shared(), name, local = std::move(local),
+                  ttl_ms](std::stop_token) mutable -> PyCall::Outcome {
+                   return std::make_shared<memwire::sideband::Lease>(
+                       worker->worker->publish(name, std::move(local), milliseconds(ttl_ms)));
+                 },
+                 std::move(notifier), token);
+           })
+      // Puts `local` under the lease's name in place of its memory (no moment of NotFound).
+      .def("republish",
+           [](PyWorker& w, PyLease& lease, const Descriptors& local, std::int64_t ttl_ms,
+              py::object owners) {
+             auto& held = lease.checked();
              const auto& descriptors = local;
-             return new PyLease(without_gil(
-                 [&] { return w.get().publish(name, descriptors, milliseconds(ttl_ms)); }));
+             without_gil([&] {
+               w.get().republish(held, descriptors, milliseconds(ttl_ms));
+               return 0;
+             });
+             lease.keep(std::move(owners));
+           })
+      // The lease a start_publish call made, kept alive by `owners` from here on.
+      .def("lease_of",
+           [](PyWorker& w, PyCall& call, py::object owners) {
+             auto [outcome, error] = call.take();
+             if (error) std::rethrow_exception(error);
+             auto* lease = std::get_if<std::shared_ptr<memwire::sideband::Lease>>(&outcome);
+             if (lease == nullptr || !*lease)
+               throw memwire::Error(memwire::ErrorCode::InvalidArgument, "not a publish call");
+             return new PyLease(std::move(**lease), w.shared(), std::move(owners));
            })
       // handler(name) -> (list of NativeDescriptor, owner): runs on the channel's thread.
-      .def("serve", [](PyWorker& w, const std::string& prefix, py::function handler,
-                       std::int64_t write_timeout_ms) {
-        auto held = hold_python(std::move(handler));
-        memwire::sideband::Worker::ServeOptions options;
-        options.write_timeout = milliseconds(write_timeout_ms);
-        auto serve_one = [held](const std::string& name) {
-          if (!PythonGate::enter())
-            throw memwire::Error(memwire::ErrorCode::Cancelled, "interpreter shutting down");
-          memwire::sideband::ServedData data;
-          {
-            py::gil_scoped_acquire gil;
-            try {
-              auto* callable = static_cast<PyObject*>(const_cast<void*>(held.get()));
-              py::object result = py::reinterpret_borrow<py::object>(callable)(py::str(name));
-              auto pair = result.cast<py::tuple>();
-              data.descriptors = pair[0].cast<Descriptors>();
-              data.owner = hold_python(py::reinterpret_borrow<py::object>(pair[1]));
-            } catch (py::error_already_set& error) {
-              // A memwire error raised in Python keeps its code (MemwireError.code); anything
-              // else reaches the requester as NotFound with its text.
-              int code = static_cast<int>(memwire::ErrorCode::NotFound);
-              std::string message = error.what();
-              py::object value = error.value();
-              if (py::hasattr(value, "code") && PyLong_Check(value.attr("code").ptr())) {
-                const int raised = value.attr("code").cast<int>();
-                if (raised >= 0 && raised < static_cast<int>(memwire::kAllErrorCodes.size()))
-                  code = raised;
-                message = py::str(value).cast<std::string>();
-              }
-              PythonGate::leave();
-              throw memwire::Error(static_cast<memwire::ErrorCode>(code), message);
-            } catch (const memwire::Error&) {
-              PythonGate::leave();
-              throw;
-            } catch (const std::exception& error) {
-              // The handler's result was not (descriptors, owner): never let it escape as a
-              // foreign exception on the channel's thread.
-              PythonGate::leave();
-              throw memwire::Error(
-                  memwire::ErrorCode::InvalidArgument,
-                  std::string("serve handler returned no descriptors: ") + error.what());
-            }
-          }
-          PythonGate::leave();
-          return data;
-        };
-        return new PySubscription(
-            without_gil([&] { return w.get().serve(prefix, serve_one, options); }));
+      // Registers on the channel's threads (a network round trip): the loop hears by
+      // (notifier, token); subscription_of(call) then gives the Subscription.
+      .def("start_serve",
+           [](PyWorker& w, const std::string& prefix, py::function handler,
+              std::int64_t write_timeout_ms, std::shared_ptr<Notifier> notifier,
+              std::uint64_t token) {
+             auto held = hold_python(std::move(handler));
+             memwire::sideband::Worker::ServeOptions options;
+             options.write_timeout = milliseconds(write_timeout_ms);
+             auto serve_one = [held](const std::string& name) {
+               if (!PythonGate::enter())
+                 throw memwire::Error(memwire::ErrorCode::Cancelled, "interpreter shutting down");
+               memwire::sideband::ServedData data;
+               {
+                 py::gil_scoped_acquire gil;
+                 try {
+                   auto* callable = static_cast<PyObject*>(const_cast<void*>(held.get()));
+                   py::object result = py::reinterpret_borrow<py::object>(callable)(py::str(name));
+                   auto pair = result.cast<py::tuple>();
+                   data.descriptors = pair[0].cast<Descriptors>();
+                   data.owner = hold_python(py::reinterpret_borrow<py::object>(pair[1]));
+                 } catch (py::error_already_set& error) {
+                   // A memwire error raised in Python keeps its code (MemwireError.code); anything
+                   // else reaches the requester as NotFound with its text.
+                   // Only the exception's kind and message travel: never its traceback (the owner's
+                   // file paths and code).
+                   int code = static_cast<int>(memwire::ErrorCode::NotFound);
+                   py::object value = error.value();
+                   std::string message =
+                       py::str(value.get_type().attr("__name__")).cast<std::string>() + ": " +
+                       py::str(value).cast<std::string>();
+                   if (py::hasattr(value, "code") && PyLong_Check(value.attr("code").ptr())) {
+                     const int raised = value.attr("code").cast<int>();
+                     if (raised >= 0 && raised < static_cast<int>(memwire::kAllErrorCodes.size()))
+                       code = raised;
+                     message = py::str(value).cast<std::string>();
+                   }
+                   PythonGate::leave();
+                   throw memwire::Error(static_cast<memwire::ErrorCode>(code), message);
+                 } catch (const memwire::Error&) {
+                   PythonGate::leave();
+                   throw;
+                 } catch (const std::exception& error) {
+                   // The handler's result was not (descriptors, owner): never let it escape as a
+                   // foreign exception on the channel's thread.
+                   PythonGate::leave();
+                   throw memwire::Error(
+                       memwire::ErrorCode::InvalidArgument,
+                       std::string("serve handler returned no descriptors: ") + error.what());
+                 }
+               }
+               PythonGate::leave();
+               return data;
+             };
+             return start_call(
+                 w.runner(),
+                 [worker = w.shared(), prefix, serve_one = std::move(serve_one),
+                  options](std::stop_token) -> PyCall::Outcome {
+                   return std::shared_ptr<memwire::sideband::Subscription>(
+                       worker->worker->serve(prefix, serve_one, options));
+                 },
+                 std::move(notifier), token);
+           })
+      .def("subscription_of", [](PyWorker& w, PyCall& call) {
+        auto [outcome, error] = call.take();
+        if (error) std::rethrow_exception(error);
+        auto* subscription =
+            std::get_if<std::shared_ptr<memwire::sideband::Subscription>>(&outcome);
+        if (subscription == nullptr || !*subscription)
+          throw memwire::Error(memwire::ErrorCode::InvalidArgument, "not a serve call");
+        return new PySubscription(std::move(*subscription), w.shared());
       });
 }

@@ -7,6 +7,7 @@
 
 #include "active_transfer.hpp"
 #include "cuda/cuda_staging.hpp"
+#include "fork_generation.hpp"
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
 #include "memwire/error_codes.hpp"
@@ -109,6 +110,9 @@ class Connector::Impl {
   }
 
   ~Impl() { context_.registrations->revoke_all(); }
+
+  // True in a child forked after this connector was made: its threads are the parent's.
+  bool inherited() const noexcept { return detail::fork_generation() != fork_generation_; }
 
   const std::string& name() const noexcept { return context_.connector_name; }
   const std::string& hostname() const noexcept { return context_.hostname; }
@@ -284,6 +288,7 @@ class Connector::Impl {
            ours + "]";
   }
 
+  const std::uint64_t fork_generation_ = detail::fork_generation();
   detail::TransportContext context_;
   std::shared_ptr<const detail::EventLog> events_;
   std::vector<std::unique_ptr<detail::Transport>> transports_;
@@ -293,27 +298,41 @@ class Connector::Impl {
 
 Connector::Connector(ConnectorOptions options)
     : impl_(std::make_unique<Impl>(std::move(options))) {}
-Connector::~Connector() = default;
+
+Connector::~Connector() {
+  // In a forked child the parent's threads do not exist, and joining their records (which
+  // glibc hands to the child's new threads) would hang: the inherited state is left alone.
+  if (impl_ && impl_->inherited()) (void)impl_.release();
+}
+
+Connector::Impl& Connector::usable() const {
+  if (impl_->inherited())
+    throw Error(ErrorCode::InvalidArgument,
+                "connector '" + impl_->name() +
+                    "' was made before fork() and belongs to the parent process; make a new "
+                    "Connector in the child");
+  return *impl_;
+}
 
 const std::string& Connector::name() const noexcept { return impl_->name(); }
 const std::string& Connector::hostname() const noexcept { return impl_->hostname(); }
-std::vector<std::string> Connector::transports() const { return impl_->transport_names(); }
-TelemetrySnapshot Connector::telemetry() const { return impl_->telemetry(); }
+std::vector<std::string> Connector::transports() const { return usable().transport_names(); }
+TelemetrySnapshot Connector::telemetry() const { return usable().telemetry(); }
 
 ReadableOperation Connector::create_readable(std::vector<Descriptor> local) {
-  return ReadableOperation(impl_->create_passive(OperationKind::Read, std::move(local)));
+  return ReadableOperation(usable().create_passive(OperationKind::Read, std::move(local)));
 }
 
 WritableOperation Connector::create_writable(std::vector<Descriptor> local) {
-  return WritableOperation(impl_->create_passive(OperationKind::Write, std::move(local)));
+  return WritableOperation(usable().create_passive(OperationKind::Write, std::move(local)));
 }
 
 ReadOperation Connector::begin_read(const RdmaMetadata& remote, std::vector<Descriptor> local) {
-  return ReadOperation(impl_->begin_active(OperationKind::Read, remote, std::move(local)));
+  return ReadOperation(usable().begin_active(OperationKind::Read, remote, std::move(local)));
 }
 
 WriteOperation Connector::begin_write(std::vector<Descriptor> local, const RdmaMetadata& remote) {
-  return WriteOperation(impl_->begin_active(OperationKind::Write, remote, std::move(local)));
+  return WriteOperation(usable().begin_active(OperationKind::Write, remote, std::move(local)));
 }
 
 }  // namespace memwire

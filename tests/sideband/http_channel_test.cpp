@@ -252,6 +252,20 @@ TEST_F(HttpChannelTest, WaitForTimesOutAndSeesNoWithdrawnName) {
   EXPECT_GE(std::chrono::steady_clock::now() - started, 190ms);
 }
 
+// A caller that gives up stops its long poll within about a second (curl's progress tick).
+TEST_F(HttpChannelTest, AbandonedWaitEndsEarly) {
+  std::stop_source abandon;
+  auto waiter = std::async(std::launch::async, [&] {
+    return error_code_of([&] { channel_.wait_for("never.there", 30s, abandon.get_token()); });
+  });
+  std::this_thread::sleep_for(200ms);
+  const auto start = std::chrono::steady_clock::now();
+  abandon.request_stop();
+  ASSERT_EQ(waiter.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(waiter.get(), ErrorCode::Cancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+}
+
 TEST(HttpChannelAuth, WrongOrMissingTokenIsAccessDenied) {
   HttpEndpointOptions options;
   options.token = "s3cret";

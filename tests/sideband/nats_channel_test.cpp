@@ -209,6 +209,21 @@ TEST_F(NatsChannelTest, WaitForWakesWhenPublishedLater) {
   EXPECT_EQ(error_code_of([&] { reader.wait_for("never.comes", 150ms); }), ErrorCode::Timeout);
 }
 
+// A caller that gives up (a cancelled Python task) stops its wait at once, not at the timeout.
+TEST_F(NatsChannelTest, AbandonedWaitEndsAtOnce) {
+  NatsChannel reader(options_for(server_));
+  std::stop_source abandon;
+  auto waiter = std::async(std::launch::async, [&] {
+    return error_code_of([&] { reader.wait_for("never.there", 30s, abandon.get_token()); });
+  });
+  std::this_thread::sleep_for(200ms);
+  const auto start = std::chrono::steady_clock::now();
+  abandon.request_stop();
+  ASSERT_EQ(waiter.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(waiter.get(), ErrorCode::Cancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+}
+
 TEST_F(NatsChannelTest, ManyWaitersWakeOnOnePublish) {
   NatsChannel owner(options_for(server_));
   NatsChannel reader(options_for(server_));

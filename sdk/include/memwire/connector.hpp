@@ -20,6 +20,11 @@ namespace memwire {
 
 // One per worker: owns the transports' endpoints, one listener per transport, the table of
 // live passive operations and pooled connections to peers.
+//
+// fork(): a connector belongs to the process that made it. In a child forked after it was
+// made, its methods that move data throw Error{InvalidArgument} (make a new Connector in the
+// child: that works), and destroying it leaves the parent's state alone (never joins threads
+// that do not exist there). Operations made before the fork are the parent's too.
 class MEMWIRE_API Connector {
  public:
   explicit Connector(ConnectorOptions options = {});
@@ -47,6 +52,7 @@ class MEMWIRE_API Connector {
 
  private:
   class Impl;
+  Impl& usable() const;  // throws in a child forked after this connector was made
   std::unique_ptr<Impl> impl_;
 };
 

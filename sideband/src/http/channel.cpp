@@ -228,7 +228,8 @@ void HttpChannel::withdraw(std::string_view name) {
   check(reply, "withdraw", name);
 }
 
-RdmaMetadata HttpChannel::wait_for(std::string_view name, std::chrono::milliseconds timeout) {
+RdmaMetadata HttpChannel::wait_for(std::string_view name, std::chrono::milliseconds timeout,
+                                   std::stop_token abandon) {
   validate_name(name);
   auto deadline = Clock::now() + timeout;
   for (;;) {
@@ -236,7 +237,8 @@ RdmaMetadata HttpChannel::wait_for(std::string_view name, std::chrono::milliseco
     auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (left.count() < 0) left = milliseconds(0);
     auto reply = impl_->client.perform(
-        {"GET", path_of(name) + "?wait_ms=" + std::to_string(left.count()), {}, left + kPollSlack});
+        {"GET", path_of(name) + "?wait_ms=" + std::to_string(left.count()), {}, left + kPollSlack},
+        abandon);
     if (reply.status == 504 && Clock::now() < deadline) continue;
     check(reply, "wait for", name);
     return parse_metadata(reply.body, name);

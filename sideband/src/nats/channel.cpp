@@ -42,8 +42,9 @@ RdmaMetadata NatsChannel::fetch(std::string_view name, std::chrono::milliseconds
 
 void NatsChannel::withdraw(std::string_view name) { impl_->registry.withdraw(name); }
 
-RdmaMetadata NatsChannel::wait_for(std::string_view name, std::chrono::milliseconds timeout) {
-  return impl_->registry.wait_for(name, timeout);
+RdmaMetadata NatsChannel::wait_for(std::string_view name, std::chrono::milliseconds timeout,
+                                   std::stop_token abandon) {
+  return impl_->registry.wait_for(name, timeout, std::move(abandon));
 }
 
 std::vector<std::string> NatsChannel::list() { return impl_->registry.list(); }

@@ -1,6 +1,7 @@
 #include "registry.hpp"
 
 #include <algorithm>
+#include <stop_token>
 #include <utility>
 
 #include "memwire/clock.hpp"
@@ -157,7 +158,8 @@ void NatsRegistry::withdraw(std::string_view name) {
 // consumer per waiter on the server), and nats.c 3.4.1 can read freed memory when such a
 // watcher is destroyed while its consumer is being recreated after a reconnect (seen under
 // AddressSanitizer in the restart test).
-RdmaMetadata NatsRegistry::wait_for(std::string_view name, std::chrono::milliseconds timeout) {
+RdmaMetadata NatsRegistry::wait_for(std::string_view name, std::chrono::milliseconds timeout,
+                                    std::stop_token abandon) {
   validate_name(name);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   // Already published (the usual case): no subscription needed.
@@ -172,6 +174,12 @@ RdmaMetadata NatsRegistry::wait_for(std::string_view name, std::chrono::millisec
   };
   auto waiter = std::make_shared<Waiter>();
   connection_.recheck_on_reconnect(waiter);
+  bool abandoned = false;  // under waiter->mutex
+  std::stop_callback on_abandon(abandon, [&] {
+    std::lock_guard lock(waiter->mutex);
+    abandoned = true;
+    waiter->changed.notify_all();
+  });
   const std::string subject = "$KV." + connection_.options().kv_bucket + "." + std::string(name);
   auto subscription =
       subscribe_waiter(connection_.get(), subject, waiter, "nats: watching " + in_quotes(name));
@@ -190,10 +198,14 @@ RdmaMetadata NatsRegistry::wait_for(std::string_view name, std::chrono::millisec
       }
     }
     std::unique_lock lock(waiter->mutex);
-    if (!waiter->changed.wait_until(lock, deadline,
-                                    [&] { return !waiter->updates.empty() || waiter->recheck; })) {
+    if (!waiter->changed.wait_until(lock, deadline, [&] {
+          return !waiter->updates.empty() || waiter->recheck || abandoned;
+        })) {
       throw timed_out(name, timeout);
     }
+    if (abandoned)
+      throw Error(ErrorCode::Cancelled,
+                  "wait for " + in_quotes(name) + ": abandoned by the caller");
     check_registry = std::exchange(waiter->recheck, false);
     if (check_registry) continue;
     MsgPtr update = std::move(waiter->updates.front());

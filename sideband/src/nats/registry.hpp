@@ -29,7 +29,8 @@ class NatsRegistry final : public Registry {
                std::chrono::milliseconds ttl) override;
   RdmaMetadata fetch(std::string_view name, std::chrono::milliseconds timeout) override;
   void withdraw(std::string_view name) override;
-  RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout) override;
+  RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout,
+                        std::stop_token abandon = {}) override;
   std::vector<std::string> list() override;
 
  private:

@@ -39,8 +39,11 @@ class MEMWIRE_API Registry {
                        std::chrono::milliseconds ttl) = 0;
   virtual RdmaMetadata fetch(std::string_view name, std::chrono::milliseconds timeout) = 0;
   virtual void withdraw(std::string_view name) = 0;
-  // Like fetch, but waits (without polling sleeps) until the name is published.
-  virtual RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout) = 0;
+  // Like fetch, but waits (without polling sleeps) until the name is published. A stop
+  // requested on `abandon` ends the wait early with Error{Cancelled} (within about a second
+  // over HTTP, at once over NATS): a caller that gave up need not hold a thread until timeout.
+  virtual RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout,
+                                std::stop_token abandon = {}) = 0;
   virtual std::vector<std::string> list() = 0;
 };
 

@@ -146,7 +146,8 @@ class MEMWIRE_API NatsChannel final : public Channel {
                std::chrono::milliseconds ttl) override;
   RdmaMetadata fetch(std::string_view name, std::chrono::milliseconds timeout) override;
   void withdraw(std::string_view name) override;
-  RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout) override;
+  RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout,
+                        std::stop_token abandon = {}) override;
   std::vector<std::string> list() override;
   [[nodiscard("dropping it ends the registration at once")]] std::unique_ptr<Subscription> serve(
       std::string_view prefix, RequestHandler handler) override;
