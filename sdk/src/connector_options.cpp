@@ -65,6 +65,9 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
   if (const char* text = std::getenv("MEMWIRE_MAX_CONNECTIONS_PER_PEER"))
     options.max_connections_per_peer =
         number_from<unsigned>("MEMWIRE_MAX_CONNECTIONS_PER_PEER", text);
+  if (const char* text = std::getenv("MEMWIRE_MAX_QUEUED_ANSWER_BYTES"))
+    options.max_queued_answer_bytes =
+        number_from<std::size_t>("MEMWIRE_MAX_QUEUED_ANSWER_BYTES", text);
   if (const char* text = std::getenv("MEMWIRE_LOG"); text && std::string_view(text) == "1")
     options.log = log_to_stderr;
   if (const char* text = std::getenv("MEMWIRE_LOG_LEVEL"); text && *text) {

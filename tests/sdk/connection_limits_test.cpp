@@ -4,20 +4,24 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "file_descriptor.hpp"
+#include "ids.hpp"
 #include "memwire/memwire.hpp"
 #include "support/pattern.hpp"
 #include "support/sanitizers.hpp"
 #include "support/test_peer_process.hpp"
+#include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
 
 using namespace memwire;
@@ -57,6 +61,13 @@ double cpu_seconds(int pid) {
     if (n == 15) system = std::stoull(field);
   }
   return static_cast<double>(user + system) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+long resident_kib(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
 }
 
 int thread_count(int pid) {
@@ -161,6 +172,65 @@ TEST(ConnectionFlood, ConnectionsPerPeerAreCapped) {
   for (auto& socket : sockets)
     if (!socket || closed_by_peer(socket.get(), 300ms)) ++refused;
   EXPECT_EQ(refused, 12 - 4);
+}
+
+// Issue 23, finding 1: a peer that pipelines read requests for unknown keys (no key or token
+// needed) and never reads the answers made the owner queue every error answer: about 3.6 bytes
+// of its memory per byte sent, without bound. Now the answers queued per connection are bounded
+// and the owner stops reading requests while they are backed up, so the peer's sends stall.
+TEST(ConnectionFlood, PeerThatReadsNoAnswersCannotGrowTheOwnersMemory) {
+  auto owner = test_support::start_test_peer({"publish", "readable", "4096", "5"});
+  auto metadata = RdmaMetadata::from_json(test_support::expect_line(owner));
+  auto peer = detail::parse_host_port(tcp_address(metadata));
+  FileDescriptor socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  const int small = 4096;  // the answers stay in the owner, not in our receive buffer
+  ::setsockopt(socket.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in target{};
+  target.sin_family = AF_INET;
+  target.sin_port = htons(peer.port);
+  ::inet_pton(AF_INET, peer.host.c_str(), &target.sin_addr);
+  ::connect(socket.get(), reinterpret_cast<sockaddr*>(&target), sizeof target);
+  pollfd connected{socket.get(), POLLOUT, 0};
+  ASSERT_EQ(::poll(&connected, 1, 2000), 1);
+
+  std::vector<detail::FrameHeader> batch(64 * 1024 / sizeof(detail::FrameHeader));
+  for (auto& request : batch) {
+    request.type = detail::FrameType::ReadRequest;
+    request.length = 4096;
+    request.key = random_id();
+  }
+  const long resident_before = resident_kib(owner.pid());
+  constexpr std::size_t kOffered = 48u << 20;
+  const std::size_t batch_bytes = batch.size() * sizeof(detail::FrameHeader);
+  std::size_t sent = 0;
+  while (sent < kOffered) {
+    const auto offset = sent % batch_bytes;
+    const auto written = ::send(socket.get(), reinterpret_cast<const char*>(batch.data()) + offset,
+                                batch_bytes - offset, MSG_NOSIGNAL);
+    if (written > 0) {
+      sent += static_cast<std::size_t>(written);
+      continue;
+    }
+    ASSERT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << std::strerror(errno);
+    pollfd writable{socket.get(), POLLOUT, 0};
+    if (::poll(&writable, 1, 2000) == 0) break;  // the owner stopped reading: backed up
+  }
+  const long grown_kib = resident_kib(owner.pid()) - resident_before;
+  std::cout << "sent " << (sent >> 10) << " KiB of read requests (of " << (kOffered >> 10)
+            << " offered); the owner grew by " << grown_kib << " KiB\n";
+  EXPECT_LT(sent, kOffered / 2) << "the owner kept reading requests it could not answer";
+  EXPECT_LT(grown_kib, 24 * 1024);
+  socket.reset();
+
+  // The owner still serves others.
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  Connector reader(options);
+  std::vector<std::byte> destination(4096);
+  auto read = reader.begin_read(metadata, {Descriptor(std::span(destination))});
+  EXPECT_EQ(read.wait_for_completion(20s), OperationStatus::Complete);
+  EXPECT_EQ(test_support::first_mismatch(destination, 5), destination.size());
+  owner.kill(SIGTERM);
 }
 
 }  // namespace

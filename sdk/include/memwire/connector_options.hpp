@@ -69,6 +69,10 @@ struct MEMWIRE_API ConnectorOptions {
   unsigned max_connections = 512;
   unsigned max_connections_per_peer = 64;
   std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
+  // What answers (error texts, frame bookkeeping; never the registered bytes themselves) may
+  // wait queued on one accepted tcp or shm connection for a peer that reads them slowly: over
+  // it, that connection reads no more requests until the peer has taken enough of them.
+  std::size_t max_queued_answer_bytes = 1u << 20;
   // Where memwire says what it decided and what failed: one JSON object per call (no newline),
   // {"ts","level","event","msg","connector"[,"peer","transport","key","code",...]}, for each
   // event at or above `log_level`. Empty = silent. Called on memwire's threads: keep it short.
@@ -82,9 +86,10 @@ struct MEMWIRE_API ConnectorOptions {
   // MEMWIRE_RDMA_SLICE_SIZE, MEMWIRE_RDMA_ACCESS=auto|windows|connection_pd,
   // MEMWIRE_RDMA_MAX_ACCESS_FAULTS, MEMWIRE_RDMA_ACCESS_FAULT_WINDOW_MS, MEMWIRE_GID_INDEX,
   // MEMWIRE_TCP_CHUNK_SIZE, MEMWIRE_TCP_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS,
-  // MEMWIRE_MAX_CONNECTIONS_PER_PEER, MEMWIRE_LOG=1 logs JSON lines to stderr,
-  // MEMWIRE_LOG_LEVEL=debug|info|warn|error sets the level and also logs to stderr). The only place
-  // memwire reads the environment; call it at your program's edge if you want them.
+  // MEMWIRE_MAX_CONNECTIONS_PER_PEER, MEMWIRE_MAX_QUEUED_ANSWER_BYTES, MEMWIRE_LOG=1 logs JSON
+  // lines to stderr, MEMWIRE_LOG_LEVEL=debug|info|warn|error sets the level and also logs to
+  // stderr). The only place memwire reads the environment; call it at your program's edge if you
+  // want them.
   static ConnectorOptions from_environment(ConnectorOptions defaults);
   static ConnectorOptions from_environment();
 };

@@ -87,6 +87,7 @@ void StreamConnection::shutdown(const std::string& reason) {
   ::shutdown(socket_.get(), SHUT_RDWR);
   queued_.notify_all();
   drained_.notify_all();
+  room_.notify_all();
 }
 
 void StreamConnection::close_when_sent(std::chrono::milliseconds timeout) {
@@ -137,7 +138,7 @@ void StreamConnection::send_held_back() {
     return;
   }
   if (writing_ || !queue_.empty()) {  // behind what others queued: the writer takes them all
-    for (auto& frame : held_back_) queue_.push_back(std::move(frame));
+    for (auto& frame : held_back_) enqueue(std::move(frame));
     held_back_.clear();
     queued_.notify_one();
     return;
@@ -165,7 +166,7 @@ void StreamConnection::send_held_back() {
     break;
   }
   const bool failed = sent < 0;
-  for (auto i = next; i < held_back_.size(); ++i) queue_.push_back(std::move(held_back_[i]));
+  for (auto i = next; i < held_back_.size(); ++i) enqueue(std::move(held_back_[i]));
   held_back_.clear();
   if (!queue_.empty()) queued_.notify_one();
   lock.unlock();
@@ -177,7 +178,7 @@ bool StreamConnection::send(OutFrame frame) {
   std::unique_lock lock(mutex_);
   if (closing_) return false;
   if (writing_ || !queue_.empty()) {
-    queue_.push_back(std::move(frame));
+    enqueue(std::move(frame));
     queued_.notify_one();
     return true;
   }
@@ -187,7 +188,7 @@ bool StreamConnection::send(OutFrame frame) {
   const bool ok = write_frame(frame, /*blocking=*/false);
   lock.lock();
   writing_ = false;
-  if (ok && !frame.finished) queue_.push_front(std::move(frame));
+  if (ok && !frame.finished) enqueue(std::move(frame), /*at_front=*/true);
   if (!queue_.empty()) queued_.notify_one();
   lock.unlock();
   if (!ok) shutdown("send failed");
@@ -288,6 +289,7 @@ void StreamConnection::read_loop() {
   if (awaiting_first_frame) set_receive_timeout(socket_.get(), first_frame_timeout_);
   for (;;) {
     if (broken_.load(std::memory_order_acquire)) break;  // not past a shutdown on buffered frames
+    if (!wait_for_room()) break;
     FrameHeader header;
     if (!receive(&header, sizeof header)) {
       if (awaiting_first_frame && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -331,6 +333,8 @@ void StreamConnection::write_loop() {
       if (closing_ || (draining_ && queue_.empty())) break;
       frame = std::move(queue_.front());
       queue_.pop_front();
+      queued_bytes_ -= queued_cost(frame);
+      if (queued_bytes_ <= max_queued_bytes_) room_.notify_one();
       writing_ = true;  // no sender may write inline in the middle of this frame
     }
     const bool ok = write_frame(frame, /*blocking=*/true);
@@ -348,6 +352,33 @@ void StreamConnection::write_loop() {
   std::deque<OutFrame> dropped;
   std::lock_guard lock(mutex_);
   dropped.swap(queue_);
+  queued_bytes_ = 0;
+}
+
+std::size_t StreamConnection::queued_cost(const OutFrame& frame) {
+  return sizeof frame + frame.text.size() + frame.pieces.size() * sizeof(iovec);
+}
+
+void StreamConnection::enqueue(OutFrame frame, bool at_front) {
+  queued_bytes_ += queued_cost(frame);
+  if (at_front)
+    queue_.push_front(std::move(frame));
+  else
+    queue_.push_back(std::move(frame));
+}
+
+bool StreamConnection::wait_for_room() {
+  if (max_queued_bytes_ == 0) return true;
+  {
+    std::unique_lock lock(mutex_);
+    if (queued_bytes_ <= max_queued_bytes_) return !closing_;
+  }
+  // Backed up: what is held back goes to the writer first, then no request is read (so none is
+  // answered) until the peer has taken enough of the answers.
+  send_held_back();
+  std::unique_lock lock(mutex_);
+  room_.wait(lock, [&] { return closing_ || queued_bytes_ <= max_queued_bytes_; });
+  return !closing_;
 }
 
 std::size_t StreamConnection::frame_parts(OutFrame& frame, std::vector<iovec>& parts) {

@@ -73,6 +73,11 @@ class MEMWIRE_API StreamConnection {
 
   // Counts this connection open until its reader ends, and logs how it ended. Before run().
   void watch(std::unique_ptr<ConnectionWatch> watch) { watch_ = std::move(watch); }
+  // A serving side's bound on what its answers may hold queued for a peer that reads them
+  // slowly (or never): over `bytes`, the reader stops taking requests until the writer has
+  // sent enough. 0 = unbounded: an active side must never stop reading answers, or two
+  // connectors sending to each other could each wait on the other. Before run().
+  void limit_queued_bytes(std::size_t bytes) { max_queued_bytes_ = bytes; }
 
   // Queues a frame; false when the connection is closed (the frame is dropped).
   bool send(OutFrame frame);
@@ -115,6 +120,12 @@ class MEMWIRE_API StreamConnection {
   bool refill_inbox();
   // Copies what the inbox holds, up to `length`; the byte count.
   std::size_t take_from_inbox(void* data, std::size_t length);
+  // Reader thread: waits while the queue holds more than max_queued_bytes_; false once closing.
+  bool wait_for_room();
+  // Queues `frame` behind (or ahead of) the others, counting what it costs. Under mutex_.
+  void enqueue(OutFrame frame, bool at_front = false);
+  // What a queued frame holds of this process's memory (its registered bytes are not copied).
+  static std::size_t queued_cost(const OutFrame& frame);
 
   FileDescriptor socket_;
   std::unique_ptr<FrameHandler> handler_;
@@ -123,6 +134,9 @@ class MEMWIRE_API StreamConnection {
   mutable std::mutex mutex_;
   std::condition_variable queued_;
   std::deque<OutFrame> queue_;
+  std::size_t queued_bytes_ = 0;  // queued_cost() of what queue_ holds
+  std::size_t max_queued_bytes_ = 0;
+  std::condition_variable room_;  // queued_bytes_ fell to max_queued_bytes_, or closing
   bool closing_ = false;
   bool draining_ = false;
   bool writing_ = false;  // a sender's thread is writing a frame right now

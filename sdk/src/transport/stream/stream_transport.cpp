@@ -355,6 +355,8 @@ class StreamTransport final : public Transport {
     passive->bind(connection);
     connection->watch(
         std::make_unique<ConnectionWatch>(context_, settings_.name, Direction::Inbound, peer));
+    connection->limit_queued_bytes(
+        std::max<std::size_t>(context_.options.max_queued_answer_bytes, 1));
     try {
       connection->run(context_.options.handshake_timeout, [this] { wake(); });
     } catch (const std::system_error& error) {
