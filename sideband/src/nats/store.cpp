@@ -135,11 +135,25 @@ void Store::delete_parts(const std::string& part_key) noexcept {
   }
 }
 
-std::string Store::read_parts(const Entry& entry, std::string_view name) {
+std::string Store::read_parts(const Entry& entry, std::string_view name, Deadline deadline) {
+  const std::size_t piece_size = connection_->max_entry();
+  const std::size_t parts_needed = (entry.size + piece_size - 1) / piece_size;
+  if (entry.parts > parts_needed) {
+    throw Error(ErrorCode::InvalidMetadata, "nats: the entry of " + in_quotes(name) + " claims " +
+                                                std::to_string(entry.parts) + " parts for " +
+                                                std::to_string(entry.size) + " bytes (at most " +
+                                                std::to_string(parts_needed) + " of " +
+                                                std::to_string(piece_size) + " bytes each)");
+  }
   kvStore* store = parts_store();
   std::string json;
   json.reserve(entry.size);
   for (std::size_t i = 0; i < entry.parts; ++i) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw Error(ErrorCode::Timeout, "nats: reading the parts of " + in_quotes(name) +
+                                          " ran past the timeout (" + std::to_string(i) + " of " +
+                                          std::to_string(entry.parts) + " read)");
+    }
     const std::string key = entry.part_key + "." + std::to_string(i);
     kvEntry* raw = nullptr;
     auto status = kvStore_Get(&raw, store, key.c_str());
@@ -160,18 +174,19 @@ std::string Store::read_parts(const Entry& entry, std::string_view name) {
   return json;
 }
 
-RdmaMetadata Store::resolve(const Entry& entry, std::string_view name, bool may_retry) {
+RdmaMetadata Store::resolve(const Entry& entry, std::string_view name, bool may_retry,
+                            Deadline deadline) {
   if (entry.parts == 0) return RdmaMetadata::from_json(entry.metadata_json);
   try {
-    return RdmaMetadata::from_json(read_parts(entry, name));
+    return RdmaMetadata::from_json(read_parts(entry, name, deadline));
   } catch (const Error& error) {
     // A publish or withdraw replaced the pieces while we read them: ask the registry again.
     if (error.code() != ErrorCode::NotFound || !may_retry) throw;
   }
-  return from_registry(name, /*may_retry=*/false);
+  return from_registry(name, /*may_retry=*/false, deadline);
 }
 
-RdmaMetadata Store::from_registry(std::string_view name, bool may_retry) {
+RdmaMetadata Store::from_registry(std::string_view name, bool may_retry, Deadline deadline) {
   const std::string key(name);
   kvEntry* raw = nullptr;
   auto status = kvStore_Get(&raw, kv_.get(), key.c_str());
@@ -188,7 +203,7 @@ RdmaMetadata Store::from_registry(std::string_view name, bool may_retry) {
   if (entry.expired(unix_now_ms())) {
     throw Error(ErrorCode::NotFound, "nats: " + in_quotes(name) + " has expired");
   }
-  return resolve(entry, name, may_retry);
+  return resolve(entry, name, may_retry, deadline);
 }
 
 }  // namespace memwire::sideband::nats_detail

@@ -90,7 +90,11 @@ struct MEMWIRE_API NatsOptions {
 // publisher, falls back to one KV get; a missing, deleted or expired key there is
 // Error{NotFound}. A request that gets no reply within `timeout` is Error{Timeout} (someone
 // subscribes but does not answer: a slow owner); KV is not consulted then. A timeout below
-// 1 ms counts as 1 ms. JetStream calls are bounded by request_timeout, not by `timeout`.
+// 1 ms counts as 1 ms. JetStream calls are bounded by request_timeout, not by `timeout`, but
+// the pieces of a large entry (one KV get each) are read within `timeout`: no get starts past
+// it (Error{Timeout}), and an entry claiming more pieces than its size needs is
+// Error{InvalidMetadata} before any is read. serve() reads a request's pieces within
+// request_timeout the same way.
 //
 // TTL: nats.c 3.4 / nats-server 2.9 have no per-key TTL, so each entry carries its expiry E and
 // readers treat an expired entry as absent; the publisher's responder stops answering then.
