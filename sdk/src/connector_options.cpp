@@ -68,6 +68,9 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
   if (const char* text = std::getenv("MEMWIRE_MAX_QUEUED_ANSWER_BYTES"))
     options.max_queued_answer_bytes =
         number_from<std::size_t>("MEMWIRE_MAX_QUEUED_ANSWER_BYTES", text);
+  if (const char* text = std::getenv("MEMWIRE_IDLE_TIMEOUT_MS"))
+    options.idle_timeout =
+        std::chrono::milliseconds(number_from<std::int64_t>("MEMWIRE_IDLE_TIMEOUT_MS", text));
   if (const char* text = std::getenv("MEMWIRE_LOG"); text && std::string_view(text) == "1")
     options.log = log_to_stderr;
   if (const char* text = std::getenv("MEMWIRE_LOG_LEVEL"); text && *text) {

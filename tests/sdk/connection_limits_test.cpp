@@ -77,13 +77,17 @@ int thread_count(int pid) {
   return -1;
 }
 
-// Whether the peer closed `socket` within `timeout`.
+// Whether the peer closed `socket` within `timeout` (after what it said before, if anything:
+// a refusal).
 bool closed_by_peer(int socket, std::chrono::milliseconds timeout) {
   timeval limit{static_cast<time_t>(timeout.count() / 1000),
                 static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
   ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-  char byte;
-  return ::recv(socket, &byte, 1, 0) == 0;
+  char bytes[4096];
+  for (;;) {
+    const auto received = ::recv(socket, bytes, sizeof bytes, 0);
+    if (received <= 0) return received == 0;
+  }
 }
 
 TEST(ConnectionFlood, FdExhaustionNeitherSpinsNorStopsLaterTransfers) {
@@ -231,6 +235,82 @@ TEST(ConnectionFlood, PeerThatReadsNoAnswersCannotGrowTheOwnersMemory) {
   EXPECT_EQ(read.wait_for_completion(20s), OperationStatus::Complete);
   EXPECT_EQ(test_support::first_mismatch(destination, 5), destination.size());
   owner.kill(SIGTERM);
+}
+
+// Issue 23, finding 7: connections that sent one Hello and then nothing held their slots for
+// ever, so 64 of them per address locked every new peer out, and the locked-out reader failed
+// with a bare "connection lost". Now a connection silent for idle_timeout after its first frame
+// is closed, and a refused one is told why before the close.
+FileDescriptor said_hello(const std::string& address) {
+  auto socket = silent_connection(address);
+  if (!socket) return socket;
+  detail::FrameHeader hello;
+  hello.type = detail::FrameType::Hello;
+  iovec part{&hello, sizeof hello};
+  EXPECT_TRUE(detail::send_all(socket.get(), &part, 1));
+  return socket;
+}
+
+TEST(ConnectionFlood, ConnectionsIdleAfterTheirFirstFrameAreClosed) {
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  options.idle_timeout = 300ms;
+  Connector owner(options);
+  std::vector<std::byte> source(4096);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  auto idle = said_hello(tcp_address(readable.metadata()));
+  ASSERT_TRUE(idle);
+  const auto began = std::chrono::steady_clock::now();
+  EXPECT_TRUE(closed_by_peer(idle.get(), 5s));
+  EXPECT_LT(std::chrono::steady_clock::now() - began, 2s);
+}
+
+TEST(ConnectionFlood, ALockedOutReaderIsToldWhy) {
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  options.max_connections_per_peer = 2;
+  Connector owner(options);
+  std::vector<std::byte> source(4096);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  const auto address = tcp_address(readable.metadata());
+  std::vector<FileDescriptor> squatters;
+  for (int n = 0; n < 2; ++n) squatters.push_back(said_hello(address));
+  std::this_thread::sleep_for(200ms);  // both admitted
+
+  ConnectorOptions reader_options;
+  reader_options.transports = {"tcp"};
+  Connector reader(reader_options);
+  std::vector<std::byte> destination(4096);
+  auto read = reader.begin_read(readable.metadata(), {Descriptor(std::span(destination))});
+  std::string message;
+  try {
+    read.wait_for_completion(10s);
+    ADD_FAILURE() << "read while locked out";
+  } catch (const Error& error) {
+    message = error.what();
+  }
+  std::cout << "the locked-out reader was told: " << message << "\n";
+  EXPECT_NE(message.find("max_connections_per_peer"), std::string::npos) << message;
+}
+
+// The owner's idle limit closes pooled connections a reader keeps: the reader closes them
+// first (at half the limit) and dials again, so a read after a pause never meets a closing one.
+TEST(ConnectionFlood, ReadsAfterAnIdlePauseStillWork) {
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  options.idle_timeout = 400ms;
+  Connector owner(options);
+  Connector reader(options);
+  std::vector<std::byte> source(4096, std::byte{7});
+  for (int round = 0; round < 4; ++round) {
+    auto readable = owner.create_readable({Descriptor(std::span(source))});
+    std::vector<std::byte> destination(4096);
+    auto read = reader.begin_read(readable.metadata(), {Descriptor(std::span(destination))});
+    SCOPED_TRACE("round " + std::to_string(round));
+    ASSERT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
+    EXPECT_EQ(destination, source);
+    std::this_thread::sleep_for(round % 2 == 0 ? 250ms : 450ms);
+  }
 }
 
 }  // namespace

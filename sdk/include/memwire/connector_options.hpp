@@ -73,6 +73,10 @@ struct MEMWIRE_API ConnectorOptions {
   // wait queued on one accepted tcp or shm connection for a peer that reads them slowly: over
   // it, that connection reads no more requests until the peer has taken enough of them.
   std::size_t max_queued_answer_bytes = 1u << 20;
+  // An accepted tcp or shm connection silent for this long after its first frame, with nothing
+  // in progress on it, is closed (0 = never); a connector closes its own pooled connections to
+  // a peer after half of it idle, so that it never sends on one the peer is closing.
+  std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
   // Where memwire says what it decided and what failed: one JSON object per call (no newline),
   // {"ts","level","event","msg","connector"[,"peer","transport","key","code",...]}, for each
   // event at or above `log_level`. Empty = silent. Called on memwire's threads: keep it short.
@@ -86,7 +90,8 @@ struct MEMWIRE_API ConnectorOptions {
   // MEMWIRE_RDMA_SLICE_SIZE, MEMWIRE_RDMA_ACCESS=auto|windows|connection_pd,
   // MEMWIRE_RDMA_MAX_ACCESS_FAULTS, MEMWIRE_RDMA_ACCESS_FAULT_WINDOW_MS, MEMWIRE_GID_INDEX,
   // MEMWIRE_TCP_CHUNK_SIZE, MEMWIRE_TCP_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS,
-  // MEMWIRE_MAX_CONNECTIONS_PER_PEER, MEMWIRE_MAX_QUEUED_ANSWER_BYTES, MEMWIRE_LOG=1 logs JSON
+  // MEMWIRE_MAX_CONNECTIONS_PER_PEER, MEMWIRE_MAX_QUEUED_ANSWER_BYTES, MEMWIRE_IDLE_TIMEOUT_MS,
+  // MEMWIRE_LOG=1 logs JSON
   // lines to stderr, MEMWIRE_LOG_LEVEL=debug|info|warn|error sets the level and also logs to
   // stderr). The only place memwire reads the environment; call it at your program's edge if you
   // want them.

@@ -173,7 +173,18 @@ void StreamConnection::send_held_back() {
   if (failed) shutdown("send failed");
 }
 
+std::chrono::steady_clock::duration StreamConnection::idle_for() const noexcept {
+  return std::chrono::steady_clock::now().time_since_epoch() -
+         std::chrono::steady_clock::duration(last_activity_.load(std::memory_order_relaxed));
+}
+
+std::string StreamConnection::close_reason() const {
+  std::lock_guard lock(mutex_);
+  return close_reason_;
+}
+
 bool StreamConnection::send(OutFrame frame) {
+  note_activity();
   if (hold_back(frame)) return true;
   std::unique_lock lock(mutex_);
   if (closing_) return false;
@@ -202,6 +213,17 @@ bool StreamConnection::refill_inbox() {
   for (;;) {
     ssize_t received = ::recv(socket_.get(), inbox_.get(), kInboxSize, 0);
     if (received < 0 && errno == EINTR) continue;
+    if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && idle_watched_) {
+      // Silent for idle_timeout_: closed only when nothing is in progress either way.
+      bool sending = false;
+      {
+        std::lock_guard lock(mutex_);
+        sending = writing_ || !queue_.empty();
+      }
+      if (sending || handler_->busy() || idle_for() < idle_timeout_ / 2) continue;
+      idle_closed_ = true;
+      return false;
+    }
     if (received <= 0) return false;
     inbox_end_ = static_cast<std::size_t>(received);
     return true;
@@ -294,11 +316,16 @@ void StreamConnection::read_loop() {
     if (!receive(&header, sizeof header)) {
       if (awaiting_first_frame && (errno == EAGAIN || errno == EWOULDBLOCK))
         reason = "no first frame within the handshake timeout";
+      else if (idle_closed_)
+        reason = "idle for longer than the idle timeout (" + std::to_string(idle_timeout_.count()) +
+                 " ms)";
       break;
     }
+    note_activity();
     if (awaiting_first_frame) {
       awaiting_first_frame = false;
-      set_receive_timeout(socket_.get(), std::chrono::milliseconds(0));
+      set_receive_timeout(socket_.get(), idle_timeout_);  // from now on, silence is idleness
+      idle_watched_ = idle_timeout_.count() > 0;
     }
     if (auto problem = frame_header_problem(header)) {
       reason = "protocol error: " + *problem;

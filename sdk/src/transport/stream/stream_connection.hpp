@@ -31,6 +31,10 @@ class FrameHandler {
   // May consume the frame's payload with receive()/discard(); must consume all of it.
   virtual void on_frame(StreamConnection& connection, const FrameHeader& header) = 0;
   virtual void on_closed(StreamConnection& connection, const Error& reason) = 0;
+  // Whether work that this connection will carry more frames of is in progress (a transfer
+  // whose completion notice may still come here): an idle limit must not close it then.
+  // Reader thread.
+  virtual bool busy() const { return false; }
 };
 
 // A frame to send: the header, then `text` (a name, an error, a piece list), then `data` or
@@ -78,6 +82,14 @@ class MEMWIRE_API StreamConnection {
   // sent enough. 0 = unbounded: an active side must never stop reading answers, or two
   // connectors sending to each other could each wait on the other. Before run().
   void limit_queued_bytes(std::size_t bytes) { max_queued_bytes_ = bytes; }
+  // A serving side's bound on silence after the first frame: a peer that sends nothing for
+  // `timeout` while nothing is in progress (no answer being sent, the handler not busy) is
+  // closed. 0 = none. Before run().
+  void limit_idle(std::chrono::milliseconds timeout) { idle_timeout_ = timeout; }
+  // Since the last frame sent or received.
+  std::chrono::steady_clock::duration idle_for() const noexcept;
+  // Why the connection closed ("" while open).
+  std::string close_reason() const;
 
   // Queues a frame; false when the connection is closed (the frame is dropped).
   bool send(OutFrame frame);
@@ -144,6 +156,16 @@ class MEMWIRE_API StreamConnection {
   std::string close_reason_;
 
   std::chrono::milliseconds first_frame_timeout_{};
+  std::chrono::milliseconds idle_timeout_{};
+  // Reader thread: past the first frame with an idle limit; a receive timed out while idle.
+  bool idle_watched_ = false;
+  bool idle_closed_ = false;
+  std::atomic<std::chrono::steady_clock::rep> last_activity_{
+      std::chrono::steady_clock::now().time_since_epoch().count()};
+  void note_activity() noexcept {
+    last_activity_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                         std::memory_order_relaxed);
+  }
   std::function<void()> on_finished_;
   std::unique_ptr<ConnectionWatch> watch_;
   std::atomic<int> running_threads_{0};

@@ -264,6 +264,13 @@ void StreamPassiveSide::serve_notice(StreamConnection& connection, const FrameHe
   answer(connection, FrameType::NoticeResponse, header, nullptr);
 }
 
+bool StreamPassiveSide::busy() const {
+  for (const auto& [key, weak] : touched_)
+    if (auto registration = weak.lock(); registration && !is_terminal(registration->status()))
+      return true;
+  return false;
+}
+
 void StreamPassiveSide::on_closed(StreamConnection&, const Error& reason) {
   auto touched = std::move(touched_);
   for (auto& [key, weak] : touched)

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -105,8 +106,11 @@ class StreamTransport final : public Transport {
                             ? send_chunk(connection, state, requests[n], reading)
                             : send_pieces(connection, state, requests[n], reading);
       if (!sent) {
-        if (transfer->gate().is_open())
-          transfer->fail(Error(ErrorCode::PeerLost, "connection to " + offer.address + " lost"));
+        if (transfer->gate().is_open()) {
+          const auto why = connection.close_reason();
+          transfer->fail(Error(ErrorCode::PeerLost, "connection to " + offer.address + " lost" +
+                                                        (why.empty() ? "" : ": " + why)));
+        }
         return;
       }
     }
@@ -258,8 +262,16 @@ class StreamTransport final : public Transport {
     Connections finished;  // dropped outside the lock
     std::lock_guard lock(mutex_);
     auto& connections = pool_[address];
+    // Idle for half the idle limit (the peer's, if it has ours): closed here before the peer
+    // closes it, so that a request never goes out on a connection the peer is closing.
+    const auto stale = context_.options.idle_timeout / 2;
     std::erase_if(connections, [&](const auto& connection) {
-      if (connection->alive()) return false;
+      if (connection->alive()) {
+        if (stale.count() == 0 || connection->idle_for() < stale ||
+            !static_cast<StreamActiveSide&>(connection->handler()).idle())
+          return false;
+        connection->shutdown("connection closed");
+      }
       retired_.push_back(connection);
       return true;
     });
@@ -291,7 +303,9 @@ class StreamTransport final : public Transport {
     bool listener_paused = false;
     for (;;) {
       pollfd waits[2] = {{wake_.get(), POLLIN, 0}, {settings_.listener.get(), POLLIN, 0}};
-      const int ready = ::poll(waits, listener_paused ? 1 : 2, listener_paused ? 1000 : -1);
+      const int wait_ms = !refused_.empty() ? 100 : listener_paused ? 1000 : -1;
+      const int ready = ::poll(waits, listener_paused ? 1 : 2, wait_ms);
+      close_refused(/*all=*/false);
       if (ready < 0 && errno != EINTR) return;
       if (waits[0].revents != 0) {
         std::uint64_t count;
@@ -340,10 +354,17 @@ class StreamTransport final : public Transport {
         ++live;
         if (entry.peer == peer) ++same_peer;
       }
-      if (live >= context_.options.max_connections ||
-          same_peer >= context_.options.max_connections_per_peer) {
+      const bool too_many = live >= context_.options.max_connections;
+      if (too_many || same_peer >= context_.options.max_connections_per_peer) {
         log(LogLevel::Warn, "connection_refused",
             "connection from " + peer + " closed: over the connection limit", peer);
+        refuse(socket.get(),
+               too_many ? "over its connection limit (max_connections " +
+                              std::to_string(context_.options.max_connections) + ")"
+                        : "over its connection limit for one peer (max_connections_per_peer " +
+                              std::to_string(context_.options.max_connections_per_peer) +
+                              ", from " + peer + ")");
+        linger_refused(std::move(socket));
         return;
       }
     }
@@ -355,6 +376,7 @@ class StreamTransport final : public Transport {
     passive->bind(connection);
     connection->watch(
         std::make_unique<ConnectionWatch>(context_, settings_.name, Direction::Inbound, peer));
+    connection->limit_idle(context_.options.idle_timeout);
     connection->limit_queued_bytes(
         std::max<std::size_t>(context_.options.max_queued_answer_bytes, 1));
     try {
@@ -366,6 +388,39 @@ class StreamTransport final : public Transport {
     }
     std::lock_guard lock(mutex_);
     accepted_.push_back({std::move(connection), std::move(peer)});
+  }
+
+  // Tells a refused peer why before closing, so that it fails with that reason and not with a
+  // bare "connection lost"; on the accepting thread, so nothing here blocks.
+  static void refuse(int socket, const std::string& why) {
+    OutFrame refusal;
+    refusal.header.type = FrameType::HelloResponse;
+    refusal.header.code = wire_code(ErrorCode::Transport);
+    refusal.header.length = why.size();
+    iovec parts[2] = {{&refusal.header, sizeof refusal.header},
+                      {const_cast<char*>(why.data()), why.size()}};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = 2;
+    [[maybe_unused]] auto sent = ::sendmsg(socket, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+    // Unread bytes (its Hello) would turn the close into a reset that may beat the refusal.
+    char scratch[4096];
+    while (::recv(socket, scratch, sizeof scratch, MSG_DONTWAIT) > 0) {
+    }
+    ::shutdown(socket, SHUT_WR);
+  }
+
+  // Refused connections stay half-open a moment: closed at once, the peer's next send could
+  // meet a reset before its reader saw the refusal. Accepting thread only.
+  static constexpr auto kRefusedLinger = std::chrono::milliseconds(200);
+  static constexpr std::size_t kMostRefusedLingering = 64;
+  void linger_refused(FileDescriptor socket) {
+    if (refused_.size() == kMostRefusedLingering) refused_.pop_front();
+    refused_.push_back({std::move(socket), std::chrono::steady_clock::now() + kRefusedLinger});
+  }
+  void close_refused(bool all) {
+    const auto now = std::chrono::steady_clock::now();
+    while (!refused_.empty() && (all || refused_.front().second <= now)) refused_.pop_front();
   }
 
   // Connections whose threads ended give their descriptors back now, not at the next accept.
@@ -429,6 +484,7 @@ class StreamTransport final : public Transport {
     std::string peer;  // what the per-peer limit counts
   };
   std::vector<Accepted> accepted_;
+  std::deque<std::pair<FileDescriptor, std::chrono::steady_clock::time_point>> refused_;
   FileDescriptor wake_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
   std::atomic<bool> stopping_{false};
   Connections retired_;  // closed, out of the pool, threads maybe still running
