@@ -212,6 +212,24 @@ TEST(TransportChoice, SameHostPeersPreferShmAndSaySo) {
   expect_pattern(target, 77);
 }
 
+// Issue 23, finding 9: a connector reading its own readable stalled 5.1 s (the connect
+// timeout) in the shm probe, then fell back to tcp: the dial held the pool's lock, which the
+// acceptor answering that very probe needed.
+TEST(TransportChoice, AConnectorReadsItsOwnReadableAtOnce) {
+  ConnectorOptions options;
+  options.transports = {"shm", "tcp"};
+  Connector connector(options);
+  auto source = make_buffers({4096}, 9);
+  auto target = make_buffers({4096}, std::nullopt);
+  auto readable = connector.create_readable(source.view());
+  const auto began = std::chrono::steady_clock::now();
+  auto read = connector.begin_read(readable.metadata(), target.view());
+  ASSERT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
+  EXPECT_LT(std::chrono::steady_clock::now() - began, 1s);
+  EXPECT_EQ(read.transport(), "shm");
+  expect_pattern(target, 9);
+}
+
 TEST(TransportChoice, OtherBootIdMeansNoShm) {
   Connector owner, reader;
   auto source = make_buffers({1000}, 5);

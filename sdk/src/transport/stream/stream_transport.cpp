@@ -260,39 +260,59 @@ class StreamTransport final : public Transport {
   Connections connections_to(const std::string& address) {
     const auto wanted = std::max(1u, context_.options.tcp.connections_per_peer);
     Connections finished;  // dropped outside the lock
+    std::size_t missing = 0;
+    {
+      std::lock_guard lock(mutex_);
+      auto& connections = pool_[address];
+      // Idle for half the idle limit (the peer's, if it has ours): closed here before the peer
+      // closes it, so that a request never goes out on a connection the peer is closing.
+      const auto stale = context_.options.idle_timeout / 2;
+      std::erase_if(connections, [&](const auto& connection) {
+        if (connection->alive()) {
+          if (stale.count() == 0 || connection->idle_for() < stale ||
+              !static_cast<StreamActiveSide&>(connection->handler()).idle())
+            return false;
+          connection->shutdown("connection closed");
+        }
+        retired_.push_back(connection);
+        return true;
+      });
+      move_finished(retired_, finished);
+      if (connections.size() >= wanted) return connections;
+      missing = wanted - connections.size();
+    }
+    // Dialled without the lock: a dial that waits for its answer (shm's probe) to this very
+    // transport (a connector reading its own operation) needs the acceptor, which takes it.
+    Connections dialled;
+    for (std::size_t n = 0; n < missing; ++n) dialled.push_back(dial(address));
     std::lock_guard lock(mutex_);
     auto& connections = pool_[address];
-    // Idle for half the idle limit (the peer's, if it has ours): closed here before the peer
-    // closes it, so that a request never goes out on a connection the peer is closing.
-    const auto stale = context_.options.idle_timeout / 2;
-    std::erase_if(connections, [&](const auto& connection) {
-      if (connection->alive()) {
-        if (stale.count() == 0 || connection->idle_for() < stale ||
-            !static_cast<StreamActiveSide&>(connection->handler()).idle())
-          return false;
+    for (auto& connection : dialled) {
+      if (connections.size() < wanted) {
+        connections.push_back(std::move(connection));
+      } else {  // another caller dialled meanwhile
         connection->shutdown("connection closed");
+        retired_.push_back(std::move(connection));
       }
-      retired_.push_back(connection);
-      return true;
-    });
-    move_finished(retired_, finished);
-    while (connections.size() < wanted) {
-      auto socket = settings_.dial(address, context_.options.connect_timeout);
-      const int peer = settings_.cross_memory ? peer_process(socket.get()) : 0;
-      auto connection = std::make_shared<StreamConnection>(
-          std::move(socket), std::make_unique<StreamActiveSide>(peer), address);
-      connection->watch(std::make_unique<ConnectionWatch>(context_, settings_.name,
-                                                          Direction::Outbound, address));
-      connection->run();
-      if (!settings_.cross_memory) {  // a cross-memory dial already said hello, with its probe
-        OutFrame hello;
-        hello.header.type = FrameType::Hello;
-        hello.text = context_.connector_name.substr(0, FrameHeader::kMaxText);
-        connection->send(std::move(hello));
-      }
-      connections.push_back(std::move(connection));
     }
     return connections;
+  }
+
+  std::shared_ptr<StreamConnection> dial(const std::string& address) {
+    auto socket = settings_.dial(address, context_.options.connect_timeout);
+    const int peer = settings_.cross_memory ? peer_process(socket.get()) : 0;
+    auto connection = std::make_shared<StreamConnection>(
+        std::move(socket), std::make_unique<StreamActiveSide>(peer), address);
+    connection->watch(
+        std::make_unique<ConnectionWatch>(context_, settings_.name, Direction::Outbound, address));
+    connection->run();
+    if (!settings_.cross_memory) {  // a cross-memory dial already said hello, with its probe
+      OutFrame hello;
+      hello.header.type = FrameType::Hello;
+      hello.text = context_.connector_name.substr(0, FrameHeader::kMaxText);
+      connection->send(std::move(hello));
+    }
+    return connection;
   }
 
   // Waits on the listener and on `wake_` (a connection ended, or we stop). Never spins: out of
