@@ -20,7 +20,8 @@ void StreamPassiveSide::answer(StreamConnection& connection, FrameType type,
   frame.header.request_id = request.request_id;
   if (error != nullptr) {
     frame.header.code = wire_code(error->code());
-    frame.text = std::string(error->what()).substr(0, FrameHeader::kMaxText);
+    frame.text =
+        std::string(error->message()).substr(0, FrameHeader::kMaxText);  // the code travels apart
   }
   connection.send(std::move(frame));
 }

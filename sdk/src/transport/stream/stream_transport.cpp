@@ -250,7 +250,7 @@ class StreamTransport final : public Transport {
         frame.header.code = wire_code(error.code());
         frame.header.key = key;
         frame.header.token = token;
-        frame.text = std::string(error.what()).substr(0, FrameHeader::kMaxText);
+        frame.text = std::string(error.message()).substr(0, FrameHeader::kMaxText);
         connection->send(std::move(frame));
       }
     });
