@@ -37,6 +37,7 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
       if (!name.empty()) options.transports.push_back(name);
   }
   if (const char* text = std::getenv("MEMWIRE_BIND_ADDRESS")) options.bind_address = text;
+  if (const char* text = std::getenv("MEMWIRE_ADVERTISE_ADDRESS")) options.advertise_address = text;
   if (const char* text = std::getenv("MEMWIRE_PORT"))
     options.port = number_from<std::uint16_t>("MEMWIRE_PORT", text);
   if (const char* text = std::getenv("MEMWIRE_RDMA_DEVICE")) options.rdma.device = text;

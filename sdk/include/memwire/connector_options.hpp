@@ -53,6 +53,10 @@ struct MEMWIRE_API ConnectorOptions {
   // Where the TCP listener binds; port 0 = any free port.
   std::string bind_address = "127.0.0.1";
   std::uint16_t port = 0;
+  // The TCP address peers are told to dial, "host" (with the listener's port) or "host:port":
+  // for NAT or a port-mapped container. Empty = the bind address, or the host's name when
+  // that is 0.0.0.0.
+  std::string advertise_address;
   // Transports this connector may use, best first; unknown or unavailable ones are skipped.
   std::vector<std::string> transports = {"verbs", "shm", "tcp"};
   // Per transport.
@@ -86,15 +90,14 @@ struct MEMWIRE_API ConnectorOptions {
   bool telemetry = true;
 
   // Applies the documented MEMWIRE_* environment overrides (MEMWIRE_TRANSPORTS=verbs,tcp,
-  // MEMWIRE_BIND_ADDRESS, MEMWIRE_PORT, MEMWIRE_RDMA_DEVICE, MEMWIRE_RDMA_DEVICES=rxe0,rxe1,
-  // MEMWIRE_RDMA_SLICE_SIZE, MEMWIRE_RDMA_ACCESS=auto|windows|connection_pd,
-  // MEMWIRE_RDMA_MAX_ACCESS_FAULTS, MEMWIRE_RDMA_ACCESS_FAULT_WINDOW_MS, MEMWIRE_GID_INDEX,
-  // MEMWIRE_TCP_CHUNK_SIZE, MEMWIRE_TCP_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS,
-  // MEMWIRE_MAX_CONNECTIONS_PER_PEER, MEMWIRE_MAX_QUEUED_ANSWER_BYTES, MEMWIRE_IDLE_TIMEOUT_MS,
-  // MEMWIRE_LOG=1 logs JSON
-  // lines to stderr, MEMWIRE_LOG_LEVEL=debug|info|warn|error sets the level and also logs to
-  // stderr). The only place memwire reads the environment; call it at your program's edge if you
-  // want them.
+  // MEMWIRE_BIND_ADDRESS, MEMWIRE_ADVERTISE_ADDRESS, MEMWIRE_PORT, MEMWIRE_RDMA_DEVICE,
+  // MEMWIRE_RDMA_DEVICES=rxe0,rxe1, MEMWIRE_RDMA_SLICE_SIZE,
+  // MEMWIRE_RDMA_ACCESS=auto|windows|connection_pd, MEMWIRE_RDMA_MAX_ACCESS_FAULTS,
+  // MEMWIRE_RDMA_ACCESS_FAULT_WINDOW_MS, MEMWIRE_GID_INDEX, MEMWIRE_TCP_CHUNK_SIZE,
+  // MEMWIRE_TCP_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS_PER_PEER,
+  // MEMWIRE_MAX_QUEUED_ANSWER_BYTES, MEMWIRE_IDLE_TIMEOUT_MS, MEMWIRE_LOG=1 logs JSON lines to
+  // stderr, MEMWIRE_LOG_LEVEL=debug|info|warn|error sets the level and also logs to stderr). The
+  // only place memwire reads the environment; call it at your program's edge if you want them.
   static ConnectorOptions from_environment(ConnectorOptions defaults);
   static ConnectorOptions from_environment();
 };
