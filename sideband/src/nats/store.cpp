@@ -1,7 +1,9 @@
 #include "store.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
+#include <set>
 
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
@@ -37,6 +39,21 @@ Envelope Store::envelope(const std::string& metadata_json, std::int64_t expires_
   return envelope;
 }
 
+// The servers this connection knows (given and discovered): the cluster's size, as far as a
+// client can tell.
+int Store::known_servers() const {
+  char** servers = nullptr;
+  int count = 0;
+  if (natsConnection_GetServers(connection_->get(), &servers, &count) != NATS_OK) return 1;
+  std::set<std::string> distinct;
+  for (int i = 0; i < count; ++i) {
+    distinct.insert(servers[i]);
+    std::free(servers[i]);
+  }
+  std::free(servers);
+  return std::max<int>(1, static_cast<int>(distinct.size()));
+}
+
 KvPtr Store::open_bucket(const std::string& bucket) {
   kvStore* raw = nullptr;
   auto status = js_KeyValue(&raw, connection_->jetstream(), bucket.c_str());
@@ -48,8 +65,16 @@ KvPtr Store::open_bucket(const std::string& bucket) {
     // nats.c 3.4 passes TTL on as the stream's MaxAge: nanoseconds.
     config.TTL = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.kv_max_age).count();
     config.StorageType = js_FileStorage;
-    config.Replicas = options_.kv_replicas;
+    // 0 = as many copies as the cluster has servers, up to 3: a cluster keeps its names when a
+    // node dies without anyone having to ask for it.
+    const bool automatic = options_.kv_replicas == 0;
+    config.Replicas = automatic ? std::min(3, known_servers()) : options_.kv_replicas;
     status = js_CreateKeyValue(&raw, connection_->jetstream(), &config);
+    if (status != NATS_OK && automatic && config.Replicas > 1) {
+      // Servers that are not one JetStream cluster (two addresses of one server): one copy.
+      config.Replicas = 1;
+      status = js_CreateKeyValue(&raw, connection_->jetstream(), &config);
+    }
     if (status != NATS_OK) {
       const std::string why = describe(status);
       // Another client may have created it in between.

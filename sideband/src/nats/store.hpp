@@ -55,6 +55,7 @@ class Store {
 
  private:
   KvPtr open_bucket(const std::string& bucket);
+  int known_servers() const;
   kvStore* parts_store();
   std::size_t store_parts(const std::string& part_key, const std::string& json);
   std::string read_parts(const Entry& entry, std::string_view name, Deadline deadline);

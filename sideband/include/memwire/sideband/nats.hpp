@@ -46,7 +46,9 @@ struct MEMWIRE_API NatsOptions {
   // How many servers hold a copy of each KV bucket, applied only when this channel creates the
   // bucket (1..5, at most the cluster's size). 1 suits a single server; 3 on a 3-node cluster
   // keeps every name readable (and lets a new stream leader take over) when one node dies.
-  int kv_replicas = 1;
+  // 0 (the default) = as many as the servers the connection knows (given and discovered from
+  // the cluster), up to 3; one if the servers turn out not to be one JetStream cluster.
+  int kv_replicas = 0;
 
   // Connecting, and every JetStream/KV call, give up after this long (Error{Timeout}).
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(2);
