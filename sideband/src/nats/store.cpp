@@ -27,6 +27,28 @@ std::string random_key() {
 Store::Store(std::shared_ptr<NatsConnection> connection)
     : connection_(std::move(connection)), options_(connection_->options()) {
   kv_ = open_bucket(options_.kv_bucket);
+  refuse_shorter_max_age();
+}
+
+// A bucket made elsewhere with a MaxAge shorter than this channel's (none, by default) drops
+// names while their publishers still think them published: refused, with what to do.
+void Store::refuse_shorter_max_age() {
+  kvStatus* raw = nullptr;
+  if (kvStore_Status(&raw, kv_.get()) != NATS_OK) return;  // cannot tell: no reason to refuse
+  const auto max_age = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::nanoseconds(kvStatus_TTL(raw)));
+  kvStatus_Destroy(raw);
+  if (max_age.count() <= 0) return;
+  if (options_.kv_max_age.count() > 0 && max_age >= options_.kv_max_age) return;
+  throw Error(
+      ErrorCode::InvalidArgument,
+      "nats: the KV bucket '" + options_.kv_bucket + "' drops every entry after " +
+          std::to_string(max_age.count()) +
+          " ms (its max age), sooner than this channel's kv_max_age (" +
+          (options_.kv_max_age.count() > 0 ? std::to_string(options_.kv_max_age.count()) + " ms"
+                                           : std::string("none")) +
+          "): names would vanish while published; recreate the bucket, or set kv_max_age to " +
+          std::to_string(max_age.count()) + " ms to accept that");
 }
 
 Envelope Store::envelope(const std::string& metadata_json, std::int64_t expires_at_ms) {

@@ -56,6 +56,7 @@ class Store {
  private:
   KvPtr open_bucket(const std::string& bucket);
   int known_servers() const;
+  void refuse_shorter_max_age();
   kvStore* parts_store();
   std::size_t store_parts(const std::string& part_key, const std::string& json);
   std::string read_parts(const Entry& entry, std::string_view name, Deadline deadline);

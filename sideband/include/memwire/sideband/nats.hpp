@@ -41,7 +41,9 @@ struct MEMWIRE_API NatsOptions {
   // The JetStream key/value bucket that is the durable registry; created if absent.
   std::string kv_bucket = "memwire";
   // Upper bound on how long any entry stays in the bucket (its MaxAge), applied only when this
-  // channel creates the bucket. 0 = none: entries without a TTL stay until withdrawn.
+  // channel creates the bucket. 0 = none: entries without a TTL stay until withdrawn. A bucket
+  // that exists with a shorter MaxAge (made by hand) is refused (Error{InvalidArgument}): its
+  // names would vanish while published.
   std::chrono::milliseconds kv_max_age{0};
   // How many servers hold a copy of each KV bucket, applied only when this channel creates the
   // bucket (1..5, at most the cluster's size). 1 suits a single server; 3 on a 3-node cluster
