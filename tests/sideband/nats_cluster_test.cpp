@@ -158,9 +158,6 @@ TEST_F(NatsClusterTest, NamesSurviveTheLossOfTheStreamLeader) {
   }
 }
 
-// The owner's server dies: the owner reconnects to the next server in its list, its responder
-// and serve() subscription come back there, and a client on a third node gets answers from the
-// live owner (the registry no longer holds the name, so only the owner can answer).
 // Issue 23, finding 8: every program created the registry at one replica (kv_replicas was 1
 // unless C++ code said otherwise), so a cluster lost its names with the node that held them.
 // Now a channel that is not told creates it with a copy per server it knows, up to 3, and a
@@ -185,6 +182,9 @@ TEST_F(NatsClusterTest, ByDefaultTheRegistryHasACopyOnEveryNodeUpToThree) {
   natsConnection_Destroy(connection);
 }
 
+// The owner's server dies: the owner reconnects to the next server in its list, its responder
+// and serve() subscription come back there, and a client on a third node gets answers from the
+// live owner (the registry no longer holds the name, so only the owner can answer).
 TEST_F(NatsClusterTest, OwnerMovesToAnotherNodeAndKeepsAnswering) {
   ReconnectEvents events;
   auto owner_options = options_for(cluster_, 0);
