@@ -223,7 +223,9 @@ TEST(ConnectionFlood, PeerThatReadsNoAnswersCannotGrowTheOwnersMemory) {
   std::cout << "sent " << (sent >> 10) << " KiB of read requests (of " << (kOffered >> 10)
             << " offered); the owner grew by " << grown_kib << " KiB\n";
   EXPECT_LT(sent, kOffered / 2) << "the owner kept reading requests it could not answer";
+#if !MEMWIRE_TEST_UNDER_SANITIZER  // ASan's quarantine keeps freed memory resident
   EXPECT_LT(grown_kib, 24 * 1024);
+#endif
   socket.reset();
 
   // The owner still serves others.
