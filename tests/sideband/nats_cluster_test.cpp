@@ -182,6 +182,33 @@ TEST_F(NatsClusterTest, ByDefaultTheRegistryHasACopyOnEveryNodeUpToThree) {
   natsConnection_Destroy(connection);
 }
 
+// Issue 23, finding 8: while the registry's stream elected a new leader, a new client failed
+// with "opening KV bucket 'memwire': Timeout" after its whole request_timeout, although the
+// election ended long before. Opening the bucket now asks again with short waits.
+TEST_F(NatsClusterTest, ANewClientGetsInOnceTheRegistrysLeaderIsElected) {
+  {
+    NatsChannel owner(options_for(cluster_, 0));
+    owner.publish("cluster.elected", sample_metadata(3), 0ms);
+  }
+  const std::string leader = stream_leader(cluster_, "KV_memwire");
+  ASSERT_FALSE(leader.empty());
+  const std::size_t dead = cluster_.index_of(leader);
+  cluster_.node(dead).stop(/*graceful=*/false);
+  auto options = options_for(cluster_, (dead + 1) % cluster_.size());
+  options.request_timeout = 15s;
+  const auto began = Clock::now();
+  std::unique_ptr<NatsChannel> reader;
+  try {
+    reader = std::make_unique<NatsChannel>(options);
+  } catch (const Error& error) {
+    FAIL() << "after " << std::chrono::duration<double>(Clock::now() - began).count()
+           << " s: " << error.what();
+  }
+  std::cout << "the new client was ready after "
+            << std::chrono::duration<double>(Clock::now() - began).count() << " s\n";
+  EXPECT_EQ(eventually([&] { return reader->fetch("cluster.elected", 2s); }), sample_metadata(3));
+}
+
 // The owner's server dies: the owner reconnects to the next server in its list, its responder
 // and serve() subscription come back there, and a client on a third node gets answers from the
 // live owner (the registry no longer holds the name, so only the owner can answer).

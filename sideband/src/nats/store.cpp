@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
@@ -76,9 +77,39 @@ int Store::known_servers() const {
   return std::max<int>(1, static_cast<int>(distinct.size()));
 }
 
+// While the bucket's stream (or JetStream's meta group) elects a leader after a node died, a
+// request can go unanswered for its whole wait, or come back "offline". Asked with a short wait
+// again and again (backing off) until request_timeout has passed, a new client gets in as soon
+// as the election is over, not request_timeout after it began. No event says "leader elected".
+natsStatus Store::wait_for_bucket(const std::string& bucket) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.request_timeout;
+  auto left = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                 std::chrono::steady_clock::now());
+  };
+  auto pause = std::chrono::milliseconds(50);
+  for (;;) {
+    jsOptions quick;
+    jsOptions_Init(&quick);
+    quick.Wait = std::clamp<std::int64_t>(left().count(), 1, 1000);
+    jsCtx* raw_js = nullptr;
+    auto status = natsConnection_JetStream(&raw_js, connection_->get(), &quick);
+    JsPtr js(raw_js);
+    if (status != NATS_OK) return status;
+    kvStore* raw = nullptr;
+    status = js_KeyValue(&raw, js.get(), bucket.c_str());
+    KvPtr probe(raw);
+    if ((status != NATS_TIMEOUT && status != NATS_ERR) || left() <= pause) return status;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(500));
+  }
+}
+
 KvPtr Store::open_bucket(const std::string& bucket) {
   kvStore* raw = nullptr;
-  auto status = js_KeyValue(&raw, connection_->jetstream(), bucket.c_str());
+  auto status = wait_for_bucket(bucket);
+  // Opened for good with the connection's JetStream context (its waits are request_timeout).
+  if (status == NATS_OK) status = js_KeyValue(&raw, connection_->jetstream(), bucket.c_str());
   if (status == NATS_NOT_FOUND) {
     kvConfig config;
     kvConfig_Init(&config);

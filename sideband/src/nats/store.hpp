@@ -55,6 +55,7 @@ class Store {
 
  private:
   KvPtr open_bucket(const std::string& bucket);
+  natsStatus wait_for_bucket(const std::string& bucket);
   int known_servers() const;
   void refuse_shorter_max_age();
   kvStore* parts_store();
