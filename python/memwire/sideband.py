@@ -79,7 +79,10 @@ class NatsChannel(_Channel):
         kv_bucket="",
         connect_timeout=None,
         request_timeout=None,
+        kv_replicas=0,
     ):
+        # kv_replicas: copies of the registry buckets this channel creates (1..5); 0 = one per
+        # server of the cluster it knows, up to 3.
         if isinstance(servers, str):
             servers = [servers]
         self.servers = list(servers)
@@ -92,6 +95,7 @@ class NatsChannel(_Channel):
             kv_bucket,
             _ms(connect_timeout) if connect_timeout else 0,
             _ms(request_timeout) if request_timeout else 0,
+            kv_replicas,
         )
 
 

@@ -730,8 +730,9 @@ PYBIND11_MODULE(_memwire, m) {
       [](const std::vector<std::string>& servers, const std::string& user,
          const std::string& password, const std::string& token, const std::string& subject_prefix,
          const std::string& kv_bucket, std::int64_t connect_timeout_ms,
-         std::int64_t request_timeout_ms) {
+         std::int64_t request_timeout_ms, int kv_replicas) {
         memwire::sideband::NatsOptions options;
+        options.kv_replicas = kv_replicas;  // 0: one copy per known server, up to 3
         options.servers = servers;
         options.user = user;
         options.password = password;
@@ -745,7 +746,7 @@ PYBIND11_MODULE(_memwire, m) {
       },
       py::arg("servers"), py::arg("user") = "", py::arg("password") = "", py::arg("token") = "",
       py::arg("subject_prefix") = "", py::arg("kv_bucket") = "", py::arg("connect_timeout_ms") = 0,
-      py::arg("request_timeout_ms") = 0);
+      py::arg("request_timeout_ms") = 0, py::arg("kv_replicas") = 0);
 
   py::class_<memwire::sideband::HttpEndpoint>(m, "HttpEndpoint")
       .def(py::init([](const std::string& bind_address, int port, const std::string& token) {
