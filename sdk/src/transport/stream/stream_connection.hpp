@@ -86,8 +86,10 @@ class MEMWIRE_API StreamConnection {
   // `timeout` while nothing is in progress (no answer being sent, the handler not busy) is
   // closed. 0 = none. Before run().
   void limit_idle(std::chrono::milliseconds timeout) { idle_timeout_ = timeout; }
-  // Since the last frame sent or received.
+  // Since the last frame sent or received, or the last mark_in_use().
   std::chrono::steady_clock::duration idle_for() const noexcept;
+  // Handed to a transfer that is about to send on it: not idle.
+  void mark_in_use() noexcept { note_activity(); }
   // Why the connection closed ("" while open).
   std::string close_reason() const;
 

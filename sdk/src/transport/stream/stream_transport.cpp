@@ -278,6 +278,8 @@ class StreamTransport final : public Transport {
         return true;
       });
       move_finished(retired_, finished);
+      // Not retired by a concurrent caller between here and this caller's first send.
+      for (const auto& connection : connections) connection->mark_in_use();
       if (connections.size() >= wanted) return connections;
       missing = wanted - connections.size();
     }
