@@ -146,7 +146,8 @@ class NatsChannel(_Channel):
     ):
         """Credentials: at most one of user/password, token, nkey_public + nkey_seed_file, or
         creds_file. TLS: ``tls=True``, a ``tls://`` URL or any of ca_file, cert_file + key_file
-        (mutual TLS). ``kv_replicas`` (1..5) and ``kv_max_age`` (seconds) apply when this
+        (mutual TLS). ``kv_replicas`` (1..5; default one per server of the cluster, up to 3) and
+        ``kv_max_age`` (seconds) apply when this
         channel creates the KV bucket."""
         if isinstance(servers, str):
             servers = [servers]

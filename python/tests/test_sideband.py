@@ -258,3 +258,11 @@ def test_python_reads_what_the_cpp_producer_publishes(channel_url, children):
 
     asyncio.run(main())
     assert child.wait(30) == 0, child.stderr_tail()
+
+
+def test_nats_kv_replicas_is_an_option(nats_url):
+    """Issue 23, finding 8: Python could not say how many copies of the registry to create; the
+    default (0) is one per server of the cluster, up to 3, and a count out of 0..5 is refused."""
+    assert memwire.NatsChannel(nats_url, kv_replicas=1) is not None
+    with pytest.raises(memwire.InvalidArgumentError):
+        memwire.NatsChannel(nats_url, kv_replicas=9)

@@ -37,6 +37,7 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
       if (!name.empty()) options.transports.push_back(name);
   }
   if (const char* text = std::getenv("MEMWIRE_BIND_ADDRESS")) options.bind_address = text;
+  if (const char* text = std::getenv("MEMWIRE_ADVERTISE_ADDRESS")) options.advertise_address = text;
   if (const char* text = std::getenv("MEMWIRE_PORT"))
     options.port = number_from<std::uint16_t>("MEMWIRE_PORT", text);
   if (const char* text = std::getenv("MEMWIRE_RDMA_DEVICE")) options.rdma.device = text;
@@ -67,6 +68,12 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
         number_from<unsigned>("MEMWIRE_MAX_CONNECTIONS_PER_PEER", text);
   if (const char* text = std::getenv("MEMWIRE_CUDA_STAGING_LIMIT"))
     options.cuda_staging_limit = number_from<std::uint64_t>("MEMWIRE_CUDA_STAGING_LIMIT", text);
+  if (const char* text = std::getenv("MEMWIRE_MAX_QUEUED_ANSWER_BYTES"))
+    options.max_queued_answer_bytes =
+        number_from<std::size_t>("MEMWIRE_MAX_QUEUED_ANSWER_BYTES", text);
+  if (const char* text = std::getenv("MEMWIRE_IDLE_TIMEOUT_MS"))
+    options.idle_timeout =
+        std::chrono::milliseconds(number_from<std::int64_t>("MEMWIRE_IDLE_TIMEOUT_MS", text));
   if (const char* text = std::getenv("MEMWIRE_LOG"); text && std::string_view(text) == "1")
     options.log = log_to_stderr;
   if (const char* text = std::getenv("MEMWIRE_LOG_LEVEL"); text && *text) {

@@ -11,8 +11,8 @@
 namespace memwire::services {
 
 const std::set<std::string>& channel_option_names() {
-  static const std::set<std::string> names{"--http",     "--nats", "--token",  "--token-file",
-                                           "--password", "--user", "--ca-file"};
+  static const std::set<std::string> names{"--http",     "--nats", "--token",   "--token-file",
+                                           "--password", "--user", "--ca-file", "--kv-replicas"};
   return names;
 }
 
@@ -61,6 +61,8 @@ std::unique_ptr<sideband::Channel> make_channel(const Arguments& arguments) {
   options.user = arguments.get("--user");
   options.password = arguments.get("--password");
   options.ca_file = arguments.get("--ca-file");
+  // Copies of the registry a channel creates: 0 = one per known server, up to 3.
+  options.kv_replicas = static_cast<int>(arguments.get_uint("--kv-replicas", 0, 0, 5));
   return std::make_unique<sideband::NatsChannel>(std::move(options));
 #else
   throw UsageError("this build has no NATS channel; use --http URL");

@@ -31,6 +31,8 @@ constexpr const char* kHelp = R"(usage: memwire-consumer (--http URL | --nats UR
                        $MEMWIRE_METRICS_LISTEN; absent: none)
   --linger S           stay up S seconds after finishing, for a last scrape (default 0)
   auth: --token T, --user U --password P, --ca-file F
+  --kv-replicas N      NATS: copies of the registry bucket if this creates it (default 0 =
+                       one per server of the cluster, up to 3)
 )";
 
 // Stages start in any order: until the producer serves the prefix, a request is NotFound.

@@ -32,6 +32,8 @@ constexpr const char* kHelp = R"(usage: memwire-producer (--http URL | --nats UR
                             $MEMWIRE_METRICS_LISTEN; absent: none)
   --linger S                stay up S seconds after finishing, for a last scrape (default 0)
   auth: --token T, --user U --password P, --ca-file F
+  --kv-replicas N           NATS: copies of the registry bucket if this creates it (default 0 =
+                            one per server of the cluster, up to 3)
 )";
 
 // Set by SIGINT/SIGTERM; both modes wait on it together with their own progress.

@@ -271,8 +271,16 @@ ReadOperation Worker::read(std::string_view name, std::vector<Descriptor> local,
       lookup == Lookup::Fetch ? channel_->fetch(name, timeout) : channel_->wait_for(name, timeout);
   auto operation = connector_->begin_read(metadata, std::move(local));
   // Destroying the operation on a throw (timeout) cancels it.
-  require_complete(operation.wait_for_completion(left_until(deadline)), operation,
-                   "reading '" + std::string(name) + "'");
+  OperationStatus status;
+  try {
+    status = operation.wait_for_completion(left_until(deadline));
+  } catch (const Error& error) {
+    if (error.code() != ErrorCode::Timeout) throw;
+    // The caller's timeout, not what was left of it after the lookup and the connect.
+    throw Error(ErrorCode::Timeout, "reading '" + std::string(name) + "': not finished within " +
+                                        std::to_string(timeout.count()) + " ms");
+  }
+  require_complete(status, operation, "reading '" + std::string(name) + "'");
   return operation;
 }
 

@@ -183,3 +183,25 @@ TEST_F(AccessControl, CrossMemoryRequestsNeedAKnownLocalProcess) {
   EXPECT_EQ(peer.answer().first, wire_code(ErrorCode::Protocol));
   EXPECT_EQ(payload, std::vector<std::byte>(16, std::byte{0xee}));
 }
+
+// Issue 23, finding 9: a refusal's text carried its code's prefix, and the reader's error added
+// it again: "not found: the passive side refused: not found: no live operation ...". The code
+// travels apart, so the text says it once.
+TEST(RefusalText, NamesItsCodeOnce) {
+  Connector owner{tcp_only()}, reader{tcp_only()};
+  std::vector<std::byte> memory(4096), target(4096);
+  auto writable = owner.create_writable({Descriptor(std::span(memory))});
+  const auto metadata = writable.metadata();
+  writable.cancel();
+  auto write = reader.begin_write({Descriptor(std::span(target))}, metadata);
+  std::string message;
+  try {
+    write.wait_for_completion(5s);
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::NotFound);
+    message = error.what();
+  }
+  ASSERT_FALSE(message.empty()) << "the write went through";
+  EXPECT_EQ(message.find("not found"), message.rfind("not found")) << message;
+  EXPECT_NE(message.find("no live operation"), std::string::npos) << message;
+}

@@ -4,20 +4,24 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "file_descriptor.hpp"
+#include "ids.hpp"
 #include "memwire/memwire.hpp"
 #include "support/pattern.hpp"
 #include "support/sanitizers.hpp"
 #include "support/test_peer_process.hpp"
+#include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
 
 using namespace memwire;
@@ -59,6 +63,13 @@ double cpu_seconds(int pid) {
   return static_cast<double>(user + system) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
+long resident_kib(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
 int thread_count(int pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   for (std::string line; std::getline(in, line);)
@@ -66,13 +77,17 @@ int thread_count(int pid) {
   return -1;
 }
 
-// Whether the peer closed `socket` within `timeout`.
+// Whether the peer closed `socket` within `timeout` (after what it said before, if anything:
+// a refusal).
 bool closed_by_peer(int socket, std::chrono::milliseconds timeout) {
   timeval limit{static_cast<time_t>(timeout.count() / 1000),
                 static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
   ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-  char byte;
-  return ::recv(socket, &byte, 1, 0) == 0;
+  char bytes[4096];
+  for (;;) {
+    const auto received = ::recv(socket, bytes, sizeof bytes, 0);
+    if (received <= 0) return received == 0;
+  }
 }
 
 TEST(ConnectionFlood, FdExhaustionNeitherSpinsNorStopsLaterTransfers) {
@@ -161,6 +176,143 @@ TEST(ConnectionFlood, ConnectionsPerPeerAreCapped) {
   for (auto& socket : sockets)
     if (!socket || closed_by_peer(socket.get(), 300ms)) ++refused;
   EXPECT_EQ(refused, 12 - 4);
+}
+
+// Issue 23, finding 1: a peer that pipelines read requests for unknown keys (no key or token
+// needed) and never reads the answers made the owner queue every error answer: about 3.6 bytes
+// of its memory per byte sent, without bound. Now the answers queued per connection are bounded
+// and the owner stops reading requests while they are backed up, so the peer's sends stall.
+TEST(ConnectionFlood, PeerThatReadsNoAnswersCannotGrowTheOwnersMemory) {
+  auto owner = test_support::start_test_peer({"publish", "readable", "4096", "5"});
+  auto metadata = RdmaMetadata::from_json(test_support::expect_line(owner));
+  auto peer = detail::parse_host_port(tcp_address(metadata));
+  FileDescriptor socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  const int small = 4096;  // the answers stay in the owner, not in our receive buffer
+  ::setsockopt(socket.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in target{};
+  target.sin_family = AF_INET;
+  target.sin_port = htons(peer.port);
+  ::inet_pton(AF_INET, peer.host.c_str(), &target.sin_addr);
+  ::connect(socket.get(), reinterpret_cast<sockaddr*>(&target), sizeof target);
+  pollfd connected{socket.get(), POLLOUT, 0};
+  ASSERT_EQ(::poll(&connected, 1, 2000), 1);
+
+  std::vector<detail::FrameHeader> batch(64 * 1024 / sizeof(detail::FrameHeader));
+  for (auto& request : batch) {
+    request.type = detail::FrameType::ReadRequest;
+    request.length = 4096;
+    request.key = random_id();
+  }
+  const long resident_before = resident_kib(owner.pid());
+  constexpr std::size_t kOffered = 48u << 20;
+  const std::size_t batch_bytes = batch.size() * sizeof(detail::FrameHeader);
+  std::size_t sent = 0;
+  while (sent < kOffered) {
+    const auto offset = sent % batch_bytes;
+    const auto written = ::send(socket.get(), reinterpret_cast<const char*>(batch.data()) + offset,
+                                batch_bytes - offset, MSG_NOSIGNAL);
+    if (written > 0) {
+      sent += static_cast<std::size_t>(written);
+      continue;
+    }
+    ASSERT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << std::strerror(errno);
+    pollfd writable{socket.get(), POLLOUT, 0};
+    if (::poll(&writable, 1, 2000) == 0) break;  // the owner stopped reading: backed up
+  }
+  const long grown_kib = resident_kib(owner.pid()) - resident_before;
+  std::cout << "sent " << (sent >> 10) << " KiB of read requests (of " << (kOffered >> 10)
+            << " offered); the owner grew by " << grown_kib << " KiB\n";
+  EXPECT_LT(sent, kOffered / 2) << "the owner kept reading requests it could not answer";
+#if !MEMWIRE_TEST_UNDER_SANITIZER  // ASan's quarantine keeps freed memory resident
+  EXPECT_LT(grown_kib, 24 * 1024);
+#endif
+  socket.reset();
+
+  // The owner still serves others.
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  Connector reader(options);
+  std::vector<std::byte> destination(4096);
+  auto read = reader.begin_read(metadata, {Descriptor(std::span(destination))});
+  EXPECT_EQ(read.wait_for_completion(20s), OperationStatus::Complete);
+  EXPECT_EQ(test_support::first_mismatch(destination, 5), destination.size());
+  owner.kill(SIGTERM);
+}
+
+// Issue 23, finding 7: connections that sent one Hello and then nothing held their slots for
+// ever, so 64 of them per address locked every new peer out, and the locked-out reader failed
+// with a bare "connection lost". Now a connection silent for idle_timeout after its first frame
+// is closed, and a refused one is told why before the close.
+FileDescriptor said_hello(const std::string& address) {
+  auto socket = silent_connection(address);
+  if (!socket) return socket;
+  detail::FrameHeader hello;
+  hello.type = detail::FrameType::Hello;
+  iovec part{&hello, sizeof hello};
+  EXPECT_TRUE(detail::send_all(socket.get(), &part, 1));
+  return socket;
+}
+
+TEST(ConnectionFlood, ConnectionsIdleAfterTheirFirstFrameAreClosed) {
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  options.idle_timeout = 300ms;
+  Connector owner(options);
+  std::vector<std::byte> source(4096);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  auto idle = said_hello(tcp_address(readable.metadata()));
+  ASSERT_TRUE(idle);
+  const auto began = std::chrono::steady_clock::now();
+  EXPECT_TRUE(closed_by_peer(idle.get(), 5s));
+  EXPECT_LT(std::chrono::steady_clock::now() - began, 2s);
+}
+
+TEST(ConnectionFlood, ALockedOutReaderIsToldWhy) {
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  options.max_connections_per_peer = 2;
+  Connector owner(options);
+  std::vector<std::byte> source(4096);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  const auto address = tcp_address(readable.metadata());
+  std::vector<FileDescriptor> squatters;
+  for (int n = 0; n < 2; ++n) squatters.push_back(said_hello(address));
+  std::this_thread::sleep_for(200ms);  // both admitted
+
+  ConnectorOptions reader_options;
+  reader_options.transports = {"tcp"};
+  Connector reader(reader_options);
+  std::vector<std::byte> destination(4096);
+  auto read = reader.begin_read(readable.metadata(), {Descriptor(std::span(destination))});
+  std::string message;
+  try {
+    read.wait_for_completion(10s);
+    ADD_FAILURE() << "read while locked out";
+  } catch (const Error& error) {
+    message = error.what();
+  }
+  std::cout << "the locked-out reader was told: " << message << "\n";
+  EXPECT_NE(message.find("max_connections_per_peer"), std::string::npos) << message;
+}
+
+// The owner's idle limit closes pooled connections a reader keeps: the reader closes them
+// first (at half the limit) and dials again, so a read after a pause never meets a closing one.
+TEST(ConnectionFlood, ReadsAfterAnIdlePauseStillWork) {
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  options.idle_timeout = 400ms;
+  Connector owner(options);
+  Connector reader(options);
+  std::vector<std::byte> source(4096, std::byte{7});
+  for (int round = 0; round < 4; ++round) {
+    auto readable = owner.create_readable({Descriptor(std::span(source))});
+    std::vector<std::byte> destination(4096);
+    auto read = reader.begin_read(readable.metadata(), {Descriptor(std::span(destination))});
+    SCOPED_TRACE("round " + std::to_string(round));
+    ASSERT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
+    EXPECT_EQ(destination, source);
+    std::this_thread::sleep_for(round % 2 == 0 ? 250ms : 450ms);
+  }
 }
 
 }  // namespace

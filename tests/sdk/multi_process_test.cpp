@@ -131,7 +131,7 @@ TEST(MultiProcess, DroppedReadStopsWritingIntoLocalMemory) {
   child.kill(SIGCONT);
   // The owner learns the reader gave up, and its late answers were drained, not written.
   EXPECT_EQ(expect_line(child),
-            "error cancelled: the active side reported: cancelled: dropped by the active side");
+            "error cancelled: the active side reported: dropped by the active side");
   EXPECT_EQ(child.wait(10s), 1);
   EXPECT_EQ(target, std::vector<std::byte>(kSize, std::byte{0x11}));
 }

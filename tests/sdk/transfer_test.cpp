@@ -87,6 +87,48 @@ TEST(TransportChoice, SameHostPeersPreferShmAndSaySo) {
   expect_pattern(target, 77);
 }
 
+// Issue 23, finding 9: a connector reading its own readable stalled 5.1 s (the connect
+// timeout) in the shm probe, then fell back to tcp: the dial held the pool's lock, which the
+// acceptor answering that very probe needed.
+TEST(TransportChoice, AConnectorReadsItsOwnReadableAtOnce) {
+  ConnectorOptions options;
+  options.transports = {"shm", "tcp"};
+  Connector connector(options);
+  auto source = make_buffers({4096}, 9);
+  auto target = make_buffers({4096}, std::nullopt);
+  auto readable = connector.create_readable(source.view());
+  const auto began = std::chrono::steady_clock::now();
+  auto read = connector.begin_read(readable.metadata(), target.view());
+  ASSERT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
+  EXPECT_LT(std::chrono::steady_clock::now() - began, 1s);
+  EXPECT_EQ(read.transport(), "shm");
+  expect_pattern(target, 9);
+}
+
+// Issue 23, finding 9: peers were told the bind address (or, for 0.0.0.0, the host's name),
+// with no way to name the address they can actually reach (NAT, port-mapped containers).
+TEST(TransportChoice, PeersAreToldTheAdvertisedAddress) {
+  auto tcp_offer = [](ConnectorOptions options) {
+    options.transports = {"tcp"};
+    Connector connector(options);
+    std::vector<std::byte> memory(64);
+    auto readable = connector.create_readable({Descriptor(std::span(memory))});
+    return readable.metadata().endpoint().transports.at(0).address;
+  };
+  ConnectorOptions mapped;
+  mapped.advertise_address = "10.1.2.3:4567";
+  EXPECT_EQ(tcp_offer(mapped), "10.1.2.3:4567");
+  ConnectorOptions named;
+  named.advertise_address = "peer.example";
+  const auto address = tcp_offer(named);
+  EXPECT_EQ(address.rfind("peer.example:", 0), 0u) << address;
+  EXPECT_NE(address, "peer.example:0");
+  ConnectorOptions wildcard;
+  wildcard.bind_address = "0.0.0.0";
+  Connector probe(wildcard);
+  EXPECT_EQ(tcp_offer(wildcard).rfind(probe.hostname() + ":", 0), 0u);
+}
+
 TEST(TransportChoice, OtherBootIdMeansNoShm) {
   Connector owner, reader;
   auto source = make_buffers({1000}, 5);

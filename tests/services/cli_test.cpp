@@ -166,6 +166,20 @@ class Cli : public ::testing::Test {
 // Issue 14 item 9: a symlink or FIFO at OUT was replaced by a regular file, an existing
 // OUT.part link was followed (its target overwritten), and OUT being a folder left a full
 // OUT.part behind.
+// Issue 23, finding 8: the programs could not say how many copies of the registry bucket to
+// create. --kv-replicas N (0..5) now reaches NatsOptions::kv_replicas, and is checked.
+TEST(CliKvReplicas, TheFlagIsTakenAndChecked) {
+  memwire::test_support::NatsServer nats;
+  TempDir dir;
+  auto taken = run_cli(dir, {"ls", "--nats", nats.url(), "--kv-replicas", "1"});
+  EXPECT_EQ(taken.status, 0) << taken.err;
+  for (const char* bad : {"6", "-1", "x"}) {
+    auto refused = run_cli(dir, {"ls", "--nats", nats.url(), "--kv-replicas", bad});
+    EXPECT_EQ(refused.status, 2) << bad << ": " << refused.err;
+    EXPECT_NE(refused.err.find("--kv-replicas"), std::string::npos) << refused.err;
+  }
+}
+
 TEST_F(Cli, GetWritesOnlyRegularFilesAndLeavesNothingBehind) {
   auto in = dir_.file("in.bin");
   write_pattern(in, 1 << 20, 5);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -240,6 +241,52 @@ TEST(HttpHardeningFlood, SlowlorisNeitherStarvesHealthNorStaysForever) {
     if (c->closed_by_peer()) ++dropped;
   }
   EXPECT_EQ(dropped, slow.size());
+}
+
+// Issue 23, finding 2: past the request-read deadline the endpoint answered 400 and kept the
+// connection, reading each later header line as a new request (up to 100,000 of them), so a
+// line every few seconds held a thread for ever; its log line said duration_us ~2.7e9 and
+// remote ":-1". Now the connection closes at the deadline and after any malformed request.
+TEST(HttpHardeningFlood, SlowHeadersAreCutAtTheDeadlineNotReadAsNewRequests) {
+  HttpEndpointOptions options;
+  options.request_read_timeout = 1s;
+  std::mutex mutex;
+  std::vector<HttpAccessRecord> records;
+  options.access_log = [&](const HttpAccessRecord& record) {
+    std::lock_guard lock(mutex);
+    records.push_back(record);
+  };
+  HttpEndpoint endpoint(options);
+  endpoint.start();
+  RawConnection slow(endpoint.port());
+  ASSERT_TRUE(slow.send("GET /healthz HTTP/1.1\r\n"));
+  auto started = Clock::now();
+  std::string answers;
+  int line = 0;
+  while (!slow.closed_by_peer() && Clock::now() - started < 6s) {
+    if (!slow.send("X-Line-" + std::to_string(line++) + ": slow\r\n")) break;
+    answers += slow.receive(300ms, true);
+  }
+  answers += slow.receive(1s, true);
+  EXPECT_TRUE(slow.closed_by_peer()) << "still open after " << line << " lines: " << answers;
+  EXPECT_LT(Clock::now() - started, 4s);
+  EXPECT_EQ(status_of(answers), 400);
+  std::lock_guard lock(mutex);
+  ASSERT_FALSE(records.empty());
+  EXPECT_EQ(records.front().status, 400);
+  EXPECT_LT(records.front().duration, 3s) << "a duration counted from long before the request";
+  EXPECT_EQ(records.front().remote.rfind("127.0.0.1:", 0), 0u) << records.front().remote;
+}
+
+TEST(HttpHardeningFlood, AMalformedRequestClosesTheConnection) {
+  HttpEndpoint endpoint;
+  endpoint.start();
+  RawConnection garbage(endpoint.port());
+  ASSERT_TRUE(garbage.send("NOT-HTTP\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto answers = garbage.receive(3s, true);
+  EXPECT_TRUE(garbage.closed_by_peer());
+  EXPECT_EQ(status_of(answers), 400);
+  EXPECT_EQ(answers.find("HTTP/1.1 200"), std::string::npos) << "read on past garbage: " << answers;
 }
 
 // Connections halfway through a request, or idle, never hold up stop(): every wait also

@@ -308,6 +308,35 @@ TEST_F(NatsChannelTest, BucketPrefixAndMaxAgeComeFromOptions) {
             ErrorCode::InvalidArgument);
 }
 
+// Issue 23, finding 8: a bucket created beforehand with a 1 s max age made every name vanish
+// after 1 s while its publisher still served it. Such a bucket is now refused, unless the
+// channel says it accepts that max age.
+TEST_F(NatsChannelTest, ABucketThatDropsNamesSoonerIsRefused) {
+  RawClient raw(server_.url());
+  kvConfig config;
+  kvConfig_Init(&config);
+  config.Bucket = "memwire";
+  config.History = 1;
+  config.TTL = 1'000'000'000;  // nanoseconds: 1 s
+  kvStore* store = nullptr;
+  ASSERT_EQ(js_CreateKeyValue(&store, raw.js, &config), NATS_OK);
+  kvStore_Destroy(store);
+  std::string message;
+  try {
+    NatsChannel channel(options_for(server_));
+    ADD_FAILURE() << "a bucket with a 1 s max age was taken";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::InvalidArgument);
+    message = error.what();
+  }
+  EXPECT_NE(message.find("1000 ms"), std::string::npos) << message;
+  auto accepting = options_for(server_);
+  accepting.kv_max_age = 1s;
+  NatsChannel channel(accepting);
+  channel.publish("short.lived", sample_metadata(5), 0ms);
+  EXPECT_EQ(channel.fetch("short.lived", 1s), sample_metadata(5));
+}
+
 TEST(NatsChannelAuth, WrongTokenIsAccessDenied) {
   NatsServerOptions server_options;
   server_options.token = "s3cret";

@@ -9,7 +9,8 @@ find_package(OpenSSL REQUIRED)
 add_executable(memwire_nats_tests
   ${CMAKE_CURRENT_LIST_DIR}/nats_channel_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nats_security_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/nats_entry_test.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/nats_entry_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/nats_hostile_parts_test.cpp)
 target_link_libraries(memwire_nats_tests
   PRIVATE memwire::sideband memwire_test_support PkgConfig::LIBNATS OpenSSL::Crypto
           GTest::gtest_main Threads::Threads)

@@ -2,7 +2,11 @@
 // versions are in http_process_test.cpp).
 #include "memwire/sideband/worker.hpp"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <future>
@@ -123,6 +127,41 @@ TEST_F(WorkerTest, RequestIsWrittenByTheServingOwner) {
     EXPECT_EQ(written.status(), OperationStatus::Complete);
     EXPECT_EQ(target, pattern(512, id));
   }
+}
+
+// Issue 23, finding 9: a read whose owner never answered reported "operation not finished
+// after 0 ms" (what was left of the timeout after the lookup), not the caller's timeout.
+TEST_F(WorkerTest, AReadThatTimesOutNamesTheCallersTimeout) {
+  // An owner that takes the connection (the kernel's backlog) and never says a word.
+  int mute = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(::bind(mute, reinterpret_cast<sockaddr*>(&address), length), 0);
+  ASSERT_EQ(::listen(mute, 16), 0);
+  ::getsockname(mute, reinterpret_cast<sockaddr*>(&address), &length);
+  ConnectorOptions tcp_only;
+  tcp_only.transports = {"tcp"};
+  Connector owner(tcp_only);
+  std::vector<std::uint32_t> source(64);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  auto json = readable.metadata().to_json();
+  const auto real = readable.metadata().endpoint().transports.at(0).address;
+  json.replace(json.find(real), real.size(),
+               "127.0.0.1:" + std::to_string(ntohs(address.sin_port)));
+  producer_channel_.publish("t.mute", RdmaMetadata::from_json(json), 0ms);
+  std::vector<std::uint32_t> target(source.size());
+  std::string message;
+  try {
+    (void)consumer_.read("t.mute", {Descriptor(std::span(target))}, 300ms);
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::Timeout) << error.what();
+    message = error.what();
+  }
+  ::close(mute);
+  EXPECT_NE(message.find("reading 't.mute'"), std::string::npos) << message;
+  EXPECT_NE(message.find("300 ms"), std::string::npos) << message;
 }
 
 TEST_F(WorkerTest, RequestErrorsReachTheRequesterAndWriteNothing) {

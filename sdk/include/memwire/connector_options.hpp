@@ -53,6 +53,10 @@ struct MEMWIRE_API ConnectorOptions {
   // Where the TCP listener binds; port 0 = any free port.
   std::string bind_address = "127.0.0.1";
   std::uint16_t port = 0;
+  // The TCP address peers are told to dial, "host" (with the listener's port) or "host:port":
+  // for NAT or a port-mapped container. Empty = the bind address, or the host's name when
+  // that is 0.0.0.0.
+  std::string advertise_address;
   // Transports this connector may use, best first; unknown or unavailable ones are skipped.
   std::vector<std::string> transports = {"verbs", "shm", "tcp"};
   // Per transport.
@@ -73,6 +77,14 @@ struct MEMWIRE_API ConnectorOptions {
   // operation lives: at most this many bytes of them at once per connector. An operation that
   // would pass it is refused (Error{Transport}).
   std::uint64_t cuda_staging_limit = std::uint64_t{4} << 30;
+  // What answers (error texts, frame bookkeeping; never the registered bytes themselves) may
+  // wait queued on one accepted tcp or shm connection for a peer that reads them slowly: over
+  // it, that connection reads no more requests until the peer has taken enough of them.
+  std::size_t max_queued_answer_bytes = 1u << 20;
+  // An accepted tcp or shm connection silent for this long after its first frame, with nothing
+  // in progress on it, is closed (0 = never); a connector closes its own pooled connections to
+  // a peer after half of it idle, so that it never sends on one the peer is closing.
+  std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
   // Where memwire says what it decided and what failed: one JSON object per call (no newline),
   // {"ts","level","event","msg","connector"[,"peer","transport","key","code",...]}, for each
   // event at or above `log_level`. Empty = silent. Called on memwire's threads: keep it short.
@@ -82,13 +94,14 @@ struct MEMWIRE_API ConnectorOptions {
   bool telemetry = true;
 
   // Applies the documented MEMWIRE_* environment overrides (MEMWIRE_TRANSPORTS=verbs,tcp,
-  // MEMWIRE_BIND_ADDRESS, MEMWIRE_PORT, MEMWIRE_RDMA_DEVICE, MEMWIRE_RDMA_DEVICES=rxe0,rxe1,
-  // MEMWIRE_RDMA_SLICE_SIZE, MEMWIRE_RDMA_ACCESS=auto|windows|connection_pd,
-  // MEMWIRE_RDMA_MAX_ACCESS_FAULTS, MEMWIRE_RDMA_ACCESS_FAULT_WINDOW_MS, MEMWIRE_GID_INDEX,
-  // MEMWIRE_TCP_CHUNK_SIZE, MEMWIRE_TCP_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS,
-  // MEMWIRE_MAX_CONNECTIONS_PER_PEER, MEMWIRE_LOG=1 logs JSON lines to stderr,
-  // MEMWIRE_LOG_LEVEL=debug|info|warn|error sets the level and also logs to stderr). The only place
-  // memwire reads the environment; call it at your program's edge if you want them.
+  // MEMWIRE_BIND_ADDRESS, MEMWIRE_ADVERTISE_ADDRESS, MEMWIRE_PORT, MEMWIRE_RDMA_DEVICE,
+  // MEMWIRE_RDMA_DEVICES=rxe0,rxe1, MEMWIRE_RDMA_SLICE_SIZE,
+  // MEMWIRE_RDMA_ACCESS=auto|windows|connection_pd, MEMWIRE_RDMA_MAX_ACCESS_FAULTS,
+  // MEMWIRE_RDMA_ACCESS_FAULT_WINDOW_MS, MEMWIRE_GID_INDEX, MEMWIRE_TCP_CHUNK_SIZE,
+  // MEMWIRE_TCP_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS_PER_PEER,
+  // MEMWIRE_MAX_QUEUED_ANSWER_BYTES, MEMWIRE_IDLE_TIMEOUT_MS, MEMWIRE_LOG=1 logs JSON lines to
+  // stderr, MEMWIRE_LOG_LEVEL=debug|info|warn|error sets the level and also logs to stderr). The
+  // only place memwire reads the environment; call it at your program's edge if you want them.
   static ConnectorOptions from_environment(ConnectorOptions defaults);
   static ConnectorOptions from_environment();
 };

@@ -79,8 +79,14 @@ struct HttpStatusError : std::runtime_error {
 // Set by a handler that leaves part of a request unread: the connection closes after the answer.
 thread_local bool close_after_response = false;
 
-// Set by the pre-routing handler; the same server thread then runs the handler and the hooks.
+// Set when a request's first byte is in, on the connection's thread; the same thread then
+// parses it and runs the handler and the hooks.
 thread_local Clock::time_point request_started;
+// Set by the pre-routing handler: the request parsed whole. A request httplib could not parse
+// (malformed, or cut at the request-read deadline) never reaches it.
+thread_local bool request_parsed = false;
+// The connection's "address:port", for a log line whose request never got that far.
+thread_local std::string connection_remote;
 
 std::chrono::microseconds since_request_started() {
   return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - request_started);
@@ -287,13 +293,21 @@ class HttpEndpoint::Impl {
     http::ConnectionStream stream(fd, ssl.get(), limits_, stop_signal_);
     bool linger = false;
     if (!ssl || stream.accept_tls()) {
+      std::string ip;
+      int port = -1;
+      stream.get_remote_ip_and_port(ip, port);
+      connection_remote = ip + ":" + std::to_string(port);
       for (auto left = kKeepAliveMaxRequests; left > 0; --left) {
         if (!stream.wait_for_request()) break;
+        request_started = Clock::now();
+        request_parsed = false;
         close_after_response = false;
         bool closed = false;
         bool ok = process(stream, left == 1, closed, ssl.get());
         linger = close_after_response;
-        if (!ok || closed || close_after_response) break;
+        // Unparsed, the rest of the stream cannot be framed: a slow client's later header
+        // lines would each be read as a new request.
+        if (!ok || closed || close_after_response || !request_parsed) break;
       }
     }
     if (ssl) SSL_shutdown(ssl.get());  // one try: the socket is non-blocking
@@ -402,7 +416,7 @@ class HttpEndpoint::Impl {
 
     // Runs once the headers are in and before any body is read.
     s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      request_started = Clock::now();
+      request_parsed = true;
       auto refuse = [&](int status, const std::string& message) {
         reply_error(res, status, message);
         // The body was not read: the connection cannot carry another request.
@@ -440,9 +454,10 @@ class HttpEndpoint::Impl {
     });
     if (options_.access_log) {
       s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-        options_.access_log(
-            HttpAccessRecord{req.method, req.path, res.status, since_request_started(),
-                             req.remote_addr + ":" + std::to_string(req.remote_port)});
+        options_.access_log(HttpAccessRecord{
+            req.method, req.path, res.status, since_request_started(),
+            req.remote_addr.empty() ? connection_remote
+                                    : req.remote_addr + ":" + std::to_string(req.remote_port)});
       });
     }
     // Bad input becomes a 4xx with a reason; anything else a 500. Never a crash.

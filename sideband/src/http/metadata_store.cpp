@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memwire/clock.hpp"
+#include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
 
 namespace memwire::sideband::http {
@@ -42,6 +43,7 @@ bool write_all(int fd, const std::string& text) {
   while (done < text.size()) {
     auto n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
+    if (n == 0) errno = EIO;
     if (n <= 0) return false;
     done += static_cast<std::size_t>(n);
   }
@@ -60,8 +62,10 @@ MetadataStore::MetadataStore(std::string state_file) : state_file_(std::move(sta
     if (!ec) state_file_ = target.string();
   }
   std::lock_guard lock(mutex_);
-  load();
-  compact_locked();  // a clean file to append to: no torn tail, no dead records
+  const auto [whole_bytes, records] = load();
+  // A clean file to append to: no torn tail, no dead records. Failing that (a full disk), the
+  // log as it is, without its torn tail: changes are saved again as soon as there is room.
+  if (!compact_locked()) reopen_log_locked(whole_bytes, records);
 }
 
 MetadataStore::~MetadataStore() {
@@ -78,9 +82,9 @@ void MetadataStore::put(const std::string& name, std::string document,
     std::lock_guard lock(mutex_);
     Entry entry{std::move(document), std::nullopt};
     if (ttl.count() > 0) entry.expires = Clock::now() + ttl;
-    auto& stored = entries_[name];
-    stored = std::move(entry);
-    log_put_locked(name, stored);
+    log_put_locked(name, entry);  // throws when not saved: the name stays as it was
+    entries_[name] = std::move(entry);
+    compact_if_due_locked();
   }
   changed_.notify_all();
 }
@@ -97,8 +101,9 @@ bool MetadataStore::erase(const std::string& name) {
   auto it = entries_.find(name);
   if (it == entries_.end()) return false;
   bool was_live = live(it->second, Clock::now());
+  log_erase_locked(name);  // throws when not saved: the name stays
   entries_.erase(it);
-  log_erase_locked(name);
+  compact_if_due_locked();
   return was_live;
 }
 
@@ -143,13 +148,45 @@ void MetadataStore::stop() {
 
 void MetadataStore::append_locked(const std::string& line) {
   if (state_file_.empty()) return;
-  if (log_fd_ < 0 || !write_all(log_fd_, line)) {
-    std::cerr << "memwire: cannot append to state file " << state_file_ << ": "
-              << std::strerror(errno) << "\n";
+  // Closed after an append that could not be undone: only a whole rewrite is safe to go on.
+  if (log_fd_ < 0 && !compact_locked())
+    throw Error(ErrorCode::Transport,
+                "not saved: the state file " + state_file_ + " cannot be written (see stderr)");
+  if (!write_all(log_fd_, line)) {
+    const int error = errno;
+    // Part of a line would run into the next record: cut it off, or stop appending.
+    if (::ftruncate(log_fd_, static_cast<off_t>(log_bytes_)) != 0) {
+      ::close(log_fd_);
+      log_fd_ = -1;
+    }
+    const std::string why =
+        "cannot append to state file " + state_file_ + ": " + std::strerror(error);
+    std::cerr << "memwire: " << why << "\n";
+    throw Error(ErrorCode::Transport, "not saved: " + why);
+  }
+  log_bytes_ += line.size();
+  ++log_records_;
+}
+
+void MetadataStore::compact_if_due_locked() {
+  if (log_fd_ >= 0 && log_records_ > kCompactAfter && log_records_ > 2 * entries_.size())
+    compact_locked();
+}
+
+void MetadataStore::reopen_log_locked(std::uint64_t whole_bytes, std::size_t records) {
+  log_fd_ =
+      ::open(state_file_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (log_fd_ >= 0 && ::ftruncate(log_fd_, static_cast<off_t>(whole_bytes)) != 0) {
+    ::close(log_fd_);
+    log_fd_ = -1;
+  }
+  if (log_fd_ < 0) {
+    std::cerr << "memwire: cannot open state file " << state_file_ << ": " << std::strerror(errno)
+              << "\n";
     return;
   }
-  ++log_records_;
-  if (log_records_ > kCompactAfter && log_records_ > 2 * entries_.size()) compact_locked();
+  log_bytes_ = whole_bytes;
+  log_records_ = records;
 }
 
 void MetadataStore::log_put_locked(const std::string& name, const Entry& entry) {
@@ -164,7 +201,7 @@ void MetadataStore::log_erase_locked(const std::string& name) {
       "\n");
 }
 
-void MetadataStore::compact_locked() {
+bool MetadataStore::compact_locked() {
   // Written aside, synced, renamed over: a crash leaves the old log or the new one, whole.
   // A file (or a planted link) left at the temporary name is removed, never followed: the new
   // log is a file this process creates.
@@ -175,7 +212,7 @@ void MetadataStore::compact_locked() {
   if (fd < 0) {
     std::cerr << "memwire: cannot write state file " << temp << ": " << std::strerror(errno)
               << "\n";
-    return;
+    return false;
   }
   auto now = Clock::now();
   std::string text;
@@ -186,26 +223,33 @@ void MetadataStore::compact_locked() {
     ++records;
   }
   bool ok = write_all(fd, text) && ::fsync(fd) == 0;
+  const int error = errno;
   ::close(fd);
   std::error_code ec;
   if (ok) std::filesystem::rename(temp, state_file_, ec);
   if (!ok || ec) {
-    std::cerr << "memwire: cannot replace state file " << state_file_ << "\n";
+    std::cerr << "memwire: cannot replace state file " << state_file_ << ": "
+              << (ok ? ec.message() : std::strerror(error)) << "\n";
     std::filesystem::remove(temp, ec);
-    return;
+    return false;
   }
   if (log_fd_ >= 0) ::close(log_fd_);
   log_fd_ = ::open(state_file_.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
   if (log_fd_ < 0) {
     std::cerr << "memwire: cannot open state file " << state_file_ << ": " << std::strerror(errno)
               << "\n";
+    return false;
   }
+  log_bytes_ = text.size();
   log_records_ = records;
+  return true;
 }
 
-void MetadataStore::load() {
+std::pair<std::uint64_t, std::size_t> MetadataStore::load() {
+  std::uint64_t whole_bytes = 0;
+  std::size_t whole_lines = 0;
   std::ifstream in(state_file_, std::ios::binary);
-  if (!in) return;
+  if (!in) return {whole_bytes, whole_lines};
   // name -> (document, expires_unix_ms), as the log leaves them.
   std::map<std::string, std::pair<std::string, std::int64_t>> latest;
   std::string line;
@@ -213,6 +257,10 @@ void MetadataStore::load() {
   while (std::getline(in, line)) {
     ++number;
     bool whole = !in.eof();  // the last line without its newline may be torn
+    if (whole) {
+      whole_bytes += line.size() + 1;
+      ++whole_lines;
+    }
     auto record = json::parse(line, nullptr, /*allow_exceptions=*/false);
     // The file of the earlier format: one object {"version": 1, "names": {...}}.
     if (number == 1 && record.is_object() && record.contains("names") &&
@@ -261,6 +309,7 @@ void MetadataStore::load() {
       entry.expires = now + std::chrono::milliseconds(std::min(expires - unix_now, kLongestLeftMs));
     entries_[name] = std::move(entry);
   }
+  return {whole_bytes, whole_lines};
 }
 
 }  // namespace memwire::sideband::http

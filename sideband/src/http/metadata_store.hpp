@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
@@ -27,7 +28,9 @@ class MEMWIRE_API MetadataStore {
   // of the whole file per change cost 18 ms at 4k names). When the log holds more than twice
   // the live names (and at least kCompactAfter lines) it is rewritten aside and renamed over,
   // so it stays proportional to the names. Appends are not fsync'ed: a crashed process loses
-  // nothing; a crashed machine may lose the last changes (at worst a torn last line).
+  // nothing; a crashed machine may lose the last changes (at worst a torn last line). A change
+  // the log did not take (a full disk) is not made: put() and erase() throw memwire::Error
+  // (Transport), and the log is cut back to its last whole line.
   static constexpr std::size_t kCompactAfter = 1024;
   explicit MetadataStore(std::string state_file = {});
   ~MetadataStore();
@@ -53,15 +56,23 @@ class MEMWIRE_API MetadataStore {
     std::optional<Clock::time_point> expires;
   };
   bool live(const Entry& entry, Clock::time_point now) const;
-  // State file; errors are reported on stderr, never thrown (the store keeps serving).
+  // Appends a change to the state file before it is made; throws when the file did not take
+  // it whole (what was written of it is cut off again).
   void append_locked(const std::string& line);
   void log_put_locked(const std::string& name, const Entry& entry);
   void log_erase_locked(const std::string& name);
-  void compact_locked();  // rewrites the log as one put per live name
-  void load();
+  void compact_if_due_locked();
+  // Rewrites the log as one put per live name and opens it for appending; false (reported on
+  // stderr) when that failed, and then the log open before, if any, stays as it was.
+  bool compact_locked();
+  // Opens the existing log for appending, cut to its `whole_bytes` of whole lines.
+  void reopen_log_locked(std::uint64_t whole_bytes, std::size_t records);
+  // Loads the file; the length of its whole lines and their count.
+  std::pair<std::uint64_t, std::size_t> load();
 
   std::string state_file_;
   int log_fd_ = -1;              // the state file, open for appending
+  std::uint64_t log_bytes_ = 0;  // its length: a failed append is cut back to it
   std::size_t log_records_ = 0;  // lines in it
   std::mutex mutex_;
   std::condition_variable changed_;

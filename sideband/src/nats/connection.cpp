@@ -156,9 +156,9 @@ NatsConnection::NatsConnection(NatsOptions options) : options_(std::move(options
   if (options_.kv_bucket.empty()) {
     throw Error(ErrorCode::InvalidArgument, "nats: kv_bucket must not be empty");
   }
-  if (options_.kv_replicas < 1 || options_.kv_replicas > 5) {
-    throw Error(ErrorCode::InvalidArgument,
-                "nats: kv_replicas must be 1..5, not " + std::to_string(options_.kv_replicas));
+  if (options_.kv_replicas < 0 || options_.kv_replicas > 5) {
+    throw Error(ErrorCode::InvalidArgument, "nats: kv_replicas must be 1..5 (0 = automatic), not " +
+                                                std::to_string(options_.kv_replicas));
   }
   options_.servers = split_server_lists(options_.servers);
   if (options_.servers.empty()) {

@@ -96,6 +96,7 @@ void NatsRegistry::publish(std::string_view name, const RdmaMetadata& metadata,
 
 RdmaMetadata NatsRegistry::fetch(std::string_view name, std::chrono::milliseconds timeout) {
   validate_name(name);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   const std::string subject = metadata_subject_ + std::string(name);
   natsMsg* raw = nullptr;
   auto status =
@@ -107,7 +108,8 @@ RdmaMetadata NatsRegistry::fetch(std::string_view name, std::chrono::millisecond
           decode_entry(std::string_view(natsMsg_GetData(raw),
                                         static_cast<std::size_t>(natsMsg_GetDataLength(raw))),
                        name);
-      if (!entry.expired(unix_now_ms())) return store_->resolve(entry, name, /*may_retry=*/true);
+      if (!entry.expired(unix_now_ms()))
+        return store_->resolve(entry, name, /*may_retry=*/true, deadline);
       break;  // expired at its publisher: the registry may hold a newer value
     }
     case NATS_NO_RESPONDERS:
@@ -119,7 +121,7 @@ RdmaMetadata NatsRegistry::fetch(std::string_view name, std::chrono::millisecond
     default:
       fail(status, "nats: requesting " + in_quotes(name));
   }
-  return store_->from_registry(name, /*may_retry=*/true);
+  return store_->from_registry(name, /*may_retry=*/true, deadline);
 }
 
 void NatsRegistry::withdraw(std::string_view name) {
@@ -164,7 +166,7 @@ RdmaMetadata NatsRegistry::wait_for(std::string_view name, std::chrono::millisec
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   // Already published (the usual case): no subscription needed.
   try {
-    return store_->from_registry(name, /*may_retry=*/true);
+    return store_->from_registry(name, /*may_retry=*/true, deadline);
   } catch (const Error& error) {
     if (error.code() != ErrorCode::NotFound) throw;
   }
@@ -192,7 +194,7 @@ RdmaMetadata NatsRegistry::wait_for(std::string_view name, std::chrono::millisec
   for (bool check_registry = true;;) {
     if (check_registry) {
       try {
-        return store_->from_registry(name, /*may_retry=*/true);
+        return store_->from_registry(name, /*may_retry=*/true, deadline);
       } catch (const Error& error) {
         if (error.code() != ErrorCode::NotFound) throw;
       }
@@ -219,7 +221,7 @@ RdmaMetadata NatsRegistry::wait_for(std::string_view name, std::chrono::millisec
                          static_cast<std::size_t>(natsMsg_GetDataLength(update.get()))),
         name);
     if (entry.expired(unix_now_ms())) continue;
-    return store_->resolve(entry, name, /*may_retry=*/true);
+    return store_->resolve(entry, name, /*may_retry=*/true, deadline);
   }
 }
 

@@ -205,7 +205,10 @@ std::string NatsRequestService::answer(natsMsg* message, const RequestHandler& h
         decode_entry(std::string_view(natsMsg_GetData(message),
                                       static_cast<std::size_t>(natsMsg_GetDataLength(message))),
                      name);
-    auto writable = store_->resolve(entry, name, /*may_retry=*/false);
+    // A requester's pieces are read within request_timeout, however many it claims.
+    auto writable =
+        store_->resolve(entry, name, /*may_retry=*/false,
+                        std::chrono::steady_clock::now() + connection_.options().request_timeout);
     if (writable.operation_kind() != OperationKind::Write) {
       throw Error(ErrorCode::Pairing, "the request for " + in_quotes(name) +
                                           " carries metadata of a readable operation");

@@ -1,7 +1,10 @@
 #include "store.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
+#include <set>
+#include <thread>
 
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
@@ -25,6 +28,28 @@ std::string random_key() {
 Store::Store(std::shared_ptr<NatsConnection> connection)
     : connection_(std::move(connection)), options_(connection_->options()) {
   kv_ = open_bucket(options_.kv_bucket);
+  refuse_shorter_max_age();
+}
+
+// A bucket made elsewhere with a MaxAge shorter than this channel's (none, by default) drops
+// names while their publishers still think them published: refused, with what to do.
+void Store::refuse_shorter_max_age() {
+  kvStatus* raw = nullptr;
+  if (kvStore_Status(&raw, kv_.get()) != NATS_OK) return;  // cannot tell: no reason to refuse
+  const auto max_age = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::nanoseconds(kvStatus_TTL(raw)));
+  kvStatus_Destroy(raw);
+  if (max_age.count() <= 0) return;
+  if (options_.kv_max_age.count() > 0 && max_age >= options_.kv_max_age) return;
+  throw Error(
+      ErrorCode::InvalidArgument,
+      "nats: the KV bucket '" + options_.kv_bucket + "' drops every entry after " +
+          std::to_string(max_age.count()) +
+          " ms (its max age), sooner than this channel's kv_max_age (" +
+          (options_.kv_max_age.count() > 0 ? std::to_string(options_.kv_max_age.count()) + " ms"
+                                           : std::string("none")) +
+          "): names would vanish while published; recreate the bucket, or set kv_max_age to " +
+          std::to_string(max_age.count()) + " ms to accept that");
 }
 
 Envelope Store::envelope(const std::string& metadata_json, std::int64_t expires_at_ms) {
@@ -37,9 +62,54 @@ Envelope Store::envelope(const std::string& metadata_json, std::int64_t expires_
   return envelope;
 }
 
+// The servers this connection knows (given and discovered): the cluster's size, as far as a
+// client can tell.
+int Store::known_servers() const {
+  char** servers = nullptr;
+  int count = 0;
+  if (natsConnection_GetServers(connection_->get(), &servers, &count) != NATS_OK) return 1;
+  std::set<std::string> distinct;
+  for (int i = 0; i < count; ++i) {
+    distinct.insert(servers[i]);
+    std::free(servers[i]);
+  }
+  std::free(servers);
+  return std::max<int>(1, static_cast<int>(distinct.size()));
+}
+
+// While the bucket's stream (or JetStream's meta group) elects a leader after a node died, a
+// request can go unanswered for its whole wait, or come back "offline". Asked with a short wait
+// again and again (backing off) until request_timeout has passed, a new client gets in as soon
+// as the election is over, not request_timeout after it began. No event says "leader elected".
+natsStatus Store::wait_for_bucket(const std::string& bucket) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.request_timeout;
+  auto left = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                 std::chrono::steady_clock::now());
+  };
+  auto pause = std::chrono::milliseconds(50);
+  for (;;) {
+    jsOptions quick;
+    jsOptions_Init(&quick);
+    quick.Wait = std::clamp<std::int64_t>(left().count(), 1, 1000);
+    jsCtx* raw_js = nullptr;
+    auto status = natsConnection_JetStream(&raw_js, connection_->get(), &quick);
+    JsPtr js(raw_js);
+    if (status != NATS_OK) return status;
+    kvStore* raw = nullptr;
+    status = js_KeyValue(&raw, js.get(), bucket.c_str());
+    KvPtr probe(raw);
+    if ((status != NATS_TIMEOUT && status != NATS_ERR) || left() <= pause) return status;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(500));
+  }
+}
+
 KvPtr Store::open_bucket(const std::string& bucket) {
   kvStore* raw = nullptr;
-  auto status = js_KeyValue(&raw, connection_->jetstream(), bucket.c_str());
+  auto status = wait_for_bucket(bucket);
+  // Opened for good with the connection's JetStream context (its waits are request_timeout).
+  if (status == NATS_OK) status = js_KeyValue(&raw, connection_->jetstream(), bucket.c_str());
   if (status == NATS_NOT_FOUND) {
     kvConfig config;
     kvConfig_Init(&config);
@@ -48,8 +118,16 @@ KvPtr Store::open_bucket(const std::string& bucket) {
     // nats.c 3.4 passes TTL on as the stream's MaxAge: nanoseconds.
     config.TTL = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.kv_max_age).count();
     config.StorageType = js_FileStorage;
-    config.Replicas = options_.kv_replicas;
+    // 0 = as many copies as the cluster has servers, up to 3: a cluster keeps its names when a
+    // node dies without anyone having to ask for it.
+    const bool automatic = options_.kv_replicas == 0;
+    config.Replicas = automatic ? std::min(3, known_servers()) : options_.kv_replicas;
     status = js_CreateKeyValue(&raw, connection_->jetstream(), &config);
+    if (status != NATS_OK && automatic && config.Replicas > 1) {
+      // Servers that are not one JetStream cluster (two addresses of one server): one copy.
+      config.Replicas = 1;
+      status = js_CreateKeyValue(&raw, connection_->jetstream(), &config);
+    }
     if (status != NATS_OK) {
       const std::string why = describe(status);
       // Another client may have created it in between.
@@ -135,11 +213,25 @@ void Store::delete_parts(const std::string& part_key) noexcept {
   }
 }
 
-std::string Store::read_parts(const Entry& entry, std::string_view name) {
+std::string Store::read_parts(const Entry& entry, std::string_view name, Deadline deadline) {
+  const std::size_t piece_size = connection_->max_entry();
+  const std::size_t parts_needed = (entry.size + piece_size - 1) / piece_size;
+  if (entry.parts > parts_needed) {
+    throw Error(ErrorCode::InvalidMetadata, "nats: the entry of " + in_quotes(name) + " claims " +
+                                                std::to_string(entry.parts) + " parts for " +
+                                                std::to_string(entry.size) + " bytes (at most " +
+                                                std::to_string(parts_needed) + " of " +
+                                                std::to_string(piece_size) + " bytes each)");
+  }
   kvStore* store = parts_store();
   std::string json;
   json.reserve(entry.size);
   for (std::size_t i = 0; i < entry.parts; ++i) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw Error(ErrorCode::Timeout, "nats: reading the parts of " + in_quotes(name) +
+                                          " ran past the timeout (" + std::to_string(i) + " of " +
+                                          std::to_string(entry.parts) + " read)");
+    }
     const std::string key = entry.part_key + "." + std::to_string(i);
     kvEntry* raw = nullptr;
     auto status = kvStore_Get(&raw, store, key.c_str());
@@ -160,18 +252,19 @@ std::string Store::read_parts(const Entry& entry, std::string_view name) {
   return json;
 }
 
-RdmaMetadata Store::resolve(const Entry& entry, std::string_view name, bool may_retry) {
+RdmaMetadata Store::resolve(const Entry& entry, std::string_view name, bool may_retry,
+                            Deadline deadline) {
   if (entry.parts == 0) return RdmaMetadata::from_json(entry.metadata_json);
   try {
-    return RdmaMetadata::from_json(read_parts(entry, name));
+    return RdmaMetadata::from_json(read_parts(entry, name, deadline));
   } catch (const Error& error) {
     // A publish or withdraw replaced the pieces while we read them: ask the registry again.
     if (error.code() != ErrorCode::NotFound || !may_retry) throw;
   }
-  return from_registry(name, /*may_retry=*/false);
+  return from_registry(name, /*may_retry=*/false, deadline);
 }
 
-RdmaMetadata Store::from_registry(std::string_view name, bool may_retry) {
+RdmaMetadata Store::from_registry(std::string_view name, bool may_retry, Deadline deadline) {
   const std::string key(name);
   kvEntry* raw = nullptr;
   auto status = kvStore_Get(&raw, kv_.get(), key.c_str());
@@ -188,7 +281,7 @@ RdmaMetadata Store::from_registry(std::string_view name, bool may_retry) {
   if (entry.expired(unix_now_ms())) {
     throw Error(ErrorCode::NotFound, "nats: " + in_quotes(name) + " has expired");
   }
-  return resolve(entry, name, may_retry);
+  return resolve(entry, name, may_retry, deadline);
 }
 
 }  // namespace memwire::sideband::nats_detail

@@ -3,6 +3,7 @@
 // The durable side of the NATS channel: the JetStream KV bucket that is the registry, and the
 // parts bucket that holds metadata too large for one message (see nats.hpp).
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -36,11 +37,17 @@ class Store {
   // one message.
   Envelope envelope(const std::string& metadata_json, std::int64_t expires_at_ms);
 
+  using Deadline = std::chrono::steady_clock::time_point;
+
   // The registry's entry of `name`: Error{NotFound} when missing, deleted or expired.
-  RdmaMetadata from_registry(std::string_view name, bool may_retry);
+  RdmaMetadata from_registry(std::string_view name, bool may_retry, Deadline deadline);
   // The metadata an entry holds, its pieces read back when it has some. With `may_retry`, pieces
-  // replaced meanwhile by a publish or withdraw send us to the registry once more.
-  RdmaMetadata resolve(const Entry& entry, std::string_view name, bool may_retry);
+  // replaced meanwhile by a publish or withdraw send us to the registry once more. No KV get
+  // starts past `deadline` (Error{Timeout}): an entry of many pieces, each a round trip, must not
+  // hold the caller past its timeout. An entry with more pieces than its size needs (pieces
+  // are written max_entry() bytes each) is Error{InvalidMetadata} before any is read.
+  RdmaMetadata resolve(const Entry& entry, std::string_view name, bool may_retry,
+                       Deadline deadline);
   // Best effort: pieces left behind only take room until the bucket's MaxAge.
   void delete_parts(const std::string& part_key) noexcept;
 
@@ -48,9 +55,12 @@ class Store {
 
  private:
   KvPtr open_bucket(const std::string& bucket);
+  natsStatus wait_for_bucket(const std::string& bucket);
+  int known_servers() const;
+  void refuse_shorter_max_age();
   kvStore* parts_store();
   std::size_t store_parts(const std::string& part_key, const std::string& json);
-  std::string read_parts(const Entry& entry, std::string_view name);
+  std::string read_parts(const Entry& entry, std::string_view name, Deadline deadline);
 
   std::shared_ptr<NatsConnection> connection_;
   const NatsOptions& options_;

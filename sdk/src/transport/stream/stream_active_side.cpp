@@ -55,6 +55,8 @@ void StreamActiveSide::chunk_done(StreamConnection&,
 }
 
 void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader& header) {
+  if (header.type == FrameType::HelloResponse && header.code != 0)
+    return refused(connection, header);
   if (header.type != FrameType::ReadResponse && header.type != FrameType::WriteResponse &&
       header.type != FrameType::NoticeResponse) {
     connection.shutdown("protocol error: unexpected frame for the active side");
@@ -175,6 +177,27 @@ void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHead
   pending->pin.reset();
   pending->transfer->mapped = true;
   chunk_done(connection, pending->transfer);
+}
+
+void StreamActiveSide::refused(StreamConnection& connection, const FrameHeader& header) {
+  auto text = connection.receive_text(header.length);
+  const Error why(error_code_from_wire(header.code),
+                  "connection to " + connection.peer() +
+                      " refused by the owner: " + (text ? *text : std::string("no reason given")));
+  std::unordered_map<std::uint64_t, Pending> lost;
+  {
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+    lost.swap(pending_);
+  }
+  for (auto& [id, pending] : lost) pending.pin.reset();
+  for (auto& [id, pending] : lost) pending.transfer->transfer->fail(why);
+  connection.shutdown(std::string("refused by the owner: ") + (text ? *text : ""));
+}
+
+bool StreamActiveSide::idle() const {
+  std::lock_guard lock(mutex_);
+  return pending_.empty();
 }
 
 void StreamActiveSide::on_closed(StreamConnection&, const Error& reason) {

@@ -67,6 +67,8 @@ class StreamActiveSide final : public FrameHandler {
 
   void on_frame(StreamConnection& connection, const FrameHeader& header) override;
   void on_closed(StreamConnection& connection, const Error& reason) override;
+  // No request waits for an answer.
+  bool idle() const;
 
  private:
   struct Pending {
@@ -81,6 +83,8 @@ class StreamActiveSide final : public FrameHandler {
   std::optional<Pending> take(std::uint64_t request_id);
   // Fails the transfer of a request taken from the table, after letting go of its pin.
   static void fail(Pending& pending, const Error& error);
+  // The owner refused the connection (over its limits): every request fails with its reason.
+  void refused(StreamConnection& connection, const FrameHeader& header);
   // Fails a request whose answer the connection lost halfway.
   static void lost_mid_answer(StreamConnection& connection, Pending& pending);
   // Fails a request whose answer broke the protocol, then closes the connection.
@@ -91,7 +95,7 @@ class StreamActiveSide final : public FrameHandler {
                    std::optional<Pending> pending);
   void chunk_done(StreamConnection& connection, const std::shared_ptr<StreamTransfer>& transfer);
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, Pending> pending_;
   bool closed_ = false;

@@ -87,6 +87,7 @@ void StreamConnection::shutdown(const std::string& reason) {
   }
   broken_.store(true, std::memory_order_release);
   ::shutdown(socket_.get(), SHUT_RDWR);
+  queued_bytes_ = 0;
   drained_.notify_all();
   // Let go of their pins now: a gate closing on this very thread may be waiting for them.
   dropped.clear();
@@ -161,7 +162,7 @@ void StreamConnection::send_held_back() {
     return;
   }
   if (writing_ || !queue_.empty()) {  // behind what others queued: they go out in order
-    for (auto& frame : held_back_) queue_.push_back(std::move(frame));
+    for (auto& frame : held_back_) enqueue(std::move(frame));
     held_back_.clear();
     schedule_flush();
     return;
@@ -188,7 +189,7 @@ void StreamConnection::send_held_back() {
     break;
   }
   const bool failed = sent < 0;
-  for (auto i = next; i < held_back_.size(); ++i) queue_.push_back(std::move(held_back_[i]));
+  for (auto i = next; i < held_back_.size(); ++i) enqueue(std::move(held_back_[i]));
   held_back_.clear();
   if (!queue_.empty()) schedule_flush();
   lock.unlock();
@@ -196,11 +197,12 @@ void StreamConnection::send_held_back() {
 }
 
 bool StreamConnection::send(OutFrame frame) {
+  note_activity();
   if (hold_back(frame)) return true;
   std::unique_lock lock(mutex_);
   if (closing_) return false;
   if (writing_ || !queue_.empty()) {
-    queue_.push_back(std::move(frame));
+    enqueue(std::move(frame));
     schedule_flush();
     return true;
   }
@@ -211,8 +213,8 @@ bool StreamConnection::send(OutFrame frame) {
   lock.lock();
   writing_ = false;
   const bool done = frame.finished;
-  if (ok && !done) queue_.push_front(std::move(frame));  // the socket is full: EPOLLOUT resumes
-  if (done && !queue_.empty()) schedule_flush();         // others queued behind it meanwhile
+  if (ok && !done) enqueue(std::move(frame), true);  // the socket is full: EPOLLOUT resumes
+  if (done && !queue_.empty()) schedule_flush();     // others queued behind it meanwhile
   const bool drained = done && queue_.empty() && draining_;
   lock.unlock();
   if (done) frame.on_sent();
@@ -243,6 +245,7 @@ void StreamConnection::flush() {
       }
       frame = std::move(queue_.front());
       queue_.pop_front();
+      queued_bytes_ -= queued_cost(frame);
       writing_ = true;  // no sender may write inline in the middle of this frame
     }
     const bool ok = write_some(frame);
@@ -250,13 +253,64 @@ void StreamConnection::flush() {
     {
       std::lock_guard lock(mutex_);
       writing_ = false;
-      if (ok && !done) queue_.push_front(std::move(frame));
+      if (ok && !done) enqueue(std::move(frame), true);
     }
     if (done) frame.on_sent();
     if (!ok) return shutdown("send failed");
-    if (!done) return;  // the socket is full: the EPOLLOUT edge resumes
+    if (!done) break;  // the socket is full: the EPOLLOUT edge resumes
   }
-  if (drained) shutdown("connection closed");
+  if (drained) return shutdown("connection closed");
+  // Requests left unread while the answers were backed up: read on now there is room.
+  if (paused_for_room_ && room_for_requests()) {
+    paused_for_room_ = false;
+    read_frames();
+  }
+}
+
+void StreamConnection::enqueue(OutFrame frame, bool at_front) {
+  queued_bytes_ += queued_cost(frame);
+  if (at_front)
+    queue_.push_front(std::move(frame));
+  else
+    queue_.push_back(std::move(frame));
+}
+
+std::size_t StreamConnection::queued_cost(const OutFrame& frame) {
+  return sizeof frame + frame.text.size() + frame.pieces.size() * sizeof(iovec);
+}
+
+bool StreamConnection::room_for_requests() {
+  return max_queued_bytes_ == 0 || queued_bytes_.load() <= max_queued_bytes_;
+}
+
+std::chrono::steady_clock::duration StreamConnection::idle_for() const noexcept {
+  return std::chrono::steady_clock::now().time_since_epoch() -
+         std::chrono::steady_clock::duration(last_activity_.load(std::memory_order_relaxed));
+}
+
+std::string StreamConnection::close_reason() const {
+  std::lock_guard lock(mutex_);
+  return close_reason_;
+}
+
+void StreamConnection::watch_idleness() {
+  const auto left =
+      idle_timeout_ - std::chrono::duration_cast<std::chrono::milliseconds>(idle_for());
+  idle_timer_ =
+      loop_.after(std::max(left, std::chrono::milliseconds(1)), [weak = weak_from_this()] {
+        auto connection = weak.lock();
+        if (!connection || connection->closed_on_loop_) return;
+        bool sending = false;
+        {
+          std::lock_guard lock(connection->mutex_);
+          sending = connection->writing_ || !connection->queue_.empty();
+        }
+        const bool idle = connection->idle_for() >= connection->idle_timeout_ && !sending &&
+                          !connection->sink_ && !connection->handler_->busy();
+        if (!idle) return connection->watch_idleness();
+        connection->shutdown("idle for longer than the idle timeout (" +
+                             std::to_string(connection->idle_timeout_.count()) + " ms)");
+      });
 }
 
 std::size_t StreamConnection::frame_parts(OutFrame& frame, std::vector<iovec>& parts) {
@@ -459,6 +513,15 @@ void StreamConnection::read_frames() {
       if (!fill_sink()) break;
       continue;
     }
+    if (!room_for_requests()) {
+      // Backed up: what is held back goes first, then no request is read (so none answered)
+      // until the peer has taken enough of the answers; flush() reads on.
+      send_held_back();
+      if (!room_for_requests()) {
+        paused_for_room_ = true;
+        break;
+      }
+    }
     if (buffered() < sizeof(FrameHeader)) {
       if (refill_inbox() != Refill::Got) break;
       continue;
@@ -479,9 +542,11 @@ void StreamConnection::read_frames() {
     }
     inbox_begin_ += sizeof header;
     inline_left_ = wanted;
+    note_activity();
     if (awaiting_first_frame_) {
       awaiting_first_frame_ = false;
       loop_.cancel(first_frame_timer_);
+      if (idle_timeout_.count() > 0) watch_idleness();  // from now on, silence is idleness
     }
     handler_->on_frame(*this, header);
     // Inline bytes the handler left (a frame it refused) are skipped with the frame.
@@ -501,6 +566,7 @@ void StreamConnection::close_on_loop() {
   sink_.reset();
   loop_.cancel(first_frame_timer_);
   loop_.cancel(drain_timer_);
+  loop_.cancel(idle_timer_);
   shutdown("connection closed");  // a no-op when something else closed it first
   std::string why;
   {

@@ -60,6 +60,9 @@ class FrameHandler {
   // discard(): the next frame is read once it has all landed.
   virtual void on_frame(StreamConnection& connection, const FrameHeader& header) = 0;
   virtual void on_closed(StreamConnection& connection, const Error& reason) = 0;
+  // Whether work that this connection will carry more frames of is in progress (a transfer
+  // whose completion notice may still come here): an idle limit must not close it then.
+  virtual bool busy() const { return false; }
 };
 
 // A frame to send: the header, then `text` (a name, an error, a piece list), then `data` or
@@ -115,6 +118,21 @@ class MEMWIRE_API StreamConnection : public std::enable_shared_from_this<StreamC
 
   // Counts this connection open until it closes, and logs how it ended. Before run().
   void watch(std::unique_ptr<ConnectionWatch> watch) { watch_ = std::move(watch); }
+  // A serving side's bound on what its answers may hold queued for a peer that reads them
+  // slowly (or never): over `bytes`, no more requests are read until the peer has taken
+  // enough. 0 = unbounded: an active side must never stop reading answers, or two connectors
+  // sending to each other could each wait on the other. Before run().
+  void limit_queued_bytes(std::size_t bytes) { max_queued_bytes_ = bytes; }
+  // A serving side's bound on silence after the first frame: a peer that sends nothing for
+  // `timeout` while nothing is in progress (no answer being sent, the handler not busy) is
+  // closed. 0 = none. Before run().
+  void limit_idle(std::chrono::milliseconds timeout) { idle_timeout_ = timeout; }
+  // Since the last frame sent or received, or the last mark_in_use().
+  std::chrono::steady_clock::duration idle_for() const noexcept;
+  // Handed to a transfer that is about to send on it: not idle.
+  void mark_in_use() noexcept { note_activity(); }
+  // Why the connection closed ("" while open).
+  std::string close_reason() const;
 
   // Queues a frame; false when the connection is closed (the frame is dropped).
   bool send(OutFrame frame);
@@ -157,6 +175,17 @@ class MEMWIRE_API StreamConnection : public std::enable_shared_from_this<StreamC
   bool write_some(OutFrame& frame);
   std::size_t frame_parts(OutFrame& frame, std::vector<iovec>& parts);
   void schedule_flush();  // mutex_ held
+  // Queues `frame` behind (or ahead of) the others, counting what it costs. mutex_ held.
+  void enqueue(OutFrame frame, bool at_front = false);
+  // What a queued frame holds of this process's memory (its registered bytes are not copied).
+  static std::size_t queued_cost(const OutFrame& frame);
+  // The loop's: whether the answers queued leave room to read another request.
+  bool room_for_requests();
+  void watch_idleness();
+  void note_activity() noexcept {
+    last_activity_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                         std::memory_order_relaxed);
+  }
   // Loop thread, reading this connection: small answers are held back while more requests
   // wait in the inbox, then go out together in one sendmsg.
   bool hold_back(OutFrame& frame);
@@ -171,6 +200,11 @@ class MEMWIRE_API StreamConnection : public std::enable_shared_from_this<StreamC
 
   mutable std::mutex mutex_;
   std::deque<OutFrame> queue_;
+  std::atomic<std::size_t> queued_bytes_{0};  // queued_cost() of what queue_ holds; mutex_ held
+  std::size_t max_queued_bytes_ = 0;
+  std::chrono::milliseconds idle_timeout_{};
+  std::atomic<std::chrono::steady_clock::rep> last_activity_{
+      std::chrono::steady_clock::now().time_since_epoch().count()};
   bool closing_ = false;
   bool draining_ = false;
   bool writing_ = false;  // a thread is writing a frame taken from the queue (or inline)
@@ -189,6 +223,8 @@ class MEMWIRE_API StreamConnection : public std::enable_shared_from_this<StreamC
   bool awaiting_first_frame_ = false;
   EventLoop::TimerId first_frame_timer_ = 0;
   EventLoop::TimerId drain_timer_ = 0;
+  EventLoop::TimerId idle_timer_ = 0;
+  bool paused_for_room_ = false;  // reading stopped until the queued answers drain
   static constexpr std::size_t kInboxSize = 64 * 1024;
   static constexpr std::size_t kDirectReceive = 16 * 1024;
   std::unique_ptr<std::byte[]> inbox_;

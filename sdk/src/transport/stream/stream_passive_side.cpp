@@ -20,7 +20,8 @@ void StreamPassiveSide::answer(StreamConnection& connection, FrameType type,
   frame.header.request_id = request.request_id;
   if (error != nullptr) {
     frame.header.code = wire_code(error->code());
-    frame.text = std::string(error->what()).substr(0, FrameHeader::kMaxText);
+    frame.text =
+        std::string(error->message()).substr(0, FrameHeader::kMaxText);  // the code travels apart
   }
   connection.send(std::move(frame));
 }
@@ -303,6 +304,13 @@ void StreamPassiveSide::serve_notice(StreamConnection& connection, const FrameHe
     return;
   }
   answer(connection, FrameType::NoticeResponse, header, nullptr);
+}
+
+bool StreamPassiveSide::busy() const {
+  for (const auto& [key, weak] : touched_)
+    if (auto registration = weak.lock(); registration && !is_terminal(registration->status()))
+      return true;
+  return false;
 }
 
 void StreamPassiveSide::on_closed(StreamConnection&, const Error& reason) {

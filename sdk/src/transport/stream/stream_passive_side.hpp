@@ -32,6 +32,8 @@ class StreamPassiveSide final : public FrameHandler {
 
   void on_frame(StreamConnection& connection, const FrameHeader& header) override;
   void on_closed(StreamConnection& connection, const Error& reason) override;
+  // A registration this connection touched is still in progress.
+  bool busy() const override;
 
  private:
   std::shared_ptr<Registration> find(const Id128& key) const;

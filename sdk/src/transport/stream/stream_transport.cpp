@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -97,8 +98,11 @@ class StreamTransport final : public Transport {
                             ? send_chunk(connection, state, requests[n], reading)
                             : send_pieces(connection, state, requests[n], reading);
       if (!sent) {
-        if (transfer->gate().is_open())
-          transfer->fail(Error(ErrorCode::PeerLost, "connection to " + offer.address + " lost"));
+        if (transfer->gate().is_open()) {
+          const auto why = connection.close_reason();
+          transfer->fail(Error(ErrorCode::PeerLost, "connection to " + offer.address + " lost" +
+                                                        (why.empty() ? "" : ": " + why)));
+        }
         return;
       }
     }
@@ -238,7 +242,7 @@ class StreamTransport final : public Transport {
         frame.header.code = wire_code(error.code());
         frame.header.key = key;
         frame.header.token = token;
-        frame.text = std::string(error.what()).substr(0, FrameHeader::kMaxText);
+        frame.text = std::string(error.message()).substr(0, FrameHeader::kMaxText);
         connection->send(std::move(frame));
       }
     });
@@ -248,31 +252,61 @@ class StreamTransport final : public Transport {
   Connections connections_to(const std::string& address) {
     const auto wanted = std::max(1u, context_.options.tcp.connections_per_peer);
     Connections finished;  // dropped outside the lock
+    std::size_t missing = 0;
+    {
+      std::lock_guard lock(mutex_);
+      auto& connections = pool_[address];
+      // Idle for half the idle limit (the peer's, if it has ours): closed here before the peer
+      // closes it, so that a request never goes out on a connection the peer is closing.
+      const auto stale = context_.options.idle_timeout / 2;
+      std::erase_if(connections, [&](const auto& connection) {
+        if (connection->alive()) {
+          if (stale.count() == 0 || connection->idle_for() < stale ||
+              !static_cast<StreamActiveSide&>(connection->handler()).idle())
+            return false;
+          connection->shutdown("connection closed");
+        }
+        retired_.push_back(connection);
+        return true;
+      });
+      move_finished(retired_, finished);
+      // Not retired by a concurrent caller between here and this caller's first send.
+      for (const auto& connection : connections) connection->mark_in_use();
+      if (connections.size() >= wanted) return connections;
+      missing = wanted - connections.size();
+    }
+    // Dialled without the lock: a dial that waits for its answer (shm's probe) to this very
+    // transport (a connector reading its own operation) needs the loop, which takes it.
+    Connections dialled;
+    for (std::size_t n = 0; n < missing; ++n) dialled.push_back(dial(address));
     std::lock_guard lock(mutex_);
     auto& connections = pool_[address];
-    std::erase_if(connections, [&](const auto& connection) {
-      if (connection->alive()) return false;
-      retired_.push_back(connection);
-      return true;
-    });
-    move_finished(retired_, finished);
-    while (connections.size() < wanted) {
-      auto socket = settings_.dial(address, context_.options.connect_timeout);
-      const int peer = settings_.cross_memory ? peer_process(socket.get()) : 0;
-      auto connection = std::make_shared<StreamConnection>(
-          std::move(socket), std::make_unique<StreamActiveSide>(peer), address, loop_);
-      connection->watch(std::make_unique<ConnectionWatch>(context_, settings_.name,
-                                                          Direction::Outbound, address));
-      connection->run();
-      if (!settings_.cross_memory) {  // a cross-memory dial already said hello, with its probe
-        OutFrame hello;
-        hello.header.type = FrameType::Hello;
-        hello.text = context_.connector_name.substr(0, FrameHeader::kMaxText);
-        connection->send(std::move(hello));
+    for (auto& connection : dialled) {
+      if (connections.size() < wanted) {
+        connections.push_back(std::move(connection));
+      } else {  // another caller dialled meanwhile
+        connection->shutdown("connection closed");
+        retired_.push_back(std::move(connection));
       }
-      connections.push_back(std::move(connection));
     }
     return connections;
+  }
+
+  std::shared_ptr<StreamConnection> dial(const std::string& address) {
+    auto socket = settings_.dial(address, context_.options.connect_timeout);
+    const int peer = settings_.cross_memory ? peer_process(socket.get()) : 0;
+    auto connection = std::make_shared<StreamConnection>(
+        std::move(socket), std::make_unique<StreamActiveSide>(peer), address, loop_);
+    connection->watch(
+        std::make_unique<ConnectionWatch>(context_, settings_.name, Direction::Outbound, address));
+    connection->run();
+    if (!settings_.cross_memory) {  // a cross-memory dial already said hello, with its probe
+      OutFrame hello;
+      hello.header.type = FrameType::Hello;
+      hello.text = context_.connector_name.substr(0, FrameHeader::kMaxText);
+      connection->send(std::move(hello));
+    }
+    return connection;
   }
 
   void watch_listener() {
@@ -335,10 +369,17 @@ class StreamTransport final : public Transport {
         ++live;
         if (entry.peer == peer) ++same_peer;
       }
-      if (live >= context_.options.max_connections ||
-          same_peer >= context_.options.max_connections_per_peer) {
+      const bool too_many = live >= context_.options.max_connections;
+      if (too_many || same_peer >= context_.options.max_connections_per_peer) {
         log(LogLevel::Warn, "connection_refused",
             "connection from " + peer + " closed: over the connection limit", peer);
+        refuse(socket.get(),
+               too_many ? "over its connection limit (max_connections " +
+                              std::to_string(context_.options.max_connections) + ")"
+                        : "over its connection limit for one peer (max_connections_per_peer " +
+                              std::to_string(context_.options.max_connections_per_peer) +
+                              ", from " + peer + ")");
+        linger_refused(std::move(socket));
         return;
       }
     }
@@ -350,6 +391,9 @@ class StreamTransport final : public Transport {
     passive->bind(connection);
     connection->watch(
         std::make_unique<ConnectionWatch>(context_, settings_.name, Direction::Inbound, peer));
+    connection->limit_idle(context_.options.idle_timeout);
+    connection->limit_queued_bytes(
+        std::max<std::size_t>(context_.options.max_queued_answer_bytes, 1));
     {
       std::lock_guard lock(mutex_);
       accepted_.push_back({connection, std::move(peer)});
@@ -360,6 +404,38 @@ class StreamTransport final : public Transport {
         reclaim_accepted();
         resume_listener();
       });
+    });
+  }
+
+  // Tells a refused peer why before closing, so that it fails with that reason and not with a
+  // bare "connection lost"; on the loop, so nothing here blocks.
+  static void refuse(int socket, const std::string& why) {
+    OutFrame refusal;
+    refusal.header.type = FrameType::HelloResponse;
+    refusal.header.code = wire_code(ErrorCode::Transport);
+    refusal.header.length = why.size();
+    iovec parts[2] = {{&refusal.header, sizeof refusal.header},
+                      {const_cast<char*>(why.data()), why.size()}};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = 2;
+    [[maybe_unused]] auto sent = ::sendmsg(socket, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+    // Unread bytes (its Hello) would turn the close into a reset that may beat the refusal.
+    char scratch[4096];
+    while (::recv(socket, scratch, sizeof scratch, MSG_DONTWAIT) > 0) {
+    }
+    ::shutdown(socket, SHUT_WR);
+  }
+
+  // Refused connections stay half-open a moment: closed at once, the peer's next send could
+  // meet a reset before its reader saw the refusal. The loop's.
+  static constexpr auto kRefusedLinger = std::chrono::milliseconds(200);
+  static constexpr std::size_t kMostRefusedLingering = 64;
+  void linger_refused(FileDescriptor socket) {
+    if (refused_.size() == kMostRefusedLingering) refused_.pop_front();
+    refused_.push_back(std::move(socket));
+    loop_.after(kRefusedLinger, [this] {
+      if (!refused_.empty()) refused_.pop_front();
     });
   }
 
@@ -416,6 +492,7 @@ class StreamTransport final : public Transport {
   EventLoop loop_;
   FileDescriptor reserve_ = open_reserve();  // the loop's
   bool listener_paused_ = false;             // the loop's
+  std::deque<FileDescriptor> refused_;       // the loop's: refused, lingering half-open
   std::mutex mutex_;
   std::map<std::string, Connections> pool_;
   struct Accepted {

@@ -60,7 +60,7 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
     registration->check_access(notice.token, notice.kind, 0, 0, descriptors.front().size(),
                                "verbs");
   } catch (const Error& error) {
-    reply(connection, NoticeType::Accept, notice.seq, error.code(), error.what());
+    reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
     return;
   }
   if (connection.inbound.contains(notice.key)) {
@@ -90,7 +90,7 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
     grant = access->grant(*registration, connection.rail, engine_.rail(connection.rail).device,
                           connection.own_protection_domain());
   } catch (const Error& error) {
-    reply(connection, NoticeType::Accept, notice.seq, error.code(), error.what());
+    reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
     return;
   }
   // Remembered so that losing this connection fails the operation and ends the grant.
@@ -129,7 +129,8 @@ void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
     });
     for (const auto& [id, other] : engine_.connections()) other->inbound.erase(notice.key);
   } catch (const Error& error) {
-    if (!answered) reply(connection, NoticeType::Result, notice.seq, error.code(), error.what());
+    if (!answered)
+      reply(connection, NoticeType::Result, notice.seq, error.code(), std::string(error.message()));
   }
   end_grant();
 }

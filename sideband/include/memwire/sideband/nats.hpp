@@ -41,12 +41,16 @@ struct MEMWIRE_API NatsOptions {
   // The JetStream key/value bucket that is the durable registry; created if absent.
   std::string kv_bucket = "memwire";
   // Upper bound on how long any entry stays in the bucket (its MaxAge), applied only when this
-  // channel creates the bucket. 0 = none: entries without a TTL stay until withdrawn.
+  // channel creates the bucket. 0 = none: entries without a TTL stay until withdrawn. A bucket
+  // that exists with a shorter MaxAge (made by hand) is refused (Error{InvalidArgument}): its
+  // names would vanish while published.
   std::chrono::milliseconds kv_max_age{0};
   // How many servers hold a copy of each KV bucket, applied only when this channel creates the
   // bucket (1..5, at most the cluster's size). 1 suits a single server; 3 on a 3-node cluster
   // keeps every name readable (and lets a new stream leader take over) when one node dies.
-  int kv_replicas = 1;
+  // 0 (the default) = as many as the servers the connection knows (given and discovered from
+  // the cluster), up to 3; one if the servers turn out not to be one JetStream cluster.
+  int kv_replicas = 0;
 
   // Connecting, and every JetStream/KV call, give up after this long (Error{Timeout}).
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(2);
@@ -90,7 +94,11 @@ struct MEMWIRE_API NatsOptions {
 // publisher, falls back to one KV get; a missing, deleted or expired key there is
 // Error{NotFound}. A request that gets no reply within `timeout` is Error{Timeout} (someone
 // subscribes but does not answer: a slow owner); KV is not consulted then. A timeout below
-// 1 ms counts as 1 ms. JetStream calls are bounded by request_timeout, not by `timeout`.
+// 1 ms counts as 1 ms. JetStream calls are bounded by request_timeout, not by `timeout`, but
+// the pieces of a large entry (one KV get each) are read within `timeout`: no get starts past
+// it (Error{Timeout}), and an entry claiming more pieces than its size needs is
+// Error{InvalidMetadata} before any is read. serve() reads a request's pieces within
+// request_timeout the same way.
 //
 // TTL: nats.c 3.4 / nats-server 2.9 have no per-key TTL, so each entry carries its expiry E and
 // readers treat an expired entry as absent; the publisher's responder stops answering then.
