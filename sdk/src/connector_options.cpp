@@ -61,6 +61,8 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
     options.tcp.chunk_size = number_from<std::size_t>("MEMWIRE_TCP_CHUNK_SIZE", text);
   if (const char* text = std::getenv("MEMWIRE_TCP_CONNECTIONS"))
     options.tcp.connections_per_peer = number_from<unsigned>("MEMWIRE_TCP_CONNECTIONS", text);
+  if (const char* text = std::getenv("MEMWIRE_IO_THREADS"))
+    options.io_threads = number_from<unsigned>("MEMWIRE_IO_THREADS", text);
   if (const char* text = std::getenv("MEMWIRE_MAX_CONNECTIONS"))
     options.max_connections = number_from<unsigned>("MEMWIRE_MAX_CONNECTIONS", text);
   if (const char* text = std::getenv("MEMWIRE_MAX_CONNECTIONS_PER_PEER"))

@@ -70,6 +70,9 @@ struct MEMWIRE_API ConnectorOptions {
   // descriptor): in total, and per peer (per IP address over tcp, per process over shm). Over a
   // limit, or out of file descriptors, a new connection is closed at once. A connection that
   // sends no first frame within `handshake_timeout` is closed.
+  // Event-loop threads of each stream transport (tcp, shm), which every connection of it
+  // shares: 0 = half the CPUs, 1 to 8 (at most 64). More copy many peers' bytes on more CPUs.
+  unsigned io_threads = 0;
   unsigned max_connections = 512;
   unsigned max_connections_per_peer = 64;
   std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);

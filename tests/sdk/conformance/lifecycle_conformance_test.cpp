@@ -85,7 +85,10 @@ TEST_P(LifecycleConformance, AnOwnerCancelInTheMiddleFailsTheReaderAndServesOthe
   std::vector<std::byte> source(mid_transfer_size()), target(mid_transfer_size());
   auto readable = owner.create_readable({Descriptor(std::span(source))});
   auto read = reader.begin_read(readable.metadata(), {Descriptor(std::span(target))});
-  ASSERT_TRUE(until_in_progress(readable, 30s)) << to_string(readable.status());
+  if (!until_in_progress(readable, 30s)) {
+    ASSERT_EQ(readable.status(), OperationStatus::Complete) << "never began";
+    GTEST_SKIP() << "the transfer finished before the test could act in its middle";
+  }
   const auto began = std::chrono::steady_clock::now();
   readable.cancel();
   EXPECT_LT(std::chrono::steady_clock::now() - began, 1s) << "cancel waited for the reader";
@@ -113,7 +116,10 @@ TEST_P(LifecycleConformance, AReaderCancelInTheMiddleReachesTheOwner) {
   std::vector<std::byte> source(mid_transfer_size()), target(mid_transfer_size());
   auto readable = owner.create_readable({Descriptor(std::span(source))});
   auto read = reader.begin_read(readable.metadata(), {Descriptor(std::span(target))});
-  ASSERT_TRUE(until_in_progress(readable, 30s)) << to_string(readable.status());
+  if (!until_in_progress(readable, 30s)) {
+    ASSERT_EQ(readable.status(), OperationStatus::Complete) << "never began";
+    GTEST_SKIP() << "the transfer finished before the test could act in its middle";
+  }
   read.cancel();
   if (read.status() == OperationStatus::Complete) GTEST_SKIP() << "the read finished first";
   EXPECT_EQ(read.status(), OperationStatus::Cancelled);
@@ -158,7 +164,10 @@ TEST_P(LifecycleConformance, AKilledReaderFailsTheOwner) {
   auto child = start_test_peer({"active", "read", std::to_string(memory.size()), "24", "4096"},
                                peer_environment());
   child.write_line(readable.metadata().to_json());
-  ASSERT_TRUE(until_in_progress(readable, 30s)) << to_string(readable.status());
+  if (!until_in_progress(readable, 30s)) {
+    ASSERT_EQ(readable.status(), OperationStatus::Complete) << "never began";
+    GTEST_SKIP() << "the transfer finished before the test could act in its middle";
+  }
   child.kill(SIGSTOP);  // it cannot finish now
   child.kill(SIGKILL);
   const auto killed = std::chrono::steady_clock::now();

@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -35,7 +36,9 @@ constexpr std::uint64_t kCrossMemoryMinimum = 128 << 10;
 class StreamTransport final : public Transport {
  public:
   StreamTransport(const TransportContext& context, StreamSettings settings)
-      : context_(context), settings_(std::move(settings)), loop_("memwire-" + settings_.name) {
+      : context_(context), settings_(std::move(settings)) {
+    for (unsigned n = 0; n < io_threads(context_.options); ++n)
+      loops_.push_back(std::make_unique<EventLoop>("memwire-" + settings_.name));
     // Non-blocking: the loop accepts until EAGAIN.
     ::fcntl(settings_.listener.get(), F_SETFL,
             ::fcntl(settings_.listener.get(), F_GETFL) | O_NONBLOCK);
@@ -44,7 +47,7 @@ class StreamTransport final : public Transport {
 
   ~StreamTransport() override {
     stopping_ = true;
-    loop_.post([this] { loop_.remove(settings_.listener.get()); });
+    listener_loop().post([this] { listener_loop().remove(settings_.listener.get()); });
     Connections all;
     {
       std::lock_guard lock(mutex_);
@@ -61,7 +64,7 @@ class StreamTransport final : public Transport {
     // Closed by the loop, their handlers told, before the loop itself goes.
     for (auto& connection : all) connection->join();
     // Now, while what its last tasks touch is still here.
-    loop_.stop();
+    for (auto& loop : loops_) loop->stop();
   }
 
   std::string_view name() const override { return settings_.name; }
@@ -296,7 +299,7 @@ class StreamTransport final : public Transport {
     auto socket = settings_.dial(address, context_.options.connect_timeout);
     const int peer = settings_.cross_memory ? peer_process(socket.get()) : 0;
     auto connection = std::make_shared<StreamConnection>(
-        std::move(socket), std::make_unique<StreamActiveSide>(peer), address, loop_);
+        std::move(socket), std::make_unique<StreamActiveSide>(peer), address, next_loop());
     connection->watch(
         std::make_unique<ConnectionWatch>(context_, settings_.name, Direction::Outbound, address));
     connection->run();
@@ -310,7 +313,8 @@ class StreamTransport final : public Transport {
   }
 
   void watch_listener() {
-    loop_.add(settings_.listener.get(), EPOLLIN, [this](std::uint32_t) { accept_ready(); });
+    listener_loop().add(settings_.listener.get(), EPOLLIN,
+                        [this](std::uint32_t) { accept_ready(); });
   }
 
   // On the loop: takes every pending connection. Never spins: out of descriptors, a pending
@@ -345,8 +349,8 @@ class StreamTransport final : public Transport {
 
   void pause_listener() {
     listener_paused_ = true;
-    loop_.remove(settings_.listener.get());
-    loop_.after(std::chrono::seconds(1), [this] { resume_listener(); });
+    listener_loop().remove(settings_.listener.get());
+    listener_loop().after(std::chrono::seconds(1), [this] { resume_listener(); });
   }
 
   // Edge-triggered: watching it again reports the connections that waited meanwhile.
@@ -387,7 +391,7 @@ class StreamTransport final : public Transport {
         std::make_unique<StreamPassiveSide>(context_.registrations, process, settings_.name);
     auto* passive = handler.get();
     auto connection = std::make_shared<StreamConnection>(std::move(socket), std::move(handler),
-                                                         settings_.name + " peer", loop_);
+                                                         settings_.name + " peer", next_loop());
     passive->bind(connection);
     connection->watch(
         std::make_unique<ConnectionWatch>(context_, settings_.name, Direction::Inbound, peer));
@@ -400,7 +404,7 @@ class StreamTransport final : public Transport {
     }
     // Once closed, it gives its descriptor back at once, and a paused listener resumes.
     connection->run(context_.options.handshake_timeout, [this] {
-      loop_.post([this] {
+      listener_loop().post([this] {
         reclaim_accepted();
         resume_listener();
       });
@@ -434,7 +438,7 @@ class StreamTransport final : public Transport {
   void linger_refused(FileDescriptor socket) {
     if (refused_.size() == kMostRefusedLingering) refused_.pop_front();
     refused_.push_back(std::move(socket));
-    loop_.after(kRefusedLinger, [this] {
+    listener_loop().after(kRefusedLinger, [this] {
       if (!refused_.empty()) refused_.pop_front();
     });
   }
@@ -487,9 +491,20 @@ class StreamTransport final : public Transport {
 
   const TransportContext& context_;
   StreamSettings settings_;
-  // Every connection's I/O, and the listener's: one thread, whatever the number of peers.
-  // Declared before the connections, so it outlives them.
-  EventLoop loop_;
+  // Every connection's I/O, and the listener's: a fixed few threads, whatever the number of
+  // peers. Declared before the connections, so they outlive them.
+  std::vector<std::unique_ptr<EventLoop>> loops_;
+  std::atomic<std::size_t> next_loop_{0};
+  // The first loop also watches the listener and keeps the accept-side state below.
+  EventLoop& listener_loop() { return *loops_.front(); }
+  // Connections spread over the loops in turn.
+  EventLoop& next_loop() {
+    return *loops_[next_loop_.fetch_add(1, std::memory_order_relaxed) % loops_.size()];
+  }
+  static unsigned io_threads(const ConnectorOptions& options) {
+    if (options.io_threads > 0) return std::min(options.io_threads, 64u);
+    return std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
+  }
   FileDescriptor reserve_ = open_reserve();  // the loop's
   bool listener_paused_ = false;             // the loop's
   std::deque<FileDescriptor> refused_;       // the loop's: refused, lingering half-open
