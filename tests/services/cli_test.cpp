@@ -168,6 +168,8 @@ class Cli : public ::testing::Test {
 // OUT.part behind.
 // Issue 23, finding 8: the programs could not say how many copies of the registry bucket to
 // create. --kv-replicas N (0..5) now reaches NatsOptions::kv_replicas, and is checked.
+// A build without NATS has no --kv-replicas (nor --nats) at all: nothing to check there.
+#if MEMWIRE_HAVE_NATS
 TEST(CliKvReplicas, TheFlagIsTakenAndChecked) {
   memwire::test_support::NatsServer nats;
   TempDir dir;
@@ -179,6 +181,7 @@ TEST(CliKvReplicas, TheFlagIsTakenAndChecked) {
     EXPECT_NE(refused.err.find("--kv-replicas"), std::string::npos) << refused.err;
   }
 }
+#endif
 
 TEST_F(Cli, GetWritesOnlyRegularFilesAndLeavesNothingBehind) {
   auto in = dir_.file("in.bin");
