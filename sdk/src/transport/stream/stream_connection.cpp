@@ -189,10 +189,19 @@ void StreamConnection::send_held_back() {
     break;
   }
   const bool failed = sent < 0;
-  for (auto i = next; i < held_back_.size(); ++i) enqueue(std::move(held_back_[i]));
+  // Closed meanwhile (another thread shut it down): what is left is dropped, not queued where
+  // nothing would ever send or drop it again.
+  std::vector<OutFrame> unsent;
+  for (auto i = next; i < held_back_.size(); ++i) {
+    if (closing_)
+      unsent.push_back(std::move(held_back_[i]));
+    else
+      enqueue(std::move(held_back_[i]));
+  }
   held_back_.clear();
   if (!queue_.empty()) schedule_flush();
   lock.unlock();
+  unsent.clear();
   if (failed) shutdown("send failed");
 }
 
@@ -213,8 +222,10 @@ bool StreamConnection::send(OutFrame frame) {
   lock.lock();
   writing_ = false;
   const bool done = frame.finished;
-  if (ok && !done) enqueue(std::move(frame), true);  // the socket is full: EPOLLOUT resumes
-  if (done && !queue_.empty()) schedule_flush();     // others queued behind it meanwhile
+  // The socket is full: EPOLLOUT resumes. Unless the connection closed meanwhile: then the
+  // frame is dropped here (with its pin) as shutdown() dropped the queued ones.
+  if (ok && !done && !closing_) enqueue(std::move(frame), true);
+  if (done && !queue_.empty()) schedule_flush();  // others queued behind it meanwhile
   const bool drained = done && queue_.empty() && draining_;
   lock.unlock();
   if (done) frame.on_sent();
@@ -253,7 +264,7 @@ void StreamConnection::flush() {
     {
       std::lock_guard lock(mutex_);
       writing_ = false;
-      if (ok && !done) enqueue(std::move(frame), true);
+      if (ok && !done && !closing_) enqueue(std::move(frame), true);  // else dropped below
     }
     if (done) frame.on_sent();
     if (!ok) return shutdown("send failed");
