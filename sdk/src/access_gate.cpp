@@ -44,7 +44,9 @@ void AccessGate::close(std::chrono::milliseconds grace) {
   std::unique_lock lock(mutex_);
   open_ = false;
   if (!released_.wait_for(lock, grace, [&] { return pins_ == 0; })) {
-    auto breakers = std::move(breakers_);
+    // A copy: a second closer (an event loop whose own connections hold the rest) runs them
+    // again, on its thread, where they can let go at once.
+    auto breakers = breakers_;
     lock.unlock();
     for (auto& [holder, breaker] : breakers) breaker();
     lock.lock();

@@ -231,3 +231,29 @@ TEST_P(LifecycleConformance, AnOwnerThatIsGoneFailsTheReaderWithinTheTimeout) {
 MEMWIRE_CONFORMANCE_SUITE(LifecycleConformance);
 
 }  // namespace
+
+namespace {
+
+// A writer that stops in the middle of its payload (a cut link: no end, no more bytes) must
+// not keep the owner's memory: dropping the writable returns within the connector's grace.
+TEST_P(LifecycleConformance, AStalledWriterLetsTheOwnerDropItsWritableInTime) {
+  auto writable_owner = std::make_unique<Connector>(options());
+  std::vector<std::byte> memory(mid_transfer_size());
+  auto writable = std::make_unique<WritableOperation>(
+      writable_owner->create_writable({Descriptor(std::span(memory))}));
+  auto child = start_test_peer({"active", "write", std::to_string(memory.size()), "26", "4194304"},
+                               peer_environment());
+  child.write_line(writable->metadata().to_json());
+  if (!until_in_progress(*writable, 30s)) {
+    ASSERT_EQ(writable->status(), OperationStatus::Complete) << "never began";
+    GTEST_SKIP() << "the transfer finished before the writer could be stopped";
+  }
+  child.kill(SIGSTOP);
+  std::this_thread::sleep_for(200ms);  // whatever it had sent has arrived
+  const auto dropped = std::chrono::steady_clock::now();
+  within(60s, "dropping a writable whose writer stalled", [&] { writable.reset(); });
+  EXPECT_LT(std::chrono::steady_clock::now() - dropped, options().connect_timeout + 2s);
+  child.kill(SIGKILL);
+}
+
+}  // namespace

@@ -77,6 +77,10 @@ bool StreamConnection::alive() const {
 void StreamConnection::shutdown(const std::string& reason) {
   // A handler that answers, then closes (a protocol error) meant the answer to go first.
   if (reading_connection == this) send_held_back();
+  // On its loop, a half-filled payload lets go of its pin at once, closing already or not (a
+  // gate closing on this thread may be waiting for it). Not the connection being read: the
+  // loop closes that one once its handler returns.
+  if (loop_.in_loop_thread() && reading_connection != this) sink_.reset();
   std::deque<OutFrame> dropped;
   {
     std::lock_guard lock(mutex_);
@@ -91,9 +95,6 @@ void StreamConnection::shutdown(const std::string& reason) {
   drained_.notify_all();
   // Let go of their pins now: a gate closing on this very thread may be waiting for them.
   dropped.clear();
-  // Another connection of this loop (a breaker): its half-filled payload lets go of its pin
-  // too. Not the one being read: the loop closes that one once its handler returns.
-  if (loop_.in_loop_thread() && reading_connection != this) sink_.reset();
   if (auto self = weak_from_this().lock())
     loop_.post([self = std::move(self)] { self->close_on_loop(); });
 }
