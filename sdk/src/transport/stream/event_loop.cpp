@@ -78,22 +78,26 @@ void EventLoop::post(Task task) {
 }
 
 EventLoop::TimerId EventLoop::after(std::chrono::milliseconds delay, Task task) {
-  std::lock_guard lock(mutex_);
-  const auto id = next_timer_++;
-  timers_.emplace(std::chrono::steady_clock::now() + delay, std::make_pair(id, std::move(task)));
-  // The loop may be asleep with a later deadline: let it recompute its wait.
-  const std::uint64_t one = 1;
-  [[maybe_unused]] auto written = ::write(wake_.get(), &one, sizeof one);
+  const auto due = std::chrono::steady_clock::now() + delay;
+  TimerId id = 0;
+  {
+    std::lock_guard lock(mutex_);
+    id = next_timer_++;
+    timers_.emplace(std::make_pair(due, id), std::move(task));
+    timer_due_.emplace(id, due);
+  }
+  // Asleep with a later deadline, the loop must recompute its wait; on the loop itself it
+  // does so before it next waits.
+  if (!in_loop_thread()) wake();
   return id;
 }
 
 void EventLoop::cancel(TimerId timer) {
   std::lock_guard lock(mutex_);
-  for (auto it = timers_.begin(); it != timers_.end(); ++it)
-    if (it->second.first == timer) {
-      timers_.erase(it);
-      return;
-    }
+  if (auto found = timer_due_.find(timer); found != timer_due_.end()) {
+    timers_.erase({found->second, timer});
+    timer_due_.erase(found);
+  }
 }
 
 void EventLoop::wake() {
@@ -104,8 +108,9 @@ void EventLoop::wake() {
 std::vector<EventLoop::Task> EventLoop::take_due_timers(std::chrono::steady_clock::time_point now) {
   std::vector<Task> due;
   std::lock_guard lock(mutex_);
-  while (!timers_.empty() && timers_.begin()->first <= now) {
-    due.push_back(std::move(timers_.begin()->second.second));
+  while (!timers_.empty() && timers_.begin()->first.first <= now) {
+    timer_due_.erase(timers_.begin()->first.second);
+    due.push_back(std::move(timers_.begin()->second));
     timers_.erase(timers_.begin());
   }
   return due;
@@ -113,7 +118,7 @@ std::vector<EventLoop::Task> EventLoop::take_due_timers(std::chrono::steady_cloc
 
 int EventLoop::wait_timeout_ms() const {
   if (timers_.empty()) return -1;
-  const auto left = timers_.begin()->first - std::chrono::steady_clock::now();
+  const auto left = timers_.begin()->first.first - std::chrono::steady_clock::now();
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
   return ms <= 0 ? 0 : static_cast<int>(std::min<long long>(ms, 60'000));
 }

@@ -61,7 +61,9 @@ class MEMWIRE_API EventLoop {
 
   std::mutex mutex_;
   std::vector<Task> posted_;
-  std::multimap<std::chrono::steady_clock::time_point, std::pair<TimerId, Task>> timers_;
+  // By when they are due, and (for cancel(): one per connection, many per second) by id.
+  std::map<std::pair<std::chrono::steady_clock::time_point, TimerId>, Task> timers_;
+  std::unordered_map<TimerId, std::chrono::steady_clock::time_point> timer_due_;
   TimerId next_timer_ = 1;
   bool stopping_ = false;
 
