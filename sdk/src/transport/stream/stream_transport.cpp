@@ -437,9 +437,13 @@ class StreamTransport final : public Transport {
   static constexpr std::size_t kMostRefusedLingering = 64;
   void linger_refused(FileDescriptor socket) {
     if (refused_.size() == kMostRefusedLingering) refused_.pop_front();
-    refused_.push_back(std::move(socket));
+    const auto until = std::chrono::steady_clock::now() + kRefusedLinger;
+    refused_.emplace_back(std::move(socket), until);
+    // Each timer closes what has lingered long enough (the oldest may already have gone to
+    // make room): never one refused later than itself.
     listener_loop().after(kRefusedLinger, [this] {
-      if (!refused_.empty()) refused_.pop_front();
+      const auto now = std::chrono::steady_clock::now();
+      while (!refused_.empty() && refused_.front().second <= now) refused_.pop_front();
     });
   }
 
@@ -507,7 +511,8 @@ class StreamTransport final : public Transport {
   }
   FileDescriptor reserve_ = open_reserve();  // the loop's
   bool listener_paused_ = false;             // the loop's
-  std::deque<FileDescriptor> refused_;       // the loop's: refused, lingering half-open
+  // The listener loop's: refused, lingering half-open until their time.
+  std::deque<std::pair<FileDescriptor, std::chrono::steady_clock::time_point>> refused_;
   std::mutex mutex_;
   std::map<std::string, Connections> pool_;
   struct Accepted {
