@@ -21,6 +21,22 @@ class LifecycleConformance : public TransportConformance {
   ConnectorOptions slow_options() const { return options(4096, 1); }
 };
 
+// A read of an owner that is (or is about to be, once `begun` ran) gone fails as lost: at its
+// start (a transport that asks the owner first: shm's probe) or within its wait.
+template <typename Begun>
+void expect_read_lost(Connector& reader, const RdmaMetadata& metadata,
+                      std::vector<std::byte>& target, Begun begun) {
+  try {
+    auto read = reader.begin_read(metadata, {Descriptor(std::span(target))});
+    begun();
+    const auto code = failure_code(read, 20s);
+    EXPECT_TRUE(code == ErrorCode::PeerLost || code == ErrorCode::Timeout) << to_string(code);
+  } catch (const Error& error) {
+    EXPECT_TRUE(error.code() == ErrorCode::PeerLost || error.code() == ErrorCode::Transport)
+        << error.what();
+  }
+}
+
 TEST_P(LifecycleConformance, TwoReadersOfOneReadableBothFinishInTime) {
   constexpr std::size_t kSize = 32u << 20;
   std::vector<std::byte> source(kSize);
@@ -195,16 +211,7 @@ TEST_P(LifecycleConformance, AKilledOwnerFailsTheReader) {
   std::vector<std::byte> target(mid_transfer_size());
   child.kill(SIGSTOP);  // the read is certainly in flight when the owner dies
   const auto began = std::chrono::steady_clock::now();
-  try {
-    auto read = connector.begin_read(metadata, {Descriptor(std::span(target))});
-    child.kill(SIGKILL);
-    const auto code = failure_code(read, 20s);
-    EXPECT_TRUE(code == ErrorCode::PeerLost || code == ErrorCode::Timeout) << to_string(code);
-  } catch (const Error& error) {
-    // A transport that asks the owner before it begins (shm's probe) fails the read there.
-    EXPECT_TRUE(error.code() == ErrorCode::PeerLost || error.code() == ErrorCode::Transport)
-        << error.what();
-  }
+  expect_read_lost(connector, metadata, target, [&] { child.kill(SIGKILL); });
   EXPECT_LT(std::chrono::steady_clock::now() - began, 15s);
 }
 
@@ -217,14 +224,7 @@ TEST_P(LifecycleConformance, AnOwnerThatIsGoneFailsTheReaderWithinTheTimeout) {
   }  // the owner and its listener are gone
   Connector reader(options());
   const auto began = std::chrono::steady_clock::now();
-  try {
-    auto read = reader.begin_read(*metadata, {Descriptor(std::span(target))});
-    const auto code = failure_code(read, 20s);
-    EXPECT_TRUE(code == ErrorCode::PeerLost || code == ErrorCode::Timeout) << to_string(code);
-  } catch (const Error& error) {
-    EXPECT_TRUE(error.code() == ErrorCode::PeerLost || error.code() == ErrorCode::Transport)
-        << error.what();
-  }
+  expect_read_lost(reader, *metadata, target, [] {});
   EXPECT_LT(std::chrono::steady_clock::now() - began, 15s);
 }
 
