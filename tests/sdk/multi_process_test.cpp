@@ -7,6 +7,7 @@
 
 #include "memwire/memwire.hpp"
 #include "support/child_process.hpp"
+#include "support/operation_waits.hpp"
 #include "support/pattern.hpp"
 #include "support/shared_mappings.hpp"
 #include "support/test_peer_process.hpp"
@@ -14,6 +15,7 @@
 using namespace memwire;
 using namespace std::chrono_literals;
 using memwire::test_support::ChildProcess;
+using memwire::test_support::failure_code;
 using memwire::test_support::start_test_peer;
 
 namespace {
@@ -23,16 +25,6 @@ ConnectorOptions tcp_options(std::size_t chunk = 4u << 20) {
   options.transports = {"tcp"};
   options.tcp.chunk_size = chunk;
   return options;
-}
-
-ErrorCode failure_code(Operation& operation, std::chrono::milliseconds timeout) {
-  try {
-    operation.wait_for_completion(timeout);
-  } catch (const Error& error) {
-    return error.code();
-  }
-  ADD_FAILURE() << "the operation did not fail; status " << to_string(operation.status());
-  return ErrorCode::Protocol;
 }
 
 }  // namespace
