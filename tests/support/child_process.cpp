@@ -8,7 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <fstream>
 #include <stdexcept>
+#include <string>
+#include <thread>
 
 extern char** environ;
 
@@ -79,7 +83,21 @@ std::optional<std::string> ChildProcess::read_line(std::chrono::milliseconds tim
   }
 }
 
-void ChildProcess::kill(int signal) { ::kill(pid_, signal); }
+void ChildProcess::kill(int signal) {
+  ::kill(pid_, signal);
+  if (signal != SIGSTOP) return;
+  // kill() returns before the child has stopped; tests stop it so that it answers nothing
+  // from now on, so wait (a little) until the kernel reports it stopped.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream stat("/proc/" + std::to_string(pid_) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto state = line.rfind(") ");  // the state follows the command's closing parenthesis
+    if (state == std::string::npos || line[state + 2] == 'T') return;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
 
 std::optional<int> ChildProcess::wait(std::chrono::milliseconds timeout) {
   if (exit_code_) return exit_code_;
