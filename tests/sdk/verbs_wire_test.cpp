@@ -43,6 +43,26 @@ TEST(VerbsWire, AnAcceptCarriesKeysAndARefusalNone) {
   EXPECT_EQ(back.text, "wrong token");
 }
 
+TEST(VerbsWire, CreditsStampedAtPostingRoundTrip) {
+  Notice answer;
+  answer.type = NoticeType::Result;
+  answer.seq = 7;
+  answer.text = std::string(Notice::kMaxText, 'x');  // the longest notice
+  std::array<std::byte, kNoticeBytes> bytes{};
+  const auto size = encode(answer, bytes);
+  stamp_credits(std::span(bytes).first(size), 300);
+  auto back = decode(std::span(bytes).first(size));
+  EXPECT_EQ(back.credits, 300);
+  EXPECT_EQ(back.seq, 7u);
+  EXPECT_EQ(back.text, answer.text);
+  Notice credits;
+  credits.type = NoticeType::Credits;
+  credits.credits = 32;
+  back = decode(std::span(bytes).first(encode(credits, bytes)));
+  EXPECT_EQ(back.type, NoticeType::Credits);
+  EXPECT_EQ(back.credits, 32);
+}
+
 // A notice as a peer could write it: TEXT, then FIRST and COUNT, then the keys given.
 std::vector<std::byte> raw_notice(std::string_view text, std::uint16_t count,
                                   std::size_t keys_written) {

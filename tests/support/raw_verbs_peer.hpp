@@ -38,7 +38,7 @@ inline std::vector<std::string> rail_addresses(const RdmaMetadata& metadata) {
 
 class RawVerbsPeer {
  public:
-  static constexpr std::size_t kReceives = 16;
+  static constexpr std::size_t kReceives = detail::verbs::kNoticeReceives;
 
   // Connects to `address` ("ip:port"), calling itself `name` in its hello. Throws
   // std::runtime_error when the listener refuses (or is not there).
@@ -126,6 +126,14 @@ class RawVerbsPeer {
     } catch (const std::exception&) {
     }
     post_receive(slot);
+    // As memwire's connection does: the owner sends no more notices than it has credits for.
+    if (++credits_due_ >= 32) {
+      detail::verbs::Notice credits;
+      credits.type = detail::verbs::NoticeType::Credits;
+      credits.credits = static_cast<std::uint16_t>(credits_due_);
+      credits_due_ = 0;
+      send(credits);
+    }
     return notice;
   }
 
@@ -264,6 +272,7 @@ class RawVerbsPeer {
   rdma_cm_id* id_ = nullptr;
   ibv_mr* receive_mr_ = nullptr;
   std::array<std::array<std::byte, detail::verbs::kNoticeBytes>, kReceives> receive_buffers_{};
+  std::size_t credits_due_ = 0;  // receives posted again, not yet returned to the owner
 };
 
 }  // namespace memwire::test_support

@@ -460,6 +460,9 @@ void VerbsActiveSide::resume(const std::shared_ptr<Stripe>& stripe) {
         Error(last.code(), "verbs: no rail left to " + peer + " (" +
                                std::to_string(stripe->pairs.size()) +
                                " tried); the last: " + std::string(last.message())));
+  // No leg is left to let go of the pin taken at its first Accept: without this, dropping the
+  // operation would wait for it forever (its breaker finds no connection to reset).
+  settle(stripe);
 }
 
 void VerbsActiveSide::wake_legs(const Stripe& stripe) {

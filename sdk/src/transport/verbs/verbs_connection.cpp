@@ -10,8 +10,15 @@ namespace memwire::detail::verbs {
 namespace {
 
 constexpr unsigned kSendDepth = 256;
-constexpr unsigned kReceiveSlots = 128;
+constexpr unsigned kReceiveSlots = kNoticeReceives;
 constexpr unsigned kReservedForNotices = 64;
+// The peer's last receives are kept for Credits notices, so that two sides that each wait
+// for credits can always tell the other what they have posted again.
+constexpr unsigned kCreditsReserve = 2;
+// A side with nothing to answer returns its credits on their own once this many are due.
+constexpr unsigned kCreditsDue = kReceiveSlots / 4;
+// Notices queued for a peer that returns no credits: past this the peer is not draining them.
+constexpr std::size_t kMaxWaitingNotices = 16384;
 
 [[noreturn]] void fail(const std::string& what) {
   throw Error(ErrorCode::Transport, what + ": " + std::strerror(errno));
@@ -70,11 +77,31 @@ void Connection::create_queue_pair() {
   if (rdma_create_qp(id_.get(), pd, &attributes) != 0) fail("rdma_create_qp");
 
   for (unsigned slot = 0; slot < kReceiveSlots; ++slot)
-    if (!repost_receive(wr_id(Tag::Receive, slot))) fail("ibv_post_recv");
+    if (!post_receive(wr_id(Tag::Receive, slot))) fail("ibv_post_recv");
   for (unsigned slot = kReceiveSlots; slot < slots; ++slot) free_send_slots_.push_back(slot);
 }
 
 bool Connection::repost_receive(std::uint64_t id) {
+  if (!post_receive(id)) return false;
+  ++credits_due_;
+  return true;
+}
+
+bool Connection::on_credits(std::uint16_t returned) {
+  // More than were ever taken is the peer's mistake; counting them would only let this side
+  // overrun the peer's receives.
+  peer_receives_ = std::min(peer_receives_ + returned, kReceiveSlots);
+  return flush();
+}
+
+bool Connection::return_credits() {
+  if (state != State::Established || credits_due_ < kCreditsDue || !waiting_.empty()) return true;
+  Notice credits;
+  credits.type = NoticeType::Credits;
+  return send(credits);
+}
+
+bool Connection::post_receive(std::uint64_t id) {
   const auto slot = value_of(id);
   ibv_sge sge{};
   sge.addr = reinterpret_cast<std::uintptr_t>(buffers_.get() + slot * kNoticeBytes);
@@ -95,8 +122,10 @@ std::span<const std::byte> Connection::received(std::uint64_t id, std::uint32_t 
 }
 
 bool Connection::send(const Notice& notice) {
+  if (waiting_.size() >= kMaxWaitingNotices) return false;
   Waiting message{};
   message.size = encode(notice, std::span<std::byte, kNoticeBytes>(message.bytes));
+  message.credits_only = notice.type == NoticeType::Credits;
   waiting_.push_back(message);
   return flush();
 }
@@ -155,6 +184,8 @@ bool Connection::flush() {
       if (message.window < message.grant->rkeys().size()) continue;  // more windows to bind
     } else {
       if (free_send_slots_.empty()) break;
+      // Only a Credits notice may take the peer's last receives.
+      if (peer_receives_ <= (message.credits_only ? 0 : kCreditsReserve)) break;
       if (!post_control(message)) return false;
     }
     waiting_.pop_front();
@@ -194,6 +225,8 @@ bool Connection::post_control(const Waiting& message) {
   const auto slot = free_send_slots_.front();
   std::byte* buffer = buffers_.get() + slot * kNoticeBytes;
   std::memcpy(buffer, bytes.data(), bytes.size());
+  const auto returned = static_cast<std::uint16_t>(std::min<unsigned>(credits_due_, 0xffff));
+  stamp_credits({buffer, bytes.size()}, returned);
   ibv_sge sge{};
   sge.addr = reinterpret_cast<std::uintptr_t>(buffer);
   sge.length = static_cast<std::uint32_t>(bytes.size());
@@ -208,6 +241,8 @@ bool Connection::post_control(const Waiting& message) {
   if (ibv_post_send(id_->qp, &wr, &bad) != 0) return false;
   free_send_slots_.pop_front();
   --credits_;
+  --peer_receives_;
+  credits_due_ -= returned;
   in_flight_.push_back({wr.wr_id, 1});
   return true;
 }

@@ -80,7 +80,14 @@ class Connection {
   bool on_send_completion(std::uint64_t id);
   // The bytes of a completed receive; valid until repost_receive().
   std::span<const std::byte> received(std::uint64_t id, std::uint32_t length) const;
+  // Posts a consumed receive again; the peer gets its credit back with the next notice.
   bool repost_receive(std::uint64_t id);
+  // The credits a received notice returned: notices that waited for them go. False on a post
+  // failure.
+  bool on_credits(std::uint16_t returned);
+  // Once a received notice is handled: credits due to the peer go on their own if no notice
+  // queued will carry them. False on a post failure.
+  bool return_credits();
 
   // Book-keeping of the transport (progress thread only).
   State state = State::Resolving;
@@ -100,6 +107,7 @@ class Connection {
 
  private:
   struct Waiting;
+  bool post_receive(std::uint64_t id);
   bool post_control(const Waiting& message);
   bool post_bind(Waiting& message);
   bool flush();
@@ -115,6 +123,8 @@ class Connection {
   unsigned send_depth_;
   unsigned reserved_;  // credits kept for notices; also the number of send buffers
   unsigned credits_;
+  unsigned peer_receives_ = kNoticeReceives;  // the peer's receives this side may still use
+  unsigned credits_due_ = 0;                  // receives posted again, not yet told the peer
   std::unique_ptr<std::byte[]> buffers_;
   Mr buffers_mr_;
   Cq cq_;
@@ -129,6 +139,7 @@ class Connection {
     std::shared_ptr<AccessGrant> grant;
     std::size_t window = 0;
     bool bind = false;
+    bool credits_only = false;
     std::uint64_t seq = 0;
   };
   std::deque<Waiting> waiting_;

@@ -448,7 +448,8 @@ void Engine::on_established(Connection& connection, const std::optional<std::str
   arm_timer();
   if (!posted)
     fail_connection(connection, Error(ErrorCode::Transport,
-                                      "verbs: cannot post to the QP of " + describe(connection)));
+                                      "verbs: cannot post to the QP of " + describe(connection) +
+                                          " (or it has left notices unread too long)"));
 }
 
 // ---- completions ----------------------------------------------------------------------------
@@ -530,7 +531,13 @@ void Engine::handle(Connection& connection, const ibv_wc& completion) {
         fail_connection(connection, Error(ErrorCode::Transport, "verbs: ibv_post_recv failed"));
         return;
       }
+      if (!connection.on_credits(notice.credits)) {
+        fail_connection(connection, Error(ErrorCode::Transport, "verbs: ibv_post_send failed"));
+        return;
+      }
       on_notice(connection, notice);
+      if (!connection.return_credits())
+        fail_connection(connection, Error(ErrorCode::Transport, "verbs: ibv_post_send failed"));
       return;
     }
     case Connection::Tag::Control:
@@ -698,13 +705,16 @@ void Engine::on_notice(Connection& connection, const Notice& notice) {
     case NoticeType::Keys:
       active_.on_notice(connection, notice);
       return;
+    case NoticeType::Credits:
+      return;  // taken in handle()
   }
 }
 
 void Engine::send(Connection& connection, const Notice& notice) {
   if (!connection.send(notice))
     fail_connection(connection, Error(ErrorCode::Transport,
-                                      "verbs: cannot post to the QP of " + describe(connection)));
+                                      "verbs: cannot post to the QP of " + describe(connection) +
+                                          " (or it has left notices unread too long)"));
 }
 
 // ---- failure --------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ void VerbsPassiveSide::on_notice(Connection& connection, const Notice& notice) {
     case NoticeType::Accept:
     case NoticeType::Result:
     case NoticeType::Keys:
+    case NoticeType::Credits:
       return;  // the active side's
   }
 }

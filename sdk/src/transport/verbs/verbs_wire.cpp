@@ -11,8 +11,10 @@ namespace {
 constexpr std::uint32_t kNoticeMagic = 0x4e56574d;  // "MWVN"
 constexpr std::uint32_t kHelloMagic = 0x4856574d;   // "MWVH"
 // 2: remote keys are granted per connection (Keys notices), never carried in metadata.
-constexpr std::uint8_t kVersion = 2;
-constexpr std::size_t kHeader = 4 + 1 + 1 + 1 + 1 + 8 + 16 + 16 + 2;
+// 3: every notice returns receive credits.
+constexpr std::uint8_t kVersion = 3;
+constexpr std::size_t kCreditsAt = 4 + 1 + 1 + 1 + 1;
+constexpr std::size_t kHeader = kCreditsAt + 2 + 8 + 16 + 16 + 2;
 constexpr std::size_t kHelloHeader = 4 + 1 + 1;
 constexpr std::size_t kKeysHeader = 4 + 2;
 static_assert(kHeader + Notice::kMaxText + kKeysHeader <= kNoticeBytes);
@@ -77,6 +79,7 @@ std::size_t encode(const Notice& notice, std::span<std::byte, kNoticeBytes> out)
   writer.u8(static_cast<std::uint8_t>(notice.type));
   writer.u8(static_cast<std::uint8_t>(notice.kind));
   writer.u8(notice.error ? wire_code(*notice.error) : 0);  // 0 = success
+  writer.u16(notice.credits);
   writer.u64(notice.seq);
   writer.bytes(notice.key.data(), notice.key.size());
   writer.bytes(notice.token.data(), notice.token.size());
@@ -99,7 +102,7 @@ Notice decode(std::span<const std::byte> in) {
   Notice notice;
   const auto type = reader.u8();
   if (type < static_cast<std::uint8_t>(NoticeType::Begin) ||
-      type > static_cast<std::uint8_t>(NoticeType::Keys))
+      type > static_cast<std::uint8_t>(NoticeType::Credits))
     throw Error(ErrorCode::Protocol, "unknown verbs notice type " + std::to_string(type));
   notice.type = static_cast<NoticeType>(type);
   const auto kind = reader.u8();
@@ -110,6 +113,7 @@ Notice decode(std::span<const std::byte> in) {
   if (code != 0 && !is_error_wire_code(code))
     throw Error(ErrorCode::Protocol, "unknown error code " + std::to_string(code));
   if (code != 0) notice.error = error_code_from_wire(code);
+  notice.credits = reader.u16();
   notice.seq = reader.u64();
   reader.bytes(notice.key.data(), notice.key.size());
   reader.bytes(notice.token.data(), notice.token.size());
@@ -124,6 +128,11 @@ Notice decode(std::span<const std::byte> in) {
   notice.rkeys.resize(count);
   for (auto& rkey : notice.rkeys) rkey = reader.u32();
   return notice;
+}
+
+void stamp_credits(std::span<std::byte> encoded, std::uint16_t credits) {
+  if (encoded.size() < kCreditsAt + 2) return;
+  Writer(encoded.data() + kCreditsAt).u16(credits);
 }
 
 std::vector<std::byte> encode_hello(std::string_view connector, std::size_t limit) {

@@ -23,13 +23,17 @@ namespace memwire::detail::verbs {
 // passive side ends the grant, completes the registration and answers with Result, and only
 // then does the active side succeed. Abort is the active side's error notice. The metadata
 // carries no remote key.
+// Every notice also hands back receive credits: a side sends no more notices than the peer has
+// receives posted (a SEND that meets no receive draws an RNR NAK, and rxe has broken QPs on
+// the retries). Credits is a notice with nothing else, for a side that has no answer to send.
 enum class NoticeType : std::uint8_t {
   Begin = 1,
   Accept = 2,
   Done = 3,
   Result = 4,
   Abort = 5,
-  Keys = 6
+  Keys = 6,
+  Credits = 7
 };
 
 struct Notice {
@@ -42,13 +46,19 @@ struct Notice {
   std::string text;                                 // why, when `error` is set
   std::uint32_t first_index = 0;                    // Keys, Accept: the descriptor of rkeys[0]
   std::vector<std::uint32_t> rkeys;                 // Keys, Accept: one per descriptor onwards
+  std::uint16_t credits = 0;  // receives the sender posted again since its last notice
 
-  static constexpr std::size_t kMaxText = 200;
+  static constexpr std::size_t kMaxText = 198;
   static constexpr std::size_t kMaxKeys = 48;  // per Keys notice (a notice carries no text then)
 };
 
 // Every notice fits one receive buffer of this size.
 inline constexpr std::size_t kNoticeBytes = 256;
+// Receives each side posts for the peer's notices: the credits each side starts with.
+inline constexpr unsigned kNoticeReceives = 128;
+
+// Sets the credits of an encoded notice (stamped when it is posted, not when it is queued).
+MEMWIRE_API void stamp_credits(std::span<std::byte> encoded, std::uint16_t credits);
 
 // Writes `notice` (text cut at kMaxText; rkeys, at most kMaxKeys, only without text) into
 // `out`; returns the bytes used.
