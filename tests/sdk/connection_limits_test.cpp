@@ -18,6 +18,7 @@
 
 #include "file_descriptor.hpp"
 #include "ids.hpp"
+#include "memwire/error_codes.hpp"
 #include "memwire/memwire.hpp"
 #include "support/pattern.hpp"
 #include "support/sanitizers.hpp"
@@ -305,6 +306,63 @@ TEST(ConnectionFlood, ALockedOutReaderIsToldWhy) {
   }
   std::cout << "the locked-out reader was told: " << message << "\n";
   EXPECT_NE(message.find("max_connections_per_peer"), std::string::npos) << message;
+}
+
+// The refusal may be followed by a reset (the owner's linger over, the reader slow to send):
+// the reader's send then fails, but the refusal it had not read yet is still its reason. Here
+// an owner refuses and resets at once, before the reader's Hello is out or read.
+TEST(ConnectionFlood, ARefusalFollowedByAResetIsStillTheReason) {
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  Connector owner(options);
+  std::vector<std::byte> source(4096);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  const auto metadata = readable.metadata();
+  const auto real_address = tcp_address(metadata);
+
+  FileDescriptor listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), length), 0);
+  ASSERT_EQ(::listen(listener.get(), 4), 0);
+  ASSERT_EQ(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const auto fake_address = "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+  const std::string why = "over its connection limit (a test's own words)";
+  std::thread refuser([&] {
+    FileDescriptor socket(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!socket) return;
+    detail::FrameHeader refusal;
+    refusal.type = detail::FrameType::HelloResponse;
+    refusal.code = wire_code(ErrorCode::Transport);
+    refusal.length = why.size();
+    iovec parts[2] = {{&refusal, sizeof refusal}, {const_cast<char*>(why.data()), why.size()}};
+    EXPECT_TRUE(detail::send_all(socket.get(), parts, 2));
+    // Wait for the reader's first bytes, leave them unread, and reset.
+    pollfd readable_event{socket.get(), POLLIN, 0};
+    ::poll(&readable_event, 1, 5000);
+    linger reset{1, 0};
+    ::setsockopt(socket.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+  });
+  auto json = metadata.to_json();
+  json.replace(json.find(real_address), real_address.size(), fake_address);
+  ConnectorOptions reader_options;
+  reader_options.transports = {"tcp"};
+  reader_options.tcp.connections_per_peer = 1;
+  Connector reader(reader_options);
+  std::vector<std::byte> destination(4096);
+  std::string message;
+  try {
+    auto read =
+        reader.begin_read(RdmaMetadata::from_json(json), {Descriptor(std::span(destination))});
+    read.wait_for_completion(10s);
+    ADD_FAILURE() << "read through a refusing owner";
+  } catch (const Error& error) {
+    message = error.what();
+  }
+  refuser.join();
+  EXPECT_NE(message.find(why), std::string::npos) << message;
 }
 
 // The owner's idle limit closes pooled connections a reader keeps: the reader closes them

@@ -203,7 +203,7 @@ void StreamConnection::send_held_back() {
   if (!queue_.empty()) schedule_flush();
   lock.unlock();
   unsent.clear();
-  if (failed) shutdown("send failed");
+  if (failed) send_failed();
 }
 
 bool StreamConnection::send(OutFrame frame) {
@@ -230,9 +230,22 @@ bool StreamConnection::send(OutFrame frame) {
   const bool drained = done && queue_.empty() && draining_;
   lock.unlock();
   if (done) frame.on_sent();
-  if (!ok) shutdown("send failed");
+  if (!ok) send_failed();
   if (drained) shutdown("connection closed");
   return true;
+}
+
+void StreamConnection::send_failed() {
+  if (send_failed_.exchange(true)) return;
+  loop_.post([weak = weak_from_this()] {
+    auto connection = weak.lock();
+    if (!connection) return;
+    if (!connection->closed_on_loop_) {
+      connection->maybe_more_ = connection->peer_ending_ = true;
+      connection->read_frames();
+    }
+    connection->shutdown("send failed");  // a no-op if what it read closed it already
+  });
 }
 
 void StreamConnection::schedule_flush() {
@@ -268,7 +281,7 @@ void StreamConnection::flush() {
       if (ok && !done && !closing_) enqueue(std::move(frame), true);  // else dropped below
     }
     if (done) frame.on_sent();
-    if (!ok) return shutdown("send failed");
+    if (!ok) return send_failed();
     if (!done) break;  // the socket is full: the EPOLLOUT edge resumes
   }
   if (drained) return shutdown("connection closed");

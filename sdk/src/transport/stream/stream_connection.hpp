@@ -173,6 +173,10 @@ class MEMWIRE_API StreamConnection : public std::enable_shared_from_this<StreamC
   void flush();
   // Sends what is left of `frame` without blocking: false when the connection broke.
   bool write_some(OutFrame& frame);
+  // A send failed: the connection closes once the loop has read what the peer sent before it
+  // went (a refusal stays readable after the reset that failed the send, and says why).
+  void send_failed();
+  std::atomic<bool> send_failed_{false};
   std::size_t frame_parts(OutFrame& frame, std::vector<iovec>& parts);
   void schedule_flush();  // mutex_ held
   // Queues `frame` behind (or ahead of) the others, counting what it costs. mutex_ held.
