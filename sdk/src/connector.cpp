@@ -30,6 +30,12 @@ std::string local_hostname() {
 // checked against the driver by its staging (cuda/cuda_staging.hpp).
 void check_local(const std::vector<Descriptor>& local) {
   if (local.empty()) throw Error(ErrorCode::InvalidArgument, "no descriptors");
+  // The limit a reader applies to metadata, applied where it is made: an owner must not hand
+  // out metadata that no reader accepts.
+  if (local.size() > RdmaMetadata::kMaxDescriptors)
+    throw Error(ErrorCode::InvalidArgument, std::to_string(local.size()) +
+                                                " descriptors: an operation has at most " +
+                                                std::to_string(RdmaMetadata::kMaxDescriptors));
   for (std::size_t i = 0; i < local.size(); ++i) {
     const auto& descriptor = local[i];
     const auto where = "descriptor " + std::to_string(i);

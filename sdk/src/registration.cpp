@@ -1,6 +1,7 @@
 #include "registration.hpp"
 
 #include <cstdint>
+#include <numeric>
 
 #include "cuda/cuda_staging.hpp"
 #include "memwire/clock.hpp"
@@ -13,6 +14,9 @@ Registration::Registration(OperationKind kind, std::vector<Descriptor> descripto
                            std::chrono::milliseconds grace)
     : OperationCore(kind, OperationStatus::Initialized),
       descriptors_(std::move(descriptors)),
+      registered_bytes_(std::accumulate(
+          descriptors_.begin(), descriptors_.end(), std::uint64_t{0},
+          [](std::uint64_t sum, const Descriptor& descriptor) { return sum + descriptor.size(); })),
       expires_at_ms_(expires_at_ms),
       table_(std::move(table)),
       grace_(grace) {}
@@ -106,6 +110,12 @@ void Registration::complete_from_remote(const Id128& token,
 
 void Registration::claim_remote_completion(const Id128& token) {
   check_token(token);
+  if (const auto moved = moved_bytes_.load(); moved < registered_bytes_)
+    throw Error(ErrorCode::InvalidArgument,
+                "the transfer moved " + std::to_string(moved) + " of the " +
+                    std::to_string(registered_bytes_) +
+                    " bytes this operation registered: a read or write of part of an operation "
+                    "does not complete it (its metadata described less than the owner offered)");
   if (!gate_.is_open() || is_terminal(status()) || completing_.exchange(true))
     throw Error(ErrorCode::Cancelled, "operation already ended on the owner's side");
   // The written bytes reach the device before the writer hears they landed.

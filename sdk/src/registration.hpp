@@ -77,6 +77,11 @@ class MEMWIRE_API Registration final : public OperationCore {
   void claim_remote_completion(const Id128& token);
   void finish_remote_completion();
   void abandon_remote_completion(Error error);
+  // Bytes remote transfers moved in or out of it: each transport counts what it served (verbs,
+  // what the active side says it moved). A remote completion needs them to cover every byte
+  // registered: a read or write of part of an operation never completes it.
+  void note_moved(std::uint64_t bytes) noexcept { moved_bytes_ += bytes; }
+  std::uint64_t registered_bytes() const noexcept { return registered_bytes_; }
   // The active side reported a failure (its token is checked), or its connection died.
   void fail_from_remote(const Id128& token, Error error);
   void fail(Error error);
@@ -109,6 +114,8 @@ class MEMWIRE_API Registration final : public OperationCore {
   const Id128 key_ = random_id();
   const Id128 token_ = random_id();
   const std::vector<Descriptor> descriptors_;
+  const std::uint64_t registered_bytes_;
+  std::atomic<std::uint64_t> moved_bytes_{0};
   std::atomic<std::int64_t> expires_at_ms_;
   const std::weak_ptr<RegistrationTable> table_;
   const std::chrono::milliseconds grace_;

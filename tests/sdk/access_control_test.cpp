@@ -115,7 +115,9 @@ TEST_F(AccessControl, AccessAfterCancelIsRefused) {
 TEST_F(AccessControl, AccessAfterCompletionIsRefused) {
   auto writable = owner.create_writable(view);
   RawPeer peer(writable.metadata());
-  peer.send(peer.request(FrameType::WriteRequest, 0, 0, 16), payload);
+  // Every byte: a write of part of it would not complete it.
+  const std::vector<std::byte> whole(memory.size(), std::byte{0xee});
+  peer.send(peer.request(FrameType::WriteRequest, 0, 0, whole.size()), whole);
   EXPECT_EQ(peer.answer().first, 0);
   peer.send(peer.request(FrameType::Notice, 0, 0, 0));
   EXPECT_EQ(peer.answer().first, 0);

@@ -83,6 +83,18 @@ TEST_F(OperationTest, NonsenseDescriptorsAreInvalidArguments) {
             ErrorCode::InvalidArgument);
 }
 
+// Issue 21: the owner refuses what no reader's metadata parser would accept.
+TEST_F(OperationTest, MoreDescriptorsThanMetadataAllowsAreRefusedWhereMade) {
+  std::vector<std::byte> memory(RdmaMetadata::kMaxDescriptors + 1);
+  std::vector<Descriptor> one_per_byte;
+  for (auto& byte : memory) one_per_byte.emplace_back(&byte, 1);
+  EXPECT_EQ(error_code_of([&] { (void)owner.create_readable(one_per_byte); }),
+            ErrorCode::InvalidArgument);
+  one_per_byte.pop_back();
+  EXPECT_EQ(owner.create_readable(one_per_byte).metadata().descriptors().size(),
+            RdmaMetadata::kMaxDescriptors);
+}
+
 TEST_F(OperationTest, ReadCompletesBothSidesAndReportsTheTransport) {
   auto readable = owner.create_readable(source_view);
   EXPECT_EQ(readable.kind(), OperationKind::Read);

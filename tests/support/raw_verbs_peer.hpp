@@ -260,6 +260,8 @@ class RawVerbsPeer {
     notice.token = parse_id(metadata.token()).value_or(Id128{});
     notice.kind = metadata.operation_kind() == OperationKind::Read ? OperationKind::Read
                                                                    : OperationKind::Write;
+    // Done claims every byte the metadata describes, as memwire's active side does.
+    for (const auto& descriptor : metadata.descriptors()) notice.bytes += descriptor.size;
     return notice;
   }
 

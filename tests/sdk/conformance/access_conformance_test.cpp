@@ -117,6 +117,39 @@ TEST_P(AccessConformance, ExpiredMetadataIsRefused) {
   }
 }
 
+// Metadata with only the first of an operation's descriptors (built with the public
+// constructor): the transfer of that part is refused completion and fails, and the failure
+// reaches the owner. Never a silent completion of a part.
+RdmaMetadata first_descriptor_only(const RdmaMetadata& real) {
+  return RdmaMetadata(real.operation_kind(), {real.descriptors().front()}, real.notification_key(),
+                      real.endpoint(), real.token(), real.expires_at_ms());
+}
+
+TEST_P(AccessConformance, ReadingPartOfAReadableDoesNotCompleteIt) {
+  Connector owner(options()), reader(options());
+  std::vector<std::byte> source(4 * 4096), target(4096);
+  std::vector<Descriptor> quarters;
+  for (int i = 0; i < 4; ++i) quarters.emplace_back(std::span(source).subspan(i * 4096, 4096));
+  auto readable = owner.create_readable(quarters);
+  auto part = reader.begin_read(first_descriptor_only(readable.metadata()),
+                                {Descriptor(std::span(target))});
+  EXPECT_EQ(failure_code(part, 30s), ErrorCode::InvalidArgument) << part.error_message();
+  EXPECT_NE(part.error_message().find("does not complete"), std::string::npos)
+      << part.error_message();
+  EXPECT_NE(failure_code(readable, 30s), ErrorCode::Protocol) << "the owner completed";
+}
+
+TEST_P(AccessConformance, WritingPartOfAWritableDoesNotCompleteIt) {
+  Connector owner(options()), writer(options());
+  std::vector<std::byte> target(2 * 4096), source(4096);
+  auto writable = owner.create_writable(
+      {Descriptor(std::span(target).first(4096)), Descriptor(std::span(target).subspan(4096))});
+  auto part = writer.begin_write({Descriptor(std::span(source))},
+                                 first_descriptor_only(writable.metadata()));
+  EXPECT_EQ(failure_code(part, 30s), ErrorCode::InvalidArgument) << part.error_message();
+  EXPECT_NE(failure_code(writable, 30s), ErrorCode::Protocol) << "the owner completed";
+}
+
 // Chunks past the owner's end are refused while earlier ones are still out: the read fails,
 // in time, and nothing hangs when its connector goes.
 TEST_P(AccessConformance, MetadataLargerThanTheRegistrationFailsInTime) {

@@ -88,6 +88,7 @@ void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHead
     auto access = registration->check_access(header.token, OperationKind::Read, header.index,
                                              header.offset, header.length, transport_);
     touch(registration);
+    registration->note_moved(header.length);
     OutFrame response;
     response.header.type = FrameType::ReadResponse;
     response.header.request_id = header.request_id;
@@ -122,6 +123,7 @@ void StreamPassiveSide::serve_write(StreamConnection& connection, const FrameHea
     auto access = registration->check_access(header.token, OperationKind::Write, header.index,
                                              header.offset, header.length, transport_);
     touch(registration);
+    registration->note_moved(header.length);
     if (!cross) {
       unread = 0;
       // Straight from the socket into the registration, pinned until the last byte landed.
@@ -195,6 +197,7 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
     response.header.request_id = header.request_id;
     auto pin = registration->admit(transport_);
     touch(registration);
+    registration->note_moved(header.length);
     unread = 0;
     if (!cross) {
       if (writing) {

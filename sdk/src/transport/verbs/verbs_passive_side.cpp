@@ -64,6 +64,20 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
     reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
     return;
   }
+  // Refused before any key is granted, as Done would be after the bytes moved. The token was
+  // right, so the owner hears of it too, as it would of the reader's failure on the other
+  // transports.
+  if (notice.bytes != registration->registered_bytes()) {
+    const Error partial(ErrorCode::InvalidArgument,
+                        "the transfer would move " + std::to_string(notice.bytes) + " of the " +
+                            std::to_string(registration->registered_bytes()) +
+                            " bytes this operation registered: a read or write of part of an "
+                            "operation does not complete it");
+    reply(connection, NoticeType::Accept, notice.seq, partial.code(),
+          std::string(partial.message()));
+    registration->fail(partial);
+    return;
+  }
   if (connection.inbound.contains(notice.key)) {
     reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Protocol,
           "this connection already began the operation");
@@ -123,6 +137,8 @@ void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
   // the owner wakes: an owner that exits at once must not take the answer down with it.
   bool answered = false;
   try {
+    // The device moved the bytes unseen: the active side's count is all there is to check.
+    registration->note_moved(notice.bytes);
     registration->complete_from_remote(notice.token, [&] {
       if (auto offered = registration->attachment<OfferedAccess>()) offered->revoke();
       answered = true;

@@ -11,10 +11,10 @@ namespace {
 constexpr std::uint32_t kNoticeMagic = 0x4e56574d;  // "MWVN"
 constexpr std::uint32_t kHelloMagic = 0x4856574d;   // "MWVH"
 // 2: remote keys are granted per connection (Keys notices), never carried in metadata.
-// 3: every notice returns receive credits.
+// 3: every notice returns receive credits; Begin and Done say how many bytes move.
 constexpr std::uint8_t kVersion = 3;
 constexpr std::size_t kCreditsAt = 4 + 1 + 1 + 1 + 1;
-constexpr std::size_t kHeader = kCreditsAt + 2 + 8 + 16 + 16 + 2;
+constexpr std::size_t kHeader = kCreditsAt + 2 + 8 + 8 + 16 + 16 + 2;
 constexpr std::size_t kHelloHeader = 4 + 1 + 1;
 constexpr std::size_t kKeysHeader = 4 + 2;
 static_assert(kHeader + Notice::kMaxText + kKeysHeader <= kNoticeBytes);
@@ -81,6 +81,7 @@ std::size_t encode(const Notice& notice, std::span<std::byte, kNoticeBytes> out)
   writer.u8(notice.error ? wire_code(*notice.error) : 0);  // 0 = success
   writer.u16(notice.credits);
   writer.u64(notice.seq);
+  writer.u64(notice.bytes);
   writer.bytes(notice.key.data(), notice.key.size());
   writer.bytes(notice.token.data(), notice.token.size());
   const bool keys = text.empty();
@@ -115,6 +116,7 @@ Notice decode(std::span<const std::byte> in) {
   if (code != 0) notice.error = error_code_from_wire(code);
   notice.credits = reader.u16();
   notice.seq = reader.u64();
+  notice.bytes = reader.u64();
   reader.bytes(notice.key.data(), notice.key.size());
   reader.bytes(notice.token.data(), notice.token.size());
   const auto length = reader.u16();

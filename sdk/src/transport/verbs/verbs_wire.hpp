@@ -47,9 +47,10 @@ struct Notice {
   std::uint32_t first_index = 0;                    // Keys, Accept: the descriptor of rkeys[0]
   std::vector<std::uint32_t> rkeys;                 // Keys, Accept: one per descriptor onwards
   std::uint16_t credits = 0;  // receives the sender posted again since its last notice
+  std::uint64_t bytes = 0;    // Begin, Done: what the active side moves (all that is offered?)
 
-  static constexpr std::size_t kMaxText = 198;
-  static constexpr std::size_t kMaxKeys = 48;  // per Keys notice (a notice carries no text then)
+  static constexpr std::size_t kMaxText = 190;
+  static constexpr std::size_t kMaxKeys = 47;  // per Keys notice (a notice carries no text then)
 };
 
 // Every notice fits one receive buffer of this size.
