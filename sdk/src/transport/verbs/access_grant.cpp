@@ -5,9 +5,14 @@
 
 #include "ids.hpp"
 #include "memwire/error.hpp"
+#include "transport/verbs/progress_loop.hpp"
 
 namespace memwire::detail::verbs {
 namespace {
+
+// How long invalidate() waits for a bind's completion to be read: a progress thread answers in
+// microseconds; a QP stuck this long is about to break, which ends the wait anyway.
+constexpr auto kBindWait = std::chrono::seconds(2);
 
 int remote_access(OperationKind kind) {
   return kind == OperationKind::Read ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
@@ -89,11 +94,14 @@ void AccessGrant::bind_completed() noexcept {
   std::lock_guard lock(mutex_);
   if (binds_in_flight_ > 0) --binds_in_flight_;
   if (invalidated_ && binds_in_flight_ == 0) release_locked();
+  binds_done_.notify_all();
 }
 
 void AccessGrant::invalidate() noexcept {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   invalidated_ = true;
+  if (binds_in_flight_ > 0 && !ProgressLoop::on_a_progress_thread())
+    binds_done_.wait_for(lock, kBindWait, [&] { return binds_in_flight_ == 0; });
   if (binds_in_flight_ == 0) release_locked();
 }
 
@@ -102,6 +110,7 @@ void AccessGrant::connection_closed() noexcept {
   invalidated_ = true;
   binds_in_flight_ = 0;
   release_locked();
+  binds_done_.notify_all();
 }
 
 bool AccessGrant::invalidated() const noexcept {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -27,7 +28,11 @@ struct BindableRegions {
 // - own regions: the descriptors registered with remote access in the connection's own
 //   protection domain, which no other QP shares (devices without type-2 windows).
 // invalidate() ends the access on any thread: at once, or, for a window whose bind is still in
-// the device's queue (deallocating it then would break the QP), when that bind completes.
+// the device's queue (deallocating it then would break the QP), when that bind completes. Off
+// the progress thread it waits for that completion (bounded): the device has usually run the
+// bind already (the peer holds its keys), only the progress thread has not read it yet, and
+// the window must not outlive the call. On the progress thread the CQ is read in order, so a
+// bind posted before the notice being handled has been read already.
 class AccessGrant {
  public:
   static std::shared_ptr<AccessGrant> windows(std::shared_ptr<const BindableRegions> regions,
@@ -60,6 +65,7 @@ class AccessGrant {
   void release_locked() noexcept;
 
   mutable std::mutex mutex_;
+  std::condition_variable binds_done_;
   int window_access_ = 0;
   std::shared_ptr<const BindableRegions> bindable_;  // windows: outlive them
   std::shared_ptr<const VerbsDevice> device_;        // own regions: outlive them (its context)

@@ -91,8 +91,15 @@ void ProgressLoop::run_commands() {
   for (auto& command : batch) command();
 }
 
+namespace {
+thread_local bool this_is_a_progress_thread = false;
+}  // namespace
+
+bool ProgressLoop::on_a_progress_thread() noexcept { return this_is_a_progress_thread; }
+
 void ProgressLoop::run() {
   name_this_thread("memwire-verbs");
+  this_is_a_progress_thread = true;
   epoll_event events[16];
   for (;;) {
     {

@@ -29,6 +29,8 @@ class ProgressLoop {
   // Runs `command` on the loop thread soon; false (and dropped) once stopping. Any thread.
   bool post(std::function<void()> command);
   bool on_loop_thread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
+  // Whether the calling thread is any connector's verbs progress thread.
+  static bool on_a_progress_thread() noexcept;
 
  private:
   void run();
