@@ -9,6 +9,7 @@
 #include "common/json_log.hpp"
 #include "common/signals.hpp"
 #include "common/token_file.hpp"
+#include "memwire/error.hpp"
 #include "memwire/sideband/http.hpp"
 
 namespace {
@@ -17,6 +18,10 @@ constexpr const char* kHelp = R"(usage: memwire-registry [options]
   --listen ADDR:PORT     where to listen (default 127.0.0.1:8470; port 0 = any free port)
   --token TOKEN          bearer token clients must send (default: none)
   --token-file FILE      read the token from FILE (keeps it out of the process list)
+  --grants FILE          tokens scoped to a role and a name prefix, one per line:
+                         TOKEN read|publish PREFIX   (PREFIX a name, or * for all names);
+                         read: fetch, list, wait, request; publish: also publish, withdraw
+                         and serve names under PREFIX. With --token, both are accepted.
   --ttl-sweep-ms N       how often expired names are dropped (default 1000)
   --state FILE           keep names in FILE so that a restart does not lose them
   --tls-cert FILE        serve HTTPS with this certificate chain (PEM) ...
@@ -51,7 +56,7 @@ int main(int argc, char** argv) {
   using namespace memwire::services;
   try {
     Arguments args(argc, argv, 1,
-                   {"--listen", "--token", "--token-file", "--ttl-sweep-ms", "--state",
+                   {"--listen", "--token", "--token-file", "--grants", "--ttl-sweep-ms", "--state",
                     "--tls-cert", "--tls-key", "--threads", "--max-connections", "--max-long-polls",
                     "--max-body-bytes", "--request-read-ms"},
                    {"--help", "--quiet-requests"});
@@ -72,6 +77,14 @@ int main(int argc, char** argv) {
                         ? memwire::services::read_token_file(args.get("--token-file"))
                         : args.get("--token");
     if (args.has("--token") && options.token.empty()) throw UsageError("--token is empty");
+    if (args.has("--grants")) {
+      try {
+        options.grants = sideband::load_http_grants(args.get("--grants"));
+      } catch (const Error& error) {
+        throw UsageError("--grants: " + std::string(error.message()));
+      }
+      if (options.grants.empty()) throw UsageError("--grants: the file grants no token");
+    }
     options.ttl_sweep_interval = milliseconds_option(args, "--ttl-sweep-ms", 1000);
 
     options.state_file = args.get("--state");
@@ -115,7 +128,8 @@ int main(int argc, char** argv) {
     endpoint.start();
     log_json("info", "listening",
              {{"url", endpoint.url()},
-              {"auth", options.token.empty() ? "none" : "bearer"},
+              {"auth", options.token.empty() && options.grants.empty() ? "none" : "bearer"},
+              {"grants", options.grants.size()},
               {"tls", !options.cert_file.empty()},
               {"state_file", options.state_file},
               {"names", endpoint.size()}});

@@ -125,6 +125,12 @@ void NatsServer::write_config() const {
     config << "authorization { user: " << quoted(options_.user)
            << ", password: " << quoted(options_.password) << " }\n";
   }
+  for (const auto& file : options_.include_files) {
+    const auto copy = dir_.path() / std::filesystem::path(file).filename();
+    std::filesystem::copy_file(file, copy, std::filesystem::copy_options::overwrite_existing);
+    // nats-server resolves an include relative to the including file.
+    config << "include " << quoted(copy.filename().string()) << "\n";
+  }
   if (!config) fail("cannot write " + config_.string());
 }
 
@@ -140,7 +146,14 @@ void NatsServer::start() {
   std::string config = config_.string();
   std::vector<char*> argv = {binary_.data(), const_cast<char*>("-c"), config.data(), nullptr};
   pid_t pid = -1;
-  int error = ::posix_spawn(&pid, binary_.c_str(), &actions, nullptr, argv.data(), environ);
+  std::vector<std::string> extra = options_.environment;
+  std::vector<char*> environment;
+  for (char** variable = environ; *variable != nullptr; ++variable)
+    environment.push_back(*variable);
+  for (auto& variable : extra) environment.push_back(variable.data());
+  environment.push_back(nullptr);
+  int error =
+      ::posix_spawn(&pid, binary_.c_str(), &actions, nullptr, argv.data(), environment.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(pipe_fds[1]);
   if (error != 0) {

@@ -32,6 +32,11 @@ struct NatsServerOptions {
   std::string tls_key_file;
   std::string tls_ca_file;          // set: client certificates must chain to this CA ...
   bool tls_verify_clients = false;  // ... and when true, clients must present one
+  // Configuration files copied into the server's folder and included (after the settings
+  // above), e.g. deploy/nats/roles.conf; "NAME=value" entries added to its environment (for
+  // the $VARIABLES such a file takes from there).
+  std::vector<std::string> include_files;
+  std::vector<std::string> environment;
   bool jetstream = true;
   std::size_t max_payload = 0;  // 0 = the server's default (1 MiB)
   std::chrono::milliseconds start_timeout = std::chrono::seconds(15);

@@ -87,6 +87,47 @@ thread_local Clock::time_point request_started;
 thread_local bool request_parsed = false;
 // The connection's "address:port", for a log line whose request never got that far.
 thread_local std::string connection_remote;
+// What the request's token may do, set by the pre-routing handler; null = no authentication
+// configured (everything is allowed).
+thread_local const HttpGrant* request_grant = nullptr;
+
+// Whether `prefix` covers `name`: itself and every name below it; the empty prefix all.
+bool covers(const std::string& prefix, std::string_view name) {
+  if (prefix.empty()) return true;
+  if (!name.starts_with(prefix)) return false;
+  return name.size() == prefix.size() || name[prefix.size()] == '.';
+}
+
+// Throws 403 unless the request's token may publish, withdraw or serve `name` (a prefix
+// when serving: "" needs a grant for every name).
+void require_owner(std::string_view name, const char* what) {
+  const HttpGrant* grant = request_grant;
+  if (grant == nullptr) return;
+  // Refused before the body is read: the connection cannot carry another request.
+  auto refuse = [](const std::string& message) {
+    close_after_response = true;
+    throw HttpStatusError(403, message);
+  };
+  std::string shown =
+      name.empty() ? std::string("every name (the empty prefix)") : "'" + std::string(name) + "'";
+  if (grant->role != HttpGrant::Role::Publish) {
+    refuse(std::string("this token may only read; it may not ") + what + " " + shown);
+  }
+  if (!covers(grant->prefix, name) || (name.empty() && !grant->prefix.empty())) {
+    refuse(std::string("this token may not ") + what + " " + shown +
+           ": it is limited to the prefix '" + grant->prefix + "'");
+  }
+}
+
+// Whether a read token may make this request: reading names, lists and metrics, and sending
+// requests (POST /v1/requests/{name}); not serving, publishing or withdrawing.
+bool readers_may(const httplib::Request& req) {
+  if (req.method == "GET" || req.method == "HEAD") return !req.path.starts_with("/v1/servers");
+  if (req.method != "POST") return false;
+  constexpr std::string_view kRequests = "/v1/requests/";
+  return req.path.starts_with(kRequests) &&
+         req.path.find('/', kRequests.size()) == std::string::npos;
+}
 
 std::chrono::microseconds since_request_started() {
   return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - request_started);
@@ -172,9 +213,17 @@ json result_json(const http::RequestBroker::Result& result) {
 class HttpEndpoint::Impl {
  public:
   explicit Impl(HttpEndpointOptions options)
-      : options_(std::move(options)),
-        expected_authorization_("Bearer " + options_.token),
-        store_(options_.state_file) {
+      : options_(std::move(options)), store_(options_.state_file) {
+    if (!options_.token.empty()) {
+      authorizations_.emplace_back("Bearer " + options_.token,
+                                   HttpGrant{options_.token, HttpGrant::Role::Publish, ""});
+    }
+    for (const auto& grant : options_.grants) {
+      if (grant.token.empty())
+        throw Error(ErrorCode::InvalidArgument, "a grant has an empty token");
+      if (!grant.prefix.empty()) validate_name(grant.prefix);
+      authorizations_.emplace_back("Bearer " + grant.token, grant);
+    }
     if (options_.max_connections == 0 || options_.max_long_polls == 0 ||
         options_.max_body_size == 0 || options_.request_read_timeout.count() <= 0 ||
         options_.keep_alive_timeout.count() <= 0 || options_.max_ttl.count() <= 0) {
@@ -423,11 +472,19 @@ class HttpEndpoint::Impl {
         if (has_body_framing(req)) close_after_response = true;
         return httplib::Server::HandlerResponse::Handled;
       };
-      bool authorized = options_.token.empty() || req.path == "/healthz" ||
-                        same_secret(req.get_header_value("Authorization"), expected_authorization_);
-      if (!authorized) {
-        res.set_header("WWW-Authenticate", "Bearer");
-        return refuse(401, "missing or wrong bearer token");
+      request_grant = nullptr;
+      if (!authorizations_.empty() && req.path != "/healthz") {
+        request_grant = grant_of(req.get_header_value("Authorization"));
+        if (request_grant == nullptr) {
+          res.set_header("WWW-Authenticate", "Bearer");
+          return refuse(401, "missing or wrong bearer token");
+        }
+        if (request_grant->role == HttpGrant::Role::Read && !readers_may(req) &&
+            !allowed_methods(req.path, options_.metrics_only).empty()) {
+          return refuse(403, "this token may only read: " + req.method + " " +
+                                 (req.path.starts_with("/v1/servers") ? "serving" : "this") +
+                                 " needs a publish token");
+        }
       }
       auto allowed = allowed_methods(req.path, options_.metrics_only);
       if (allowed.empty()) return refuse(404, "no such route");
@@ -518,6 +575,7 @@ class HttpEndpoint::Impl {
                                             const httplib::ContentReader& reader) {
       auto name = req.matches[1].str();
       validate_name(name);
+      require_owner(name, "publish");
       auto body = read_body(res, reader);
       RdmaMetadata::from_json(body);  // throws InvalidMetadata -> 400
       auto ttl = number(req.get_param_value("ttl_ms"), "ttl_ms");
@@ -539,6 +597,7 @@ class HttpEndpoint::Impl {
                                                const httplib::ContentReader& reader) {
       auto name = req.matches[1].str();
       validate_name(name);
+      require_owner(name, "withdraw");
       read_body(res, reader);
       if (!store_.erase(name)) return reply_error(res, 404, "no such name '" + name + "'");
       res.status = 204;
@@ -552,6 +611,7 @@ class HttpEndpoint::Impl {
       }
       auto prefix = body["prefix"].get<std::string>();
       if (!prefix.empty()) validate_name(prefix);
+      require_owner(prefix, "serve");
       res.set_content(safe_dump(json{{"id", broker_.add_server(prefix)}}), "application/json");
     });
     s.Delete(R"(/v1/servers/([0-9a-f]+))",
@@ -622,7 +682,19 @@ class HttpEndpoint::Impl {
   }
 
   HttpEndpointOptions options_;
-  std::string expected_authorization_;  // "Bearer <token>", built once
+  // Every accepted token as "Bearer <token>" with its grant (the plain `token` is one for
+  // Publish on every name); empty = no authentication.
+  std::vector<std::pair<std::string, HttpGrant>> authorizations_;
+
+  // The grant whose token the request presents, or null. Compares with every token, each in
+  // constant time, so the time taken tells nothing of which token nearly matched.
+  const HttpGrant* grant_of(const std::string& authorization) const {
+    const HttpGrant* found = nullptr;
+    for (const auto& [expected, grant] : authorizations_) {
+      if (same_secret(authorization, expected)) found = &grant;
+    }
+    return found;
+  }
   http::MetadataStore store_;
   http::RequestBroker broker_;
   http::Metrics metrics_;

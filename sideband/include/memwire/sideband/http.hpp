@@ -22,11 +22,40 @@ struct MEMWIRE_API HttpAccessRecord {
   std::string remote;
 };
 
+// What one bearer token may do at an HttpEndpoint (see HttpEndpointOptions::grants).
+//   Read:    GET names, list, long-poll, send requests (POST /v1/requests/{name}), /metrics.
+//   Publish: all of Read, and PUT/DELETE names under `prefix`, register servers
+//            (POST /v1/servers) for prefixes under it, poll and reply as such a server.
+// `prefix` covers itself and every name below it ("a" covers "a" and "a.x", not "ab");
+// empty covers every name (and only then may a server register the empty prefix).
+struct MEMWIRE_API HttpGrant {
+  enum class Role { Read, Publish };
+  std::string token;
+  Role role = Role::Read;
+  std::string prefix;
+};
+
+// The grants in a text of lines "TOKEN ROLE PREFIX" (ROLE `read` or `publish`, PREFIX a name
+// or `*` for every name); blank lines and lines starting with '#' are skipped. Hostile input
+// is refused with Error{InvalidArgument} naming the line: more than kMaxGrants lines, a token
+// shorter than 16 or longer than 4096 characters or holding anything but printable ASCII other
+// than space, a repeated token, an unknown role, an invalid prefix, extra fields.
+MEMWIRE_API std::vector<HttpGrant> parse_http_grants(std::string_view text);
+// parse_http_grants() of a file of at most kMaxGrantFileBytes; Error{InvalidArgument} when it
+// cannot be read or is larger.
+MEMWIRE_API std::vector<HttpGrant> load_http_grants(const std::string& path);
+inline constexpr std::size_t kMaxGrants = 4096;
+inline constexpr std::size_t kMaxGrantFileBytes = 1u << 20;
+
 struct MEMWIRE_API HttpEndpointOptions {
   std::string bind_address = "127.0.0.1";
   std::uint16_t port = 0;  // 0 = any free port; see HttpEndpoint::port()
-  // Bearer token every request but GET /healthz must present; empty = no authentication.
+  // Bearer token every request but GET /healthz must present; empty = no authentication
+  // (unless `grants` are set). It may do everything: Publish for every name.
   std::string token;
+  // Tokens scoped to a role and a name prefix (see HttpGrant); with `token`, either is
+  // accepted. A request with a valid token that its grant does not allow is answered 403.
+  std::vector<HttpGrant> grants;
   // Both set = HTTPS with this PEM certificate chain and private key.
   std::string cert_file;
   std::string key_file;
