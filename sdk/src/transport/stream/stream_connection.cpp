@@ -11,6 +11,11 @@
 namespace memwire::detail {
 
 namespace {
+// In the middle of a frame's payload the peer did not just leave between requests: it failed
+// while sending (its memory unreadable, say) or its process ended.
+constexpr const char* kClosedMidPayload =
+    "peer closed the connection in the middle of a payload (it failed while sending, or its "
+    "process ended)";
 
 // The connection whose frames the loop on this thread is reading right now, if any.
 thread_local const StreamConnection* reading_connection = nullptr;
@@ -203,7 +208,7 @@ void StreamConnection::send_held_back() {
   if (!queue_.empty()) schedule_flush();
   lock.unlock();
   unsent.clear();
-  if (failed) send_failed();
+  if (failed) send_failed(send_failure());
 }
 
 bool StreamConnection::send(OutFrame frame) {
@@ -230,21 +235,27 @@ bool StreamConnection::send(OutFrame frame) {
   const bool drained = done && queue_.empty() && draining_;
   lock.unlock();
   if (done) frame.on_sent();
-  if (!ok) send_failed();
+  if (!ok) send_failed(send_failure());
   if (drained) shutdown("connection closed");
   return true;
 }
 
-void StreamConnection::send_failed() {
+std::string StreamConnection::send_failure() const {
+  if (!local_memory_fault_.load()) return "send failed";
+  return "the memory being sent is no longer readable (Bad address): a served file truncated, or "
+         "memory unmapped, while it was sent";
+}
+
+void StreamConnection::send_failed(const std::string& why) {
   if (send_failed_.exchange(true)) return;
-  loop_.post([weak = weak_from_this()] {
+  loop_.post([weak = weak_from_this(), why] {
     auto connection = weak.lock();
     if (!connection) return;
     if (!connection->closed_on_loop_) {
       connection->maybe_more_ = connection->peer_ending_ = true;
       connection->read_frames();
     }
-    connection->shutdown("send failed");  // a no-op if what it read closed it already
+    connection->shutdown(why);  // a no-op if what it read closed it already
   });
 }
 
@@ -281,7 +292,7 @@ void StreamConnection::flush() {
       if (ok && !done && !closing_) enqueue(std::move(frame), true);  // else dropped below
     }
     if (done) frame.on_sent();
-    if (!ok) return send_failed();
+    if (!ok) return send_failed(send_failure());
     if (!done) break;  // the socket is full: the EPOLLOUT edge resumes
   }
   if (drained) return shutdown("connection closed");
@@ -385,7 +396,28 @@ bool StreamConnection::write_some(OutFrame& frame) {
     const auto left = frame_parts(frame, parts);
     if (left == 0) break;
     const auto sent = send_some(socket_.get(), parts.data(), static_cast<int>(parts.size()));
-    if (sent < 0) return false;
+    if (sent < 0) {
+      if (errno != EFAULT) return false;
+      local_memory_fault_ = true;
+      if (frame.sent > 0 || frame.header.type != FrameType::ReadResponse) return false;
+      // A read's answer whose memory failed before a byte of it left: the framing holds, so
+      // the reader is told why instead of losing the connection, and the answer completes
+      // nothing (its dropped-notice runs now, while the fault is known).
+      frame.header.code = wire_code(ErrorCode::Transport);
+      frame.header.flags = 0;
+      frame.text = send_failure();
+      frame.data = nullptr;
+      frame.pieces.clear();
+      frame.pin.reset();
+      frame.gate = nullptr;
+      frame.on_sent = {};
+      if (frame.on_dropped) {
+        auto dropped = std::move(frame.on_dropped);
+        dropped();
+      }
+      local_memory_fault_ = false;  // handled: the connection goes on
+      continue;
+    }
     if (sent == 0) return true;  // full: the rest waits for the socket to drain
     frame.sent += static_cast<std::size_t>(sent);
     if (static_cast<std::size_t>(sent) < left) continue;  // more parts than one call takes
@@ -425,7 +457,7 @@ StreamConnection::Refill StreamConnection::refill_inbox() {
     }
     if (received < 0 && errno == EINTR) continue;
     if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Refill::Again;
-    shutdown("peer closed the connection");
+    shutdown(sink_ || inline_left_ > 0 ? kClosedMidPayload : "peer closed the connection");
     return Refill::Closed;
   }
 }
@@ -518,7 +550,7 @@ bool StreamConnection::fill_sink() {
         sink.pieces.erase(sink.pieces.begin(), sink.pieces.begin() + first);
         return false;
       }
-      shutdown("peer closed the connection");
+      shutdown(kClosedMidPayload);
       return false;
     }
     sink.left -= static_cast<std::uint64_t>(received);

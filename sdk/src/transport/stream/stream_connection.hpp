@@ -158,6 +158,10 @@ class MEMWIRE_API StreamConnection : public std::enable_shared_from_this<StreamC
   // Shuts down and waits until the loop has closed it. Never on its loop thread.
   void join();
   const std::string& peer() const noexcept { return peer_; }
+  // Closed because memory this side was sending from became unreadable.
+  bool closed_on_local_memory_fault() const noexcept { return local_memory_fault_.load(); }
+  // Why a send failed: "send failed", or what the local memory fault was.
+  std::string send_failure() const;
   FrameHandler& handler() noexcept { return *handler_; }
 
  private:
@@ -175,8 +179,12 @@ class MEMWIRE_API StreamConnection : public std::enable_shared_from_this<StreamC
   bool write_some(OutFrame& frame);
   // A send failed: the connection closes once the loop has read what the peer sent before it
   // went (a refusal stays readable after the reset that failed the send, and says why).
-  void send_failed();
+  // `why` is the reason then, unless what the loop read gave a better one.
+  void send_failed(const std::string& why);
   std::atomic<bool> send_failed_{false};
+  // The memory a frame was sent from could not be read (EFAULT: a served file truncated or
+  // unmapped under it): this side's fault, not the peer's.
+  std::atomic<bool> local_memory_fault_{false};
   std::size_t frame_parts(OutFrame& frame, std::vector<iovec>& parts);
   void schedule_flush();  // mutex_ held
   // Queues `frame` behind (or ahead of) the others, counting what it costs. mutex_ held.

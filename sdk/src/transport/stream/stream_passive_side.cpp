@@ -281,9 +281,13 @@ void StreamPassiveSide::finish_request(StreamConnection& connection, const Frame
   // A read's bytes ride on the answer: the owner wakes once the last of them has left (this
   // thread sends them as the socket drains; completing now would wait for their pin).
   response.on_sent = [registration] { registration->finish_remote_completion(); };
-  response.on_dropped = [registration] {
+  response.on_dropped = [registration, weak = connection.weak_from_this()] {
+    // Dropped because the owner's own memory failed under the send: that is the reason.
+    const auto connection = weak.lock();
     registration->abandon_remote_completion(
-        Error(ErrorCode::PeerLost, "the connection closed before the read's bytes had left"));
+        connection && connection->closed_on_local_memory_fault()
+            ? Error(ErrorCode::Transport, connection->send_failure())
+            : Error(ErrorCode::PeerLost, "the connection closed before the read's bytes had left"));
   };
   connection.send(std::move(response));
 }
@@ -316,12 +320,16 @@ bool StreamPassiveSide::busy() const {
   return false;
 }
 
-void StreamPassiveSide::on_closed(StreamConnection&, const Error& reason) {
+void StreamPassiveSide::on_closed(StreamConnection& connection, const Error& reason) {
   auto touched = std::move(touched_);
+  // The owner's own memory failed under a send: its fault, said as such.
+  const Error failure = connection.closed_on_local_memory_fault()
+                            ? Error(ErrorCode::Transport, std::string(reason.message()))
+                            : Error(ErrorCode::PeerLost,
+                                    std::string("the active side is gone (") + reason.what() + ")");
   for (auto& [key, weak] : touched)
     if (auto registration = weak.lock(); registration && !is_terminal(registration->status()))
-      registration->fail(Error(ErrorCode::PeerLost,
-                               std::string("the active side is gone (") + reason.what() + ")"));
+      registration->fail(failure);
 }
 
 }  // namespace memwire::detail
