@@ -184,6 +184,9 @@ void StreamActiveSide::refused(StreamConnection& connection, const FrameHeader& 
   const Error why(error_code_from_wire(header.code),
                   "connection to " + connection.peer() +
                       " refused by the owner: " + (text ? *text : std::string("no reason given")));
+  // The reason first: a transfer that starts on this connection from now on and finds it
+  // closed says why (closed_ below turns new requests away without one).
+  connection.shutdown(std::string("refused by the owner: ") + (text ? *text : ""));
   std::unordered_map<std::uint64_t, Pending> lost;
   {
     std::lock_guard lock(mutex_);
@@ -192,7 +195,6 @@ void StreamActiveSide::refused(StreamConnection& connection, const FrameHeader& 
   }
   for (auto& [id, pending] : lost) pending.pin.reset();
   for (auto& [id, pending] : lost) pending.transfer->transfer->fail(why);
-  connection.shutdown(std::string("refused by the owner: ") + (text ? *text : ""));
 }
 
 bool StreamActiveSide::idle() const {
