@@ -152,7 +152,7 @@ class Connector::Impl {
     if (staging) registration->stage_through(staging);
     const auto key = to_hex(registration->key());
     registration->observe(
-        observation(detail::Side::Passive, total_bytes(registration->descriptors()), key, ""));
+        observation(detail::Side::Passive, registration->registered_bytes(), key, ""));
     Endpoint endpoint{name(), hostname(), {}};
     // A transport that cannot serve this memory (verbs registration refused, ...) is left out;
     // the others still offer it.

@@ -261,7 +261,7 @@ class RawVerbsPeer {
     notice.kind = metadata.operation_kind() == OperationKind::Read ? OperationKind::Read
                                                                    : OperationKind::Write;
     // Done claims every byte the metadata describes, as memwire's active side does.
-    for (const auto& descriptor : metadata.descriptors()) notice.bytes += descriptor.size;
+    notice.bytes = metadata.total_size();
     return notice;
   }
 

@@ -53,7 +53,7 @@ Notice begin_notice(const OutboundTransfer& leg) {
   notice.key = leg.stripe->transfer->key();
   notice.token = leg.stripe->transfer->token();
   notice.kind = leg.stripe->transfer->kind();
-  for (const auto& descriptor : leg.stripe->transfer->local()) notice.bytes += descriptor.size();
+  notice.bytes = leg.stripe->transfer->remote().total_size();
   return notice;
 }
 
@@ -387,7 +387,7 @@ void VerbsActiveSide::finish_stripe(Connection& connection, std::uint64_t leg_se
   done.key = stripe.transfer->key();
   done.token = stripe.transfer->token();
   done.kind = stripe.transfer->kind();
-  for (const auto& descriptor : stripe.transfer->local()) done.bytes += descriptor.size();
+  done.bytes = stripe.transfer->remote().total_size();
   engine_.send(connection, done);
 }
 
