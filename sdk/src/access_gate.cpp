@@ -28,6 +28,11 @@ void AccessGate::add_breaker(std::uintptr_t holder, std::function<void()> breake
   if (open_) breakers_.try_emplace(holder, std::move(breaker));
 }
 
+void AccessGate::remove_breaker(std::uintptr_t holder) {
+  std::lock_guard lock(mutex_);
+  breakers_.erase(holder);
+}
+
 void AccessGate::refuse() {
   std::lock_guard lock(mutex_);
   open_ = false;

@@ -43,6 +43,8 @@ class MEMWIRE_API AccessGate {
   // Something that makes a holder let go at once (e.g. shuts its socket), used when pins are
   // still held `grace` after close() began: a stalled peer must not hold memory hostage.
   void add_breaker(std::uintptr_t holder, std::function<void()> breaker);
+  // The holder is gone (a connection that closed): its breaker goes too.
+  void remove_breaker(std::uintptr_t holder);
 
   void close(std::chrono::milliseconds grace);
   // On a thread that serves many peers (an event loop), close() breaks the holders at once

@@ -3,7 +3,9 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "access_gate.hpp"
@@ -17,6 +19,23 @@ namespace memwire::detail {
 // The core of an active operation: local descriptors paired by index with the remote ones.
 // A transport moves the bytes from its own threads, then calls succeed() or fail().
 class CudaStaging;
+class Registration;
+
+// A transfer between two pools: runs of bytes between local memory and a remote region,
+// coalesced from the block pairs, and the tag that follows them.
+struct BlockSegment {
+  std::byte* local;
+  std::uint32_t remote_region;
+  std::uint64_t remote_offset;
+  std::uint64_t length;
+};
+struct BlockPlan {
+  std::vector<BlockSegment> segments;
+  std::uint64_t bytes = 0;
+  std::string tag;                           // empty: no notification
+  std::uint64_t generation = 0;              // of the remote pool's metadata
+  std::shared_ptr<Registration> local_pool;  // kept alive while the transfer is
+};
 
 class ActiveTransfer final : public OperationCore {
  public:
@@ -32,6 +51,9 @@ class ActiveTransfer final : public OperationCore {
   // before it completes. Set before the transfer starts.
   void stage_through(std::shared_ptr<const CudaStaging> staging);
   const RdmaMetadata& remote() const noexcept { return remote_; }
+  // A transfer between pools (set before it starts), or null for a one-shot operation.
+  void move_blocks(BlockPlan plan) { blocks_ = std::make_unique<const BlockPlan>(std::move(plan)); }
+  const BlockPlan* blocks() const noexcept { return blocks_.get(); }
   const Id128& key() const noexcept { return key_; }
   const Id128& token() const noexcept { return token_; }
   // Guards the local buffers: a transport pins it while it moves bytes in or out of them.
@@ -61,6 +83,7 @@ class ActiveTransfer final : public OperationCore {
   std::mutex notifier_mutex_;
   std::function<void(const Error&)> notify_failure_;
   std::shared_ptr<const CudaStaging> staging_;
+  std::unique_ptr<const BlockPlan> blocks_;
 };
 
 }  // namespace memwire::detail

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <mutex>
 
@@ -11,6 +12,7 @@
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
 #include "memwire/error_codes.hpp"
+#include "pool_state.hpp"
 #include "registration.hpp"
 #include "registration_table.hpp"
 #include "telemetry/event_log.hpp"
@@ -201,10 +203,143 @@ class Connector::Impl {
     const auto& peer = remote.endpoint().connector;
     const auto& key = remote.notification_key();
     transfer->observe(observation(detail::Side::Active, total_bytes(transfer->local()), key, peer));
-    // Best shared transport first; one that cannot reach the peer after all (shm refused by the
-    // kernel, ...) gives way to the next, with the reason logged.
+    start_on_best_transport(transfer, remote.endpoint(), key);
+    return transfer;
+  }
+
+  std::shared_ptr<detail::Registration> register_pool(std::vector<BlockRegion> regions,
+                                                      PoolOptions options) {
+    if (regions.empty()) throw Error(ErrorCode::InvalidArgument, "a pool needs a region");
+    std::vector<RemoteRegion> described;
+    std::vector<Descriptor> memory;
+    described.reserve(regions.size());
+    memory.reserve(regions.size());
+    for (std::size_t i = 0; i < regions.size(); ++i) {
+      auto& region = regions[i];
+      if (region.stride == 0) region.stride = region.block_size;
+      if (region.device.kind() != DeviceKind::Host)
+        throw Error(ErrorCode::InvalidArgument, "region " + std::to_string(i) + ": pools of " +
+                                                    region.device.to_string() +
+                                                    " memory are not supported yet");
+      described.push_back({region.device, reinterpret_cast<std::uintptr_t>(region.base),
+                           region.block_size, region.stride, region.count});
+    }
+    // The limits a reader applies, applied here: the pool's own metadata must be readable.
+    std::optional<PoolMetadata> metadata;
+    try {
+      metadata.emplace(options.name, 0, described, "", Endpoint{}, "");
+    } catch (const Error& error) {
+      std::string what = error.what();
+      if (what.starts_with("pool metadata field ")) what = what.substr(20);
+      throw Error(ErrorCode::InvalidArgument, "pool " + what);
+    }
+    for (const auto& region : metadata->regions())
+      memory.emplace_back(reinterpret_cast<void*>(region.base),
+                          (region.count - 1) * region.stride + region.block_size, region.device);
+    const auto generation = ++pool_generations_;
+    auto registration = std::make_shared<detail::Registration>(
+        OperationKind::Read, std::move(memory), 0, context_.registrations,
+        context_.options.connect_timeout);
+    auto pool = std::make_shared<detail::PoolState>(options, generation, std::move(regions));
+    registration->make_pool(pool);
+    const auto key = to_hex(registration->key());
+    auto observed = observation(detail::Side::Passive, registration->registered_bytes(), key, "");
+    observed.counts_end = false;
+    registration->observe(std::move(observed));
+    Endpoint endpoint{name(), hostname(), {}};
+    for (const auto& transport : transports_)
+      if (transport->serves_pools()) endpoint.transports.push_back(transport->offer(*registration));
+    if (endpoint.transports.empty())
+      throw Error(ErrorCode::Transport, "no transport of this connector moves pool blocks (runs [" +
+                                            join(transport_names()) + "]; tcp and shm do)");
+    PoolMetadata handed_out(options.name, generation, described, key, std::move(endpoint),
+                            to_hex(registration->token()));
+    if (const auto size = handed_out.to_json().size(); size > PoolMetadata::kMaxJsonBytes)
+      throw Error(ErrorCode::InvalidArgument,
+                  "the pool's metadata would take " + std::to_string(size) +
+                      " bytes, more than a reader accepts (" +
+                      std::to_string(PoolMetadata::kMaxJsonBytes) + ")");
+    pool->set_metadata(std::move(handed_out));
+    registration->count_registered();
+    context_.registrations->insert(registration);
+    return registration;
+  }
+
+  std::shared_ptr<detail::ActiveTransfer> begin_blocks(OperationKind kind,
+                                                       const detail::Registration& local,
+                                                       const std::vector<BlockPair>& pairs,
+                                                       const PoolMetadata& remote,
+                                                       std::string tag) {
+    const auto& pool = local.pool();
+    if (!context_.registrations->find(local.key()))
+      throw Error(ErrorCode::InvalidArgument,
+                  "the local pool is closed, or was registered on another connector");
+    if (pairs.empty()) throw Error(ErrorCode::InvalidArgument, "no blocks to move");
+    if (tag.size() > Connector::kMaxTagBytes)
+      throw Error(ErrorCode::InvalidArgument, "a tag of " + std::to_string(tag.size()) +
+                                                  " bytes (at most " +
+                                                  std::to_string(Connector::kMaxTagBytes) + ")");
+    detail::BlockPlan plan;
+    plan.tag = std::move(tag);
+    plan.generation = remote.generation();
+    for (const auto& pair : pairs) {
+      const auto there = remote.locate(pair.remote);
+      const auto here = pool->locate(pair.local);
+      if (there.size != here.size)
+        throw Error(ErrorCode::SizeMismatch,
+                    "remote block " + std::to_string(pair.remote) + " has " +
+                        std::to_string(there.size) + " bytes, local block " +
+                        std::to_string(pair.local) + " " + std::to_string(here.size));
+      auto* memory = static_cast<std::byte*>(pool->regions()[here.region].base) + here.offset;
+      plan.bytes += here.size;
+      // Consecutive blocks, here and there, move as one run.
+      if (!plan.segments.empty()) {
+        auto& last = plan.segments.back();
+        if (last.remote_region == there.region &&
+            last.remote_offset + last.length == there.offset &&
+            last.local + last.length == memory) {
+          last.length += here.size;
+          continue;
+        }
+      }
+      plan.segments.push_back({memory, there.region, there.offset, here.size});
+    }
+    std::vector<RemoteDescriptor> regions;
+    regions.reserve(remote.regions().size());
+    for (const auto& region : remote.regions())
+      regions.push_back(
+          {region.device, region.base, (region.count - 1) * region.stride + region.block_size});
+    const auto bytes = plan.bytes;
+    auto transfer = std::make_shared<detail::ActiveTransfer>(
+        kind, std::vector<Descriptor>{},
+        RdmaMetadata(kind, std::move(regions), remote.key(), remote.endpoint(), remote.token(), 0),
+        context_.options.connect_timeout);
+    plan.local_pool = context_.registrations->find(local.key());
+    transfer->move_blocks(std::move(plan));
+    pool->track(transfer);
+    transfer->observe(
+        observation(detail::Side::Active, bytes, remote.key(), remote.endpoint().connector));
+    start_on_best_transport(transfer, remote.endpoint(), remote.key());
+    return transfer;
+  }
+
+ private:
+  static std::string join(const std::vector<std::string>& names) {
+    std::string joined;
+    for (const auto& name : names) joined += (joined.empty() ? "" : ", ") + name;
+    return joined;
+  }
+
+  // Best shared transport first; one that cannot reach the peer after all (shm refused by the
+  // kernel, ...) gives way to the next, with the reason logged. Throws (the transfer failed)
+  // when none can take it.
+  void start_on_best_transport(const std::shared_ptr<detail::ActiveTransfer>& transfer,
+                               const Endpoint& remote, const std::string& key) {
+    const auto kind = transfer->kind();
+    const auto& peer = remote.connector;
     std::string refusals;
-    for (auto [transport, offer] : candidates(remote.endpoint())) {
+    for (auto [transport, offer] : candidates(remote)) {
+      if (transfer->blocks() && !transport->serves_pools()) continue;
       const std::string transport_name(transport->name());
       try {
         transfer->set_transport(transport_name);
@@ -216,7 +351,7 @@ class Connector::Impl {
                            .key(key)
                            .kind(to_string(kind)));
         transport->start(transfer, *offer);
-        return transfer;
+        return;
       } catch (const Error& error) {
         if (error.code() != ErrorCode::Transport) {
           // Counted and logged like any failed operation, on the transport it tried.
@@ -234,14 +369,13 @@ class Connector::Impl {
         refusals += std::string(refusals.empty() ? "" : "; ") + error.what();
       }
     }
-    Error failure(ErrorCode::Transport, no_shared_transport(remote.endpoint()) +
-                                            (refusals.empty() ? "" : " (" + refusals + ")"));
+    Error failure(ErrorCode::Transport,
+                  no_shared_transport(remote) + (refusals.empty() ? "" : " (" + refusals + ")"));
     transfer->set_transport("");  // counted under transport "none": no transport took it
     transfer->fail(failure);
     throw failure;
   }
 
- private:
   // Pinned host stand-ins for CUDA descriptors (null for host memory), logged so that the
   // path the bytes take is visible.
   std::shared_ptr<detail::CudaStaging> stage(const std::vector<Descriptor>& local) {
@@ -300,6 +434,7 @@ class Connector::Impl {
   std::vector<std::unique_ptr<detail::Transport>> transports_;
   std::once_flag pinned_pool_made_;
   std::shared_ptr<detail::PinnedPool> pinned_pool_;  // made at the first CUDA operation
+  std::atomic<std::uint64_t> pool_generations_{0};
 };
 
 Connector::Connector(ConnectorOptions options)
@@ -339,6 +474,23 @@ ReadOperation Connector::begin_read(const RdmaMetadata& remote, std::vector<Desc
 
 WriteOperation Connector::begin_write(std::vector<Descriptor> local, const RdmaMetadata& remote) {
   return WriteOperation(usable().begin_active(OperationKind::Write, remote, std::move(local)));
+}
+
+Pool Connector::register_pool(std::vector<BlockRegion> regions, PoolOptions options) {
+  return Pool(usable().register_pool(std::move(regions), std::move(options)));
+}
+
+BlockTransfer Connector::read_blocks(const PoolMetadata& remote,
+                                     const std::vector<BlockPair>& blocks, const Pool& local,
+                                     std::string tag) {
+  return BlockTransfer(usable().begin_blocks(OperationKind::Read, local.registration(), blocks,
+                                             remote, std::move(tag)));
+}
+
+BlockTransfer Connector::write_blocks(const Pool& local, const std::vector<BlockPair>& blocks,
+                                      const PoolMetadata& remote, std::string tag) {
+  return BlockTransfer(usable().begin_blocks(OperationKind::Write, local.registration(), blocks,
+                                             remote, std::move(tag)));
 }
 
 }  // namespace memwire

@@ -127,7 +127,7 @@ void OperationCore::on_complete(Callback callback) {
 namespace {}  // namespace
 
 void OperationCore::record_end_locked() const noexcept {
-  if (!observation_.telemetry) return;
+  if (!observation_.telemetry || !observation_.counts_end) return;
   std::optional<ErrorCode> code;
   if (status_ == OperationStatus::Errored && error_) code = error_->code();
   observation_.telemetry->operation_ended(transport_, kind_, observation_.side, status_, code,

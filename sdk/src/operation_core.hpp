@@ -25,8 +25,9 @@ struct Observation {
   std::shared_ptr<const EventLog> events;        // null: not logged
   Side side = Side::Active;
   std::uint64_t bytes = 0;
-  std::string key;   // the notification key, hex
-  std::string peer;  // the remote connector, when known
+  std::string key;         // the notification key, hex
+  std::string peer;        // the remote connector, when known
+  bool counts_end = true;  // false for a pool: its end is no operation's
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
 

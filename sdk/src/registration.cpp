@@ -5,6 +5,7 @@
 
 #include "cuda/cuda_staging.hpp"
 #include "memwire/clock.hpp"
+#include "pool_state.hpp"
 #include "registration_table.hpp"
 
 namespace memwire::detail {
@@ -38,6 +39,13 @@ Registration::Access Registration::check_access(const Id128& token, OperationKin
 
 void Registration::authorize(const Id128& token, OperationKind kind) const {
   check_token(token);
+  if (pool_) {
+    const bool allowed =
+        kind == OperationKind::Read ? pool_->options().remote_read : pool_->options().remote_write;
+    if (!allowed)
+      throw Error(ErrorCode::AccessDenied, "pool allows no remote " + std::string(to_string(kind)));
+    return;
+  }
   if (kind != this->kind())
     throw Error(ErrorCode::AccessDenied,
                 "operation allows remote " + std::string(to_string(this->kind())) + " only");
@@ -110,6 +118,7 @@ void Registration::complete_from_remote(const Id128& token,
 
 void Registration::claim_remote_completion(const Id128& token) {
   check_token(token);
+  if (pool_) throw Error(ErrorCode::InvalidArgument, "a pool is never completed by a transfer");
   if (const auto moved = moved_bytes_.load(); moved < registered_bytes_)
     throw Error(ErrorCode::InvalidArgument,
                 "the transfer moved " + std::to_string(moved) + " of the " +
@@ -143,10 +152,12 @@ void Registration::abandon_remote_completion(Error error) {
 
 void Registration::fail_from_remote(const Id128& token, Error error) {
   check_token(token);
+  if (pool_) return;  // one peer's failed transfer does not end a pool that serves many
   fail(std::move(error));
 }
 
 void Registration::fail(Error error) {
+  if (pool_) return;  // only its owner ends a pool
   // The completion notice was accepted and acknowledged: a reader that leaves at once (its
   // other connections closing) must not turn that into a failure before it lands.
   if (completing_) return;
@@ -165,6 +176,8 @@ void Registration::count_registered() {
 }
 
 void Registration::revoke() {
+  // A pool's own transfers stop touching its memory first; its waiters hear it closed.
+  if (pool_) pool_->close(grace_);
   if (counted_registered_.exchange(false))
     observation().telemetry->unregistered(observation().bytes);
   if (auto table = table_.lock()) table->erase(key_);

@@ -20,6 +20,7 @@
 namespace memwire::detail {
 
 class CudaStaging;
+class PoolState;
 class RegistrationTable;
 
 // Per-registration state a transport keeps (e.g. verbs memory regions and the access granted
@@ -64,6 +65,8 @@ class MEMWIRE_API Registration final : public OperationCore {
   // expiry), locate() every piece (bounds) before any is touched, then one admit() pins the
   // registration for all of them.
   void authorize(const Id128& token, OperationKind kind) const;
+  // Throws AccessDenied unless `token` is this registration's.
+  void check_token(const Id128& token) const;
   std::byte* locate(std::uint32_t index, std::uint64_t offset, std::uint64_t length) const;
   AccessGate::Pin admit(std::string_view transport);
 
@@ -90,6 +93,11 @@ class MEMWIRE_API Registration final : public OperationCore {
   // writable copies them to the device before it completes. Set before it is shared.
   void stage_through(std::shared_ptr<const CudaStaging> staging) { staging_ = std::move(staging); }
 
+  // A pool (set before it is shared): lives until revoked, serves any number of transfers of
+  // the kinds its options allow, and is never completed or failed by a remote.
+  void make_pool(std::shared_ptr<PoolState> pool) { pool_ = std::move(pool); }
+  const std::shared_ptr<PoolState>& pool() const noexcept { return pool_; }
+
   // Counts its bytes as registered (memwire_registered_bytes) until it is revoked.
   void count_registered();
 
@@ -109,8 +117,6 @@ class MEMWIRE_API Registration final : public OperationCore {
   void abandon() override;
 
  private:
-  void check_token(const Id128& token) const;
-
   const Id128 key_ = random_id();
   const Id128 token_ = random_id();
   const std::vector<Descriptor> descriptors_;
@@ -127,6 +133,7 @@ class MEMWIRE_API Registration final : public OperationCore {
   std::mutex attachments_mutex_;
   std::vector<std::shared_ptr<TransportState>> attachments_;
   std::shared_ptr<const CudaStaging> staging_;  // outlives the gate: freed after revoke()
+  std::shared_ptr<PoolState> pool_;
 };
 
 }  // namespace memwire::detail

@@ -50,6 +50,10 @@ class FakeOwner {
     if (!connection_) return;
     FrameHeader hello;
     if (!receive_all(connection_.get(), &hello, sizeof hello)) return;
+    std::string name(hello.length, '\0');  // the reader's connector name
+    if (hello.length > FrameHeader::kMaxText ||
+        !receive_all(connection_.get(), name.data(), name.size()))
+      return;
     FrameHeader welcome;
     welcome.type = FrameType::HelloResponse;
     iovec part{&welcome, sizeof welcome};

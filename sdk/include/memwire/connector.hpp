@@ -14,6 +14,7 @@
 #include "memwire/log_level.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/operation.hpp"
+#include "memwire/pool.hpp"
 #include "memwire/telemetry.hpp"
 
 namespace memwire {
@@ -47,6 +48,24 @@ class MEMWIRE_API Connector {
       const RdmaMetadata& remote, std::vector<Descriptor> local);
   [[nodiscard("dropping it cancels the transfer")]] WriteOperation begin_write(
       std::vector<Descriptor> local, const RdmaMetadata& remote);
+
+  // Pools (memwire/pool.hpp): registered once, then blocks move by index, any number of times.
+  // Regions of host memory; throws Error{InvalidArgument} for bad geometry or more than the
+  // metadata limits, Error{Transport} when no started transport moves pool blocks.
+  Pool register_pool(std::vector<BlockRegion> regions, PoolOptions options = {});
+  // Reads remote blocks into local ones (pairs: remote block -> local block), then, when `tag`
+  // is not empty, tells the owner `tag` (after every byte is here). Block sizes must match
+  // (Error{SizeMismatch}); indexes past a pool's end are Error{InvalidArgument}; runs of
+  // consecutive blocks move as one piece. Tags are at most kMaxTagBytes.
+  static constexpr std::size_t kMaxTagBytes = 1024;
+  [[nodiscard("dropping it cancels the transfer")]] BlockTransfer read_blocks(
+      const PoolMetadata& remote, const std::vector<BlockPair>& blocks, const Pool& local,
+      std::string tag = {});
+  // Writes local blocks into remote ones; the owner receives `tag` only once they are in its
+  // memory.
+  [[nodiscard("dropping it cancels the transfer")]] BlockTransfer write_blocks(
+      const Pool& local, const std::vector<BlockPair>& blocks, const PoolMetadata& remote,
+      std::string tag = {});
 
   friend bool operator==(const Connector& a, const Connector& b) { return a.name() == b.name(); }
 

@@ -10,6 +10,7 @@
 #include "memwire/log_level.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/operation.hpp"
+#include "memwire/pool.hpp"
 #include "memwire/shared_buffer.hpp"
 #include "memwire/status.hpp"
 #include "memwire/telemetry.hpp"

@@ -45,6 +45,9 @@ class Transport {
   virtual TransportOffer offer(Registration& registration) = 0;
   // Whether this end can use the peer's offer (e.g. same host for shm).
   virtual bool can_reach(const TransportOffer& /*offer*/) const { return true; }
+  // Whether it moves blocks between pools (ActiveTransfer::blocks()): offered for pools only
+  // when it does.
+  virtual bool serves_pools() const { return false; }
   virtual void start(const std::shared_ptr<ActiveTransfer>& transfer,
                      const TransportOffer& offer) = 0;
 };

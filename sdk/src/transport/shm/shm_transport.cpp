@@ -24,7 +24,9 @@ std::string boot_id() {
 }
 
 // Connects and proves the peer may copy from us: it reads a random word of ours by address.
-FileDescriptor dial_and_probe(const std::string& address, std::chrono::milliseconds timeout) {
+// The Hello also names our connector, which the peer's pools report as a tag's sender.
+FileDescriptor dial_and_probe(const std::string& address, std::chrono::milliseconds timeout,
+                              const std::string& connector) {
   if (address.size() < 2 || address.front() != '@')
     throw Error(ErrorCode::InvalidMetadata, "shm address '" + address + "' is not @name");
   FileDescriptor socket;
@@ -44,13 +46,15 @@ FileDescriptor dial_and_probe(const std::string& address, std::chrono::milliseco
   hello.flags = frame_flags::kCrossMemory;
   hello.offset = probe;
   hello.peer_address = reinterpret_cast<std::uintptr_t>(&probe);
+  const auto name = connector.substr(0, FrameHeader::kMaxText);
+  hello.length = name.size();
   // Bounded: a peer that accepts but never answers must not hang us.
   timeval limit{static_cast<time_t>(timeout.count() / 1000),
                 static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
   ::setsockopt(socket.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-  iovec part{&hello, sizeof hello};
+  iovec parts[2] = {{&hello, sizeof hello}, {const_cast<char*>(name.data()), name.size()}};
   FrameHeader answer;
-  if (!send_all(socket.get(), &part, 1) || !receive_all(socket.get(), &answer, sizeof answer) ||
+  if (!send_all(socket.get(), parts, 2) || !receive_all(socket.get(), &answer, sizeof answer) ||
       answer.type != FrameType::HelloResponse || answer.length > FrameHeader::kMaxText)
     throw Error(ErrorCode::Transport, "shm peer at " + address + " did not answer the probe");
   if (answer.code != 0) {
@@ -72,7 +76,10 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& context) {
   settings.listener = listen_unix(name);
   const auto host = boot_id();
   settings.offer = {"shm", "@" + name, {}, {{"boot_id", host}}};
-  settings.dial = dial_and_probe;
+  settings.dial = [connector = context.connector_name](const std::string& address,
+                                                       std::chrono::milliseconds timeout) {
+    return dial_and_probe(address, timeout, connector);
+  };
   settings.can_reach = [host](const TransportOffer& offer) {
     auto it = offer.attributes.find("boot_id");
     return it != offer.attributes.end() && it->second == host;

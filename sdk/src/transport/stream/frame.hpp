@@ -50,6 +50,14 @@ inline constexpr std::uint8_t kCompletes = 2;
 // of copying". The answer then carries a SharedLocation as payload, the active side copies
 // through its own mapping, and a completion notice always follows.
 inline constexpr std::uint8_t kMapped = 4;
+// A request or notice of a transfer between pools: `offset` (unused by piece requests and
+// notices otherwise) numbers the transfer on its connection, `reserved2` carries the low 32
+// bits of the pool metadata's generation. A pool is never completed: a Notice with code 0
+// delivers the tag, a failure notice tells the pool's waiters; both carry the tag, `index`
+// bytes long, at the start of their payload. An unknown key is stale metadata.
+inline constexpr std::uint8_t kPool = 8;
+// A request of a transfer whose tag follows on the same connection.
+inline constexpr std::uint8_t kTagged = 16;
 }  // namespace frame_flags
 
 struct FrameHeader {

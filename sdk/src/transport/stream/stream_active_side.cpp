@@ -27,16 +27,33 @@ std::optional<StreamActiveSide::Pending> StreamActiveSide::take(std::uint64_t re
   return pending;
 }
 
+void mark_pool_frame(FrameHeader& header, std::uint64_t pool_transfer_id, const BlockPlan& blocks) {
+  header.flags |= frame_flags::kPool;
+  if (!blocks.tag.empty()) header.flags |= frame_flags::kTagged;
+  header.offset = pool_transfer_id;
+  header.reserved2 = static_cast<std::uint32_t>(blocks.generation);
+}
+
+OutFrame notice_frame(const ActiveTransfer& transfer, std::uint64_t pool_transfer_id) {
+  OutFrame frame;
+  frame.header.type = FrameType::Notice;
+  frame.header.key = transfer.key();
+  frame.header.token = transfer.token();
+  if (const auto* blocks = transfer.blocks()) {
+    mark_pool_frame(frame.header, pool_transfer_id, *blocks);
+    frame.header.index = static_cast<std::uint32_t>(blocks->tag.size());
+    frame.text = blocks->tag;
+  }
+  return frame;
+}
+
 void send_completion_notice(const std::shared_ptr<StreamTransfer>& transfer) {
   auto connection = transfer->notice_connection.lock();
   std::uint64_t id = 0;
   if (connection)
     id = static_cast<StreamActiveSide&>(connection->handler()).expect(transfer, nullptr, 0);
-  OutFrame frame;
-  frame.header.type = FrameType::Notice;
+  auto frame = notice_frame(*transfer->transfer, transfer->pool_transfer_id);
   frame.header.request_id = id;
-  frame.header.key = transfer->transfer->key();
-  frame.header.token = transfer->transfer->token();
   if (id == 0 || !connection->send(std::move(frame)))
     transfer->transfer->fail(
         Error(ErrorCode::PeerLost, "connection lost before the completion notice"));
@@ -47,6 +64,16 @@ void StreamActiveSide::chunk_done(StreamConnection&,
   if (transfer->chunks_left.fetch_sub(1) != 1 ||
       transfer->transfer->status() != OperationStatus::InProgress)
     return;
+  if (transfer->transfer->blocks()) {
+    switch (transfer->pool_notice) {
+      case PoolNotice::None:
+        return transfer->transfer->succeed();
+      case PoolNotice::AfterAnswers:
+        return send_completion_notice(transfer);
+      case PoolNotice::Pipelined:
+        return;  // its tag is out already: the tag's answer ends it
+    }
+  }
   if (transfer->single_request && !transfer->mapped) {
     transfer->transfer->succeed();
   } else {

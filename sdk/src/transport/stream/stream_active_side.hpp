@@ -14,6 +14,11 @@
 
 namespace memwire::detail {
 
+// When a transfer between pools sends its tag: never (none), once every answer is in (a read:
+// its bytes are here), or right behind its requests (a write: the owner has the bytes before
+// it reads the tag, and the tag's answer ends the transfer).
+enum class PoolNotice { None, AfterAnswers, Pipelined };
+
 // One active transfer spread over pooled connections: counts the chunks still out, then sends
 // the completion notice on `notice_connection`.
 struct StreamTransfer {
@@ -24,7 +29,15 @@ struct StreamTransfer {
   bool single_request = false;
   // Some bytes moved through a mapping after the passive side answered: a notice must follow.
   std::atomic<bool> mapped{false};
+  // A transfer between pools: its number on this connector, and when its tag goes.
+  std::uint64_t pool_transfer_id = 0;
+  PoolNotice pool_notice = PoolNotice::None;
 };
+
+// Marks a request or notice of a transfer between pools (see frame_flags::kPool).
+void mark_pool_frame(FrameHeader& header, std::uint64_t pool_transfer_id, const BlockPlan& blocks);
+// The completion notice of a transfer (a pool's carries its tag), without code or request id.
+OutFrame notice_frame(const ActiveTransfer& transfer, std::uint64_t pool_transfer_id);
 
 // A read answer's bytes on their way into the caller's buffer (pinned meanwhile): if the
 // connection breaks before they have all landed, the transfer fails with it.
@@ -102,7 +115,8 @@ class StreamActiveSide final : public FrameHandler {
   PeerMappings mappings_;  // reader thread only
 };
 
-// Sends the completion notice of `transfer` (all chunks moved) and expects its answer.
+// Sends the completion notice of `transfer` (all chunks moved) and expects its answer; fails
+// the transfer when its connection is gone.
 void send_completion_notice(const std::shared_ptr<StreamTransfer>& transfer);
 
 }  // namespace memwire::detail

@@ -214,6 +214,8 @@ void StreamConnection::send_held_back() {
 bool StreamConnection::send(OutFrame frame) {
   note_activity();
   if (hold_back(frame)) return true;
+  // Answers leave in the order they were given: those held back go first.
+  if (reading_connection == this && !held_back_.empty()) send_held_back();
   std::unique_lock lock(mutex_);
   if (closing_) return false;
   if (writing_ || !queue_.empty()) {

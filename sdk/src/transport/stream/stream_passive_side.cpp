@@ -1,16 +1,55 @@
 #include "transport/stream/stream_passive_side.hpp"
 
+#include <set>
+
+#include "pool_state.hpp"
 #include "registration.hpp"
 #include "shared_memory_index.hpp"
 #include "transport/stream/cross_memory.hpp"
 
 namespace memwire::detail {
 
-std::shared_ptr<Registration> StreamPassiveSide::find(const Id128& key) const {
-  auto registration = registrations_->find(key);
-  if (!registration)
-    throw Error(ErrorCode::NotFound, "no live operation with that notification key");
-  return registration;
+std::shared_ptr<Registration> StreamPassiveSide::find(const FrameHeader& header) const {
+  auto registration = registrations_->find(header.key);
+  if (registration) return registration;
+  if (header.flags & frame_flags::kPool)
+    throw Error(ErrorCode::Expired,
+                "stale pool metadata (generation " + std::to_string(header.reserved2) +
+                    "): the owner has no such pool any more (dropped, re-registered, or its "
+                    "connector restarted); fetch the pool's metadata again");
+  throw Error(ErrorCode::NotFound, "no live operation with that notification key");
+}
+
+void StreamPassiveSide::admit_pool_request(const FrameHeader& header,
+                                           const Registration& registration, bool remember_tag) {
+  const auto& pool = registration.pool();
+  if ((header.flags & frame_flags::kPool) == 0 || !pool)
+    throw Error(ErrorCode::AccessDenied, pool ? "a pool's blocks move only in pool transfers"
+                                              : "a one-shot operation is no pool");
+  if (header.reserved2 != static_cast<std::uint32_t>(pool->generation()))
+    throw Error(ErrorCode::Expired, "stale pool metadata: generation " +
+                                        std::to_string(header.reserved2) + ", the pool's is " +
+                                        std::to_string(pool->generation()));
+  if (!remember_tag || (header.flags & frame_flags::kTagged) == 0 ||
+      tagged_in_flight_.contains(header.offset))
+    return;
+  if (tagged_in_flight_.size() == kMostTaggedInFlight)
+    throw Error(ErrorCode::Transport, "more than " + std::to_string(kMostTaggedInFlight) +
+                                          " tagged pool transfers in flight on one connection");
+  tagged_in_flight_.emplace(header.offset, header.key);
+}
+
+void StreamPassiveSide::pool_request_failed(const FrameHeader& header) {
+  if ((header.flags & (frame_flags::kPool | frame_flags::kTagged)) !=
+      (frame_flags::kPool | frame_flags::kTagged))
+    return;
+  // A peer that never sends the failure notice that clears these must not grow them.
+  if (tagged_failed_.size() == kMostTaggedInFlight) {
+    if (auto connection = connection_.lock())
+      connection->shutdown("protocol error: too many failed tagged transfers left unended");
+    return;
+  }
+  tagged_failed_.insert(header.offset);
 }
 
 void StreamPassiveSide::answer(StreamConnection& connection, FrameType type,
@@ -27,6 +66,17 @@ void StreamPassiveSide::answer(StreamConnection& connection, FrameType type,
 }
 
 void StreamPassiveSide::touch(const std::shared_ptr<Registration>& registration) {
+  if (registration->pool()) {
+    // Not in touched_: a pool never completes, so it neither keeps the connection busy nor
+    // fails when the connection goes. Its breaker goes when the connection does.
+    if (pools_touched_.try_emplace(registration->key(), registration).second)
+      registration->gate().add_breaker(reinterpret_cast<std::uintptr_t>(this),
+                                       [weak = connection_] {
+                                         if (auto connection = weak.lock())
+                                           connection->shutdown("pool closed by its owner");
+                                       });
+    return;
+  }
   // A pooled connection lives long: forget registrations that ended elsewhere.
   if (touched_.size() >= 256)
     std::erase_if(touched_, [](const auto& entry) {
@@ -64,7 +114,9 @@ void StreamPassiveSide::check_cross_memory() const {
 }
 
 void StreamPassiveSide::serve_hello(StreamConnection& connection, const FrameHeader& header) {
-  if (!connection.receive_text(header.length)) return;
+  auto name = connection.receive_text(header.length);
+  if (!name) return;
+  peer_name_ = std::move(*name);
   if ((header.flags & frame_flags::kCrossMemory) == 0) return;
   // The dialler proves we may copy from it: a word at peer_address must read as `offset`.
   std::optional<Error> refused;
@@ -84,7 +136,8 @@ void StreamPassiveSide::serve_hello(StreamConnection& connection, const FrameHea
 
 void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHeader& header) {
   try {
-    auto registration = find(header.key);
+    auto registration = find(header);
+    if (registration->pool()) admit_pool_request(header, *registration);
     auto access = registration->check_access(header.token, OperationKind::Read, header.index,
                                              header.offset, header.length, transport_);
     touch(registration);
@@ -110,6 +163,7 @@ void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHead
     }
     finish_request(connection, header, registration, std::move(response));
   } catch (const Error& error) {
+    pool_request_failed(header);
     answer(connection, FrameType::ReadResponse, header, &error);
   }
 }
@@ -119,7 +173,8 @@ void StreamPassiveSide::serve_write(StreamConnection& connection, const FrameHea
   const bool cross = (header.flags & frame_flags::kCrossMemory) != 0;
   std::uint64_t unread = cross ? 0 : header.length;
   try {
-    auto registration = find(header.key);
+    auto registration = find(header);
+    if (registration->pool()) admit_pool_request(header, *registration);
     auto access = registration->check_access(header.token, OperationKind::Write, header.index,
                                              header.offset, header.length, transport_);
     touch(registration);
@@ -143,6 +198,8 @@ void StreamPassiveSide::serve_write(StreamConnection& connection, const FrameHea
     { auto copied = std::move(access.pin); }  // unpinned: completing waits for pins
     finish_request(connection, header, registration, write_response(header));
   } catch (const Error& error) {
+    // Also what a cancelled piece request turns into on the wire (see frame_parts).
+    pool_request_failed(header);
     refuse_after(connection, unread, FrameType::WriteResponse, header, error);
   }
 }
@@ -185,8 +242,10 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
   // A write's bytes on the socket must be consumed whatever happens, or the framing is lost.
   std::uint64_t unread = writing && !cross ? header.length : 0;
   try {
-    auto registration = find(header.key);
+    auto registration = find(header);
     registration->authorize(header.token, writing ? OperationKind::Write : OperationKind::Read);
+    if (registration->pool() || (header.flags & frame_flags::kPool))
+      admit_pool_request(header, *registration);
     std::vector<iovec> memory;
     memory.reserve(pieces.size());
     for (const auto& piece : pieces)
@@ -222,6 +281,7 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
     }
     finish_request(connection, header, registration, std::move(response));
   } catch (const Error& error) {
+    pool_request_failed(header);
     refuse_after(connection, unread, answer_type, header, error);
   }
 }
@@ -261,7 +321,7 @@ bool StreamPassiveSide::answer_mapped(StreamConnection& connection, const FrameH
 void StreamPassiveSide::finish_request(StreamConnection& connection, const FrameHeader& request,
                                        const std::shared_ptr<Registration>& registration,
                                        OutFrame response) {
-  if ((request.flags & frame_flags::kCompletes) == 0) {
+  if ((request.flags & frame_flags::kCompletes) == 0 || registration->pool()) {
     connection.send(std::move(response));
     return;
   }
@@ -295,8 +355,9 @@ void StreamPassiveSide::finish_request(StreamConnection& connection, const Frame
 void StreamPassiveSide::serve_notice(StreamConnection& connection, const FrameHeader& header) {
   auto text = connection.receive_text(header.length);
   if (!text) return;
+  if (header.flags & frame_flags::kPool) return serve_pool_notice(connection, header, *text);
   try {
-    auto registration = find(header.key);
+    auto registration = find(header);
     if (header.code == 0) {
       registration->complete_from_remote(
           header.token, [&] { answer(connection, FrameType::NoticeResponse, header, nullptr); });
@@ -313,6 +374,49 @@ void StreamPassiveSide::serve_notice(StreamConnection& connection, const FrameHe
   answer(connection, FrameType::NoticeResponse, header, nullptr);
 }
 
+void StreamPassiveSide::serve_pool_notice(StreamConnection& connection, const FrameHeader& header,
+                                          const std::string& payload) {
+  if (header.index > payload.size())
+    return refuse_malformed(connection, FrameType::NoticeResponse, header,
+                            "a pool notice's tag is longer than its payload");
+  const bool had_failed = tagged_failed_.erase(header.offset) > 0;
+  tagged_in_flight_.erase(header.offset);
+  try {
+    auto registration = find(header);
+    registration->check_token(header.token);
+    admit_pool_request(header, *registration, /*remember_tag=*/false);
+    const auto& pool = registration->pool();
+    std::string tag = payload.substr(0, header.index);
+    const auto peer = peer_name_.empty() ? connection.peer() : peer_name_;
+    if (header.code != 0) {
+      // Cancelled after its tag went out behind all its bytes: delivered, nothing to undo.
+      if (delivered_.contains(header.offset)) throw Error(ErrorCode::Cancelled, "tag delivered");
+      pool->fail(peer, std::move(tag),
+                 Error(error_code_from_wire(header.code),
+                       "the active side reported: " + payload.substr(header.index)));
+    } else if (had_failed) {
+      throw Error(ErrorCode::Transport,
+                  "a request of this transfer failed: its tag was not delivered");
+    } else if (!tag.empty()) {
+      pool->deliver(peer, std::move(tag));
+      remember_delivered(header.offset);
+    }
+  } catch (const Error& error) {
+    answer(connection, FrameType::NoticeResponse, header, &error);
+    return;
+  }
+  answer(connection, FrameType::NoticeResponse, header, nullptr);
+}
+
+void StreamPassiveSide::remember_delivered(std::uint64_t transfer) {
+  if (delivered_order_.size() == kMostRemembered) {
+    delivered_.erase(delivered_order_.front());
+    delivered_order_.pop_front();
+  }
+  delivered_order_.push_back(transfer);
+  delivered_.insert(transfer);
+}
+
 bool StreamPassiveSide::busy() const {
   for (const auto& [key, weak] : touched_)
     if (auto registration = weak.lock(); registration && !is_terminal(registration->status()))
@@ -321,6 +425,21 @@ bool StreamPassiveSide::busy() const {
 }
 
 void StreamPassiveSide::on_closed(StreamConnection& connection, const Error& reason) {
+  auto pools = std::move(pools_touched_);
+  const auto peer = peer_name_.empty() ? connection.peer() : peer_name_;
+  std::set<Id128> lost;  // once per pool, however many of its transfers were in flight
+  for (const auto& [id, key] : tagged_in_flight_) lost.insert(key);
+  for (const auto& key : lost) {
+    auto found = pools.find(key);
+    if (found == pools.end()) continue;
+    if (auto registration = found->second.lock())
+      registration->pool()->fail(
+          peer, "", Error(ErrorCode::PeerLost, std::string("connection lost: ") + reason.what()));
+  }
+  tagged_in_flight_.clear();
+  for (const auto& [key, weak] : pools)
+    if (auto registration = weak.lock())
+      registration->gate().remove_breaker(reinterpret_cast<std::uintptr_t>(this));
   auto touched = std::move(touched_);
   // The owner's own memory failed under a send: its fault, said as such.
   const Error failure = connection.closed_on_local_memory_fault()

@@ -1,10 +1,13 @@
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "registration_table.hpp"
@@ -36,7 +39,18 @@ class StreamPassiveSide final : public FrameHandler {
   bool busy() const override;
 
  private:
-  std::shared_ptr<Registration> find(const Id128& key) const;
+  std::shared_ptr<Registration> find(const FrameHeader& header) const;
+  // A pool request: the metadata's generation must be the pool's; a tagged one is remembered
+  // until its tag arrives (a connection lost before then is a loss for the pool's waiters).
+  void admit_pool_request(const FrameHeader& header, const Registration& registration,
+                          bool remember_tag = true);
+  // A pool request failed: its transfer's tag must not be delivered.
+  void pool_request_failed(const FrameHeader& header);
+  // Tags delivered lately, by transfer: a failure notice that follows one (a cancel that came
+  // after the tag had left) changes nothing.
+  void remember_delivered(std::uint64_t transfer);
+  void serve_pool_notice(StreamConnection& connection, const FrameHeader& header,
+                         const std::string& payload);
   void serve_read(StreamConnection& connection, const FrameHeader& header);
   void serve_write(StreamConnection& connection, const FrameHeader& header);
   void serve_notice(StreamConnection& connection, const FrameHeader& header);
@@ -72,6 +86,16 @@ class StreamPassiveSide final : public FrameHandler {
   std::weak_ptr<StreamConnection> connection_;
   // Registrations this connection accessed and that have not completed yet.
   std::map<Id128, std::weak_ptr<Registration>> touched_;
+  // Pools this connection accessed (they never complete), and its tagged pool transfers:
+  // in flight (transfer number -> pool key), and failed before their tag came.
+  std::map<Id128, std::weak_ptr<Registration>> pools_touched_;
+  std::unordered_map<std::uint64_t, Id128> tagged_in_flight_;
+  std::unordered_set<std::uint64_t> tagged_failed_;
+  static constexpr std::size_t kMostTaggedInFlight = 4096;
+  static constexpr std::size_t kMostRemembered = 1024;
+  std::deque<std::uint64_t> delivered_order_;
+  std::unordered_set<std::uint64_t> delivered_;
+  std::string peer_name_;  // what its Hello said
 };
 
 }  // namespace memwire::detail

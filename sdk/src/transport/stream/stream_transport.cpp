@@ -71,16 +71,29 @@ class StreamTransport final : public Transport {
   TransportOffer offer(Registration&) override { return settings_.offer; }
   bool can_reach(const TransportOffer& offer) const override { return settings_.can_reach(offer); }
 
+  bool serves_pools() const override { return true; }
+
   void start(const std::shared_ptr<ActiveTransfer>& transfer,
              const TransportOffer& offer) override {
     auto connections = connections_to(offer.address);
+    const auto* blocks = transfer->blocks();
     // Each transfer starts on the next connection: many one-chunk transfers in flight spread
-    // over all of them instead of queueing on the first.
-    const std::size_t first = next_first_connection_.fetch_add(1, std::memory_order_relaxed);
+    // over all of them instead of queueing on the first. A pool's transfers all take the
+    // first: its tags then reach the owner in the order they were sent, after their bytes, and
+    // the owner knows which connection a tagged transfer was in the middle of when it breaks.
+    const std::size_t first =
+        blocks ? 0 : next_first_connection_.fetch_add(1, std::memory_order_relaxed);
+    if (blocks) connections.resize(1);
     auto state = std::make_shared<StreamTransfer>();
     state->transfer = transfer;
     state->notice_connection = connections[first % connections.size()];
-    install_failure_notifier(*transfer, state->notice_connection);
+    if (blocks) {
+      state->pool_transfer_id = next_pool_transfer_.fetch_add(1, std::memory_order_relaxed);
+      if (!blocks->tag.empty())
+        state->pool_notice = transfer->kind() == OperationKind::Read ? PoolNotice::AfterAnswers
+                                                                     : PoolNotice::Pipelined;
+    }
+    install_failure_notifier(*transfer, state);
     // A peer that stalls must not keep a cancelled transfer's buffers hostage.
     for (const auto& connection : connections)
       transfer->gate().add_breaker(reinterpret_cast<std::uintptr_t>(connection.get()),
@@ -89,58 +102,78 @@ class StreamTransport final : public Transport {
                                        alive->shutdown("transfer ended while the peer stalled");
                                    });
 
-    const auto requests = plan_requests(
-        transfer->local(), std::max<std::uint64_t>(context_.options.tcp.chunk_size, 4096));
+    const auto chunk_size = std::max<std::uint64_t>(context_.options.tcp.chunk_size, 4096);
+    const auto requests = blocks ? plan_requests(blocks->segments, chunk_size)
+                                 : plan_requests(one_shot_segments(*transfer), chunk_size);
     state->chunks_left = requests.size();
-    state->single_request = requests.size() == 1;
+    state->single_request = requests.size() == 1 && !blocks;
 
     const bool reading = transfer->kind() == OperationKind::Read;
+    auto lost = [&](StreamConnection& connection) {
+      if (transfer->gate().is_open()) {
+        const auto why = connection.close_reason();
+        transfer->fail(Error(ErrorCode::PeerLost, "connection to " + offer.address + " lost" +
+                                                      (why.empty() ? "" : ": " + why)));
+      }
+    };
     for (std::size_t n = 0; n < requests.size(); ++n) {
       auto& connection = *connections[(first + n) % connections.size()];
-      const bool sent = requests[n].pieces.size() == 1
+      const bool sent = requests[n].pieces.size() == 1 && !blocks
                             ? send_chunk(connection, state, requests[n], reading)
                             : send_pieces(connection, state, requests[n], reading);
-      if (!sent) {
-        if (transfer->gate().is_open()) {
-          const auto why = connection.close_reason();
-          transfer->fail(Error(ErrorCode::PeerLost, "connection to " + offer.address + " lost" +
-                                                        (why.empty() ? "" : ": " + why)));
-        }
-        return;
-      }
+      if (!sent) return lost(connection);
     }
+    // A write's tag goes right behind its bytes: the owner reads the frames of a connection in
+    // order, so it has them all in memory when the tag arrives, and one round trip ends both.
+    if (state->pool_notice == PoolNotice::Pipelined) send_completion_notice(state);
   }
 
  private:
+  // One run of bytes: local memory and where it goes in (or comes from) the remote.
   struct Piece {
-    std::uint32_t index;
+    std::byte* local;
+    std::uint32_t index;  // the remote descriptor (region)
     std::uint64_t offset, length;
   };
-  // One request: a chunk of a large descriptor, or small descriptors gathered together.
+  // One request: a chunk of a large run, or small runs gathered together.
   struct Request {
     std::vector<Piece> pieces;
     std::uint64_t length = 0;
   };
 
-  // Descriptors of at least `chunk_size` go in chunks of that size, one request each, spread
-  // over the pooled connections; smaller ones are gathered into piece requests of up to
-  // `chunk_size` bytes and kMaxFramePieces pieces, so many small blocks cost a few requests.
-  static std::vector<Request> plan_requests(const std::vector<Descriptor>& local,
+  // A one-shot operation's local descriptors pair by index with the remote ones.
+  static std::vector<BlockSegment> one_shot_segments(const ActiveTransfer& transfer) {
+    std::vector<BlockSegment> segments;
+    segments.reserve(transfer.local().size());
+    for (std::uint32_t i = 0; i < transfer.local().size(); ++i) {
+      const auto& descriptor = transfer.local()[i];
+      segments.push_back({static_cast<std::byte*>(descriptor.ptr()), i, 0, descriptor.size()});
+    }
+    return segments;
+  }
+
+  // Runs of at least `chunk_size` go in chunks of that size, one request each, spread over the
+  // pooled connections; smaller ones are gathered into piece requests of up to `chunk_size`
+  // bytes and kMaxFramePieces pieces, so many small blocks cost a few requests.
+  static std::vector<Request> plan_requests(const std::vector<BlockSegment>& segments,
                                             std::uint64_t chunk_size) {
     std::vector<Request> requests;
     Request gathering;
-    for (std::uint32_t i = 0; i < local.size(); ++i) {
-      const std::uint64_t size = local[i].size();
+    for (const auto& segment : segments) {
+      const std::uint64_t size = segment.length;
       if (size >= chunk_size) {
         for (std::uint64_t offset = 0; offset < size; offset += chunk_size) {
           const auto length = std::min(chunk_size, size - offset);
-          requests.push_back({{{i, offset, length}}, length});
+          requests.push_back({{{segment.local + offset, segment.remote_region,
+                                segment.remote_offset + offset, length}},
+                              length});
         }
         continue;
       }
       if (gathering.pieces.size() == kMaxFramePieces || gathering.length + size > chunk_size)
         requests.push_back(std::exchange(gathering, {}));
-      gathering.pieces.push_back({i, 0, size});
+      gathering.pieces.push_back(
+          {segment.local, segment.remote_region, segment.remote_offset, size});
       gathering.length += size;
     }
     if (!gathering.pieces.empty()) requests.push_back(std::move(gathering));
@@ -152,6 +185,8 @@ class StreamTransport final : public Transport {
     frame.header.key = transfer.key();
     frame.header.token = transfer.token();
     if (state.single_request) frame.header.flags = frame_flags::kCompletes;
+    if (const auto* blocks = transfer.blocks())
+      mark_pool_frame(frame.header, state.pool_transfer_id, *blocks);
     return frame;
   }
 
@@ -166,7 +201,7 @@ class StreamTransport final : public Transport {
                   const Request& request, bool reading) {
     const auto& transfer = state->transfer;
     const auto& chunk = request.pieces.front();
-    auto* memory = static_cast<std::byte*>(transfer->local()[chunk.index].ptr()) + chunk.offset;
+    auto* memory = chunk.local;
     auto frame = request_frame(*transfer, *state);
     frame.header.type = reading ? FrameType::ReadRequest : FrameType::WriteRequest;
     frame.header.index = chunk.index;
@@ -204,7 +239,7 @@ class StreamTransport final : public Transport {
     pieces.reserve(request.pieces.size());
     memory.reserve(request.pieces.size());
     for (const auto& piece : request.pieces) {
-      auto* block = static_cast<std::byte*>(transfer->local()[piece.index].ptr()) + piece.offset;
+      auto* block = piece.local;
       memory.push_back({block, static_cast<std::size_t>(piece.length)});
       pieces.push_back({piece.index, 0, piece.offset, piece.length,
                         cross ? reinterpret_cast<std::uintptr_t>(block) : 0});
@@ -236,18 +271,18 @@ class StreamTransport final : public Transport {
   }
 
   static void install_failure_notifier(ActiveTransfer& transfer,
-                                       std::weak_ptr<StreamConnection> notice_connection) {
-    transfer.set_failure_notifier([weak = std::move(notice_connection), key = transfer.key(),
-                                   token = transfer.token()](const Error& error) {
-      if (auto connection = weak.lock()) {
-        OutFrame frame;
-        frame.header.type = FrameType::Notice;
-        frame.header.code = wire_code(error.code());
-        frame.header.key = key;
-        frame.header.token = token;
-        frame.text = std::string(error.message()).substr(0, FrameHeader::kMaxText);
-        connection->send(std::move(frame));
-      }
+                                       const std::shared_ptr<StreamTransfer>& state) {
+    // The frame is made now: the notifier lives in the transfer, and must not keep it alive.
+    auto notice = notice_frame(transfer, state->pool_transfer_id);
+    transfer.set_failure_notifier([weak = state->notice_connection, header = notice.header,
+                                   tag = std::move(notice.text)](const Error& error) {
+      auto connection = weak.lock();
+      if (!connection) return;
+      OutFrame frame;
+      frame.header = header;
+      frame.header.code = wire_code(error.code());
+      frame.text = tag + std::string(error.message()).substr(0, FrameHeader::kMaxText - tag.size());
+      connection->send(std::move(frame));
     });
   }
 
@@ -523,6 +558,7 @@ class StreamTransport final : public Transport {
   std::atomic<bool> stopping_{false};
   Connections retired_;  // closed, out of the pool, threads maybe still running
   std::atomic<std::size_t> next_first_connection_{0};
+  std::atomic<std::uint64_t> next_pool_transfer_{1};
 };
 
 }  // namespace

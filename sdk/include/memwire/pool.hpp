@@ -1,0 +1,175 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memwire/device.hpp"
+#include "memwire/export.hpp"
+#include "memwire/metadata.hpp"
+#include "memwire/operation.hpp"
+
+namespace memwire {
+
+class Connector;
+namespace detail {
+class Registration;
+class PoolState;
+}  // namespace detail
+
+// Pools: what KV-cache engines use beside the one-shot operations. A pool is registered once
+// (regions cut into equal blocks), its compact metadata is handed to peers once, and then any
+// number of transfers move lists of blocks by index between two pools, each optionally
+// followed by a tag that the passive side receives only after the bytes are in its memory.
+
+// One region of a pool: `count` blocks of `block_size` bytes, block i at base + i * stride.
+struct MEMWIRE_API BlockRegion {
+  void* base = nullptr;
+  std::uint64_t block_size = 0;
+  std::uint64_t stride = 0;  // 0 means block_size (blocks back to back)
+  std::uint64_t count = 0;
+  Device device{};
+};
+
+// A block of the remote pool paired with one of the local pool. Blocks are numbered across the
+// regions in order: region 0's blocks first, then region 1's, ...
+struct MEMWIRE_API BlockPair {
+  std::uint64_t remote = 0;
+  std::uint64_t local = 0;
+  friend bool operator==(const BlockPair&, const BlockPair&) = default;
+};
+
+// One region as its owner describes it to peers.
+struct MEMWIRE_API RemoteRegion {
+  Device device;
+  std::uint64_t base = 0;
+  std::uint64_t block_size = 0;
+  std::uint64_t stride = 0;
+  std::uint64_t count = 0;
+  friend bool operator==(const RemoteRegion&, const RemoteRegion&) = default;
+};
+
+// What a pool's owner hands out once per peer: regions with their block geometry, not one
+// entry per block (an 80 x 2 x 2,000-block KV pool in a few hundred bytes), the endpoint, the
+// token, and a generation. Metadata of a dropped or re-registered pool (or of an owner that
+// restarted) is refused by the owner with Error{Expired}: it never moves bytes.
+class MEMWIRE_API PoolMetadata {
+ public:
+  static constexpr int kVersion = 1;
+  // The limits register_pool and from_json both apply. 4,096 regions of any geometry stay under
+  // kMaxJsonBytes (about 140 bytes each at most); a KV cache has one per layer and K/V.
+  static constexpr std::size_t kMaxRegions = 4096;
+  static constexpr std::uint64_t kMaxBlocks = std::uint64_t(1) << 32;
+  static constexpr std::uint64_t kMaxTotalSize = RdmaMetadata::kMaxTotalSize;
+  static constexpr std::size_t kMaxJsonBytes = 1 << 20;
+
+  PoolMetadata(std::string name, std::uint64_t generation, std::vector<RemoteRegion> regions,
+               std::string key, Endpoint endpoint, std::string token);
+
+  // Strict: unknown or missing fields, wrong types, limits or empty regions throw
+  // Error{InvalidMetadata} naming the field.
+  static PoolMetadata from_json(std::string_view json);
+  std::string to_json() const;
+
+  const std::string& name() const noexcept { return name_; }
+  std::uint64_t generation() const noexcept { return generation_; }
+  const std::vector<RemoteRegion>& regions() const noexcept { return regions_; }
+  const std::string& key() const noexcept { return key_; }
+  const Endpoint& endpoint() const noexcept { return endpoint_; }
+  const std::string& token() const noexcept { return token_; }
+  std::uint64_t block_count() const noexcept { return block_count_; }
+  // (region, offset in it, size) of a block; throws InvalidArgument past the last block.
+  struct Place {
+    std::uint32_t region;
+    std::uint64_t offset;
+    std::uint64_t size;
+  };
+  Place locate(std::uint64_t block) const;
+
+  friend bool operator==(const PoolMetadata& a, const PoolMetadata& b) {
+    return a.to_json() == b.to_json();
+  }
+
+ private:
+  std::string name_;
+  std::uint64_t generation_;
+  std::vector<RemoteRegion> regions_;
+  std::vector<std::uint64_t> first_block_;  // of each region
+  std::uint64_t block_count_ = 0;
+  std::string key_;
+  Endpoint endpoint_;
+  std::string token_;
+};
+
+struct MEMWIRE_API PoolOptions {
+  std::string name;          // shown in metadata and errors ("kv", "layer-cache", ...)
+  bool remote_read = true;   // peers may read blocks
+  bool remote_write = true;  // peers may write blocks
+  // Tags received and not yet taken; one more is refused (the sender's transfer fails).
+  std::size_t max_queued_notifications = 65536;
+};
+
+// A tag a peer sent after its transfer's bytes were in this pool's memory (or, for a read,
+// after it had them all).
+struct MEMWIRE_API Notification {
+  std::string peer;  // the sending connector's name
+  std::string tag;
+  // Only given to on_notification's callback: non-empty when the peer's tagged transfer failed
+  // (`tag` set) or the peer was lost in the middle of one (`tag` empty).
+  std::string error;
+  friend bool operator==(const Notification&, const Notification&) = default;
+};
+
+// A registered pool. Move-only; dropping it (or close()) revokes remote access at once, fails
+// transfers that use it as their local side and ends every wait with Error{Cancelled}.
+class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API Pool {
+ public:
+  Pool(Pool &&) noexcept;
+  Pool& operator=(Pool&&) noexcept;
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+  ~Pool();
+
+  PoolMetadata metadata() const;
+  std::uint64_t block_count() const;
+  // Where block `index` lives here.
+  void* block(std::uint64_t index) const;
+
+  // The next notification in arrival order. Throws Error{Timeout}, Error{PeerLost} when a peer
+  // was lost in the middle of a tagged transfer into this pool (once per loss), Error{Cancelled}
+  // once the pool is closed.
+  Notification next_notification(std::chrono::milliseconds timeout);
+  // Waits for a notification with this tag (others stay queued). Throws like
+  // next_notification; a lost peer ends the wait when `from` is empty or names it.
+  Notification wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
+                            std::string_view from = {});
+  // From now on each notification goes to `callback` instead of the queue (queued ones first),
+  // on memwire's I/O thread: keep it short and never block in it. Failures come with `error`.
+  void on_notification(std::function<void(const Notification&)> callback);
+  // Notifications queued now.
+  std::size_t queued_notifications() const;
+
+  void close();
+
+ private:
+  friend class Connector;
+  explicit Pool(std::shared_ptr<detail::Registration> registration);
+  detail::Registration& registration() const;
+  std::shared_ptr<detail::Registration> registration_;
+};
+
+// Active: one transfer of blocks between a local and a remote pool, with the operations'
+// status, waiting, cancelling and callbacks.
+class [[nodiscard("dropping it cancels the transfer")]] MEMWIRE_API BlockTransfer
+    : public Operation {
+ private:
+  friend class Connector;
+  using Operation::Operation;
+};
+
+}  // namespace memwire

@@ -1,0 +1,401 @@
+// Pools over every transport that moves pool blocks: blocks by index, tags after their bytes,
+// one registration for any number of transfers, revocation, stale generations, bad input.
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "sdk/conformance/transport_conformance.hpp"
+#include "support/error_code_of.hpp"
+#include "support/raw_stream_peer.hpp"
+
+using namespace memwire;
+using namespace memwire::test_support;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::size_t kBlock = 4096;
+
+// Two regions, as a KV cache's K and V: 64 blocks back to back, and 32 blocks with a gap of a
+// block between them (stride 2 blocks).
+struct PoolMemory {
+  PoolMemory() : packed(64 * kBlock), spaced(32 * 2 * kBlock) {}
+  std::vector<BlockRegion> regions() {
+    return {{packed.data(), kBlock, 0, 64, {}}, {spaced.data(), kBlock, 2 * kBlock, 32, {}}};
+  }
+  std::span<std::byte> block(std::uint64_t index) {
+    if (index < 64) return std::span(packed).subspan(index * kBlock, kBlock);
+    return std::span(spaced).subspan((index - 64) * 2 * kBlock, kBlock);
+  }
+  std::vector<std::byte> packed, spaced;
+};
+
+PoolOptions named(std::string name) {
+  PoolOptions options;
+  options.name = std::move(name);
+  return options;
+}
+
+bool block_holds(PoolMemory& memory, std::uint64_t index, std::uint64_t seed) {
+  return first_mismatch(memory.block(index), seed) == kBlock;
+}
+
+bool block_is_zero(PoolMemory& memory, std::uint64_t index) {
+  for (auto byte : memory.block(index))
+    if (byte != std::byte{0}) return false;
+  return true;
+}
+
+// Pairs that cover a run of consecutive blocks, blocks of both regions, and scattered ones.
+std::vector<BlockPair> mixed_pairs() {
+  std::vector<BlockPair> pairs;
+  for (std::uint64_t i = 0; i < 16; ++i) pairs.push_back({10 + i, 20 + i});  // one run
+  pairs.push_back({63, 64});                                                 // across regions
+  pairs.push_back({70, 3});
+  pairs.push_back({95, 95});
+  pairs.push_back({0, 90});
+  return pairs;
+}
+
+PoolOptions pool_options(bool read, bool write, std::size_t queued) {
+  PoolOptions options;
+  options.remote_read = read;
+  options.remote_write = write;
+  options.max_queued_notifications = queued;
+  return options;
+}
+
+class PoolConformance : public TransportConformance {
+ protected:
+  void SetUp() override {
+    TransportConformance::SetUp();
+    if (IsSkipped()) return;
+    if (transport() == "verbs")
+      GTEST_SKIP() << "pool transfers over verbs are not built yet: a verbs-only connector "
+                      "refuses register_pool (issue 21, item 7)";
+  }
+};
+
+TEST_P(PoolConformance, ReadMovesExactlyTheNamedBlocks) {
+  Connector owner(options()), reader(options());
+  PoolMemory there, here;
+  for (std::uint64_t b = 0; b < 96; ++b) fill_pattern(there.block(b), 1000 + b);
+  auto remote = owner.register_pool(there.regions(), named("kv"));
+  auto local = reader.register_pool(here.regions());
+  const auto pairs = mixed_pairs();
+  auto read = reader.read_blocks(remote.metadata(), pairs, local);
+  ASSERT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
+  EXPECT_EQ(read.transport(), transport());
+  std::set<std::uint64_t> written;
+  for (const auto& pair : pairs) {
+    EXPECT_TRUE(block_holds(here, pair.local, 1000 + pair.remote)) << "block " << pair.local;
+    written.insert(pair.local);
+  }
+  for (std::uint64_t b = 0; b < 96; ++b)
+    if (!written.contains(b)) {
+      EXPECT_TRUE(block_is_zero(here, b)) << "block " << b << " touched";
+    }
+  // Gaps between a spaced region's blocks are not the pool's: never touched.
+  for (std::size_t i = 0; i < 32; ++i)
+    for (std::size_t at = (2 * i + 1) * kBlock; at < (2 * i + 2) * kBlock; at += 512)
+      ASSERT_EQ(here.spaced[at], std::byte{0});
+}
+
+TEST_P(PoolConformance, WriteMovesExactlyTheNamedBlocks) {
+  Connector owner(options()), writer(options());
+  PoolMemory there, here;
+  for (std::uint64_t b = 0; b < 96; ++b) fill_pattern(here.block(b), 2000 + b);
+  auto remote = owner.register_pool(there.regions());
+  auto local = writer.register_pool(here.regions());
+  const auto pairs = mixed_pairs();
+  auto write = writer.write_blocks(local, pairs, remote.metadata());
+  ASSERT_EQ(write.wait_for_completion(30s), OperationStatus::Complete);
+  std::set<std::uint64_t> written;
+  for (const auto& pair : pairs) {
+    EXPECT_TRUE(block_holds(there, pair.remote, 2000 + pair.local)) << "block " << pair.remote;
+    written.insert(pair.remote);
+  }
+  for (std::uint64_t b = 0; b < 96; ++b)
+    if (!written.contains(b)) {
+      EXPECT_TRUE(block_is_zero(there, b)) << "block " << b << " touched";
+    }
+}
+
+TEST_P(PoolConformance, LargeRunsMoveInChunks) {
+  // Runs longer than a chunk go in several requests: still exactly these bytes.
+  Connector owner(options(16384)), reader(options(16384));
+  PoolMemory there, here;
+  for (std::uint64_t b = 0; b < 96; ++b) fill_pattern(there.block(b), 3000 + b);
+  auto remote = owner.register_pool(there.regions());
+  auto local = reader.register_pool(here.regions());
+  std::vector<BlockPair> pairs;
+  for (std::uint64_t b = 0; b < 64; ++b) pairs.push_back({b, b});
+  auto read = reader.read_blocks(remote.metadata(), pairs, local, "all");
+  ASSERT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
+  for (std::uint64_t b = 0; b < 64; ++b) EXPECT_TRUE(block_holds(here, b, 3000 + b));
+  EXPECT_EQ(remote.wait_for_tag("all", 10s).peer, reader.name());
+}
+
+TEST_P(PoolConformance, OneRegistrationServesManyTransfersAndPeers) {
+  Connector owner(options()), first(options()), second(options());
+  PoolMemory there, here_a, here_b;
+  for (std::uint64_t b = 0; b < 96; ++b) fill_pattern(there.block(b), 4000 + b);
+  auto remote = owner.register_pool(there.regions());
+  auto local_a = first.register_pool(here_a.regions());
+  auto local_b = second.register_pool(here_b.regions());
+  const auto metadata = remote.metadata();
+  const auto registered = owner.telemetry().registrations;
+  std::mt19937_64 random(7);
+  for (int round = 0; round < 200; ++round) {
+    const std::uint64_t block = random() % 96;
+    auto& reader = round % 2 ? first : second;
+    auto& local = round % 2 ? local_a : local_b;
+    auto& here = round % 2 ? here_a : here_b;
+    auto read = reader.read_blocks(metadata, {{block, block}}, local);
+    ASSERT_EQ(read.wait_for_completion(30s), OperationStatus::Complete) << "round " << round;
+    ASSERT_TRUE(block_holds(here, block, 4000 + block)) << "round " << round;
+  }
+  EXPECT_EQ(owner.telemetry().registrations, registered) << "a transfer registered memory";
+  EXPECT_EQ(owner.telemetry().registered_bytes, 64 * kBlock + 63 * kBlock)
+      << "the pool's regions, once";
+}
+
+TEST_P(PoolConformance, TagsArriveAfterTheirBytesAndInOrder) {
+  Connector owner(options()), writer(options());
+  PoolMemory there, here;
+  auto remote = owner.register_pool(there.regions());
+  auto local = writer.register_pool(here.regions());
+  // At each tag, the callback checks that its block already holds what the writer sent.
+  constexpr int kRounds = 96;
+  std::atomic<int> seen{0}, out_of_order{0}, early{0};
+  remote.on_notification([&](const Notification& notification) {
+    const int round = std::stoi(notification.tag);
+    if (round != seen.load()) ++out_of_order;
+    if (!block_holds(there, static_cast<std::uint64_t>(round), 5000 + round)) ++early;
+    ++seen;
+  });
+  std::vector<BlockTransfer> writes;
+  for (int round = 0; round < kRounds; ++round) {
+    fill_pattern(here.block(round), 5000 + round);
+    writes.push_back(writer.write_blocks(local, {{std::uint64_t(round), std::uint64_t(round)}},
+                                         remote.metadata(), std::to_string(round)));
+  }
+  for (auto& write : writes) ASSERT_EQ(write.wait_for_completion(30s), OperationStatus::Complete);
+  EXPECT_EQ(seen.load(), kRounds) << "a write completed before its tag was delivered";
+  EXPECT_EQ(out_of_order.load(), 0);
+  EXPECT_EQ(early.load(), 0) << "a tag arrived before its bytes";
+}
+
+TEST_P(PoolConformance, AReadsTagReachesTheOwnerAfterTheReaderHasTheBytes) {
+  Connector owner(options()), reader(options());
+  PoolMemory there, here;
+  fill_pattern(there.block(5), 6005);
+  auto remote = owner.register_pool(there.regions());
+  auto local = reader.register_pool(here.regions());
+  auto read = reader.read_blocks(remote.metadata(), {{5, 7}}, local, "taken");
+  const auto notification = remote.wait_for_tag("taken", 10s);
+  EXPECT_EQ(notification.peer, reader.name());
+  EXPECT_TRUE(block_holds(here, 7, 6005)) << "the owner heard of the read before it landed";
+  EXPECT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
+}
+
+TEST_P(PoolConformance, WaitsTakeTheirTagAndLeaveOthersQueued) {
+  Connector owner(options()), writer(options());
+  PoolMemory there, here;
+  auto remote = owner.register_pool(there.regions());
+  auto local = writer.register_pool(here.regions());
+  for (const char* tag : {"a", "b", "c"}) {
+    auto write = writer.write_blocks(local, {{1, 1}}, remote.metadata(), tag);
+    ASSERT_EQ(write.wait_for_completion(10s), OperationStatus::Complete);
+  }
+  EXPECT_EQ(remote.wait_for_tag("b", 1s).tag, "b");
+  EXPECT_EQ(remote.queued_notifications(), 2u);
+  EXPECT_EQ(remote.next_notification(1s).tag, "a");
+  EXPECT_EQ(remote.next_notification(1s).tag, "c");
+  EXPECT_EQ(error_code_of([&] { remote.next_notification(50ms); }), ErrorCode::Timeout);
+  EXPECT_EQ(error_code_of([&] { remote.wait_for_tag("never", 50ms); }), ErrorCode::Timeout);
+}
+
+TEST_P(PoolConformance, ADroppedPoolRefusesItsReadersAsStale) {
+  Connector owner(options()), reader(options());
+  PoolMemory there, here;
+  auto local = reader.register_pool(here.regions());
+  std::optional<Pool> remote(owner.register_pool(there.regions()));
+  const auto metadata = remote->metadata();
+  remote.reset();
+  auto read = reader.read_blocks(metadata, {{0, 0}}, local);
+  EXPECT_EQ(failure_code(read, 10s), ErrorCode::Expired);
+  EXPECT_NE(read.error_message().find("stale pool metadata"), std::string::npos)
+      << read.error_message();
+}
+
+TEST_P(PoolConformance, MetadataOfAnEarlierGenerationIsRefused) {
+  Connector owner(options()), reader(options());
+  PoolMemory there, here;
+  auto local = reader.register_pool(here.regions());
+  std::optional<Pool> remote(owner.register_pool(there.regions(), named("kv")));
+  const auto old = remote->metadata();
+  remote.reset();
+  remote.emplace(owner.register_pool(there.regions(), named("kv")));
+  EXPECT_GT(remote->metadata().generation(), old.generation());
+  fill_pattern(here.block(0), 1);
+  auto write = reader.write_blocks(local, {{0, 0}}, old);
+  EXPECT_EQ(failure_code(write, 10s), ErrorCode::Expired);
+  EXPECT_TRUE(block_is_zero(there, 0)) << "stale metadata moved bytes";
+  // The same key with a forged generation: the owner checks it too.
+  auto forged = PoolMetadata(remote->metadata().name(), old.generation(),
+                             remote->metadata().regions(), remote->metadata().key(),
+                             remote->metadata().endpoint(), remote->metadata().token());
+  auto forged_write = reader.write_blocks(local, {{0, 0}}, forged);
+  EXPECT_EQ(failure_code(forged_write, 10s), ErrorCode::Expired);
+  EXPECT_TRUE(block_is_zero(there, 0));
+}
+
+TEST_P(PoolConformance, AForgedTokenMovesNothing) {
+  Connector owner(options()), writer(options());
+  PoolMemory there, here;
+  auto remote = owner.register_pool(there.regions());
+  auto local = writer.register_pool(here.regions());
+  fill_pattern(here.block(0), 1);
+  const auto real = remote.metadata();
+  PoolMetadata forged(real.name(), real.generation(), real.regions(), real.key(), real.endpoint(),
+                      std::string(32, 'a'));
+  auto write = writer.write_blocks(local, {{0, 0}}, forged, "forged");
+  EXPECT_EQ(failure_code(write, 10s), ErrorCode::AccessDenied);
+  EXPECT_TRUE(block_is_zero(there, 0));
+  EXPECT_EQ(error_code_of([&] { remote.wait_for_tag("forged", 100ms); }), ErrorCode::Timeout);
+}
+
+TEST_P(PoolConformance, APoolRefusesWhatItsOptionsDoNotAllow) {
+  Connector owner(options()), peer(options());
+  PoolMemory there, here;
+  auto read_only = owner.register_pool(there.regions(), pool_options(true, false, 65536));
+  auto local = peer.register_pool(here.regions());
+  auto write = peer.write_blocks(local, {{0, 0}}, read_only.metadata(), "no");
+  EXPECT_EQ(failure_code(write, 10s), ErrorCode::AccessDenied);
+  EXPECT_EQ(error_code_of([&] { read_only.wait_for_tag("no", 10s); }), ErrorCode::PeerLost)
+      << "the refused write's tag was delivered, or its failure never came";
+  auto read = peer.read_blocks(read_only.metadata(), {{0, 0}}, local);
+  EXPECT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
+}
+
+TEST_P(PoolConformance, BadPairsAreRefusedBeforeAnythingMoves) {
+  Connector owner(options()), peer(options());
+  PoolMemory there, here;
+  std::vector<std::byte> big(4 * 2 * kBlock);
+  auto remote = owner.register_pool(there.regions());
+  auto local = peer.register_pool(here.regions());
+  auto other = peer.register_pool({{big.data(), 2 * kBlock, 0, 4, {}}});
+  const auto metadata = remote.metadata();
+  EXPECT_EQ(error_code_of([&] {
+              (void)peer.read_blocks(metadata, {{96, 0}}, local);
+            }),
+            ErrorCode::InvalidArgument);
+  EXPECT_EQ(error_code_of([&] {
+              (void)peer.read_blocks(metadata, {{0, 96}}, local);
+            }),
+            ErrorCode::InvalidArgument);
+  EXPECT_EQ(error_code_of([&] { (void)peer.read_blocks(metadata, {}, local); }),
+            ErrorCode::InvalidArgument);
+  EXPECT_EQ(error_code_of([&] {
+              (void)peer.read_blocks(metadata, {{0, 0}}, other);
+            }),
+            ErrorCode::SizeMismatch);
+  EXPECT_EQ(error_code_of([&] {
+              (void)peer.write_blocks(local, {{0, 0}}, metadata, std::string(1025, 't'));
+            }),
+            ErrorCode::InvalidArgument);
+  // A pool of another connector is no local pool here.
+  EXPECT_EQ(error_code_of([&] {
+              (void)peer.read_blocks(metadata, {{0, 0}}, remote);
+            }),
+            ErrorCode::InvalidArgument);
+}
+
+TEST_P(PoolConformance, AFullNotificationQueueFailsTheSender) {
+  Connector owner(options()), writer(options());
+  PoolMemory there, here;
+  auto remote = owner.register_pool(there.regions(), pool_options(true, true, 3));
+  auto local = writer.register_pool(here.regions());
+  for (int n = 0; n < 3; ++n) {
+    auto write = writer.write_blocks(local, {{0, 0}}, remote.metadata(), std::to_string(n));
+    ASSERT_EQ(write.wait_for_completion(10s), OperationStatus::Complete);
+  }
+  auto refused = writer.write_blocks(local, {{0, 0}}, remote.metadata(), "3");
+  EXPECT_EQ(failure_code(refused, 10s), ErrorCode::Transport);
+  EXPECT_NE(refused.error_message().find("max_queued_notifications"), std::string::npos);
+  EXPECT_EQ(remote.next_notification(1s).tag, "0");
+  auto again = writer.write_blocks(local, {{0, 0}}, remote.metadata(), "4");
+  EXPECT_EQ(again.wait_for_completion(10s), OperationStatus::Complete);
+}
+
+TEST_P(PoolConformance, ACancelledTaggedTransferEndsTheWaitForItsTag) {
+  Connector owner(options()), writer(options());
+  PoolMemory there;
+  std::vector<std::byte> big(256u << 20);
+  auto remote = owner.register_pool(there.regions());
+  // One block of 256 MiB: its write is still under way when it is cancelled.
+  auto local = writer.register_pool({{big.data(), big.size(), 0, 1, {}}});
+  std::vector<std::byte> target(big.size());
+  auto target_pool = owner.register_pool({{target.data(), target.size(), 0, 1, {}}});
+  fill_pattern(big, 77);
+  auto write = writer.write_blocks(local, {{0, 0}}, target_pool.metadata(), "big");
+  write.cancel();
+  try {
+    target_pool.wait_for_tag("big", 10s);
+    // The cancel came after every byte had left, and the tag behind them: it was delivered,
+    // and the bytes are there. The failure notice that followed changed nothing.
+    EXPECT_EQ(first_mismatch(target, 77), target.size());
+    EXPECT_EQ(error_code_of([&] { target_pool.wait_for_tag("big", 200ms); }), ErrorCode::Timeout);
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::PeerLost) << error.what();
+    EXPECT_NE(std::string(error.what()).find("big"), std::string::npos) << error.what();
+  }
+}
+
+TEST_P(PoolConformance, ClosingALocalPoolFailsItsTransfersFirst) {
+  Connector owner(options()), reader(options());
+  std::vector<std::byte> source(256u << 20), target(source.size());
+  auto remote = owner.register_pool({{source.data(), source.size(), 0, 1, {}}});
+  std::optional<Pool> local(reader.register_pool({{target.data(), target.size(), 0, 1, {}}}));
+  auto read = reader.read_blocks(remote.metadata(), {{0, 0}}, *local);
+  within(30s, "closing a pool under a read", [&] { local.reset(); });
+  // Once close returned, nothing writes into `target`: the read ended (or had completed).
+  EXPECT_TRUE(is_terminal(read.status()));
+  if (read.status() != OperationStatus::Complete) {
+    EXPECT_EQ(failure_code(read, 1s), ErrorCode::Cancelled);
+  }
+}
+
+TEST_P(PoolConformance, ALostPeerEndsWaitsForTags) {
+  if (transport() != "tcp") GTEST_SKIP() << "the raw peer speaks the stream protocol over tcp";
+  Connector owner(options());
+  PoolMemory there;
+  auto remote = owner.register_pool(there.regions());
+  const auto pool = remote.metadata();
+  std::thread waiter;
+  ErrorCode ended = ErrorCode::Protocol;
+  waiter = std::thread([&] { ended = error_code_of([&] { remote.wait_for_tag("L0", 20s); }); });
+  {
+    // A writer that sends a tagged request and vanishes before its tag.
+    const RdmaMetadata as_operation(OperationKind::Write,
+                                    {RemoteDescriptor{Device{}, pool.regions()[0].base, kBlock}},
+                                    pool.key(), pool.endpoint(), pool.token(), 0);
+    ::test_support::RawStreamPeer raw(as_operation);
+    std::vector<std::byte> payload(sizeof(detail::FramePiece) + kBlock);
+    detail::FramePiece piece{0, 0, 0, kBlock, 0};
+    std::memcpy(payload.data(), &piece, sizeof piece);
+    auto header = raw.request(detail::FrameType::WritePiecesRequest, 1, 77, kBlock);
+    header.flags = detail::frame_flags::kPool | detail::frame_flags::kTagged;
+    header.reserved2 = static_cast<std::uint32_t>(pool.generation());
+    raw.send(header, payload);
+    EXPECT_EQ(raw.answer().first, 0);
+  }
+  waiter.join();
+  EXPECT_EQ(ended, ErrorCode::PeerLost);
+}
+
+MEMWIRE_CONFORMANCE_SUITE(PoolConformance);
+
+}  // namespace
