@@ -137,10 +137,11 @@ Notification PoolState::wait_for_tag(std::string_view tag, std::chrono::millisec
 void PoolState::on_notification(std::function<void(const Notification&)> callback) {
   std::unique_lock lock(mutex_);
   check_open();
+  callback_ = callback;
+  if (!callback) return;  // queued again from now on
   auto queued = std::move(queue_);
   queue_.clear();
   failures_queued_ = 0;
-  callback_ = callback;
   lock.unlock();
   for (const auto& notification : queued) callback(notification);
 }
