@@ -135,6 +135,18 @@ TEST_P(PoolConformance, LargeRunsMoveInChunks) {
   ASSERT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
   for (std::uint64_t b = 0; b < 64; ++b) EXPECT_TRUE(block_holds(here, b, 3000 + b));
   EXPECT_EQ(remote.wait_for_tag("all", 10s).peer, reader.name());
+  // And a write of many requests, its tag behind them: the owner has every byte at the tag.
+  for (std::uint64_t b = 0; b < 64; ++b) fill_pattern(here.block(b), 3100 + b);
+  std::atomic<int> early{0}, calls{0};
+  remote.on_notification([&](const Notification&) {
+    ++calls;
+    for (std::uint64_t b = 0; b < 64; ++b)
+      if (!block_holds(there, b, 3100 + b)) ++early;
+  });
+  auto write = reader.write_blocks(local, pairs, remote.metadata(), "back");
+  ASSERT_EQ(write.wait_for_completion(30s), OperationStatus::Complete);
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(early.load(), 0) << "the tag came before some of its bytes";
 }
 
 TEST_P(PoolConformance, OneRegistrationServesManyTransfersAndPeers) {

@@ -56,9 +56,15 @@ inline constexpr std::uint8_t kMapped = 4;
 // delivers the tag, a failure notice tells the pool's waiters; both carry the tag, `index`
 // bytes long, at the start of their payload. An unknown key is stale metadata.
 inline constexpr std::uint8_t kPool = 8;
-// A request of a transfer whose tag follows on the same connection.
+// A request of a transfer whose tag follows on the same connection. With kCompletes, a pool
+// write that is one piece request carries the tag itself, after its piece list, `peer_address`
+// bytes long (unused otherwise by piece requests): the owner delivers it once the bytes landed,
+// before it answers, and no notice follows.
 inline constexpr std::uint8_t kTagged = 16;
 }  // namespace frame_flags
+
+// A tag carried in a request or notice is at most this long (Connector::kMaxTagBytes).
+inline constexpr std::uint64_t kMaxFrameTag = 1024;
 
 struct FrameHeader {
   static constexpr std::uint32_t kMagic = 0x5257'4d4d;  // "MMWR"
@@ -104,6 +110,19 @@ inline std::uint64_t piece_list_bytes(const FrameHeader& header) {
   if (header.index == 0 || header.index > kMaxFramePieces) return 0;
   return std::uint64_t{header.index} * sizeof(FramePiece);
 }
+// Whether a piece request carries its transfer's tag (see frame_flags::kTagged).
+inline bool carries_tag(const FrameHeader& header) {
+  constexpr std::uint8_t kAll = frame_flags::kPool | frame_flags::kTagged | frame_flags::kCompletes;
+  return header.type == FrameType::WritePiecesRequest && (header.flags & kAll) == kAll;
+}
+// The bytes gathered before a piece request is handled: its list, and a tag it carries. 0 when
+// either is out of range.
+inline std::uint64_t piece_request_inline_bytes(const FrameHeader& header) {
+  const auto list = piece_list_bytes(header);
+  if (list == 0 || !carries_tag(header)) return list;
+  if (header.peer_address == 0 || header.peer_address > kMaxFrameTag) return 0;
+  return list + header.peer_address;
+}
 // Whether the pieces' lengths add up to the header's `length` (and no sum wraps around).
 inline bool pieces_add_up(const FrameHeader& header, std::span<const FramePiece> pieces) {
   std::uint64_t total = 0;
@@ -124,7 +143,7 @@ inline std::uint64_t inline_payload_bytes(const FrameHeader& header) {
       return 0;
     case FrameType::ReadPiecesRequest:
     case FrameType::WritePiecesRequest:
-      return piece_list_bytes(header);
+      return piece_request_inline_bytes(header);
     case FrameType::ReadResponse:
       return header.code != 0 || (header.flags & frame_flags::kMapped) != 0 ? header.length : 0;
     default:  // texts, or a write answer's mapped location

@@ -67,6 +67,7 @@ void StreamActiveSide::chunk_done(StreamConnection&,
   if (transfer->transfer->blocks()) {
     switch (transfer->pool_notice) {
       case PoolNotice::None:
+      case PoolNotice::InRequest:
         return transfer->transfer->succeed();
       case PoolNotice::AfterAnswers:
         return send_completion_notice(transfer);

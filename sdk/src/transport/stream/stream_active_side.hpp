@@ -15,9 +15,10 @@
 namespace memwire::detail {
 
 // When a transfer between pools sends its tag: never (none), once every answer is in (a read:
-// its bytes are here), or right behind its requests (a write: the owner has the bytes before
-// it reads the tag, and the tag's answer ends the transfer).
-enum class PoolNotice { None, AfterAnswers, Pipelined };
+// its bytes are here), right behind its requests (a write: the owner has the bytes before it
+// reads the tag, and the tag's answer ends the transfer), or inside its only request (a write
+// of one request: its answer says the tag was delivered).
+enum class PoolNotice { None, AfterAnswers, Pipelined, InRequest };
 
 // One active transfer spread over pooled connections: counts the chunks still out, then sends
 // the completion notice on `notice_connection`.

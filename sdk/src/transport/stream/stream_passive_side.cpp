@@ -234,8 +234,17 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
     return refuse_malformed(connection, answer_type, header,
                             std::to_string(header.index) + " pieces in a request (1 to " +
                                 std::to_string(kMaxFramePieces) + ")");
+  if (piece_request_inline_bytes(header) == 0)
+    return refuse_malformed(connection, answer_type, header,
+                            "a tag of " + std::to_string(header.peer_address) + " bytes (1 to " +
+                                std::to_string(kMaxFrameTag) + ")");
   std::vector<FramePiece> pieces(header.index);
   if (!connection.receive(pieces.data(), list_bytes)) return;
+  std::string tag;
+  if (carries_tag(header)) {
+    tag.resize(header.peer_address);
+    if (!connection.receive(tag.data(), tag.size())) return;
+  }
   if (!pieces_add_up(header, pieces))
     return refuse_malformed(connection, answer_type, header,
                             "the pieces' lengths do not add up to the request's");
@@ -263,9 +272,9 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
         // The bytes land straight in the blocks, pinned until the last one has.
         connection.receive_into(
             std::move(memory), [this, &connection, header, registration, pin = std::move(pin),
-                                response = std::move(response)]() mutable {
+                                response = std::move(response), tag = std::move(tag)]() mutable {
               { auto landed = std::move(pin); }
-              finish_request(connection, header, registration, std::move(response));
+              finish_request(connection, header, registration, std::move(response), tag);
             });
         return;
       }
@@ -279,7 +288,7 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
       copy_pieces(header, pieces, memory, response);
       { auto copied = std::move(pin); }  // unpinned: completing revokes, which waits for pins
     }
-    finish_request(connection, header, registration, std::move(response));
+    finish_request(connection, header, registration, std::move(response), tag);
   } catch (const Error& error) {
     pool_request_failed(header);
     refuse_after(connection, unread, answer_type, header, error);
@@ -320,8 +329,25 @@ bool StreamPassiveSide::answer_mapped(StreamConnection& connection, const FrameH
 
 void StreamPassiveSide::finish_request(StreamConnection& connection, const FrameHeader& request,
                                        const std::shared_ptr<Registration>& registration,
-                                       OutFrame response) {
-  if ((request.flags & frame_flags::kCompletes) == 0 || registration->pool()) {
+                                       OutFrame response, const std::string& tag) {
+  if (registration->pool()) {
+    // A pool write that carried its tag: delivered now that every byte landed, before the
+    // answer, which then says both.
+    if (carries_tag(request)) {
+      try {
+        registration->pool()->deliver(peer_name(connection), tag);
+      } catch (const Error& error) {
+        pool_request_failed(request);
+        answer(connection, response.header.type, request, &error);
+        return;
+      }
+      tagged_in_flight_.erase(request.offset);
+      remember_delivered(request.offset);
+    }
+    connection.send(std::move(response));
+    return;
+  }
+  if ((request.flags & frame_flags::kCompletes) == 0) {
     connection.send(std::move(response));
     return;
   }
@@ -387,7 +413,7 @@ void StreamPassiveSide::serve_pool_notice(StreamConnection& connection, const Fr
     admit_pool_request(header, *registration, /*remember_tag=*/false);
     const auto& pool = registration->pool();
     std::string tag = payload.substr(0, header.index);
-    const auto peer = peer_name_.empty() ? connection.peer() : peer_name_;
+    const auto peer = peer_name(connection);
     if (header.code != 0) {
       // Cancelled after its tag went out behind all its bytes: delivered, nothing to undo.
       if (delivered_.contains(header.offset)) throw Error(ErrorCode::Cancelled, "tag delivered");
@@ -408,6 +434,10 @@ void StreamPassiveSide::serve_pool_notice(StreamConnection& connection, const Fr
   answer(connection, FrameType::NoticeResponse, header, nullptr);
 }
 
+std::string StreamPassiveSide::peer_name(const StreamConnection& connection) const {
+  return peer_name_.empty() ? connection.peer() : peer_name_;
+}
+
 void StreamPassiveSide::remember_delivered(std::uint64_t transfer) {
   if (delivered_order_.size() == kMostRemembered) {
     delivered_.erase(delivered_order_.front());
@@ -426,7 +456,7 @@ bool StreamPassiveSide::busy() const {
 
 void StreamPassiveSide::on_closed(StreamConnection& connection, const Error& reason) {
   auto pools = std::move(pools_touched_);
-  const auto peer = peer_name_.empty() ? connection.peer() : peer_name_;
+  const auto peer = peer_name(connection);
   std::set<Id128> lost;  // once per pool, however many of its transfers were in flight
   for (const auto& [id, key] : tagged_in_flight_) lost.insert(key);
   for (const auto& key : lost) {

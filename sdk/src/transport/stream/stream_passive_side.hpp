@@ -69,7 +69,10 @@ class StreamPassiveSide final : public FrameHandler {
   void serve_hello(StreamConnection& connection, const FrameHeader& header);
   // Sends the answer to a served request; completes the operation first when it asked to.
   void finish_request(StreamConnection& connection, const FrameHeader& request,
-                      const std::shared_ptr<Registration>& registration, OutFrame response);
+                      const std::shared_ptr<Registration>& registration, OutFrame response,
+                      const std::string& tag = {});
+  // Who sent a tag: the connector its Hello named, else the connection's address.
+  std::string peer_name(const StreamConnection& connection) const;
   // Answers a kMapped request for memory in a SharedBuffer with its location; false when the
   // request did not ask or the memory is not shared (then it is copied as usual).
   static bool answer_mapped(StreamConnection& connection, const FrameHeader& request,

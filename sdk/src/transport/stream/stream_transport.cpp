@@ -107,6 +107,8 @@ class StreamTransport final : public Transport {
                                  : plan_requests(one_shot_segments(*transfer), chunk_size);
     state->chunks_left = requests.size();
     state->single_request = requests.size() == 1 && !blocks;
+    if (state->pool_notice == PoolNotice::Pipelined && requests.size() == 1)
+      state->pool_notice = PoolNotice::InRequest;
 
     const bool reading = transfer->kind() == OperationKind::Read;
     auto lost = [&](StreamConnection& connection) {
@@ -185,8 +187,14 @@ class StreamTransport final : public Transport {
     frame.header.key = transfer.key();
     frame.header.token = transfer.token();
     if (state.single_request) frame.header.flags = frame_flags::kCompletes;
-    if (const auto* blocks = transfer.blocks())
+    if (const auto* blocks = transfer.blocks()) {
       mark_pool_frame(frame.header, state.pool_transfer_id, *blocks);
+      if (state.pool_notice == PoolNotice::InRequest) {
+        // The tag rides after the piece list (send_pieces appends it).
+        frame.header.flags |= frame_flags::kCompletes;
+        frame.header.peer_address = blocks->tag.size();
+      }
+    }
     return frame;
   }
 
@@ -250,6 +258,7 @@ class StreamTransport final : public Transport {
     frame.header.length = request.length;
     frame.text.assign(reinterpret_cast<const char*>(pieces.data()),
                       pieces.size() * sizeof(FramePiece));
+    if (carries_tag(frame.header)) frame.text += transfer->blocks()->tag;
     std::uint64_t id = 0;
     auto& active = static_cast<StreamActiveSide&>(connection.handler());
     if (cross) {
