@@ -368,6 +368,48 @@ def verdict(measured, target, at_least):
     return f"MISSED by {100 * (measured / target - 1):.0f}% ({measured:.2f}x vs <= {target}x)"
 
 
+def pool_targets(results, add):
+    """Issue 21's targets, from pool_bench of this run."""
+    pools = results["memwire"].get("pools", {})
+    for transport in ("tcp", "shm"):
+        run = pools.get(transport) or {}
+        if not run.get("metadata"):
+            add(f"pools ({transport})", 1.0, None, True, run.get("error", "pool_bench did not run"))
+            continue
+        if transport == "tcp":
+            meta = run["metadata"]
+            add("pool metadata of 80 x 2 x 2,000 blocks, bytes / 4 KiB", 1.0,
+                meta["pool_bytes"] / 4096, False, f"{meta['pool_bytes']} bytes")
+            add("pool metadata made + parsed vs 1-descriptor metadata made + parsed", 2.0,
+                ratio(meta["pool_us"], meta["one_descriptor_us"]), False,
+                f"{meta['pool_us']:.1f} us vs {meta['one_descriptor_us']:.1f} us; without a fetch")
+        for op in ("read", "write"):
+            figure = run["scattered"][op]
+            add(f"{op.upper()} 128 random x 16 KiB pool blocks ({transport}) vs one 2 MiB run",
+                0.8, figure["ratio"], True,
+                f"{figure['random_gbps']:.2f} vs {figure['contiguous_gbps']:.2f} GB/s")
+        socket = FAIR_SOCKET[transport]
+        raw_rr = request_reply_entry(results, socket, 1)
+        tagged = run["tagged"]
+        add(f"4 KiB block with a tag, to tag delivered and acknowledged ({transport}) vs raw "
+            f"64 B -> 4 KiB over {socket}", 1.3,
+            ratio(tagged["p50_us"], raw_rr["us"]["p50"] if raw_rr else None), False,
+            f"p50 {tagged['p50_us']:.1f} us")
+        for layer in run["layers"]:
+            compute = layer["compute_ms"]
+            add(f"layer-wise, {compute} ms compute/layer ({transport}): end to end vs 1.1 x "
+                f"max(compute, transfer) + a layer", 1.0,
+                ratio(layer["end_to_end_ms"], layer["bound_ms"]), False,
+                f"{layer['end_to_end_ms']:.1f} ms; bulk after compute "
+                f"{layer['bulk_after_compute_ms']:.1f} ms; one operation per layer "
+                f"{layer['per_layer_operations_ms']:.1f} ms")
+            add(f"layer-wise, {compute} ms compute/layer ({transport}): first layer usable vs a "
+                f"layer's transfer", 2.0, layer["first_usable_layers"], False,
+                f"{layer['first_usable_us']:.0f} us; a layer {layer['one_layer_us']:.0f} us")
+        add(f"registrations by repeated pool transfers ({transport})", 0.0,
+            run.get("registrations_after_first"), False, "telemetry: registrations_total")
+
+
 def evaluate_targets(results):
     targets = []
 
@@ -434,6 +476,7 @@ def evaluate_targets(results):
             for descs, block in ((512, "32 KiB"), (2048, "8 KiB")):
                 add(f"{op.upper()} {descs} x {block} scattered ({transport}) vs contiguous 16 MiB",
                     0.8, ratio(gbps(kv_entry(results, transport, op, descs)), gbps(whole)), True)
+    pool_targets(results, add)
     for channel in ("http", "nats"):
         measured, note = metadata_allowance(results, channel)
         add(f"2048-descriptor metadata made + fetched ({channel}) vs 2x 1-descriptor + bytes", 1.0,
@@ -914,6 +957,15 @@ def main():
                 [exe("transfer_bench"), "throughput", "--transport", transport, "--ops", "read,write",
                  "--sizes", "16M", "--descs", "1,512,2048", "--conc", "1", "--gap", "2"] + trials
                 + (["--target-bytes", "64M"] if args.quick else []), 600)
+        # Pools as KV-cache engines use them; the raw request/reply of this run is the baseline
+        # of the tagged block (bench/pool_bench.cpp says what each figure is).
+        results["memwire"]["pools"] = {}
+        for transport in ("tcp", "shm"):
+            log(f"== pools: scattered blocks, a tagged block, layer-wise streaming, {transport}")
+            results["memwire"]["pools"][transport] = run_program(
+                [exe("pool_bench"), "--transport", transport,
+                 "--samples", "500" if args.quick else "2000",
+                 "--rounds", "8" if args.quick else "20"], 600)
         log("== metadata of 1 and 2048 descriptors: made, fetched (HTTP, NATS), parsed")
         with NatsServer() as nats:
             results["memwire"]["metadata_scale"] = run_program(
