@@ -7,6 +7,7 @@
 #include "memwire/device.hpp"
 #include "memwire/error.hpp"
 #include "memwire/error_codes.hpp"
+#include "memwire/layer_stream.hpp"
 #include "memwire/log_level.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/operation.hpp"

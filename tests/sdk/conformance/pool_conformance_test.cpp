@@ -408,6 +408,48 @@ TEST_P(PoolConformance, ALostPeerEndsWaitsForTags) {
   EXPECT_EQ(ended, ErrorCode::PeerLost);
 }
 
+TEST_P(PoolConformance, LayersStreamInOrderEachUsableWhenItsWaitReturns) {
+  // Two requests stream 16 layers each (K and V: 2 blocks a layer) into one decode pool at
+  // once; decode consumes each stream's layers in order as they come.
+  Connector decode(options()), prefill(options());
+  PoolMemory there, here;
+  auto kv = decode.register_pool(there.regions());
+  auto local = prefill.register_pool(here.regions());
+  constexpr std::uint32_t kLayers = 16;
+  auto blocks_of = [](std::uint32_t stream, std::uint32_t layer) {
+    const std::uint64_t first = stream * 2 * kLayers + 2 * layer;
+    return std::vector<BlockPair>{{first, first}, {first + 1, first + 1}};
+  };
+  std::atomic<int> bad{0};
+  std::vector<std::thread> consumers;
+  for (std::uint32_t stream = 0; stream < 2; ++stream)
+    consumers.emplace_back([&, stream] {
+      LayerReceiver receive(kv, "req-" + std::to_string(stream), prefill.name());
+      for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+        receive.wait(layer, 20s);
+        for (const auto& pair : blocks_of(stream, layer))
+          if (!block_holds(there, pair.remote, 7000 + pair.local)) ++bad;
+      }
+    });
+  LayerSender first(prefill, local, kv.metadata(), "req-0");
+  LayerSender second(prefill, local, kv.metadata(), "req-1");
+  for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+    for (std::uint32_t stream = 0; stream < 2; ++stream)
+      for (const auto& pair : blocks_of(stream, layer))
+        fill_pattern(here.block(pair.local), 7000 + pair.local);  // "computed"
+    first.send(layer, blocks_of(0, layer));
+    second.send(layer, blocks_of(1, layer));
+  }
+  first.finish(20s);
+  second.finish(20s);
+  for (auto& consumer : consumers) consumer.join();
+  EXPECT_EQ(bad.load(), 0) << "a layer's wait returned before its blocks were in the pool";
+  EXPECT_EQ(kv.queued_notifications(), 0u);
+  EXPECT_EQ(
+      error_code_of([&] { LayerSender(prefill, local, kv.metadata(), std::string(1100, 's')); }),
+      ErrorCode::InvalidArgument);
+}
+
 MEMWIRE_CONFORMANCE_SUITE(PoolConformance);
 
 }  // namespace

@@ -1,0 +1,69 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memwire/connector.hpp"
+#include "memwire/export.hpp"
+#include "memwire/pool.hpp"
+
+namespace memwire {
+
+// Layer-wise streaming of a KV cache between a prefill and a decode worker, on pools: prefill
+// writes layer i's blocks into decode's pool as soon as layer i is computed, tagged with the
+// stream and the layer; decode waits for layer i's tag before it computes layer i. Transfers
+// overlap prefill's compute, and decode starts on layer 0 while later layers are in flight.
+//
+//   prefill:  LayerSender send(connector, kv_pool, decode_pool_metadata, "req-17");
+//             for each layer i: compute(i); send.send(i, blocks_of(i));
+//             send.finish(10s);
+//   decode:   LayerReceiver receive(kv_pool, "req-17");
+//             for each layer i: receive.wait(i, 10s); compute(i);
+//
+// A tag reaches decode only after its layer's bytes are in decode's memory, on every transport.
+// Streams of different requests into one pool are told apart by their id.
+
+// The tag of `layer` of stream `stream`: "<stream>/<layer>".
+MEMWIRE_API std::string layer_tag(std::string_view stream, std::uint32_t layer);
+
+class MEMWIRE_API LayerSender {
+ public:
+  LayerSender(Connector& connector, const Pool& local, PoolMetadata remote, std::string stream);
+  LayerSender(const LayerSender&) = delete;
+  LayerSender& operator=(const LayerSender&) = delete;
+  // Drops unfinished layers: their transfers are cancelled (decode's waits for them fail).
+  ~LayerSender() = default;
+
+  // Begins writing `blocks` (remote <- local pairs) of `layer`; returns at once.
+  void send(std::uint32_t layer, const std::vector<BlockPair>& blocks);
+  // Waits until every layer sent so far is in decode's pool; throws the first failure, or
+  // Error{Timeout}.
+  void finish(std::chrono::milliseconds timeout);
+  std::size_t layers_sent() const noexcept { return transfers_.size(); }
+
+ private:
+  Connector& connector_;
+  const Pool& local_;
+  const PoolMetadata remote_;
+  const std::string stream_;
+  std::vector<BlockTransfer> transfers_;
+};
+
+class MEMWIRE_API LayerReceiver {
+ public:
+  // `from`: the sending connector's name, when known: only its loss ends a wait.
+  LayerReceiver(Pool& pool, std::string stream, std::string from = {});
+  // Returns once `layer` is in the pool. Throws Error{Timeout}, Error{PeerLost} (the sender
+  // was lost, or its transfer of that layer failed), Error{Cancelled} (the pool was closed).
+  void wait(std::uint32_t layer, std::chrono::milliseconds timeout);
+
+ private:
+  Pool& pool_;
+  const std::string stream_;
+  const std::string from_;
+};
+
+}  // namespace memwire
