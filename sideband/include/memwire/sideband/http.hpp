@@ -99,7 +99,9 @@ struct MEMWIRE_API HttpEndpointOptions {
 //   GET    /v1/metadata/{name}[?wait_ms=N]  404 when unknown; with wait_ms, a long poll (504 when
 //                                           the wait ends first)
 //   DELETE /v1/metadata/{name}
-//   GET    /v1/metadata                     {"names": [...]}
+//   GET    /v1/metadata                     {"names": [...]} (operations only)
+//   PUT, GET, DELETE /v1/pools/{name}       the same for pools' metadata (PoolMetadata),
+//                                           a namespace of their own; body <= kMaxJsonBytes
 //   GET    /healthz, GET /metrics (Prometheus text)
 //   Request/reply, see docs in src/http/request_broker.hpp:
 //   POST   /v1/servers {"prefix": P} -> {"id": S};  DELETE /v1/servers/{S}
