@@ -11,6 +11,7 @@ add_executable(memwire_sideband_tests
   ${CMAKE_CURRENT_LIST_DIR}/worker_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/http_process_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/http_authz_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/http_pool_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/registry_full_disk_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/graph_workers_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/telemetry_test.cpp

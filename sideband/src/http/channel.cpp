@@ -72,7 +72,20 @@ RdmaMetadata parse_metadata(const std::string& body, std::string_view name) {
   }
 }
 
+PoolMetadata parse_pool(const std::string& body, std::string_view name) {
+  try {
+    return PoolMetadata::from_json(body);
+  } catch (const Error& e) {
+    throw Error(ErrorCode::InvalidMetadata,
+                "pool metadata under '" + std::string(name) + "': " + std::string(e.message()));
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::InvalidMetadata,
+                "pool metadata under '" + std::string(name) + "': " + e.what());
+  }
+}
+
 std::string path_of(std::string_view name) { return "/v1/metadata/" + std::string(name); }
+std::string pool_path_of(std::string_view name) { return "/v1/pools/" + std::string(name); }
 
 // What a channel and its serve() subscriptions share; they may outlive each other.
 struct ChannelCore {
@@ -199,6 +212,44 @@ class HttpServeSubscription final : public Subscription {
 class HttpChannel::Impl : public ChannelCore {
  public:
   using ChannelCore::ChannelCore;
+
+  // PUT, GET (or long poll) and DELETE of one document at `path`: operations' metadata and
+  // pools' share them.
+  void put(const std::string& path, std::string_view name, const std::string& document,
+           std::chrono::milliseconds ttl) {
+    auto target = path;
+    if (ttl.count() > 0) target += "?ttl_ms=" + std::to_string(ttl.count());
+    check(client.perform({"PUT", target, document, options.request_timeout}), "publish", name);
+  }
+
+  std::string get(const std::string& path, std::string_view name,
+                  std::chrono::milliseconds timeout) {
+    auto reply = client.perform({"GET", path, {}, timeout});
+    check(reply, "fetch", name);
+    return std::move(reply.body);
+  }
+
+  void remove(const std::string& path, std::string_view name) {
+    auto reply = client.perform({"DELETE", path, {}, options.request_timeout});
+    if (reply.status == 404) return;  // already gone: withdrawing is idempotent
+    check(reply, "withdraw", name);
+  }
+
+  std::string wait(const std::string& path, std::string_view name,
+                   std::chrono::milliseconds timeout, const std::stop_token& abandon) {
+    auto deadline = Clock::now() + timeout;
+    for (;;) {
+      // One long poll per round; the endpoint caps a round's length, so long waits take several.
+      auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      if (left.count() < 0) left = milliseconds(0);
+      auto reply = client.perform(
+          {"GET", path + "?wait_ms=" + std::to_string(left.count()), {}, left + kPollSlack},
+          abandon);
+      if (reply.status == 504 && Clock::now() < deadline) continue;
+      check(reply, "wait for", name);
+      return std::move(reply.body);
+    }
+  }
 };
 
 HttpChannel::HttpChannel(HttpChannelOptions options)
@@ -208,41 +259,52 @@ HttpChannel::~HttpChannel() = default;
 void HttpChannel::publish(std::string_view name, const RdmaMetadata& metadata,
                           std::chrono::milliseconds ttl) {
   validate_name(name);
-  auto target = path_of(name);
-  if (ttl.count() > 0) target += "?ttl_ms=" + std::to_string(ttl.count());
-  check(impl_->client.perform({"PUT", target, metadata.to_json(), impl_->options.request_timeout}),
-        "publish", name);
+  impl_->put(path_of(name), name, metadata.to_json(), ttl);
 }
 
 RdmaMetadata HttpChannel::fetch(std::string_view name, std::chrono::milliseconds timeout) {
   validate_name(name);
-  auto reply = impl_->client.perform({"GET", path_of(name), {}, timeout});
-  check(reply, "fetch", name);
-  return parse_metadata(reply.body, name);
+  return parse_metadata(impl_->get(path_of(name), name, timeout), name);
 }
 
 void HttpChannel::withdraw(std::string_view name) {
   validate_name(name);
-  auto reply = impl_->client.perform({"DELETE", path_of(name), {}, impl_->options.request_timeout});
-  if (reply.status == 404) return;  // already gone: withdrawing is idempotent
-  check(reply, "withdraw", name);
+  impl_->remove(path_of(name), name);
 }
 
 RdmaMetadata HttpChannel::wait_for(std::string_view name, std::chrono::milliseconds timeout,
                                    std::stop_token abandon) {
   validate_name(name);
-  auto deadline = Clock::now() + timeout;
-  for (;;) {
-    // One long poll per round; the endpoint caps a round's length, so long waits take several.
-    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    if (left.count() < 0) left = milliseconds(0);
-    auto reply = impl_->client.perform(
-        {"GET", path_of(name) + "?wait_ms=" + std::to_string(left.count()), {}, left + kPollSlack},
-        abandon);
-    if (reply.status == 504 && Clock::now() < deadline) continue;
-    check(reply, "wait for", name);
-    return parse_metadata(reply.body, name);
+  return parse_metadata(impl_->wait(path_of(name), name, timeout, abandon), name);
+}
+
+void HttpChannel::publish_pool(std::string_view name, const PoolMetadata& metadata,
+                               std::chrono::milliseconds ttl) {
+  validate_name(name);
+  auto json = metadata.to_json();
+  if (json.size() > PoolMetadata::kMaxJsonBytes) {
+    throw Error(ErrorCode::InvalidArgument, "publish pool '" + std::string(name) +
+                                                "': metadata of " + std::to_string(json.size()) +
+                                                " bytes (at most " +
+                                                std::to_string(PoolMetadata::kMaxJsonBytes) + ")");
   }
+  impl_->put(pool_path_of(name), name, json, ttl);
+}
+
+PoolMetadata HttpChannel::fetch_pool(std::string_view name, std::chrono::milliseconds timeout) {
+  validate_name(name);
+  return parse_pool(impl_->get(pool_path_of(name), name, timeout), name);
+}
+
+PoolMetadata HttpChannel::wait_for_pool(std::string_view name, std::chrono::milliseconds timeout,
+                                        std::stop_token abandon) {
+  validate_name(name);
+  return parse_pool(impl_->wait(pool_path_of(name), name, timeout, abandon), name);
+}
+
+void HttpChannel::withdraw_pool(std::string_view name) {
+  validate_name(name);
+  impl_->remove(pool_path_of(name), name);
 }
 
 std::vector<std::string> HttpChannel::list() {

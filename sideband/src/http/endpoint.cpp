@@ -7,6 +7,7 @@
 #include <atomic>
 #include <charconv>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -18,6 +19,7 @@
 #include "http/request_broker.hpp"
 #include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
+#include "memwire/pool.hpp"
 #include "memwire/sideband/http.hpp"
 
 namespace memwire::sideband {
@@ -156,6 +158,7 @@ std::string allowed_methods(const std::string& path, bool metrics_only) {
   if (p == "/v1/metadata") return "GET, HEAD";
   if (p == "/v1/servers") return "POST";
   if (p.starts_with("/v1/metadata/") && segment_ok(p.substr(13))) return "GET, HEAD, PUT, DELETE";
+  if (p.starts_with("/v1/pools/") && segment_ok(p.substr(10))) return "GET, HEAD, PUT, DELETE";
   if (p.starts_with("/v1/servers/")) {
     auto rest = p.substr(12);
     if (segment_ok(rest)) return "DELETE";
@@ -399,12 +402,15 @@ class HttpEndpoint::Impl {
     }
   }
 
-  // A request body, however it is framed (length, chunks), read up to max_body_size.
-  std::string read_body(httplib::Response& res, const httplib::ContentReader& reader) {
+  // A request body, however it is framed (length, chunks), read up to max_body_size (or
+  // `limit` when that is smaller).
+  std::string read_body(httplib::Response& res, const httplib::ContentReader& reader,
+                        std::size_t limit = SIZE_MAX) {
+    limit = std::min(limit, options_.max_body_size);
     std::string body;
     bool too_large = false;
     bool complete = reader([&](const char* data, std::size_t size) {
-      if (body.size() + size > options_.max_body_size) {
+      if (body.size() + size > limit) {
         too_large = true;
         return false;
       }
@@ -413,8 +419,7 @@ class HttpEndpoint::Impl {
     });
     if (too_large || res.status == 413) {
       close_after_response = true;
-      throw HttpStatusError(
-          413, "the body is larger than " + std::to_string(options_.max_body_size) + " bytes");
+      throw HttpStatusError(413, "the body is larger than " + std::to_string(limit) + " bytes");
     }
     if (!complete) {
       close_after_response = true;
@@ -537,20 +542,10 @@ class HttpEndpoint::Impl {
 
     // httplib tries a method's routes in order, each a std::regex match: the hot fetch first.
     s.Get(R"(/v1/metadata/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-      auto name = req.matches[1].str();
-      validate_name(name);
-      std::optional<std::string> document;
-      if (req.has_param("wait_ms")) {
-        LongPollSlot slot(*this);
-        document = store_.wait_for(name, wait_deadline(req));
-        if (!document) return reply_error(res, 504, "'" + name + "' was not published in time");
-      } else {
-        document = store_.get(name);
-        if (!document) return reply_error(res, 404, "no such name '" + name + "'");
-      }
-      // Moved, not copied: set_content() would copy the document once more.
-      res.body = std::move(*document);
-      res.set_header("Content-Type", "application/json");
+      get_document(kOperations, req, res);
+    });
+    s.Get(R"(/v1/pools/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      get_document(kPools, req, res);
     });
     s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("ok\n", "text/plain");
@@ -571,37 +566,22 @@ class HttpEndpoint::Impl {
       res.set_content(safe_dump(json{{"names", store_.names()}}), "application/json");
     });
     // Every route that takes a body reads it through read_body(): bounded however it is framed.
-    s.Put(R"(/v1/metadata/([^/]+))", [this](const httplib::Request& req, httplib::Response& res,
-                                            const httplib::ContentReader& reader) {
-      auto name = req.matches[1].str();
-      validate_name(name);
-      require_owner(name, "publish");
-      auto body = read_body(res, reader);
-      RdmaMetadata::from_json(body);  // throws InvalidMetadata -> 400
-      auto ttl = number(req.get_param_value("ttl_ms"), "ttl_ms");
-      const char* ttl_from = "ttl_ms";
-      if (!ttl) {
-        ttl = number(req.get_header_value("X-Memwire-TTL-Ms"), "X-Memwire-TTL-Ms");
-        ttl_from = "X-Memwire-TTL-Ms";
-      }
-      // Past max_ttl, now + ttl could overflow the clock (9.2e12 ms did: 204, then 404).
-      if (ttl && *ttl > options_.max_ttl.count()) {
-        throw Error(ErrorCode::InvalidArgument, std::string(ttl_from) + " must be at most " +
-                                                    std::to_string(options_.max_ttl.count()) +
-                                                    " (max_ttl)");
-      }
-      store_.put(name, std::move(body), std::chrono::milliseconds(ttl.value_or(0)));
-      res.status = 204;
-    });
-    s.Delete(R"(/v1/metadata/([^/]+))", [this](const httplib::Request& req, httplib::Response& res,
-                                               const httplib::ContentReader& reader) {
-      auto name = req.matches[1].str();
-      validate_name(name);
-      require_owner(name, "withdraw");
-      read_body(res, reader);
-      if (!store_.erase(name)) return reply_error(res, 404, "no such name '" + name + "'");
-      res.status = 204;
-    });
+    for (const DocumentKind* kind : {&kOperations, &kPools}) {
+      s.Put(kind->route, [this, kind](const httplib::Request& req, httplib::Response& res,
+                                      const httplib::ContentReader& reader) {
+        put_document(*kind, req, res, reader);
+      });
+      s.Delete(kind->route, [this, kind](const httplib::Request& req, httplib::Response& res,
+                                         const httplib::ContentReader& reader) {
+        auto name = req.matches[1].str();
+        validate_name(name);
+        require_owner(name, "withdraw");
+        read_body(res, reader);
+        if (!store_.erase(kind->key(name)))
+          return reply_error(res, 404, std::string("no such ") + kind->noun + " '" + name + "'");
+        res.status = 204;
+      });
+    }
 
     s.Post("/v1/servers", [this](const httplib::Request&, httplib::Response& res,
                                  const httplib::ContentReader& reader) {
@@ -667,6 +647,64 @@ class HttpEndpoint::Impl {
       if (!result.done && result.code == "timeout") return reply_error(res, 504, result.message);
       res.set_content(safe_dump(result_json(result)), "application/json");
     });
+  }
+
+  // Names of one kind of document: operations' metadata (/v1/metadata/NAME, stored under the
+  // name) and pools' (/v1/pools/NAME, stored under MetadataStore::pool_key). Each kind is
+  // checked by its own parser before it is stored.
+  struct DocumentKind {
+    const char* route;
+    const char* noun;  // in error messages
+    std::string (*key)(std::string_view name);
+    void (*check)(std::string_view body);  // throws Error{InvalidMetadata}
+    std::size_t max_body;
+  };
+  static constexpr DocumentKind kOperations{
+      R"(/v1/metadata/([^/]+))", "name", [](std::string_view name) { return std::string(name); },
+      [](std::string_view body) { RdmaMetadata::from_json(body); }, SIZE_MAX};
+  static constexpr DocumentKind kPools{
+      R"(/v1/pools/([^/]+))", "pool", &http::MetadataStore::pool_key,
+      [](std::string_view body) { PoolMetadata::from_json(body); }, PoolMetadata::kMaxJsonBytes};
+
+  void get_document(const DocumentKind& kind, const httplib::Request& req, httplib::Response& res) {
+    auto name = req.matches[1].str();
+    validate_name(name);
+    std::optional<std::string> document;
+    if (req.has_param("wait_ms")) {
+      LongPollSlot slot(*this);
+      document = store_.wait_for(kind.key(name), wait_deadline(req));
+      if (!document) return reply_error(res, 504, "'" + name + "' was not published in time");
+    } else {
+      document = store_.get(kind.key(name));
+      if (!document)
+        return reply_error(res, 404, std::string("no such ") + kind.noun + " '" + name + "'");
+    }
+    // Moved, not copied: set_content() would copy the document once more.
+    res.body = std::move(*document);
+    res.set_header("Content-Type", "application/json");
+  }
+
+  void put_document(const DocumentKind& kind, const httplib::Request& req, httplib::Response& res,
+                    const httplib::ContentReader& reader) {
+    auto name = req.matches[1].str();
+    validate_name(name);
+    require_owner(name, "publish");
+    auto body = read_body(res, reader, kind.max_body);
+    kind.check(body);  // throws InvalidMetadata -> 400
+    auto ttl = number(req.get_param_value("ttl_ms"), "ttl_ms");
+    const char* ttl_from = "ttl_ms";
+    if (!ttl) {
+      ttl = number(req.get_header_value("X-Memwire-TTL-Ms"), "X-Memwire-TTL-Ms");
+      ttl_from = "X-Memwire-TTL-Ms";
+    }
+    // Past max_ttl, now + ttl could overflow the clock (9.2e12 ms did: 204, then 404).
+    if (ttl && *ttl > options_.max_ttl.count()) {
+      throw Error(ErrorCode::InvalidArgument, std::string(ttl_from) + " must be at most " +
+                                                  std::to_string(options_.max_ttl.count()) +
+                                                  " (max_ttl)");
+    }
+    store_.put(kind.key(name), std::move(body), std::chrono::milliseconds(ttl.value_or(0)));
+    res.status = 204;
   }
 
   void sweep_loop() {

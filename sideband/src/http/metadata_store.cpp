@@ -14,6 +14,7 @@
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
+#include "memwire/pool.hpp"
 
 namespace memwire::sideband::http {
 namespace {
@@ -112,7 +113,7 @@ std::vector<std::string> MetadataStore::names() {
   std::vector<std::string> out;
   auto now = Clock::now();
   for (const auto& [name, entry] : entries_) {
-    if (live(entry, now)) out.push_back(name);
+    if (live(entry, now) && !name.starts_with(kPoolKeyPrefix)) out.push_back(name);
   }
   return out;
 }
@@ -296,7 +297,11 @@ std::pair<std::uint64_t, std::size_t> MetadataStore::load() {
     auto& [document, expires] = value;
     if (expires != 0 && expires <= unix_now) continue;
     try {
-      RdmaMetadata::from_json(document);  // only documents that still parse come back
+      // Only documents that still parse come back.
+      if (name.starts_with(kPoolKeyPrefix))
+        PoolMetadata::from_json(document);
+      else
+        RdmaMetadata::from_json(document);
     } catch (const std::exception& e) {
       std::cerr << "memwire: state file " << state_file_ << ": skipping '" << name
                 << "': " << e.what() << "\n";

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,14 @@ namespace memwire::sideband::http {
 class MEMWIRE_API MetadataStore {
  public:
   using Clock = std::chrono::steady_clock;
+
+  // Pools' metadata lives here too, under "=pool.NAME": '=' is in no name, so a pool and an
+  // operation may share a name. names() and size() count operations only; a loaded pool entry
+  // must parse as PoolMetadata, any other as RdmaMetadata.
+  static constexpr std::string_view kPoolKeyPrefix = "=pool.";
+  static std::string pool_key(std::string_view name) {
+    return std::string(kPoolKeyPrefix) + std::string(name);
+  }
 
   // Loads `state_file` when it exists (entries that are expired or do not parse are skipped,
   // and so is a torn last record) and appends one line per change to it afterwards. Empty =

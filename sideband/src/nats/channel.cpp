@@ -49,6 +49,22 @@ RdmaMetadata NatsChannel::wait_for(std::string_view name, std::chrono::milliseco
 
 std::vector<std::string> NatsChannel::list() { return impl_->registry.list(); }
 
+void NatsChannel::publish_pool(std::string_view name, const PoolMetadata& metadata,
+                               std::chrono::milliseconds ttl) {
+  impl_->registry.publish_pool(name, metadata, ttl);
+}
+
+PoolMetadata NatsChannel::fetch_pool(std::string_view name, std::chrono::milliseconds timeout) {
+  return impl_->registry.fetch_pool(name, timeout);
+}
+
+PoolMetadata NatsChannel::wait_for_pool(std::string_view name, std::chrono::milliseconds timeout,
+                                        std::stop_token abandon) {
+  return impl_->registry.wait_for_pool(name, timeout, std::move(abandon));
+}
+
+void NatsChannel::withdraw_pool(std::string_view name) { impl_->registry.withdraw_pool(name); }
+
 std::unique_ptr<Subscription> NatsChannel::serve(std::string_view prefix, RequestHandler handler) {
   return impl_->service->serve(prefix, std::move(handler));
 }

@@ -127,12 +127,18 @@ RdmaMetadata NatsRegistry::fetch(std::string_view name, std::chrono::millisecond
 void NatsRegistry::withdraw(std::string_view name) {
   validate_name(name);
   auto published = remove_responder(name);
-  const std::string key(name);
+  const std::string registry_parts = remove_from_registry(name, name);
+  if (published && !published->part_key.empty() && published->part_key != registry_parts) {
+    store_->delete_parts(published->part_key);
+  }
+}
 
+std::string NatsRegistry::remove_from_registry(std::string_view key, std::string_view name) {
+  const std::string key_text(key);
   // What the registry holds now (another process may have written it), for its pieces.
   std::string registry_parts;
   kvEntry* raw = nullptr;
-  auto status = kvStore_Get(&raw, store_->registry(), key.c_str());
+  auto status = kvStore_Get(&raw, store_->registry(), key_text.c_str());
   EntryPtr current(raw);
   if (status == NATS_OK) {
     try {
@@ -141,7 +147,7 @@ void NatsRegistry::withdraw(std::string_view name) {
       // A malformed entry is removed all the same.
     }
     // A KV delete leaves the usual tombstone, so other KV watchers see the name go.
-    status = kvStore_Delete(store_->registry(), key.c_str());
+    status = kvStore_Delete(store_->registry(), key_text.c_str());
     if (status != NATS_OK) {
       fail(status, "nats: deleting " + in_quotes(name) + " from the registry");
     }
@@ -149,9 +155,7 @@ void NatsRegistry::withdraw(std::string_view name) {
     fail(status, "nats: reading " + in_quotes(name) + " from the registry");
   }
   if (!registry_parts.empty()) store_->delete_parts(registry_parts);
-  if (published && !published->part_key.empty() && published->part_key != registry_parts) {
-    store_->delete_parts(published->part_key);
-  }
+  return registry_parts;
 }
 
 // A plain subscription on the name's KV subject ($KV.<bucket>.<name>) sees every put as it
@@ -163,10 +167,16 @@ void NatsRegistry::withdraw(std::string_view name) {
 RdmaMetadata NatsRegistry::wait_for(std::string_view name, std::chrono::milliseconds timeout,
                                     std::stop_token abandon) {
   validate_name(name);
+  return RdmaMetadata::from_json(wait_for_document(name, name, timeout, std::move(abandon)));
+}
+
+std::string NatsRegistry::wait_for_document(std::string_view key, std::string_view name,
+                                            std::chrono::milliseconds timeout,
+                                            std::stop_token abandon) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   // Already published (the usual case): no subscription needed.
   try {
-    return store_->from_registry(name, /*may_retry=*/true, deadline);
+    return store_->document_from_registry(key, name, /*may_retry=*/true, deadline);
   } catch (const Error& error) {
     if (error.code() != ErrorCode::NotFound) throw;
   }
@@ -182,7 +192,7 @@ RdmaMetadata NatsRegistry::wait_for(std::string_view name, std::chrono::millisec
     abandoned = true;
     waiter->changed.notify_all();
   });
-  const std::string subject = "$KV." + connection_.options().kv_bucket + "." + std::string(name);
+  const std::string subject = "$KV." + connection_.options().kv_bucket + "." + std::string(key);
   auto subscription =
       subscribe_waiter(connection_.get(), subject, waiter, "nats: watching " + in_quotes(name));
   // Once the server has the subscription, nothing published later can slip past us; then the
@@ -194,7 +204,7 @@ RdmaMetadata NatsRegistry::wait_for(std::string_view name, std::chrono::millisec
   for (bool check_registry = true;;) {
     if (check_registry) {
       try {
-        return store_->from_registry(name, /*may_retry=*/true, deadline);
+        return store_->document_from_registry(key, name, /*may_retry=*/true, deadline);
       } catch (const Error& error) {
         if (error.code() != ErrorCode::NotFound) throw;
       }
@@ -221,7 +231,7 @@ RdmaMetadata NatsRegistry::wait_for(std::string_view name, std::chrono::millisec
                          static_cast<std::size_t>(natsMsg_GetDataLength(update.get()))),
         name);
     if (entry.expired(unix_now_ms())) continue;
-    return store_->resolve(entry, name, /*may_retry=*/true, deadline);
+    return store_->document_of(entry, key, name, /*may_retry=*/true, deadline);
   }
 }
 
@@ -244,6 +254,7 @@ std::vector<std::string> NatsRegistry::list() {
     if (!update) break;  // the initial values are all in
     if (kvEntry_Operation(raw) != kvOp_Put) continue;
     const std::string name = kvEntry_Key(raw);
+    if (name.starts_with(kPoolKeyPrefix)) continue;  // pools are not operations' names
     try {
       if (decode_entry(Store::value_of(raw), name).expired(now)) continue;
     } catch (const Error&) {
@@ -253,6 +264,65 @@ std::vector<std::string> NatsRegistry::list() {
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+// Pools have no live responder: they are published once and fetched once per peer, so the
+// registry alone answers for them, under pool_key(name).
+void NatsRegistry::publish_pool(std::string_view name, const PoolMetadata& metadata,
+                                std::chrono::milliseconds ttl) {
+  validate_name(name);
+  if (ttl.count() < 0) {
+    throw Error(ErrorCode::InvalidArgument, "nats: negative TTL for pool " + in_quotes(name));
+  }
+  const std::string json = metadata.to_json();
+  if (json.size() > PoolMetadata::kMaxJsonBytes) {
+    throw Error(ErrorCode::InvalidArgument, "nats: pool metadata of " +
+                                                std::to_string(json.size()) + " bytes (at most " +
+                                                std::to_string(PoolMetadata::kMaxJsonBytes) + ")");
+  }
+  const std::int64_t expires_at = ttl.count() > 0 ? unix_now_ms() + ttl.count() : 0;
+  const std::string key = pool_key(name);
+  // The pieces of the entry this publish replaces, removed once the new one is stored.
+  std::string old_part_key;
+  {
+    kvEntry* raw = nullptr;
+    if (kvStore_Get(&raw, store_->registry(), key.c_str()) == NATS_OK) {
+      EntryPtr current(raw);
+      try {
+        old_part_key = decode_entry(Store::value_of(raw), name).part_key;
+      } catch (const Error&) {
+        // Malformed: replaced all the same.
+      }
+    }
+  }
+  auto [entry, part_key] = store_->envelope(json, expires_at);
+  uint64_t revision = 0;
+  auto status = kvStore_Put(&revision, store_->registry(), key.c_str(), entry.data(),
+                            static_cast<int>(entry.size()));
+  if (status != NATS_OK) {
+    if (!part_key.empty()) store_->delete_parts(part_key);
+    fail(status, "nats: storing pool " + in_quotes(name) + " in the registry");
+  }
+  if (!old_part_key.empty() && old_part_key != part_key) store_->delete_parts(old_part_key);
+}
+
+PoolMetadata NatsRegistry::fetch_pool(std::string_view name, std::chrono::milliseconds timeout) {
+  validate_name(name);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  return PoolMetadata::from_json(
+      store_->document_from_registry(pool_key(name), name, /*may_retry=*/true, deadline));
+}
+
+PoolMetadata NatsRegistry::wait_for_pool(std::string_view name, std::chrono::milliseconds timeout,
+                                         std::stop_token abandon) {
+  validate_name(name);
+  return PoolMetadata::from_json(
+      wait_for_document(pool_key(name), name, timeout, std::move(abandon)));
+}
+
+void NatsRegistry::withdraw_pool(std::string_view name) {
+  validate_name(name);
+  remove_from_registry(pool_key(name), name);
 }
 
 // Sets what the responder of `name` answers, subscribing it if needed. Returns the part key

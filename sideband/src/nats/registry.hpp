@@ -32,8 +32,19 @@ class NatsRegistry final : public Registry {
   RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout,
                         std::stop_token abandon = {}) override;
   std::vector<std::string> list() override;
+  void publish_pool(std::string_view name, const PoolMetadata& metadata,
+                    std::chrono::milliseconds ttl) override;
+  PoolMetadata fetch_pool(std::string_view name, std::chrono::milliseconds timeout) override;
+  PoolMetadata wait_for_pool(std::string_view name, std::chrono::milliseconds timeout,
+                             std::stop_token abandon = {}) override;
+  void withdraw_pool(std::string_view name) override;
 
  private:
+  // The JSON text stored under `key` once it is published (wait_for's loop).
+  std::string wait_for_document(std::string_view key, std::string_view name,
+                                std::chrono::milliseconds timeout, std::stop_token abandon);
+  // Deletes `key` from the registry and its pieces; returns their part key (empty if none).
+  std::string remove_from_registry(std::string_view key, std::string_view name);
   std::string install_responder(std::string_view name, const std::string& entry,
                                 std::int64_t expires_at, const std::string& part_key);
   std::shared_ptr<Published> remove_responder(std::string_view name);

@@ -252,22 +252,23 @@ std::string Store::read_parts(const Entry& entry, std::string_view name, Deadlin
   return json;
 }
 
-RdmaMetadata Store::resolve(const Entry& entry, std::string_view name, bool may_retry,
-                            Deadline deadline) {
-  if (entry.parts == 0) return RdmaMetadata::from_json(entry.metadata_json);
+std::string Store::document_of(const Entry& entry, std::string_view key, std::string_view name,
+                               bool may_retry, Deadline deadline) {
+  if (entry.parts == 0) return entry.metadata_json;
   try {
-    return RdmaMetadata::from_json(read_parts(entry, name, deadline));
+    return read_parts(entry, name, deadline);
   } catch (const Error& error) {
     // A publish or withdraw replaced the pieces while we read them: ask the registry again.
     if (error.code() != ErrorCode::NotFound || !may_retry) throw;
   }
-  return from_registry(name, /*may_retry=*/false, deadline);
+  return document_from_registry(key, name, /*may_retry=*/false, deadline);
 }
 
-RdmaMetadata Store::from_registry(std::string_view name, bool may_retry, Deadline deadline) {
-  const std::string key(name);
+std::string Store::document_from_registry(std::string_view key, std::string_view name,
+                                          bool may_retry, Deadline deadline) {
+  const std::string key_text(key);
   kvEntry* raw = nullptr;
-  auto status = kvStore_Get(&raw, kv_.get(), key.c_str());
+  auto status = kvStore_Get(&raw, kv_.get(), key_text.c_str());
   EntryPtr stored(raw);
   if (status == NATS_NOT_FOUND) {
     throw Error(ErrorCode::NotFound, "nats: " + in_quotes(name) + " is not published");
@@ -281,7 +282,16 @@ RdmaMetadata Store::from_registry(std::string_view name, bool may_retry, Deadlin
   if (entry.expired(unix_now_ms())) {
     throw Error(ErrorCode::NotFound, "nats: " + in_quotes(name) + " has expired");
   }
-  return resolve(entry, name, may_retry, deadline);
+  return document_of(entry, key, name, may_retry, deadline);
+}
+
+RdmaMetadata Store::resolve(const Entry& entry, std::string_view name, bool may_retry,
+                            Deadline deadline) {
+  return RdmaMetadata::from_json(document_of(entry, name, name, may_retry, deadline));
+}
+
+RdmaMetadata Store::from_registry(std::string_view name, bool may_retry, Deadline deadline) {
+  return RdmaMetadata::from_json(document_from_registry(name, name, may_retry, deadline));
 }
 
 }  // namespace memwire::sideband::nats_detail

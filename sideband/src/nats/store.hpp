@@ -23,6 +23,13 @@ struct Envelope {
   std::string part_key;  // empty when inline
 };
 
+// A pool's key in the registry bucket: "=pool.<name>". '=' is in no name, so a pool and an
+// operation may share a name, and list() skips these keys.
+inline constexpr std::string_view kPoolKeyPrefix = "=pool.";
+inline std::string pool_key(std::string_view name) {
+  return std::string(kPoolKeyPrefix) + std::string(name);
+}
+
 class Store {
  public:
   // Opens (or creates) the registry bucket: Error{Transport} when JetStream is not enabled.
@@ -48,6 +55,12 @@ class Store {
   // are written max_entry() bytes each) is Error{InvalidMetadata} before any is read.
   RdmaMetadata resolve(const Entry& entry, std::string_view name, bool may_retry,
                        Deadline deadline);
+  // The same for any document stored under `key` (a pool's is not its name, see
+  // pool_key()): its JSON text, not parsed. `name` is what errors show.
+  std::string document_from_registry(std::string_view key, std::string_view name, bool may_retry,
+                                     Deadline deadline);
+  std::string document_of(const Entry& entry, std::string_view key, std::string_view name,
+                          bool may_retry, Deadline deadline);
   // Best effort: pieces left behind only take room until the bucket's MaxAge.
   void delete_parts(const std::string& part_key) noexcept;
 

@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -10,6 +12,7 @@
 
 #include "memwire/export.hpp"
 #include "memwire/metadata.hpp"
+#include "memwire/pool.hpp"
 
 namespace memwire::sideband {
 
@@ -45,6 +48,45 @@ class MEMWIRE_API Registry {
   virtual RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout,
                                 std::stop_token abandon = {}) = 0;
   virtual std::vector<std::string> list() = 0;
+
+  // Pools (memwire/pool.hpp): a pool's metadata by name, published once by its owner and
+  // fetched once per peer. Pool names are a namespace of their own: a pool and an operation
+  // may have the same name without touching each other, and list() shows operations only.
+  // The same names, TTLs and errors as above; a stored document that PoolMetadata::from_json
+  // refuses (or one over PoolMetadata::kMaxJsonBytes) is Error{InvalidMetadata}.
+  virtual void publish_pool(std::string_view name, const PoolMetadata& metadata,
+                            std::chrono::milliseconds ttl) = 0;
+  virtual PoolMetadata fetch_pool(std::string_view name, std::chrono::milliseconds timeout) = 0;
+  // Like fetch_pool, but waits until the pool's name is published (as wait_for does).
+  virtual PoolMetadata wait_for_pool(std::string_view name, std::chrono::milliseconds timeout,
+                                     std::stop_token abandon = {}) = 0;
+  // Not an error when the name is not published.
+  virtual void withdraw_pool(std::string_view name) = 0;
+};
+
+// A reader's pool metadata by name: fetched once, then answered from memory until forget()
+// says the entry is stale (a transfer failed with Error{Expired}: the owner dropped or
+// re-registered the pool, or restarted), so the next get() fetches the current metadata.
+// Thread-safe; two threads that miss the same name at once may both fetch it.
+class MEMWIRE_API PoolMetadataCache {
+ public:
+  explicit PoolMetadataCache(Registry& registry) : registry_(registry) {}
+
+  // The cached metadata of `name`, or Registry::fetch_pool's (then cached); throws as it does.
+  PoolMetadata get(std::string_view name, std::chrono::milliseconds timeout);
+  // Drops `name`'s entry.
+  void forget(std::string_view name);
+  // Drops `name`'s entry only while it is still `stale` (the metadata a failed transfer used):
+  // of two readers that failed with the same stale metadata, the second does not drop the
+  // fresh entry that the first fetched already.
+  void forget(std::string_view name, const PoolMetadata& stale);
+  void clear();
+  std::size_t size() const;
+
+ private:
+  Registry& registry_;
+  mutable std::mutex mutex_;
+  std::map<std::string, PoolMetadata, std::less<>> entries_;
 };
 
 // Request/reply: the owner of names under `prefix` is asked to write the named data into a

@@ -99,7 +99,9 @@ struct MEMWIRE_API HttpEndpointOptions {
 //   GET    /v1/metadata/{name}[?wait_ms=N]  404 when unknown; with wait_ms, a long poll (504 when
 //                                           the wait ends first)
 //   DELETE /v1/metadata/{name}
-//   GET    /v1/metadata                     {"names": [...]}
+//   GET    /v1/metadata                     {"names": [...]} (operations only)
+//   PUT, GET, DELETE /v1/pools/{name}       the same for pools' metadata (PoolMetadata),
+//                                           a namespace of their own; body <= kMaxJsonBytes
 //   GET    /healthz, GET /metrics (Prometheus text)
 //   Request/reply, see docs in src/http/request_broker.hpp:
 //   POST   /v1/servers {"prefix": P} -> {"id": S};  DELETE /v1/servers/{S}
@@ -167,6 +169,12 @@ class MEMWIRE_API HttpChannel final : public Channel {
   RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout,
                         std::stop_token abandon = {}) override;
   std::vector<std::string> list() override;
+  void publish_pool(std::string_view name, const PoolMetadata& metadata,
+                    std::chrono::milliseconds ttl) override;
+  PoolMetadata fetch_pool(std::string_view name, std::chrono::milliseconds timeout) override;
+  PoolMetadata wait_for_pool(std::string_view name, std::chrono::milliseconds timeout,
+                             std::stop_token abandon = {}) override;
+  void withdraw_pool(std::string_view name) override;
   [[nodiscard("dropping it ends the registration at once")]] std::unique_ptr<Subscription> serve(
       std::string_view prefix, RequestHandler handler) override;
   void request(std::string_view name, const RdmaMetadata& writable,

@@ -81,6 +81,9 @@ struct MEMWIRE_API NatsOptions {
 //   wait_for reads the registry, then waits on a plain subscription of $KV.<kv_bucket>.<name>
 //   (every put, as it is stored) and reads the registry again after a reconnect.
 //   KV bucket <kv_bucket>_parts: pieces of entries larger than one NATS message.
+//   KV bucket <kv_bucket>, key =pool.<name>: a pool's metadata (publish_pool and the rest). '='
+//   is in no name, so pools and operations never share a key; list() skips pools. Pools have
+//   no live responder: fetch_pool reads the registry, wait_for_pool waits as wait_for does.
 //
 // An entry (KV value and md reply) is a JSON object, either
 //   {"expires_at_ms": E, "metadata": {...}}                      inline, or
@@ -157,6 +160,12 @@ class MEMWIRE_API NatsChannel final : public Channel {
   RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout,
                         std::stop_token abandon = {}) override;
   std::vector<std::string> list() override;
+  void publish_pool(std::string_view name, const PoolMetadata& metadata,
+                    std::chrono::milliseconds ttl) override;
+  PoolMetadata fetch_pool(std::string_view name, std::chrono::milliseconds timeout) override;
+  PoolMetadata wait_for_pool(std::string_view name, std::chrono::milliseconds timeout,
+                             std::stop_token abandon = {}) override;
+  void withdraw_pool(std::string_view name) override;
   [[nodiscard("dropping it ends the registration at once")]] std::unique_ptr<Subscription> serve(
       std::string_view prefix, RequestHandler handler) override;
   void request(std::string_view name, const RdmaMetadata& writable,
