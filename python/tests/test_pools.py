@@ -412,6 +412,17 @@ def test_a_block_transfer_is_an_operation(transport):
     asyncio.run(run())
 
 
+def test_regions_of_torch_cpu_tensors(transport):
+    torch = pytest.importorskip("torch")
+    owner, peer = connector(transport), connector(transport)
+    there = torch.arange(8 * 256, dtype=torch.float32).reshape(8, 256)  # blocks of 1 KiB
+    here = torch.zeros(8, 256, dtype=torch.float32)
+    with owner.register_pool((there, 1024)) as remote, peer.register_pool((here, 1024)) as local:
+        assert remote.block_count == 8
+        assert peer.read_blocks(remote.metadata, [(6, 1)], local).wait(10) == memwire.OperationStatus.COMPLETE
+        assert torch.equal(here[1], there[6]) and not here[0].any()
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_peer_process_awaits_layers_we_write(children, transport):
     # The other process owns the pool and awaits "layer-i" before checking layer i's blocks.
