@@ -34,7 +34,7 @@ void check_limits(const memwire::PoolMetadata& metadata) {
   using memwire::PoolMetadata;
   const auto& regions = metadata.regions();
   if (regions.empty() || regions.size() > PoolMetadata::kMaxRegions) finding("region count");
-  std::uint64_t blocks = 0;
+  unsigned __int128 blocks = 0;
   unsigned __int128 bytes = 0;  // no wrap-around here, whatever the regions say
   for (const auto& region : regions) {
     if (region.block_size == 0 || region.count == 0 || region.base == 0) finding("empty region");
@@ -45,7 +45,8 @@ void check_limits(const memwire::PoolMetadata& metadata) {
     blocks += region.count;
     bytes += static_cast<unsigned __int128>(region.count) * region.block_size;
   }
-  if (blocks != metadata.block_count()) finding("block_count is not the regions' sum");
+  if (blocks != static_cast<unsigned __int128>(metadata.block_count()))
+    finding("block_count is not the regions' sum");
   if (blocks > PoolMetadata::kMaxBlocks) finding("more blocks than kMaxBlocks");
   if (bytes > PoolMetadata::kMaxTotalSize) finding("more bytes of blocks than kMaxTotalSize");
 }
