@@ -1,9 +1,13 @@
-// The stream transports' passive side: what a peer sends to a connector that serves a readable
-// and a writable (TCP here; shm's Unix socket carries the same frames). Input: the bytes a peer
-// sends on one fresh connection. So that the fuzzer gets past the access check, a frame header
-// whose key is all zero gets the readable's key, one whose key is 0...01 the writable's, and a
-// token of all zero the token of the operation its key names. Every answer must come, and the
-// connection must close once the peer has half-closed: the passive side may refuse, never hang.
+// The stream transports' passive side: what a peer sends to a connector that serves a readable,
+// a writable and a pool (TCP here; shm's Unix socket carries the same frames). Input: the bytes a
+// peer sends on one fresh connection. So that the fuzzer gets past the access check, a frame
+// header whose key is all zero gets the readable's key, one whose key is 0...01 the writable's,
+// one whose key is 0...02 the pool's, and a token of all zero the token of what its key names;
+// a pool frame (kPool) whose generation (reserved2) is zero gets the live pool's. Pool frames
+// (piece requests and notices, kTagged or not) thus reach the pool as well as the one-shot
+// operations. Every answer must come, and the connection must close once the peer has
+// half-closed: the passive side may refuse, never hang. Afterwards the pool's notifications are
+// taken (whatever the frames made of them, taking them must work).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -15,6 +19,8 @@
 #include "ids.hpp"
 #include "loopback.hpp"
 #include "memwire/connector.hpp"
+#include "memwire/error.hpp"
+#include "memwire/pool.hpp"
 #include "transport/stream/frame.hpp"
 
 namespace {
@@ -36,6 +42,13 @@ Served served_by(const memwire::RdmaMetadata& metadata) {
   return {*key, *token};
 }
 
+Served served_by(const memwire::PoolMetadata& metadata) {
+  auto key = memwire::parse_id(metadata.key());
+  auto token = memwire::parse_id(metadata.token());
+  if (!key || !token) std::abort();
+  return {*key, *token};
+}
+
 std::uint16_t tcp_port(const memwire::RdmaMetadata& metadata) {
   for (const auto& offer : metadata.endpoint().transports)
     if (offer.name == "tcp")
@@ -46,17 +59,21 @@ std::uint16_t tcp_port(const memwire::RdmaMetadata& metadata) {
 
 // Patches keys and tokens frame by frame, skipping the payload a frame of that type carries.
 std::string with_live_ids(const std::uint8_t* data, std::size_t size, const Served& readable,
-                          const Served& writable) {
+                          const Served& writable, const Served& pool,
+                          std::uint32_t pool_generation) {
   std::string bytes(reinterpret_cast<const char*>(data), size);
   static constexpr Id128 kZero{};
   static constexpr Id128 kOne{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  static constexpr Id128 kTwo{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
   std::size_t at = 0;
   while (bytes.size() - at >= sizeof(FrameHeader)) {
     FrameHeader header;
     std::memcpy(&header, bytes.data() + at, sizeof header);
-    const Served* live = header.key == kOne ? &writable : &readable;
-    if (header.key == kZero || header.key == kOne) header.key = live->key;
+    const Served* live = header.key == kOne ? &writable : header.key == kTwo ? &pool : &readable;
+    if (header.key == kZero || header.key == kOne || header.key == kTwo) header.key = live->key;
     if (header.token == kZero) header.token = live->token;
+    if ((header.flags & frame_flags::kPool) && header.reserved2 == 0)
+      header.reserved2 = pool_generation;
     std::memcpy(bytes.data() + at, &header, sizeof header);
     at += sizeof header;
     const bool carries =
@@ -90,8 +107,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       {memwire::Descriptor(source.data(), 4096), memwire::Descriptor(source.data() + 4096, 64)});
   auto writable = connector.create_writable(
       {memwire::Descriptor(target.data(), 4096), memwire::Descriptor(target.data() + 4096, 64)});
+  // A pool of two regions: 8 blocks of 512 back to back, and 4 blocks of 256 spaced 512 apart.
+  std::vector<std::byte> packed(8 * 512), spaced(4 * 512);
+  auto pool = connector.register_pool(
+      {{packed.data(), 512, 0, 8, {}}, {spaced.data(), 256, 512, 4, {}}}, [] {
+        memwire::PoolOptions options;
+        options.name = "fuzz";
+        options.max_queued_notifications = 4;
+        return options;
+      }());
+  const auto pool_metadata = pool.metadata();
   const auto metadata = readable.metadata();
-  const auto bytes = with_live_ids(data, size, served_by(metadata), served_by(writable.metadata()));
+  const auto bytes = with_live_ids(data, size, served_by(metadata), served_by(writable.metadata()),
+                                   served_by(pool_metadata),
+                                   static_cast<std::uint32_t>(pool_metadata.generation()));
 
   const int fd = memwire::fuzz::connect_loopback(tcp_port(metadata));
   memwire::fuzz::send_then_half_close(fd, bytes);
@@ -100,5 +129,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::abort();
   }
   ::close(fd);
+  // Tags and failures the frames left: each taken, or refused as Timeout, PeerLost.
+  for (int taken = 0; taken < 16; ++taken) {
+    try {
+      (void)pool.next_notification(std::chrono::milliseconds(0));
+    } catch (const memwire::Error& error) {
+      if (error.code() == memwire::ErrorCode::Timeout) break;
+      if (error.code() != memwire::ErrorCode::PeerLost) std::abort();
+    }
+  }
   return 0;
 }

@@ -17,8 +17,10 @@ from . import _memwire
 from .types import Device, DeviceKind, OperationKind, OperationStatus
 from .metadata import RdmaMetadata
 from .descriptor import Descriptor
+from .pool import BlockRegion, Notification, Pool, PoolMetadata
 from .connector import (
     DEFAULT_TIMEOUT,
+    BlockTransfer,
     Connector,
     ReadableOperation,
     ReadOperation,
@@ -45,6 +47,11 @@ __all__ = [
     "WritableOperation",
     "ReadOperation",
     "WriteOperation",
+    "BlockRegion",
+    "BlockTransfer",
+    "Notification",
+    "Pool",
+    "PoolMetadata",
     "HttpChannel",
     "NatsChannel",
     "HttpEndpoint",

@@ -13,6 +13,7 @@ from . import _memwire
 from .descriptor import Descriptor, as_descriptors
 from .errors import InvalidArgumentError, MemwireError, TimeoutError
 from .metadata import RdmaMetadata
+from .pool import Pool, PoolMetadata, as_pairs, as_regions, as_tag
 from .types import OperationKind, OperationStatus
 
 #: Seconds a wait takes when given no timeout (every wait has one).
@@ -374,6 +375,16 @@ class WriteOperation(_Operation):
     """Writes local descriptors into remote writable memory."""
 
 
+class BlockTransfer(_Operation):
+    """Blocks moved between a local and a remote pool (``Connector.read_blocks`` /
+    ``write_blocks``): the operations' status, waits, awaiting, cancel and context managers."""
+
+    @property
+    def pool(self):
+        """The local pool."""
+        return self._descriptors[0] if self._descriptors else None
+
+
 def _looks_like_metadata(value):
     return isinstance(value, (RdmaMetadata, str, dict))
 
@@ -512,8 +523,85 @@ class Connector:
             op._loop = op._done = None
         return op
 
+    # --- pools ---
+
+    def register_pool(self, regions, name="", remote_read=True, remote_write=True,
+                      max_queued_notifications=65536):
+        """Registers memory once as a pool of equal blocks; returns a Pool (a context manager).
+
+        ``regions``: a ``(data, block_size[, stride[, count]])`` tuple, a BlockRegion, or a list
+        of them; blocks are numbered across regions in order. ``remote_read``/``remote_write``
+        say what peers may do; ``max_queued_notifications`` bounds tags received and not yet
+        taken (one more fails its sender's transfer). Read-only memory (bytes) needs
+        ``remote_write=False`` and can only be a source."""
+        items = as_regions(regions)
+        readonly = any(r.descriptor.readonly for r in items)
+        if readonly and remote_write:
+            raise InvalidArgumentError("read-only memory (bytes?) cannot take writes: pass remote_write=False")
+        if not isinstance(name, str):
+            raise InvalidArgumentError("a pool name is a string")
+        queued = int(max_queued_notifications)
+        if queued <= 0:
+            raise InvalidArgumentError("max_queued_notifications must be positive")
+        native = self._native.register_pool(
+            [r._spec() for r in items], name, bool(remote_read), bool(remote_write), queued, items
+        )
+        return Pool(self, native, items, readonly)
+
+    def _local_pool(self, pool, receiving):
+        if not isinstance(pool, Pool):
+            raise InvalidArgumentError(f"the local side is a Pool, not {type(pool).__name__}")
+        if receiving and pool.readonly:
+            raise InvalidArgumentError("a read-only pool cannot receive blocks")
+        return pool
+
+    def _blocks(self, cls, start, pool):
+        loop = self._loop()
+        op = cls.__new__(cls)
+        notifier, token = op._arm(loop) if loop is not None else (None, 0)
+        try:
+            native = start(notifier, token)
+        except BaseException:
+            if loop is not None:
+                op._completions_forget()
+            raise
+        op._connector, op._native, op._descriptors = self, native, [pool]
+        if loop is None:
+            op._loop = op._done = None
+        return op
+
+    def read_blocks(self, remote_metadata, pairs, local_pool, tag=""):
+        """Reads remote blocks into local ones; ``pairs``: (remote block, local block) indexes
+        (a list of pairs or an (N, 2) array). When ``tag`` is given, the owner receives it once
+        every byte is here. Returns a BlockTransfer (await it or use it directly)."""
+        remote = PoolMetadata.coerce(remote_metadata)
+        pool = self._local_pool(local_pool, receiving=True)
+        blocks, raw_tag = as_pairs(pairs), as_tag(tag)
+        return self._blocks(
+            BlockTransfer,
+            lambda notifier, token: self._native.read_blocks(
+                remote._native, blocks, pool._native, raw_tag, notifier, token, pool
+            ),
+            pool,
+        )
+
+    def write_blocks(self, local_pool, pairs, remote_metadata, tag=""):
+        """Writes local blocks into remote ones; ``pairs``: (remote block, local block) indexes.
+        The owner receives ``tag`` only once the blocks are in its memory."""
+        remote = PoolMetadata.coerce(remote_metadata)
+        pool = self._local_pool(local_pool, receiving=False)
+        blocks, raw_tag = as_pairs(pairs), as_tag(tag)
+        return self._blocks(
+            BlockTransfer,
+            lambda notifier, token: self._native.write_blocks(
+                pool._native, blocks, remote._native, raw_tag, notifier, token, pool
+            ),
+            pool,
+        )
+
 
 __all__ = [
+    "BlockTransfer",
     "Connector",
     "Descriptor",
     "ReadableOperation",

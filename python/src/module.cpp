@@ -10,6 +10,9 @@
 //   (atexit), callbacks no longer touch Python at all: see PythonGate.
 // - A Python object held by a C++ callback is always released with the GIL held: Signal hands
 //   it over exactly once, either to the callback or to the owning wrapper's destructor.
+// - A pool's notifications (tags) go to a native PoolInbox on memwire's I/O thread, which never
+//   takes the GIL: blocking waits sleep on its condition variable (GIL released), an event loop
+//   watches its eventfd and takes notifications on the loop's own thread.
 #include <pthread.h>
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
@@ -17,15 +20,18 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -299,8 +305,9 @@ class Notifier {
 
 // --- Operations -----------------------------------------------------------------------------
 
-using AnyOperation = std::variant<memwire::ReadableOperation, memwire::WritableOperation,
-                                  memwire::ReadOperation, memwire::WriteOperation>;
+using AnyOperation =
+    std::variant<memwire::ReadableOperation, memwire::WritableOperation, memwire::ReadOperation,
+                 memwire::WriteOperation, memwire::BlockTransfer>;
 
 // Holds what the operation uses, whatever order Python drops things in: the connector (its
 // progress thread and transports) and the Python objects that own the memory (`owners`, the
@@ -492,6 +499,314 @@ class PyConnector {
  private:
   std::shared_ptr<memwire::Connector> connector_;
 };
+
+// --- Pools --------------------------------------------------------------------------------
+
+struct PoolMeta {
+  memwire::PoolMetadata value;
+};
+
+PoolMeta parse_pool_metadata(const std::string& json) {
+  return {memwire::PoolMetadata::from_json(json)};
+}
+
+py::dict pool_metadata_fields(const memwire::PoolMetadata& metadata) {
+  py::list regions;
+  for (const auto& r : metadata.regions()) {
+    py::dict item;
+    item["device"] = r.device.to_string();
+    item["base"] = r.base;
+    item["block_size"] = r.block_size;
+    item["stride"] = r.stride;
+    item["count"] = r.count;
+    regions.append(item);
+  }
+  py::list transports;
+  for (const auto& t : metadata.endpoint().transports) transports.append(t.name);
+  py::dict fields;
+  fields["name"] = metadata.name();
+  fields["generation"] = metadata.generation();
+  fields["regions"] = regions;
+  fields["block_count"] = metadata.block_count();
+  fields["connector"] = metadata.endpoint().connector;
+  fields["host"] = metadata.endpoint().host;
+  fields["transports"] = transports;
+  return fields;
+}
+
+// A pool's notifications as the binding keeps them. memwire hands each one to this inbox on its
+// I/O thread (Pool::on_notification, set before the metadata leaves the process), which queues
+// it without the GIL and makes an eventfd readable: blocking waits sleep on the condition
+// variable (GIL released), an event loop watches the eventfd and takes what it waits for on its
+// own thread, so an abandoned asyncio wait never takes a notification with it. Same rules as
+// memwire's own queue: a tag past max_queued_notifications fails its sender; failures end the
+// waits that concern them (at most kMostFailuresQueued kept); a returning peer clears its loss.
+class PoolInbox {
+ public:
+  explicit PoolInbox(std::size_t max_queued)
+      : max_queued_(max_queued), fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (fd_ < 0) throw memwire::Error(memwire::ErrorCode::Transport, "eventfd failed");
+  }
+  ~PoolInbox() { ::close(fd_); }
+  PoolInbox(const PoolInbox&) = delete;
+  PoolInbox& operator=(const PoolInbox&) = delete;
+
+  int fd() const noexcept { return fd_; }
+
+  // On memwire's I/O thread. Throws (the sender's transfer fails) when a tag finds no room.
+  void post(const memwire::Notification& notification) {
+    {
+      std::lock_guard lock(mutex_);
+      if (notification.error.empty()) {
+        if (closed_)
+          throw memwire::Error(memwire::ErrorCode::Cancelled, "the pool was closed by its owner");
+        if (queue_.size() - failures_ >= max_queued_)
+          throw memwire::Error(memwire::ErrorCode::Transport,
+                               "the pool's owner has " + std::to_string(max_queued_) +
+                                   " notifications queued and takes no more "
+                                   "(max_queued_notifications)");
+        std::erase_if(queue_, [&](const memwire::Notification& queued) {
+          const bool stale =
+              !queued.error.empty() && queued.tag.empty() && queued.peer == notification.peer;
+          failures_ -= stale ? 1 : 0;
+          return stale;
+        });
+      } else {
+        if (closed_) return;
+        if (failures_ == kMostFailuresQueued) {
+          auto oldest = std::find_if(queue_.begin(), queue_.end(),
+                                     [](const auto& queued) { return !queued.error.empty(); });
+          queue_.erase(oldest);
+          --failures_;
+        }
+        ++failures_;
+      }
+      queue_.push_back(notification);
+    }
+    changed_.notify_all();
+    wake();
+  }
+
+  void close() {
+    {
+      std::lock_guard lock(mutex_);
+      if (closed_) return;
+      closed_ = true;
+      queue_.clear();
+      failures_ = 0;
+    }
+    changed_.notify_all();
+    wake();
+  }
+
+  // Blocking (the caller released the GIL). Throws Timeout, PeerLost, Cancelled.
+  memwire::Notification next(milliseconds timeout) {
+    return wait(timeout, [this] { return take_next(); });
+  }
+  memwire::Notification wait_for_tag(const std::string& tag, milliseconds timeout,
+                                     const std::string& from) {
+    return wait(timeout, [&] { return take_tag(tag, from); });
+  }
+  // Without waiting: nothing when none fits yet (an event loop calls these when woken).
+  std::optional<memwire::Notification> try_next() {
+    std::lock_guard lock(mutex_);
+    check_open();
+    return take_next();
+  }
+  std::optional<memwire::Notification> try_tag(const std::string& tag, const std::string& from) {
+    std::lock_guard lock(mutex_);
+    check_open();
+    return take_tag(tag, from);
+  }
+  // Empties the eventfd's counter; the loop then looks at the queue.
+  void drain() noexcept {
+    std::uint64_t count = 0;
+    if (::read(fd_, &count, sizeof count) < 0) {
+      // EAGAIN: nothing signalled since the last drain.
+    }
+  }
+  std::size_t queued() const {
+    std::lock_guard lock(mutex_);
+    return queue_.size();
+  }
+  bool closed() const {
+    std::lock_guard lock(mutex_);
+    return closed_;
+  }
+
+ private:
+  static constexpr std::size_t kMostFailuresQueued = 1024;
+
+  void wake() noexcept {
+    const std::uint64_t one = 1;
+    if (::write(fd_, &one, sizeof one) < 0) {
+      // EAGAIN only when the counter is full, i.e. already readable.
+    }
+  }
+  void check_open() const {  // mutex_ held
+    if (closed_) throw memwire::Error(memwire::ErrorCode::Cancelled, "the pool was closed");
+  }
+  [[noreturn]] static void raise(const memwire::Notification& failure) {
+    throw memwire::Error(
+        memwire::ErrorCode::PeerLost,
+        failure.tag.empty()
+            ? "peer " + failure.peer + " was lost during a tagged transfer: " + failure.error
+            : "the transfer tagged '" + failure.tag + "' from " + failure.peer +
+                  " failed: " + failure.error);
+  }
+  // mutex_ held.
+  std::optional<memwire::Notification> take_next() {
+    if (queue_.empty()) return std::nullopt;
+    auto first = std::move(queue_.front());
+    queue_.pop_front();
+    if (!first.error.empty()) {
+      --failures_;
+      raise(first);
+    }
+    return first;
+  }
+  std::optional<memwire::Notification> take_tag(const std::string& tag, const std::string& from) {
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      if (!from.empty() && it->peer != from) continue;
+      if (it->error.empty()) {
+        if (it->tag != tag) continue;
+        auto found = std::move(*it);
+        queue_.erase(it);
+        return found;
+      }
+      if (it->tag.empty()) raise(*it);  // a lost peer stays queued: later waits end too
+      if (it->tag != tag) continue;
+      auto failure = std::move(*it);
+      queue_.erase(it);
+      --failures_;
+      raise(failure);
+    }
+    return std::nullopt;
+  }
+  template <class Found>
+  memwire::Notification wait(milliseconds timeout, Found found) {
+    std::unique_lock lock(mutex_);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      check_open();
+      if (auto taken = found()) return std::move(*taken);
+      if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+        check_open();
+        if (auto taken = found()) return std::move(*taken);
+        throw memwire::Error(memwire::ErrorCode::Timeout,
+                             "no notification within " + std::to_string(timeout.count()) + " ms");
+      }
+    }
+  }
+
+  const std::size_t max_queued_;
+  const int fd_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<memwire::Notification> queue_;
+  std::size_t failures_ = 0;
+  bool closed_ = false;
+};
+
+// (peer, tag) as bytes: both come from a peer and need not be UTF-8 (Python decodes them).
+py::tuple notification_tuple(const memwire::Notification& n) {
+  return py::make_tuple(py::bytes(n.peer), py::bytes(n.tag));
+}
+
+py::object optional_notification(const std::optional<memwire::Notification>& n) {
+  if (!n) return py::none();
+  return notification_tuple(*n);
+}
+
+// One region as Python describes it: (address, block_size, stride, count, device).
+using RegionSpec =
+    std::tuple<std::uintptr_t, std::uint64_t, std::uint64_t, std::uint64_t, std::string>;
+
+// A registered pool, the connector it belongs to and the Python owners of its memory (released
+// only after the pool let go of it), and its inbox.
+class PyPool {
+ public:
+  PyPool(memwire::Pool pool, std::shared_ptr<PoolInbox> inbox,
+         std::shared_ptr<memwire::Connector> connector, py::object owners)
+      : pool_(std::make_shared<memwire::Pool>(std::move(pool))),
+        inbox_(std::move(inbox)),
+        connector_(std::move(connector)),
+        owners_(std::move(owners)) {}
+  ~PyPool() { close(); }
+  PyPool(const PyPool&) = delete;
+  PyPool& operator=(const PyPool&) = delete;
+
+  memwire::Pool& get() { return *shared(); }
+  // For a call that releases the GIL: a close() from another thread meanwhile leaves it alive.
+  std::shared_ptr<memwire::Pool> shared() {
+    if (!pool_) throw memwire::Error(memwire::ErrorCode::InvalidArgument, "the pool was closed");
+    return pool_;
+  }
+  const memwire::Connector* connector() const { return connector_.get(); }
+
+  // Revokes remote access, fails the transfers that use it here and waits for them (GIL
+  // released), ends every wait with Cancelled.
+  void close() {
+    if (inbox_) inbox_->close();
+    auto pool = std::move(pool_);  // other threads (holding the GIL) see it closed at once
+    end_native(pool, birth_);
+    end_native(connector_, birth_);
+    owners_ = py::none();
+  }
+  bool closed() const { return !pool_; }
+
+  PoolMeta metadata() { return {get().metadata()}; }
+  std::uint64_t block_count() { return get().block_count(); }
+  std::size_t queued() { return inbox_->queued(); }
+  int fd() const { return inbox_->fd(); }
+  void drain() { inbox_->drain(); }
+
+  py::tuple next(std::int64_t timeout_ms) {
+    auto inbox = inbox_;
+    return notification_tuple(without_gil([&] { return inbox->next(milliseconds(timeout_ms)); }));
+  }
+  py::tuple wait_for_tag(const std::string& tag, std::int64_t timeout_ms, const std::string& from) {
+    auto inbox = inbox_;
+    return notification_tuple(
+        without_gil([&] { return inbox->wait_for_tag(tag, milliseconds(timeout_ms), from); }));
+  }
+  py::object try_next() { return optional_notification(inbox_->try_next()); }
+  py::object try_tag(const std::string& tag, const std::string& from) {
+    return optional_notification(inbox_->try_tag(tag, from));
+  }
+
+ private:
+  ForkBirth birth_;
+  std::shared_ptr<memwire::Pool> pool_;
+  std::shared_ptr<PoolInbox> inbox_;
+  std::shared_ptr<memwire::Connector> connector_;
+  py::object owners_;
+};
+
+std::vector<memwire::BlockPair> block_pairs(
+    const std::vector<std::pair<std::uint64_t, std::uint64_t>>& pairs) {
+  std::vector<memwire::BlockPair> out;
+  out.reserve(pairs.size());
+  for (const auto& [remote, local] : pairs) out.push_back({remote, local});
+  return out;
+}
+
+// Starts a block transfer (`start(pool)`, returning a BlockTransfer) without the GIL. The pool
+// reference taken here ends in there too: a close() from another thread meanwhile leaves the
+// last reference (whose end waits for transfers) to this call, which must not hold the GIL.
+template <class Start>
+PyOperation* start_blocks(PyConnector& connector, PyPool& local, py::object owners,
+                          const std::shared_ptr<Notifier>& notifier, std::uint64_t token,
+                          Start start) {
+  auto pool = local.shared();
+  auto* op = new PyOperation(without_gil([&] {
+                               auto held = std::move(pool);
+                               return AnyOperation(start(*held));
+                             }),
+                             connector.shared(), std::move(owners));
+  if (notifier) op->notify_via(notifier, token);
+  return op;
+}
 
 // --- Sideband -------------------------------------------------------------------------------
 
@@ -871,7 +1186,83 @@ PYBIND11_MODULE(_memwire, m) {
             return op;
           },
           py::arg("local"), py::arg("remote"), py::arg("notifier") = nullptr, py::arg("token") = 0,
-          py::arg("owners") = py::none());
+          py::arg("owners") = py::none())
+      // Pools. `owners` (the memory's Python objects) stay alive until the pool let go of it.
+      .def(
+          "register_pool",
+          [](PyConnector& c, const std::vector<RegionSpec>& specs, const std::string& name,
+             bool remote_read, bool remote_write, std::size_t max_queued, py::object owners) {
+            std::vector<memwire::BlockRegion> regions;
+            regions.reserve(specs.size());
+            for (const auto& [address, block_size, stride, count, device] : specs)
+              regions.push_back({reinterpret_cast<void*>(address), block_size, stride, count,
+                                 memwire::Device::parse(device)});
+            memwire::PoolOptions options;
+            options.name = name;
+            options.remote_read = remote_read;
+            options.remote_write = remote_write;
+            options.max_queued_notifications = max_queued;
+            auto inbox = std::make_shared<PoolInbox>(max_queued);
+            auto pool = without_gil([&] {
+              auto registered = c.get().register_pool(std::move(regions), std::move(options));
+              // Before the metadata leaves this process: every notification reaches the inbox.
+              registered.on_notification([inbox](const memwire::Notification& notification) {
+                inbox->post(notification);
+              });
+              return registered;
+            });
+            return new PyPool(std::move(pool), std::move(inbox), c.shared(), std::move(owners));
+          },
+          py::arg("regions"), py::arg("name") = "", py::arg("remote_read") = true,
+          py::arg("remote_write") = true, py::arg("max_queued") = 65536,
+          py::arg("owners") = py::none())
+      .def(
+          "read_blocks",
+          [](PyConnector& c, const PoolMeta& remote,
+             const std::vector<std::pair<std::uint64_t, std::uint64_t>>& pairs, PyPool& local,
+             const std::string& tag, std::shared_ptr<Notifier> notifier, std::uint64_t token,
+             py::object owners) {
+            auto blocks = block_pairs(pairs);
+            return start_blocks(c, local, std::move(owners), notifier, token,
+                                [&](memwire::Pool& pool) {
+                                  return c.get().read_blocks(remote.value, blocks, pool, tag);
+                                });
+          },
+          py::arg("remote"), py::arg("pairs"), py::arg("local"), py::arg("tag") = "",
+          py::arg("notifier") = nullptr, py::arg("token") = 0, py::arg("owners") = py::none())
+      .def(
+          "write_blocks",
+          [](PyConnector& c, PyPool& local,
+             const std::vector<std::pair<std::uint64_t, std::uint64_t>>& pairs,
+             const PoolMeta& remote, const std::string& tag, std::shared_ptr<Notifier> notifier,
+             std::uint64_t token, py::object owners) {
+            auto blocks = block_pairs(pairs);
+            return start_blocks(c, local, std::move(owners), notifier, token,
+                                [&](memwire::Pool& pool) {
+                                  return c.get().write_blocks(pool, blocks, remote.value, tag);
+                                });
+          },
+          py::arg("local"), py::arg("pairs"), py::arg("remote"), py::arg("tag") = "",
+          py::arg("notifier") = nullptr, py::arg("token") = 0, py::arg("owners") = py::none());
+
+  py::class_<PoolMeta>(m, "PoolMetadata")
+      .def_static("from_json", &parse_pool_metadata)
+      .def("to_json", [](const PoolMeta& self) { return self.value.to_json(); })
+      .def("fields", [](const PoolMeta& self) { return pool_metadata_fields(self.value); })
+      .def("__eq__", [](const PoolMeta& a, const PoolMeta& b) { return a.value == b.value; });
+
+  py::class_<PyPool>(m, "Pool")
+      .def("metadata", &PyPool::metadata)
+      .def("block_count", &PyPool::block_count)
+      .def("queued", &PyPool::queued)
+      .def_property_readonly("fd", &PyPool::fd)
+      .def("drain", &PyPool::drain)
+      .def("next", &PyPool::next)
+      .def("wait_for_tag", &PyPool::wait_for_tag)
+      .def("try_next", &PyPool::try_next)
+      .def("try_tag", &PyPool::try_tag)
+      .def("close", &PyPool::close)
+      .def_property_readonly("closed", &PyPool::closed);
 
   // --- sideband ---
   py::class_<PyChannel>(m, "Channel")

@@ -96,7 +96,7 @@ PoolMetadata::PoolMetadata(std::string name, std::uint64_t generation,
     if (block_count_ > kMaxBlocks)
       invalid("regions", "more than " + std::to_string(kMaxBlocks) + " blocks");
     bytes += region.count * region.block_size;
-    if (bytes > kMaxTotalSize)
+    if (bytes > kMaxTotalSize || bytes < region.count * region.block_size)  // or wrapped
       invalid("regions", "more than " + std::to_string(kMaxTotalSize) + " bytes of blocks");
   }
   if (name_.size() > 256) invalid("name", "longer than 256 bytes");

@@ -1,0 +1,436 @@
+"""Pools: memory registered once, cut into equal blocks, moved by index any number of times.
+
+    pool = connector.register_pool([(k_cache, block_bytes), (v_cache, block_bytes)], name="kv")
+    text = pool.metadata.to_json()                   # hand it to peers once
+    # a peer:
+    op = peer.write_blocks(local_pool, [(remote, local), ...], memwire.PoolMetadata.from_json(text),
+                           tag="layer-0")
+    # the owner, once the tag's bytes are in its memory:
+    await pool.tag("layer-0")
+
+Notifications (the tags peers send) reach the pool on memwire's I/O thread, which queues them in
+native code without the GIL; blocking waits release the GIL, and asyncio waits watch an eventfd
+from their loop, taking a notification only on the loop's thread (a cancelled wait takes none).
+"""
+
+import asyncio
+import collections
+import json
+
+from . import _memwire
+from .descriptor import Descriptor
+from .errors import CancelledError, InvalidArgumentError, InvalidMetadataError, TimeoutError
+from .types import Device
+
+#: A tag a peer sent once its transfer's bytes were in the pool (or, for a read, once it had
+#: them all). ``peer`` is the sending connector's name.
+Notification = collections.namedtuple("Notification", ["peer", "tag"])
+
+_NO_DEADLINE = None
+
+
+def _seconds(timeout):
+    from .connector import _timeout_seconds  # (connector imports this module)
+
+    return _timeout_seconds(timeout)
+
+
+def _text(raw):
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _notification(raw):
+    peer, tag = raw
+    return Notification(_text(peer), _text(tag))
+
+
+def _encode(value, what):
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise InvalidArgumentError(f"{what} must be str or bytes, not {type(value).__name__}")
+
+
+class PoolMetadata:
+    """What a pool's owner hands out once per peer: its regions' block geometry (not one entry
+    per block), endpoint, token and generation. ``PoolMetadata.from_json(text)`` is strict
+    (InvalidMetadataError); metadata of a closed or re-registered pool is refused by its owner
+    (ExpiredError) and never moves bytes."""
+
+    __slots__ = ("_native", "_fields", "_json")
+
+    def __init__(self, native):
+        if not isinstance(native, _memwire.PoolMetadata):
+            raise InvalidMetadataError("use PoolMetadata.from_json(text)")
+        self._native = native
+        self._fields = None
+        self._json = None
+
+    @classmethod
+    def from_json(cls, text):
+        if isinstance(text, (bytes, bytearray, memoryview)):
+            try:
+                text = bytes(text).decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidMetadataError("pool metadata is not UTF-8") from None
+        if isinstance(text, dict):
+            text = json.dumps(text)
+        if not isinstance(text, str):
+            raise InvalidMetadataError(f"pool metadata must be JSON text, not {type(text).__name__}")
+        return cls(_memwire.PoolMetadata.from_json(text))
+
+    @classmethod
+    def coerce(cls, value):
+        """PoolMetadata, JSON text/bytes or a dict -> PoolMetadata."""
+        return value if isinstance(value, PoolMetadata) else cls.from_json(value)
+
+    def to_json(self):
+        if self._json is None:
+            self._json = self._native.to_json()
+        return self._json
+
+    def to_dict(self):
+        return json.loads(self.to_json())
+
+    def _field(self, key):
+        if self._fields is None:
+            self._fields = self._native.fields()
+        return self._fields[key]
+
+    @property
+    def name(self):
+        return self._field("name")
+
+    @property
+    def generation(self):
+        return self._field("generation")
+
+    @property
+    def block_count(self):
+        return self._field("block_count")
+
+    @property
+    def regions(self):
+        """[{device, base, block_size, stride, count}], in block order."""
+        return [dict(r, device=Device(r["device"])) for r in self._field("regions")]
+
+    @property
+    def connector(self):
+        """The owner's connector name."""
+        return self._field("connector")
+
+    def __eq__(self, other):
+        return isinstance(other, PoolMetadata) and self._native == other._native
+
+    __hash__ = None
+
+    def __str__(self):
+        return self.to_json()
+
+    def __repr__(self):
+        return (
+            f"PoolMetadata(name='{self.name}', generation={self.generation}, "
+            f"regions={len(self._field('regions'))}, blocks={self.block_count}, connector='{self.connector}')"
+        )
+
+
+def _positive_int(value, what):
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise InvalidArgumentError(f"{what} must be a positive int, not {value!r}")
+    return value
+
+
+class BlockRegion:
+    """One region of a pool: ``count`` blocks of ``block_size`` bytes, block i at offset
+    ``i * stride`` (stride 0: ``block_size``, blocks back to back) of ``data``.
+
+    ``data`` is anything a Descriptor accepts (a NumPy array, bytearray, memoryview, a CPU
+    ``torch.Tensor``, ``(ptr, size, device[, owner])``, a Descriptor); it stays alive as long as
+    the pool. ``count`` defaults to as many blocks as fit. Pools take host memory only.
+    """
+
+    __slots__ = ("descriptor", "block_size", "stride", "count")
+
+    def __init__(self, data, block_size, stride=0, count=None):
+        self.descriptor = data if isinstance(data, Descriptor) else Descriptor(data)
+        self.block_size = _positive_int(block_size, "block_size")
+        if not isinstance(stride, int) or isinstance(stride, bool) or stride < 0:
+            raise InvalidArgumentError(f"stride must be an int >= 0, not {stride!r}")
+        if stride and stride < block_size:
+            raise InvalidArgumentError(f"stride {stride} is less than block_size {block_size}")
+        step = stride or block_size
+        size = self.descriptor.size
+        if count is None:
+            if size < block_size:
+                raise InvalidArgumentError(f"a region of {size} bytes holds no block of {block_size}")
+            count = (size - block_size) // step + 1
+        self.count = _positive_int(count, "count")
+        needed = (self.count - 1) * step + block_size
+        if needed > size:
+            raise InvalidArgumentError(
+                f"{self.count} blocks of {block_size} bytes, stride {step}, need {needed} bytes; "
+                f"the region has {size}"
+            )
+        self.stride = stride
+
+    def _spec(self):
+        d = self.descriptor
+        return (d.ptr, self.block_size, self.stride, self.count, str(d.device))
+
+    def __repr__(self):
+        return (
+            f"BlockRegion(ptr=0x{self.descriptor.ptr:x}, block_size={self.block_size}, "
+            f"stride={self.stride or self.block_size}, count={self.count})"
+        )
+
+
+def as_regions(regions):
+    """A BlockRegion, a ``(data, block_size[, stride[, count]])`` tuple, a dict of BlockRegion's
+    arguments, or a list of those -> list[BlockRegion]."""
+
+    def one(item):
+        if isinstance(item, BlockRegion):
+            return item
+        if isinstance(item, dict):
+            return BlockRegion(**item)
+        if isinstance(item, tuple) and 2 <= len(item) <= 4:
+            return BlockRegion(*item)
+        raise InvalidArgumentError(
+            f"a region is a BlockRegion, (data, block_size[, stride[, count]]) or a dict, not {type(item).__name__}"
+        )
+
+    if isinstance(regions, (BlockRegion, dict)) or (
+        isinstance(regions, tuple) and 2 <= len(regions) <= 4 and isinstance(regions[1], int)
+        and not isinstance(regions[0], (tuple, BlockRegion, dict))
+    ):
+        return [one(regions)]
+    if not isinstance(regions, (list, tuple)) or not regions:
+        raise InvalidArgumentError("register_pool needs at least one region")
+    return [one(item) for item in regions]
+
+
+def as_pairs(pairs):
+    """(remote, local) block index pairs -> list of int pairs (also from an (N, 2) array)."""
+    if hasattr(pairs, "tolist") and not isinstance(pairs, (list, tuple)):
+        pairs = pairs.tolist()
+    try:
+        out = [(int(remote), int(local)) for remote, local in pairs]
+    except (TypeError, ValueError):
+        raise InvalidArgumentError("pairs are (remote block, local block) index pairs") from None
+    for remote, local in out:
+        if remote < 0 or local < 0:
+            raise InvalidArgumentError(f"block indexes are >= 0, not ({remote}, {local})")
+    if not out:
+        raise InvalidArgumentError("no blocks to move")
+    return out
+
+
+def as_tag(tag):
+    return _encode(tag, "a tag")
+
+
+class Pool:
+    """A registered pool (``Connector.register_pool``). Closing it (``close()``, leaving its
+    ``with`` block, or dropping it) revokes peers' access at once, fails the transfers that use it
+    here (and waits until none touches its memory), and ends every wait with CancelledError.
+
+    Peers' tags are taken with ``next_notification``/``wait_for_tag`` (blocking, GIL released)
+    or, in asyncio, ``await pool.notification()``, ``await pool.tag(name)`` and
+    ``async for n in pool.notifications()``.
+    """
+
+    def __init__(self, connector, native, regions, readonly):
+        self._connector = connector
+        self._native = native
+        self._regions = regions  # keeps the memory's owners alive (the native side does too)
+        self._readonly = readonly
+        self._metadata = None
+        self._waiters = collections.deque()  # [take, future] of asyncio waits, oldest first
+        self._reader_loop = None
+        # Notifications an asyncio wait took and its task never received (cancelled as they came).
+        self._returned = collections.deque()
+
+    @property
+    def metadata(self):
+        """The PoolMetadata to hand to peers (the same for the pool's whole life)."""
+        if self._metadata is None:
+            self._metadata = PoolMetadata(self._native.metadata())
+        return self._metadata
+
+    @property
+    def name(self):
+        return self.metadata.name
+
+    @property
+    def block_count(self):
+        return self._native.block_count()
+
+    @property
+    def regions(self):
+        return list(self._regions)
+
+    @property
+    def readonly(self):
+        """True when the memory may only be a source (peers may not write, reads may not land)."""
+        return self._readonly
+
+    @property
+    def closed(self):
+        return self._native.closed
+
+    @property
+    def queued_notifications(self):
+        """Notifications received and not yet taken."""
+        return self._native.queued() + len(self._returned)
+
+    def close(self):
+        self._native.close()
+        self._returned.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"{self.block_count} blocks"
+        return f"<Pool '{self._metadata.name if self._metadata else ''}' {state}>"
+
+    # --- taking notifications ---
+
+    def _take_returned(self, tag=None, from_peer=""):
+        for i, n in enumerate(self._returned):
+            if (tag is None or n.tag == tag) and (not from_peer or n.peer == from_peer):
+                del self._returned[i]
+                return n
+        return None
+
+    def _taker(self, tag, from_peer):
+        if tag is None:
+            def take():
+                if self._returned:
+                    return self._returned.popleft()
+                raw = self._native.try_next()
+                return None if raw is None else _notification(raw)
+        else:
+            raw_tag, raw_from = as_tag(tag), _encode(from_peer, "from_peer")
+            text_tag = _text(raw_tag)
+
+            def take():
+                found = self._take_returned(text_tag, _text(raw_from)) if self._returned else None
+                if found is not None:
+                    return found
+                raw = self._native.try_tag(raw_tag, raw_from)
+                return None if raw is None else _notification(raw)
+        return take
+
+    def next_notification(self, timeout=None):
+        """The next notification in arrival order, waiting at most ``timeout`` seconds (GIL
+        released). Raises TimeoutError, PeerLostError (a peer was lost in the middle of a tagged
+        transfer into this pool, or its tagged transfer failed), CancelledError once closed."""
+        seconds = _seconds(timeout)
+        if self._returned:
+            return self._returned.popleft()
+        return _notification(self._native.next(max(1, int(seconds * 1000))))
+
+    def wait_for_tag(self, tag, timeout=None, from_peer=""):
+        """Waits for the notification with this tag (others stay queued), from ``from_peer``
+        when given. Raises like next_notification; a lost peer ends the wait when ``from_peer``
+        is empty or names it."""
+        seconds = _seconds(timeout)
+        raw_tag, raw_from = as_tag(tag), _encode(from_peer, "from_peer")
+        if self._returned:
+            found = self._take_returned(_text(raw_tag), _text(raw_from))
+            if found is not None:
+                return found
+        return _notification(self._native.wait_for_tag(raw_tag, max(1, int(seconds * 1000)), raw_from))
+
+    async def notification(self, timeout=None):
+        """``await pool.notification()``: next_notification for asyncio (the loop is not held)."""
+        return await self._wait(self._taker(None, ""), _seconds(timeout))
+
+    async def tag(self, tag, timeout=None, from_peer=""):
+        """``await pool.tag("layer-3")``: wait_for_tag for asyncio."""
+        return await self._wait(self._taker(tag, from_peer), _seconds(timeout))
+
+    async def notifications(self, timeout=None):
+        """``async for n in pool.notifications():`` every notification in arrival order, until
+        the pool is closed. ``timeout``: seconds to wait for each (TimeoutError); None waits as
+        long as it takes."""
+        seconds = _NO_DEADLINE if timeout is None else _seconds(timeout)
+        take = self._taker(None, "")
+        while True:
+            try:
+                yield await self._wait(take, seconds)
+            except CancelledError:
+                if self.closed:
+                    return
+                raise
+
+    async def _wait(self, take, seconds):
+        found = take()  # raises PeerLost, Cancelled
+        if found is not None:
+            return found
+        loop = asyncio.get_running_loop()
+        if self._reader_loop is not loop:
+            if self._waiters:
+                raise InvalidArgumentError("a pool's asyncio waits belong to one event loop at a time")
+            self._reader_loop = loop
+        future = loop.create_future()
+        entry = [take, future]
+        self._waiters.append(entry)
+        if len(self._waiters) == 1:
+            loop.add_reader(self._native.fd, self._ready)
+        timer = None
+        if seconds is not _NO_DEADLINE:
+            timer = loop.call_later(seconds, _time_out, future, seconds)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # Taken for this task as it was cancelled: the next wait gets it.
+            if future.done() and not future.cancelled() and future.exception() is None:
+                self._returned.appendleft(future.result())
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+            try:
+                self._waiters.remove(entry)
+            except ValueError:
+                pass
+            if not self._waiters:
+                loop.remove_reader(self._native.fd)
+
+    def _ready(self):
+        # On the loop: memwire queued something (or the pool closed). Each wait, oldest first,
+        # takes what it waits for.
+        self._native.drain()
+        for entry in list(self._waiters):
+            take, future = entry
+            if future.done():
+                continue
+            try:
+                found = take()
+            except Exception as error:  # noqa: BLE001 (PeerLost, Cancelled: the wait's outcome)
+                future.set_exception(error)
+                continue
+            if found is not None:
+                future.set_result(found)
+
+
+def _time_out(future, seconds):
+    if not future.done():
+        future.set_exception(TimeoutError(f"no notification within {seconds:g} s"))
+
+
+__all__ = ["BlockRegion", "Notification", "Pool", "PoolMetadata"]
