@@ -70,7 +70,12 @@ void PoolState::fail(std::string peer, std::string tag, const Error& error) {
     --failures_queued_;
   }
   if (!callback_) ++failures_queued_;
-  post({std::move(peer), std::move(tag), error.what()}, lock);
+  try {
+    post({std::move(peer), std::move(tag), error.what()}, lock);
+  } catch (...) {
+    // A callback that refuses a failure has nobody to tell: failures come from connections
+    // closing, with no sender waiting for an answer.
+  }
 }
 
 template <class Found>

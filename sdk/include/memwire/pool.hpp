@@ -150,7 +150,9 @@ class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API
                             std::string_view from = {});
   // From now on each notification goes to `callback` instead of the queue (queued ones first),
   // on memwire's I/O thread: keep it short and never block in it. Failures come with `error`.
-  // An empty callback queues them again.
+  // An empty callback queues them again. max_queued_notifications is the queue's: a callback
+  // that keeps its own queue bounds it itself, by throwing memwire::Error for a tag it cannot
+  // take (the sender's transfer then fails with that error).
   void on_notification(std::function<void(const Notification&)> callback);
   // Notifications queued now.
   std::size_t queued_notifications() const;
