@@ -477,6 +477,19 @@ def evaluate_targets(results):
                 add(f"{op.upper()} {descs} x {block} scattered ({transport}) vs contiguous 16 MiB",
                     0.8, ratio(gbps(kv_entry(results, transport, op, descs)), gbps(whole)), True)
     pool_targets(results, add)
+    scale = results["memwire"].get("metadata_scale", {})
+    rows = {e["descriptors"]: e for e in scale.get("results", [])}
+    pool, one = scale.get("pool"), rows.get(1)
+    for channel in ("http", "nats"):
+        if not pool or not one:
+            add(f"pool metadata made + fetched by name + parsed ({channel}) vs 1-descriptor", 2.0,
+                None, False)
+            continue
+        # A fetch parses what it fetched: made + fetched covers all three.
+        cost = lambda e: e["made"]["p50_us"] + e[channel + "_fetch"]["p50_us"]
+        add(f"pool metadata (320,000 blocks) made + fetched by name + parsed ({channel}) vs "
+            f"1-descriptor metadata", 2.0, ratio(cost(pool), cost(one)), False,
+            f"{cost(pool):.0f} us vs {cost(one):.0f} us")
     for channel in ("http", "nats"):
         measured, note = metadata_allowance(results, channel)
         add(f"2048-descriptor metadata made + fetched ({channel}) vs 2x 1-descriptor + bytes", 1.0,
