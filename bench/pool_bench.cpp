@@ -3,6 +3,7 @@
 // awaits tags). Pool metadata crosses a pipe once, as a sideband would carry it.
 //
 //   pool_bench --transport tcp|shm [--samples 2000] [--rounds 20] [--layers 64]
+//              [--only metadata|scattered|tagged|layers]
 //
 // Figures (medians; the last line is everything as JSON):
 // - metadata: an 80 x 2 x 2,000-block pool's JSON size, and made + parsed against a
@@ -370,12 +371,14 @@ json layer_figures(Prefill& prefill, unsigned layers, unsigned rounds, int comma
 int main(int argc, char** argv) {
   std::string transport = "tcp";
   unsigned samples = 2000, rounds = 20, layers = 64;
+  std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--transport") transport = value;
     if (flag == "--samples") samples = static_cast<unsigned>(std::stoul(value));
     if (flag == "--rounds") rounds = static_cast<unsigned>(std::stoul(value));
     if (flag == "--layers") layers = std::min<unsigned>(64, std::stoul(value));
+    if (flag == "--only") only = value;  // one figure: metadata, scattered, tagged or layers
   }
   int to_decode[2], from_decode[2];
   if (::pipe(to_decode) != 0 || ::pipe(from_decode) != 0) return 1;
@@ -400,10 +403,13 @@ int main(int argc, char** argv) {
     auto pool = connector.register_pool(pool_regions(memory));
     Prefill prefill{connector, pool, PoolMetadata::from_json(get(from_decode[0])), memory};
     const auto registrations = connector.telemetry().registrations;
-    report["metadata"] = metadata_figures(rounds);
-    report["scattered"] = scattered_figures(prefill, rounds * 5);
-    report["tagged"] = tagged_figures(prefill, samples, to_decode[1], from_decode[0]);
-    report["layers"] = layer_figures(prefill, layers, rounds, to_decode[1], from_decode[0]);
+    auto wanted = [&](const char* figure) { return only.empty() || only == figure; };
+    if (wanted("metadata")) report["metadata"] = metadata_figures(rounds);
+    if (wanted("scattered")) report["scattered"] = scattered_figures(prefill, rounds * 5);
+    if (wanted("tagged"))
+      report["tagged"] = tagged_figures(prefill, samples, to_decode[1], from_decode[0]);
+    if (wanted("layers"))
+      report["layers"] = layer_figures(prefill, layers, rounds, to_decode[1], from_decode[0]);
     // Pool transfers register nothing; the old way's per-layer writables are the decode side's.
     report["registrations_after_first"] = connector.telemetry().registrations - registrations;
     std::printf(
