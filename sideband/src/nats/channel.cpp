@@ -1,6 +1,7 @@
 #include <utility>
 
 #include "connection.hpp"
+#include "memwire/error.hpp"
 #include "memwire/sideband/nats.hpp"
 #include "registry.hpp"
 #include "request_service.hpp"
@@ -21,6 +22,24 @@ class NatsChannel::Impl {
         registry(store),
         service(std::make_shared<NatsRequestService>(store)) {}
 
+  // Runs `call`; a timeout or transport failure during which the server refused something
+  // this connection sent is the refusal: Error{AccessDenied} with the server's words, not a
+  // wait that ran out.
+  template <class Call>
+  auto refusals_told(Call call) {
+    const auto before = connection->permission_refusals();
+    try {
+      return call();
+    } catch (const Error& error) {
+      const bool unexplained =
+          error.code() == ErrorCode::Timeout || error.code() == ErrorCode::Transport;
+      if (!unexplained || connection->permission_refusals() == before) throw;
+      throw Error(ErrorCode::AccessDenied, std::string(error.message()) +
+                                               ": the server refused it (" +
+                                               connection->last_permission_refusal() + ")");
+    }
+  }
+
   std::shared_ptr<NatsConnection> connection;
   std::shared_ptr<Store> store;
   NatsRegistry registry;
@@ -33,45 +52,54 @@ NatsChannel::~NatsChannel() = default;
 
 void NatsChannel::publish(std::string_view name, const RdmaMetadata& metadata,
                           std::chrono::milliseconds ttl) {
-  impl_->registry.publish(name, metadata, ttl);
+  impl_->refusals_told([&] { impl_->registry.publish(name, metadata, ttl); });
 }
 
 RdmaMetadata NatsChannel::fetch(std::string_view name, std::chrono::milliseconds timeout) {
-  return impl_->registry.fetch(name, timeout);
+  return impl_->refusals_told([&] { return impl_->registry.fetch(name, timeout); });
 }
 
-void NatsChannel::withdraw(std::string_view name) { impl_->registry.withdraw(name); }
+void NatsChannel::withdraw(std::string_view name) {
+  impl_->refusals_told([&] { impl_->registry.withdraw(name); });
+}
 
 RdmaMetadata NatsChannel::wait_for(std::string_view name, std::chrono::milliseconds timeout,
                                    std::stop_token abandon) {
-  return impl_->registry.wait_for(name, timeout, std::move(abandon));
+  return impl_->refusals_told(
+      [&] { return impl_->registry.wait_for(name, timeout, std::move(abandon)); });
 }
 
-std::vector<std::string> NatsChannel::list() { return impl_->registry.list(); }
+std::vector<std::string> NatsChannel::list() {
+  return impl_->refusals_told([&] { return impl_->registry.list(); });
+}
 
 void NatsChannel::publish_pool(std::string_view name, const PoolMetadata& metadata,
                                std::chrono::milliseconds ttl) {
-  impl_->registry.publish_pool(name, metadata, ttl);
+  impl_->refusals_told([&] { impl_->registry.publish_pool(name, metadata, ttl); });
 }
 
 PoolMetadata NatsChannel::fetch_pool(std::string_view name, std::chrono::milliseconds timeout) {
-  return impl_->registry.fetch_pool(name, timeout);
+  return impl_->refusals_told([&] { return impl_->registry.fetch_pool(name, timeout); });
 }
 
 PoolMetadata NatsChannel::wait_for_pool(std::string_view name, std::chrono::milliseconds timeout,
                                         std::stop_token abandon) {
-  return impl_->registry.wait_for_pool(name, timeout, std::move(abandon));
+  return impl_->refusals_told(
+      [&] { return impl_->registry.wait_for_pool(name, timeout, std::move(abandon)); });
 }
 
-void NatsChannel::withdraw_pool(std::string_view name) { impl_->registry.withdraw_pool(name); }
+void NatsChannel::withdraw_pool(std::string_view name) {
+  impl_->refusals_told([&] { impl_->registry.withdraw_pool(name); });
+}
 
 std::unique_ptr<Subscription> NatsChannel::serve(std::string_view prefix, RequestHandler handler) {
-  return impl_->service->serve(prefix, std::move(handler));
+  return impl_->refusals_told([&] { return impl_->service->serve(prefix, std::move(handler)); });
 }
 
 void NatsChannel::request(std::string_view name, const RdmaMetadata& writable,
                           std::chrono::milliseconds timeout, std::stop_token abandon) {
-  impl_->service->request(name, writable, timeout, std::move(abandon));
+  impl_->refusals_told(
+      [&] { impl_->service->request(name, writable, timeout, std::move(abandon)); });
 }
 
 void NatsChannel::flush(std::chrono::milliseconds timeout) { impl_->connection->flush(timeout); }

@@ -67,6 +67,10 @@ struct ConnectionEvents {
   std::condition_variable changed;
   bool closed = false;
   std::vector<std::weak_ptr<Waiter>> waiters;  // told to recheck after a reconnect
+  // The server's "Permissions Violation" errors: they come apart from the call that drew
+  // them, which then only times out.
+  std::uint64_t refusals = 0;
+  std::string last_refusal;
 };
 
 namespace {
@@ -91,6 +95,17 @@ void on_reconnected(natsConnection*, void* closure) {
     }
   }
   if (events.on_reconnected) events.on_reconnected();
+}
+
+void on_async_error(natsConnection* connection, natsSubscription*, natsStatus status,
+                    void* closure) {
+  if (status != NATS_NOT_PERMITTED) return;
+  auto& events = **static_cast<std::shared_ptr<ConnectionEvents>*>(closure);
+  const char* text = nullptr;
+  natsConnection_GetLastError(connection, &text);
+  std::lock_guard lock(events.mutex);
+  ++events.refusals;
+  events.last_refusal = text != nullptr && *text != '\0' ? text : "permissions violation";
 }
 
 void on_closed(natsConnection*, void* closure) {
@@ -196,6 +211,16 @@ std::size_t NatsConnection::max_entry() const {
   return limit > 2 * kHeadroom ? limit - kHeadroom : limit / 2;
 }
 
+std::uint64_t NatsConnection::permission_refusals() const {
+  std::lock_guard lock(events_->mutex);
+  return events_->refusals;
+}
+
+std::string NatsConnection::last_permission_refusal() const {
+  std::lock_guard lock(events_->mutex);
+  return events_->last_refusal;
+}
+
 void NatsConnection::flush(std::chrono::milliseconds timeout) {
   auto status = natsConnection_FlushTimeout(connection_.get(), to_millis(timeout));
   if (status != NATS_OK) fail(status, "nats: flush");
@@ -284,11 +309,12 @@ void NatsConnection::connect() {
   events_ = std::make_shared<ConnectionEvents>();
   events_->on_disconnected = options_.on_disconnected;
   events_->on_reconnected = options_.on_reconnected;
-  // One closure for the three callbacks, freed by the closed callback (the last one).
+  // One closure for the four callbacks, freed by the closed callback (the last one).
   auto* closure = new std::shared_ptr<ConnectionEvents>(events_);
   check(natsOptions_SetDisconnectedCB(o, on_disconnected, closure), "disconnected cb");
   check(natsOptions_SetReconnectedCB(o, on_reconnected, closure), "reconnected cb");
   check(natsOptions_SetClosedCB(o, on_closed, closure), "closed cb");
+  check(natsOptions_SetErrorHandler(o, on_async_error, closure), "error handler");
 
   natsConnection* raw = nullptr;
   auto status = natsConnection_Connect(&raw, o);

@@ -58,6 +58,11 @@ class NatsConnection {
   // subscription). Held weakly.
   void recheck_on_reconnect(const std::shared_ptr<Waiter>& waiter);
 
+  // The server refused something this connection sent (a subject its user may not publish
+  // to): how many times so far, and what it said last.
+  std::uint64_t permission_refusals() const;
+  std::string last_permission_refusal() const;
+
  private:
   void connect();
   void close() noexcept;
