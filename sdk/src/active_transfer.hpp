@@ -28,6 +28,7 @@ struct BlockSegment {
   std::uint32_t remote_region;
   std::uint64_t remote_offset;
   std::uint64_t length;
+  std::uint32_t local_region;  // of the local pool: what verbs registers for it, once
 };
 struct BlockPlan {
   std::vector<BlockSegment> segments;

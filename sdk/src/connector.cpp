@@ -297,12 +297,12 @@ class Connector::Impl {
         auto& last = plan.segments.back();
         if (last.remote_region == there.region &&
             last.remote_offset + last.length == there.offset &&
-            last.local + last.length == memory) {
+            last.local + last.length == memory && last.local_region == here.region) {
           last.length += here.size;
           continue;
         }
       }
-      plan.segments.push_back({memory, there.region, there.offset, here.size});
+      plan.segments.push_back({memory, there.region, there.offset, here.size, here.region});
     }
     std::vector<RemoteDescriptor> regions;
     regions.reserve(remote.regions().size());
@@ -310,8 +310,13 @@ class Connector::Impl {
       regions.push_back(
           {region.device, region.base, (region.count - 1) * region.stride + region.block_size});
     const auto bytes = plan.bytes;
+    // Each run is a local descriptor, paired with its place in a remote region: what verbs
+    // moves (the stream transports take the plan itself).
+    std::vector<Descriptor> runs;
+    runs.reserve(plan.segments.size());
+    for (const auto& segment : plan.segments) runs.emplace_back(segment.local, segment.length);
     auto transfer = std::make_shared<detail::ActiveTransfer>(
-        kind, std::vector<Descriptor>{},
+        kind, std::move(runs),
         RdmaMetadata(kind, std::move(regions), remote.key(), remote.endpoint(), remote.token(), 0),
         context_.options.connect_timeout);
     plan.local_pool = context_.registrations->find(local.key());

@@ -57,7 +57,7 @@ class MEMWIRE_API Connector {
   // is not empty, tells the owner `tag` (after every byte is here). Block sizes must match
   // (Error{SizeMismatch}); indexes past a pool's end are Error{InvalidArgument}; runs of
   // consecutive blocks move as one piece. Tags are at most kMaxTagBytes.
-  static constexpr std::size_t kMaxTagBytes = 1024;
+  static constexpr std::size_t kMaxTagBytes = 160;  // fits a verbs notice
   [[nodiscard("dropping it cancels the transfer")]] BlockTransfer read_blocks(
       const PoolMetadata& remote, const std::vector<BlockPair>& blocks, const Pool& local,
       std::string tag = {});

@@ -149,7 +149,7 @@ class StreamTransport final : public Transport {
     segments.reserve(transfer.local().size());
     for (std::uint32_t i = 0; i < transfer.local().size(); ++i) {
       const auto& descriptor = transfer.local()[i];
-      segments.push_back({static_cast<std::byte*>(descriptor.ptr()), i, 0, descriptor.size()});
+      segments.push_back({static_cast<std::byte*>(descriptor.ptr()), i, 0, descriptor.size(), 0});
     }
     return segments;
   }

@@ -14,8 +14,16 @@ namespace {
 // microseconds; a QP stuck this long is about to break, which ends the wait anyway.
 constexpr auto kBindWait = std::chrono::seconds(2);
 
+// Unspecified: a pool that allows both.
 int remote_access(OperationKind kind) {
-  return kind == OperationKind::Read ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
+  switch (kind) {
+    case OperationKind::Read:
+      return IBV_ACCESS_REMOTE_READ;
+    case OperationKind::Write:
+      return IBV_ACCESS_REMOTE_WRITE;
+    default:
+      return IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+  }
 }
 
 }  // namespace
@@ -53,7 +61,7 @@ std::shared_ptr<AccessGrant> AccessGrant::own_regions(std::shared_ptr<const Verb
   std::shared_ptr<AccessGrant> grant(new AccessGrant());
   // A writable region needs local write for the device to write into it.
   const int access = kind == OperationKind::Read ? IBV_ACCESS_REMOTE_READ
-                                                 : IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+                                                 : remote_access(kind) | IBV_ACCESS_LOCAL_WRITE;
   for (const auto& descriptor : descriptors) {
     if (descriptor.size() == 0) {
       grant->own_.emplace_back();

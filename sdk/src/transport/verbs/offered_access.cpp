@@ -1,8 +1,18 @@
 #include "transport/verbs/offered_access.hpp"
 
 #include "memwire/error.hpp"
+#include "pool_state.hpp"
+#include "registration.hpp"
 
 namespace memwire::detail::verbs {
+
+OperationKind granted_kind(const Registration& registration) {
+  const auto& pool = registration.pool();
+  if (!pool) return registration.kind();
+  if (pool->options().remote_read && pool->options().remote_write)
+    return OperationKind::Unspecified;  // both
+  return pool->options().remote_read ? OperationKind::Read : OperationKind::Write;
+}
 
 std::shared_ptr<AccessGrant> OfferedAccess::grant(const Registration& registration,
                                                   std::size_t rail,
@@ -11,11 +21,11 @@ std::shared_ptr<AccessGrant> OfferedAccess::grant(const Registration& registrati
   std::lock_guard lock(mutex_);
   if (revoked_) throw Error(ErrorCode::Cancelled, "the operation ended on the owner's side");
   std::shared_ptr<AccessGrant> granted;
+  const auto kind = granted_kind(registration);
   if (own_pd)
-    granted =
-        AccessGrant::own_regions(device, own_pd, registration.descriptors(), registration.kind());
+    granted = AccessGrant::own_regions(device, own_pd, registration.descriptors(), kind);
   else if (rail < rails_.size() && rails_[rail])
-    granted = AccessGrant::windows(rails_[rail], registration.kind());
+    granted = AccessGrant::windows(rails_[rail], kind);
   else
     throw Error(ErrorCode::Transport, "verbs: the operation was not offered on " + device->name());
   // Grants of connections that ended are forgotten: the list stays as long as the live ones.

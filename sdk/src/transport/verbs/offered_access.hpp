@@ -14,6 +14,10 @@ namespace memwire::detail::verbs {
 // The verbs side of one passive operation: its bindable regions on each rail (devices with
 // type-2 windows) and every grant handed out for it. revoke() (completed, cancelled, dropped)
 // ends every grant before the registration finishes; the regions go once no grant needs them.
+// What a grant for `registration` allows: its kind, or for a pool what its options allow
+// (Unspecified: read and write).
+OperationKind granted_kind(const Registration& registration);
+
 class OfferedAccess final : public TransportState {
  public:
   // `rails`: per engine rail, its bindable regions, or null where grants register their own.

@@ -45,8 +45,16 @@ unsigned OutboundTransfer::next_batch(std::span<ibv_send_wr> wrs, std::span<ibv_
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.opcode = reading ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
-    wr.wr.rdma.remote_addr = remote[slice->index].ptr + slice->offset;
-    wr.wr.rdma.rkey = rkeys[slice->index];
+    if (const auto* blocks = transfer.blocks()) {
+      // A run of blocks: its place in a remote region, under that region's key.
+      const auto& segment = blocks->segments[slice->index];
+      wr.wr.rdma.remote_addr =
+          remote[segment.remote_region].ptr + segment.remote_offset + slice->offset;
+      wr.wr.rdma.rkey = rkeys[segment.remote_region];
+    } else {
+      wr.wr.rdma.remote_addr = remote[slice->index].ptr + slice->offset;
+      wr.wr.rdma.rkey = rkeys[slice->index];
+    }
     if (count > 0) wrs[count - 1].next = &wr;
     batch.push_back(*slice);
     bytes += slice->length;

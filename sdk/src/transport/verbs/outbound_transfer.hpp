@@ -77,6 +77,8 @@ struct OutboundTransfer {
   std::size_t pair = 0;
 
   bool begun = false;  // Begin sent: the owner knows this leg
+  // A tagged pool transfer aborted before its Begin went: Begin and Abort go together.
+  std::optional<Error> abandoned;
   bool accepted = false;
   // The keys the owner granted this leg's connection, one per descriptor (Keys notices).
   std::vector<std::uint32_t> rkeys;

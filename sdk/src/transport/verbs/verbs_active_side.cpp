@@ -7,6 +7,7 @@
 #include <bit>
 #include <sstream>
 
+#include "registration.hpp"
 #include "transport/verbs/rail_offer.hpp"
 #include "transport/verbs/verbs_engine.hpp"
 
@@ -54,7 +55,29 @@ Notice begin_notice(const OutboundTransfer& leg) {
   notice.token = leg.stripe->transfer->token();
   notice.kind = leg.stripe->transfer->kind();
   notice.bytes = leg.stripe->transfer->remote().total_size();
+  if (const auto* blocks = leg.stripe->transfer->blocks()) {
+    notice.first_index = kPoolBegin;
+    notice.bytes = blocks->generation;
+    notice.text = blocks->tag;
+  }
   return notice;
+}
+
+Notice abort_notice(std::uint64_t leg_seq, const Stripe& stripe, const Error& error) {
+  Notice notice;
+  notice.type = NoticeType::Abort;
+  notice.seq = leg_seq;
+  notice.key = stripe.transfer->key();
+  notice.token = stripe.transfer->token();
+  notice.kind = stripe.transfer->kind();
+  notice.error = error.code();
+  notice.text = error.what();
+  return notice;
+}
+
+// The keys a leg needs: one per remote descriptor (a pool's: per region).
+std::size_t keys_wanted(const ActiveTransfer& transfer) {
+  return transfer.blocks() ? transfer.remote().descriptors().size() : transfer.local().size();
 }
 
 }  // namespace
@@ -77,10 +100,22 @@ void VerbsActiveSide::on_notice(Connection& connection, const Notice& notice) {
 }
 
 bool VerbsActiveSide::announce_legs(Connection& connection) {
+  std::vector<std::uint64_t> abandoned;
   for (auto& [seq, leg] : connection.outbound) {
     if (leg.begun) continue;
     leg.begun = true;
     if (!connection.send(begin_notice(leg))) return false;
+    if (!leg.abandoned) continue;
+    // Aborted before the owner heard of it, and the owner awaits its tag: told now.
+    if (!connection.send(abort_notice(leg.seq, *leg.stripe, *leg.abandoned))) return false;
+    abandoned.push_back(seq);
+  }
+  for (auto seq : abandoned) {
+    auto stripe = connection.outbound.at(seq).stripe;
+    connection.outbound.erase(seq);
+    transfers_.erase(seq);
+    stripe->legs.erase(seq);
+    settle(stripe);
   }
   return true;
 }
@@ -94,10 +129,14 @@ OutboundTransfer* VerbsActiveSide::leg_of(std::uint64_t leg_seq) {
 
 void VerbsActiveSide::begin(const std::shared_ptr<ActiveTransfer>& transfer,
                             const TransportOffer& offer, std::uint64_t seq) {
-  if (is_terminal(transfer->status())) return;
+  // A tagged pool transfer that ended before it began still reaches the owner, whose waiters
+  // for its tag hear that it failed.
+  const auto* blocks = transfer->blocks();
+  const bool tell_owner = blocks != nullptr && !blocks->tag.empty();
+  if (is_terminal(transfer->status()) && !tell_owner) return;
   const auto& local = transfer->local();
   const auto& remote = transfer->remote().descriptors();
-  if (local.size() != remote.size()) {
+  if (!transfer->blocks() && local.size() != remote.size()) {
     transfer->fail(Error(ErrorCode::InvalidMetadata,
                          "verbs: " + std::to_string(remote.size()) + " remote and " +
                              std::to_string(local.size()) + " local descriptors"));
@@ -105,7 +144,7 @@ void VerbsActiveSide::begin(const std::shared_ptr<ActiveTransfer>& transfer,
   }
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < local.size(); ++i) {
-    if (local[i].size() != remote[i].size) {
+    if (!transfer->blocks() && local[i].size() != remote[i].size) {
       transfer->fail(
           Error(ErrorCode::SizeMismatch, "descriptor " + std::to_string(i) + " differs in size"));
       return;
@@ -153,6 +192,9 @@ void VerbsActiveSide::begin(const std::shared_ptr<ActiveTransfer>& transfer,
   std::stable_partition(stripe->pairs.begin(), stripe->pairs.end(), [&](const Stripe::Pair& pair) {
     return !engine_.rail(pair.local_rail).failed_within(kRailPenalty, now);
   });
+  // A pool's transfer keeps to one rail: its tag goes on the connection that moved its bytes,
+  // and a lost rail fails it (the owner's waiters hear of that tag) rather than moving on.
+  if (transfer->blocks() && stripe->pairs.size() > 1) stripe->pairs.resize(1);
   stripe->slice_bytes = slice_bytes_;
   for (const auto& pair : stripe->pairs)
     stripe->slice_bytes = std::min(stripe->slice_bytes, engine_.rail(pair.local_rail).chunk_bytes);
@@ -177,7 +219,10 @@ void VerbsActiveSide::begin(const std::shared_ptr<ActiveTransfer>& transfer,
     stripes_.erase(seq);
     transfer->fail(stripe->last_error.value_or(
         Error(ErrorCode::PeerLost, "verbs: no rail pairs with the peer's")));
+    return;
   }
+  if (is_terminal(transfer->status()))
+    abort(seq, transfer->failure().value_or(Error(ErrorCode::Cancelled, "cancelled")));
 }
 
 bool VerbsActiveSide::open_leg(const std::shared_ptr<Stripe>& stripe, std::size_t pair) {
@@ -212,7 +257,7 @@ bool VerbsActiveSide::open_leg(const std::shared_ptr<Stripe>& stripe, std::size_
 
 bool VerbsActiveSide::take_keys(Connection& connection, OutboundTransfer& leg,
                                 const Notice& notice) {
-  const auto descriptors = leg.stripe->transfer->local().size();
+  const auto descriptors = keys_wanted(*leg.stripe->transfer);
   if (notice.first_index > descriptors || notice.rkeys.size() > descriptors - notice.first_index) {
     engine_.fail_connection(connection,
                             Error(ErrorCode::Protocol, "verbs: " + describe(connection) +
@@ -250,12 +295,12 @@ void VerbsActiveSide::on_accept(Connection& connection, const Notice& notice) {
   }
   if (stripe->aborted || stripe->done_sent || is_terminal(stripe->transfer->status())) return;
   if (!take_keys(connection, leg, notice)) return;  // the last of the keys come with Accept
-  if (leg.keys_received != stripe->transfer->local().size()) {
+  if (leg.keys_received != keys_wanted(*stripe->transfer)) {
     engine_.fail_connection(
         connection, Error(ErrorCode::Protocol,
                           "verbs: " + describe(connection) + " accepted with " +
                               std::to_string(leg.keys_received) + " keys for " +
-                              std::to_string(stripe->transfer->local().size()) + " descriptors"));
+                              std::to_string(keys_wanted(*stripe->transfer)) + " descriptors"));
     return;
   }
   if (!stripe->pin) {
@@ -269,10 +314,18 @@ void VerbsActiveSide::on_accept(Connection& connection, const Notice& notice) {
   }
   const int access = stripe->transfer->kind() == OperationKind::Read ? IBV_ACCESS_LOCAL_WRITE : 0;
   try {
-    for (const auto& descriptor : stripe->transfer->local())
-      leg.regions.push_back(
-          engine_.rail(connection.rail)
-              .local_regions.acquire(descriptor.ptr(), descriptor.size(), access));
+    auto& cache = engine_.rail(connection.rail).local_regions;
+    if (const auto* blocks = stripe->transfer->blocks()) {
+      // The local pool's regions, registered once with the pool (held there): found, not made.
+      const auto& regions = blocks->local_pool->descriptors();
+      for (const auto& segment : blocks->segments) {
+        const auto& region = regions[segment.local_region];
+        leg.regions.push_back(cache.acquire(region.ptr(), region.size(), access));
+      }
+    } else {
+      for (const auto& descriptor : stripe->transfer->local())
+        leg.regions.push_back(cache.acquire(descriptor.ptr(), descriptor.size(), access));
+    }
   } catch (const Error& error) {
     leg.regions.clear();
     stripe->transfer->fail(error);  // its abort tells the owner
@@ -388,6 +441,7 @@ void VerbsActiveSide::finish_stripe(Connection& connection, std::uint64_t leg_se
   done.token = stripe.transfer->token();
   done.kind = stripe.transfer->kind();
   done.bytes = stripe.transfer->remote().total_size();
+  if (const auto* blocks = stripe.transfer->blocks()) done.bytes = blocks->bytes;
   engine_.send(connection, done);
 }
 
@@ -575,15 +629,13 @@ void VerbsActiveSide::abort(std::uint64_t seq, const Error& error) {
     auto leg = connection.outbound.find(leg_seq);
     if (leg == connection.outbound.end()) continue;
     if (leg->second.begun) {
-      Notice notice;
-      notice.type = NoticeType::Abort;
-      notice.seq = leg_seq;
-      notice.key = stripe->transfer->key();
-      notice.token = stripe->transfer->token();
-      notice.kind = stripe->transfer->kind();
-      notice.error = error.code();
-      notice.text = error.what();
-      if (!connection.send(notice)) broken.push_back(connection.id());
+      if (!connection.send(abort_notice(leg_seq, *stripe, error)))
+        broken.push_back(connection.id());
+    } else if (const auto* blocks = stripe->transfer->blocks(); blocks && !blocks->tag.empty()) {
+      // Not announced yet: the owner would wait for its tag in vain. Announced and aborted
+      // together once the connection is up (announce_legs).
+      leg->second.abandoned = error;
+      continue;
     }
     // Work requests still in flight keep the leg (and the buffers' regions) until they end.
     if (leg->second.idle()) {

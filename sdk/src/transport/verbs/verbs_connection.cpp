@@ -130,12 +130,13 @@ bool Connection::send(const Notice& notice) {
   return flush();
 }
 
-bool Connection::send_grant(std::uint64_t seq, const std::shared_ptr<AccessGrant>& grant) {
+bool Connection::send_grant(std::uint64_t seq, const std::shared_ptr<AccessGrant>& grant,
+                            bool bind) {
   // The binds first: on an RC QP the work requests run in order, so the windows are bound
   // before the keys reach the peer.
   // One entry for all of them, however many descriptors: it stays first until every window
   // is bound.
-  if (grant->binds()) {
+  if (bind && grant->binds()) {
     Waiting binds{};
     binds.grant = grant;
     binds.bind = true;

@@ -61,7 +61,8 @@ class Connection {
   // Hands `grant` to the peer for its transfer `seq`: binds its windows on this QP, then its
   // keys (Keys notices), then Accept. Should the grant end before Accept is posted, the
   // Accept says so instead. False when posting failed.
-  bool send_grant(std::uint64_t seq, const std::shared_ptr<AccessGrant>& grant);
+  // `bind`: false when the grant's windows are bound on this QP already (a pool's next transfer).
+  bool send_grant(std::uint64_t seq, const std::shared_ptr<AccessGrant>& grant, bool bind = true);
   // The QP can send now: flushes what waited. False on a post failure.
   bool establish();
   // Stops the connection for good: disconnects and destroys the QP, after which the device no
@@ -102,6 +103,9 @@ class Connection {
   struct Inbound {
     std::weak_ptr<Registration> registration;
     std::shared_ptr<AccessGrant> grant;
+    // A pool: its grant stays for the connection's life; its transfers under way (Begin
+    // without Done or Abort yet), by seq, with their tags.
+    std::map<std::uint64_t, std::string> pool_transfers;
   };
   std::map<Id128, Inbound> inbound;
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "pool_state.hpp"
 #include "registration.hpp"
 #include "transport/verbs/offered_access.hpp"
 #include "transport/verbs/verbs_engine.hpp"
@@ -15,6 +16,11 @@ constexpr std::size_t kMaxInboundPerConnection = 1024;
 // Remote keys (memory windows or regions) one connection may hold at once: an operation may
 // have up to 65,536 descriptors, and the device's windows are shared by every peer.
 constexpr std::size_t kMaxKeysPerConnection = 65536;
+
+// Who sent a tag: the connector its hello named, else the connection.
+std::string peer_of(const Connection& connection) {
+  return connection.peer.empty() ? describe(connection) : connection.peer;
+}
 
 }  // namespace
 
@@ -49,21 +55,50 @@ void VerbsPassiveSide::reply(Connection& connection, NoticeType type, std::uint6
 
 void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
   auto registration = registrations_->find(notice.key);
+  const bool pool_transfer = notice.first_index == kPoolBegin;
   if (!registration) {
-    reply(connection, NoticeType::Accept, notice.seq, ErrorCode::NotFound,
-          "no live operation with this key (completed, cancelled or never offered)");
+    if (pool_transfer)
+      reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Expired,
+            "stale pool metadata (generation " + std::to_string(notice.bytes) +
+                "): the owner has no such pool any more (dropped, re-registered, or its "
+                "connector restarted); fetch the pool's metadata again");
+    else
+      reply(connection, NoticeType::Accept, notice.seq, ErrorCode::NotFound,
+            "no live operation with this key (completed, cancelled or never offered)");
+    return;
+  }
+  if (pool_transfer != static_cast<bool>(registration->pool())) {
+    reply(connection, NoticeType::Accept, notice.seq, ErrorCode::AccessDenied,
+          pool_transfer ? "a one-shot operation is no pool"
+                        : "a pool's blocks move only in pool transfers");
+    return;
+  }
+  if (pool_transfer && notice.bytes != registration->pool()->generation()) {
+    reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Expired,
+          "stale pool metadata: generation " + std::to_string(notice.bytes) + ", the pool's is " +
+              std::to_string(registration->pool()->generation()));
     return;
   }
   try {
-    // Token, kind, expiry and liveness, before a byte moves. The pin is dropped at once: the
-    // device moves the bytes and the memory regions are what guards the memory.
+    registration->check_token(notice.token);
+  } catch (const Error& error) {
+    reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
+    return;
+  }
+  try {
+    // Kind, expiry and liveness, before a byte moves. The pin is dropped at once: the device
+    // moves the bytes and the memory regions are what guards the memory.
     const auto& descriptors = registration->descriptors();
     registration->check_access(notice.token, notice.kind, 0, 0, descriptors.front().size(),
                                "verbs");
   } catch (const Error& error) {
     reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
+    // The token was right: the pool's waiters for this transfer's tag hear why it never came.
+    if (registration->pool() && !notice.text.empty())
+      registration->pool()->fail(peer_of(connection), notice.text, error);
     return;
   }
+  if (registration->pool()) return on_pool_begin(connection, notice, registration);
   // Refused before any key is granted, as Done would be after the bytes moved. The token was
   // right, so the owner hears of it too, as it would of the reader's failure on the other
   // transports.
@@ -109,12 +144,82 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
     return;
   }
   // Remembered so that losing this connection fails the operation and ends the grant.
-  connection.inbound[notice.key] = {registration, grant};
+  connection.inbound[notice.key] = {registration, grant, {}};
   engine_.watch_expiry(registration, grant);
   if (!connection.send_grant(notice.seq, grant))
     engine_.fail_connection(
         connection,
         Error(ErrorCode::Transport, "verbs: cannot post to the QP of " + describe(connection)));
+}
+
+void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notice,
+                                     const std::shared_ptr<Registration>& registration) {
+  auto found = connection.inbound.find(notice.key);
+  if (found != connection.inbound.end()) {
+    auto& entry = found->second;
+    if (entry.pool_transfers.size() >= kMaxInboundPerConnection) {
+      reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Transport,
+            "too many transfers of one pool under way on one connection (" +
+                std::to_string(kMaxInboundPerConnection) + ")");
+      return;
+    }
+    if (entry.grant->invalidated()) {
+      reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Cancelled,
+            "the pool was closed by its owner");
+      return;
+    }
+    entry.pool_transfers[notice.seq] = notice.text;
+    // The keys this connection holds already: no bind, no new region.
+    if (!connection.send_grant(notice.seq, entry.grant, /*bind=*/false))
+      engine_.fail_connection(
+          connection,
+          Error(ErrorCode::Transport, "verbs: cannot post to the QP of " + describe(connection)));
+    return;
+  }
+  if (connection.inbound.size() >= kMaxInboundPerConnection) {
+    reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Transport,
+          "too many operations begun on one connection (" +
+              std::to_string(kMaxInboundPerConnection) + ")");
+    return;
+  }
+  std::shared_ptr<AccessGrant> grant;
+  try {
+    auto access = registration->attachment<OfferedAccess>();
+    if (!access) throw Error(ErrorCode::Cancelled, "the pool was closed by its owner");
+    grant = access->grant(*registration, connection.rail, engine_.rail(connection.rail).device,
+                          connection.own_protection_domain());
+  } catch (const Error& error) {
+    reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
+    return;
+  }
+  auto& entry = connection.inbound[notice.key];
+  entry = {registration, grant, {}};
+  entry.pool_transfers[notice.seq] = notice.text;
+  if (!connection.send_grant(notice.seq, grant))
+    engine_.fail_connection(
+        connection,
+        Error(ErrorCode::Transport, "verbs: cannot post to the QP of " + describe(connection)));
+}
+
+void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice,
+                                    Registration& registration) {
+  auto found = connection.inbound.find(notice.key);
+  if (found == connection.inbound.end() || !found->second.pool_transfers.contains(notice.seq)) {
+    reply(connection, NoticeType::Result, notice.seq, ErrorCode::Protocol,
+          "Done for a pool transfer this connection did not begin");
+    return;
+  }
+  auto tag = std::move(found->second.pool_transfers[notice.seq]);
+  found->second.pool_transfers.erase(notice.seq);
+  try {
+    registration.check_token(notice.token);
+    // The device placed every byte before this SEND, which came after them on the same QP.
+    if (!tag.empty()) registration.pool()->deliver(peer_of(connection), std::move(tag));
+  } catch (const Error& error) {
+    reply(connection, NoticeType::Result, notice.seq, error.code(), std::string(error.message()));
+    return;
+  }
+  reply(connection, NoticeType::Result, notice.seq);
 }
 
 void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
@@ -132,6 +237,7 @@ void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
     end_grant();
     return;
   }
+  if (registration->pool()) return on_pool_done(connection, notice, *registration);
   // Every grant of the operation (on every rail the transfer began on) ends before the Result
   // is posted: a reader holding its answer holds no working key. The Result is posted before
   // the owner wakes: an owner that exits at once must not take the answer down with it.
@@ -157,6 +263,23 @@ void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
   auto found = connection.inbound.find(notice.key);
   if (found == connection.inbound.end()) return;
   auto registration = found->second.registration.lock();
+  if (registration && registration->pool()) {
+    // One transfer of the pool failed: its tag's waiters hear it; the grant stays.
+    auto transfer = found->second.pool_transfers.find(notice.seq);
+    if (transfer == found->second.pool_transfers.end()) return;
+    const auto tag = std::move(transfer->second);
+    found->second.pool_transfers.erase(transfer);
+    try {
+      registration->check_token(notice.token);
+    } catch (const Error&) {
+      return;
+    }
+    if (!tag.empty())
+      registration->pool()->fail(peer_of(connection), tag,
+                                 Error(notice.error.value_or(ErrorCode::Protocol),
+                                       "the active side failed: " + notice.text));
+    return;
+  }
   // The grant ends with the entry (once a bind still queued on the device has run).
   found->second.grant->invalidate();
   connection.inbound.erase(found);
@@ -170,9 +293,18 @@ void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
 }
 
 void VerbsPassiveSide::on_connection_lost(const std::map<Id128, Connection::Inbound>& inbound,
-                                          const Error& error) {
+                                          const Error& error, const std::string& peer) {
   const auto& connections = engine_.connections();
   for (const auto& [registration_key, entry] : inbound) {
+    if (auto registration = entry.registration.lock(); registration && registration->pool()) {
+      // A pool never fails with a connection; the tags of its transfers under way do.
+      for (const auto& [seq, tag] : entry.pool_transfers)
+        if (!tag.empty())
+          registration->pool()->fail(
+              peer, tag,
+              Error(ErrorCode::PeerLost, "connection lost: " + std::string(error.what())));
+      continue;
+    }
     const auto& key = registration_key;  // a plain reference: lambdas cannot capture a binding
     const bool held = std::any_of(connections.begin(), connections.end(), [&](const auto& entry) {
       return entry.second->state != Connection::State::Closed &&

@@ -30,10 +30,16 @@ class VerbsPassiveSide {
   void on_notice(Connection& connection, const Notice& notice);
   // `inbound`: the registrations the closed connection had begun. Each fails unless another
   // live connection (the peer's other rail) still carries its transfer.
-  void on_connection_lost(const std::map<Id128, Connection::Inbound>& inbound, const Error& error);
+  // `peer`: the closed connection's peer, named to a pool's waiters.
+  void on_connection_lost(const std::map<Id128, Connection::Inbound>& inbound, const Error& error,
+                          const std::string& peer);
 
  private:
   void on_begin(Connection& connection, const Notice& notice);
+  // A pool's Begin: its keys granted to this connection once, then answered from that grant.
+  void on_pool_begin(Connection& connection, const Notice& notice,
+                     const std::shared_ptr<Registration>& registration);
+  void on_pool_done(Connection& connection, const Notice& notice, Registration& registration);
   void on_done(Connection& connection, const Notice& notice);
   void on_abort(Connection& connection, const Notice& notice);
   void reply(Connection& connection, NoticeType type, std::uint64_t seq,

@@ -11,6 +11,15 @@
 namespace memwire::detail {
 namespace {
 
+// A pool's memory registered once for this side's own transfers (the local side of
+// read_blocks / write_blocks), held while the pool lives: transfers find it in the rail's
+// LocalMrCache instead of registering their blocks each time.
+class PoolLocalRegions final : public TransportState {
+ public:
+  std::vector<std::shared_ptr<const ibv_mr>> regions;
+  void revoke() noexcept override { regions.clear(); }
+};
+
 class VerbsTransport final : public Transport {
  public:
   explicit VerbsTransport(const TransportContext& context)
@@ -24,7 +33,7 @@ class VerbsTransport final : public Transport {
     // present the token (offered_access.hpp). Where the device binds windows, the memory is
     // registered now for binds only (a window of a readable allows remote read alone, of a
     // writable remote write alone; local write is what the device needs to write into it).
-    const int access = registration.kind() == OperationKind::Read
+    const int access = registration.kind() == OperationKind::Read && !registration.pool()
                            ? IBV_ACCESS_MW_BIND
                            : IBV_ACCESS_MW_BIND | IBV_ACCESS_LOCAL_WRITE;
     TransportOffer offer{"verbs", {}, {}, {}};
@@ -45,8 +54,21 @@ class VerbsTransport final : public Transport {
       rails.push_back(std::move(regions));
     }
     registration.attach(std::make_unique<verbs::OfferedAccess>(std::move(rails)));
+    if (registration.pool()) {
+      auto local = std::make_unique<PoolLocalRegions>();
+      for (std::size_t rail = 0; rail < engine_->rail_count(); ++rail)
+        for (const auto& region : registration.descriptors())
+          local->regions.push_back(engine_->rail(rail).local_regions.acquire(
+              region.ptr(), region.size(), IBV_ACCESS_LOCAL_WRITE));
+      registration.attach(std::move(local));
+    }
     return offer;
   }
+
+  // A pool's keys are granted to a connection once (its first Begin binds them) and kept until
+  // the pool goes; each transfer still announces itself (Begin, answered with the keys held),
+  // moves its bytes one-sided, and ends with Done, which carries the tag.
+  bool serves_pools() const override { return true; }
 
   bool can_reach(const TransportOffer& offer) const override {
     return verbs::parse_ipv4_endpoint(offer.address).has_value() && offer.keys.empty();

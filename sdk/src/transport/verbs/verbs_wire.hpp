@@ -48,10 +48,14 @@ struct Notice {
   std::vector<std::uint32_t> rkeys;                 // Keys, Accept: one per descriptor onwards
   std::uint16_t credits = 0;  // receives the sender posted again since its last notice
   std::uint64_t bytes = 0;    // Begin, Done: what the active side moves (all that is offered?)
+  // A Begin with first_index kPoolBegin is a transfer between pools: `bytes` is then the pool
+  // metadata's generation and `text` the transfer's tag (delivered at Done).
 
   static constexpr std::size_t kMaxText = 190;
   static constexpr std::size_t kMaxKeys = 47;  // per Keys notice (a notice carries no text then)
 };
+
+inline constexpr std::uint32_t kPoolBegin = 1;
 
 // Every notice fits one receive buffer of this size.
 inline constexpr std::size_t kNoticeBytes = 256;
