@@ -233,6 +233,38 @@ TEST_P(PoolConformance, ADroppedPoolRefusesItsReadersAsStale) {
       << read.error_message();
 }
 
+TEST_P(PoolConformance, AClosedPoolEndsTheAccessOfPeersThatHeldItsKeys) {
+  // A writer that moved blocks before holds the pool's keys (verbs: granted to its
+  // connection); once the owner closes the pool, its next write moves nothing.
+  Connector owner(options()), writer(options());
+  PoolMemory there, here;
+  auto local = writer.register_pool(here.regions());
+  std::optional<Pool> remote(owner.register_pool(there.regions()));
+  const auto metadata = remote->metadata();
+  fill_pattern(here.block(0), 11);
+  for (int n = 0; n < 3; ++n) {  // the later ones under the keys the first was granted
+    auto write = writer.write_blocks(local, {{0, 0}}, metadata, "w" + std::to_string(n));
+    ASSERT_EQ(write.wait_for_completion(10s), OperationStatus::Complete);
+  }
+  ASSERT_TRUE(block_holds(there, 0, 11));
+  remote.reset();
+  fill_pattern(here.block(1), 12);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto write = writer.write_blocks(local, {{1, 1}}, metadata, "late");
+    EXPECT_EQ(failure_code(write, 10s), ErrorCode::Expired) << write.error_message();
+    // Verbs: the keys held are refused by the NIC (the connection then goes); a new one is
+    // told the metadata is stale, as the stream transports say at once.
+    const bool keys_held = transport() == "verbs" && attempt == 0;
+    EXPECT_NE(write.error_message().find(keys_held ? "no longer grants" : "stale pool metadata"),
+              std::string::npos)
+        << write.error_message();
+    auto read = writer.read_blocks(metadata, {{0, 2}}, local);
+    EXPECT_EQ(failure_code(read, 10s), ErrorCode::Expired) << read.error_message();
+  }
+  EXPECT_TRUE(block_is_zero(there, 1)) << "a closed pool was written";
+  EXPECT_TRUE(block_is_zero(here, 2)) << "a closed pool was read";
+}
+
 TEST_P(PoolConformance, MetadataOfAnEarlierGenerationIsRefused) {
   Connector owner(options()), reader(options());
   PoolMemory there, here;

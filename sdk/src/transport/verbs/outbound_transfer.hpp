@@ -79,6 +79,8 @@ struct OutboundTransfer {
   bool begun = false;  // Begin sent: the owner knows this leg
   // A tagged pool transfer aborted before its Begin went: Begin and Abort go together.
   std::optional<Error> abandoned;
+  // A pool transfer that moves under keys its connection already held: no Begin was sent.
+  bool cached_keys = false;
   bool accepted = false;
   // The keys the owner granted this leg's connection, one per descriptor (Keys notices).
   std::vector<std::uint32_t> rkeys;

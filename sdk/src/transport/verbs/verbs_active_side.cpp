@@ -72,6 +72,11 @@ Notice abort_notice(std::uint64_t leg_seq, const Stripe& stripe, const Error& er
   notice.kind = stripe.transfer->kind();
   notice.error = error.code();
   notice.text = error.what();
+  if (const auto* blocks = stripe.transfer->blocks()) {
+    // The owner may not know this transfer (no Begin: keys cached): the tag tells it which.
+    notice.first_index = kPoolBegin;
+    notice.text = blocks->tag;
+  }
   return notice;
 }
 
@@ -250,6 +255,17 @@ bool VerbsActiveSide::open_leg(const std::shared_ptr<Stripe>& stripe, std::size_
   stripe->legs.insert(leg_seq);
   if (connection->state == Connection::State::Established) {
     entry.begun = true;
+    // A pool whose keys this connection holds: one-sided from the first work request.
+    const auto cached = stripe->transfer->blocks()
+                            ? connection->pool_keys.find(stripe->transfer->key())
+                            : connection->pool_keys.end();
+    if (cached != connection->pool_keys.end() && !is_terminal(stripe->transfer->status())) {
+      entry.cached_keys = true;
+      entry.rkeys = cached->second;
+      entry.keys_received = entry.rkeys.size();
+      start_moving(*connection, entry, leg_seq);
+      return true;
+    }
     engine_.send(*connection, begin_notice(entry));
   }
   return true;
@@ -303,9 +319,17 @@ void VerbsActiveSide::on_accept(Connection& connection, const Notice& notice) {
                               std::to_string(keys_wanted(*stripe->transfer)) + " descriptors"));
     return;
   }
+  // A pool's keys stay granted to this connection: its later transfers here need no Begin.
+  if (stripe->transfer->blocks()) connection.pool_keys[stripe->transfer->key()] = leg.rkeys;
+  start_moving(connection, leg, notice.seq);
+}
+
+bool VerbsActiveSide::start_moving(Connection& connection, OutboundTransfer& leg,
+                                   std::uint64_t leg_seq) {
+  const auto stripe = leg.stripe;
   if (!stripe->pin) {
     auto pin = stripe->transfer->gate().pin();
-    if (!pin) return;  // being cancelled: its failure notifier (abort) comes next
+    if (!pin) return false;  // being cancelled: its failure notifier (abort) comes next
     stripe->pin = std::move(pin);
     // A device that still holds the buffers after the grace period is cut off: the QPs go.
     stripe->transfer->gate().add_breaker(
@@ -330,14 +354,15 @@ void VerbsActiveSide::on_accept(Connection& connection, const Notice& notice) {
     leg.regions.clear();
     stripe->transfer->fail(error);  // its abort tells the owner
     settle(stripe);
-    return;
+    return false;
   }
   leg.accepted = true;
   // This leg first (the others may take their windows full once it is in), then those that
   // waited for it.
-  connection.ready.push_back(notice.seq);
+  connection.ready.push_back(leg_seq);
   pump(connection);
   wake_legs(*stripe);
+  return true;
 }
 
 void VerbsActiveSide::pump(Connection& connection) {
@@ -441,19 +466,39 @@ void VerbsActiveSide::finish_stripe(Connection& connection, std::uint64_t leg_se
   done.token = stripe.transfer->token();
   done.kind = stripe.transfer->kind();
   done.bytes = stripe.transfer->remote().total_size();
-  if (const auto* blocks = stripe.transfer->blocks()) done.bytes = blocks->bytes;
+  if (const auto* blocks = stripe.transfer->blocks()) {
+    done.bytes = blocks->bytes;
+    const auto* leg = leg_of(leg_seq);
+    if (leg != nullptr && leg->cached_keys) {
+      // No Begin told the owner of it: without a tag it need not hear of it at all (the
+      // completions say the bytes were placed); with one, Done carries the tag.
+      if (blocks->tag.empty()) return end_transfer(leg_seq, std::nullopt);
+      done.first_index = kPoolBegin;
+      done.text = blocks->tag;
+    }
+  }
   engine_.send(connection, done);
 }
 
 void VerbsActiveSide::on_result(Connection& connection, const Notice& notice) {
-  auto found = connection.outbound.find(notice.seq);
-  if (found == connection.outbound.end()) return;
-  const auto stripe = found->second.stripe;
+  if (!connection.outbound.contains(notice.seq)) return;
+  end_transfer(notice.seq, notice.error
+                               ? std::optional<Error>(Error(*notice.error,
+                                                            "the owner did not complete the "
+                                                            "transfer: " +
+                                                                notice.text))
+                               : std::nullopt);
+}
+
+void VerbsActiveSide::end_transfer(std::uint64_t leg_seq, const std::optional<Error>& error) {
+  auto* ending = leg_of(leg_seq);
+  if (ending == nullptr) return;
+  const auto stripe = ending->stripe;
   // The transfer ends on every rail it used.
-  for (auto leg_seq : stripe->legs) {
-    auto where = transfers_.find(leg_seq);
+  for (auto other : stripe->legs) {
+    auto where = transfers_.find(other);
     if (where == transfers_.end()) continue;
-    where->second->outbound.erase(leg_seq);
+    where->second->outbound.erase(other);
     transfers_.erase(where);
   }
   stripe->legs.clear();
@@ -471,11 +516,10 @@ void VerbsActiveSide::on_result(Connection& connection, const Notice& notice) {
                   .count();
     log(line.str());
   }
-  if (!notice.error)
+  if (!error)
     stripe->transfer->succeed();
   else
-    stripe->transfer->fail(
-        Error(*notice.error, "the owner did not complete the transfer: " + notice.text));
+    stripe->transfer->fail(*error);
 }
 
 void VerbsActiveSide::resume(const std::shared_ptr<Stripe>& stripe) {
@@ -701,7 +745,12 @@ void VerbsActiveSide::on_connection_lost(std::size_t rail,
       settle(stripe);
       continue;
     }
-    const Error& why = culprit && *culprit == seq && culprit_error ? *culprit_error : error;
+    Error why = culprit && *culprit == seq && culprit_error ? *culprit_error : error;
+    if (leg.cached_keys && why.code() == ErrorCode::AccessDenied)
+      why = Error(ErrorCode::Expired,
+                  "the owner no longer grants this pool's keys (the pool was closed or "
+                  "re-registered, or its owner restarted): fetch its metadata again (" +
+                      std::string(why.message()) + ")");
     stripe->last_error = why;
     if (stripe->first_failure == std::chrono::steady_clock::time_point{})
       stripe->first_failure = now;

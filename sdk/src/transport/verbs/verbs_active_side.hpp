@@ -75,6 +75,12 @@ class VerbsActiveSide {
   // the connection failed) when they do not fit its descriptors.
   bool take_keys(Connection& connection, OutboundTransfer& leg, const Notice& notice);
   void on_keys(Connection& connection, const Notice& notice);
+  // `leg` holds its keys: pin the buffers, find their regions, post. False when the transfer
+  // failed instead.
+  bool start_moving(Connection& connection, OutboundTransfer& leg, std::uint64_t leg_seq);
+  // The transfer of `notice_seq`'s leg ended (the owner's Result, or a pool transfer that
+  // needs none): forgotten on every rail, then succeeded or failed with `error`.
+  void end_transfer(std::uint64_t leg_seq, const std::optional<Error>& error);
   void on_accept(Connection& connection, const Notice& notice);
   void on_result(Connection& connection, const Notice& notice);
   // Posts batches of the legs ready on `connection`, as its credits and their windows allow.

@@ -108,6 +108,9 @@ class Connection {
     std::map<std::uint64_t, std::string> pool_transfers;
   };
   std::map<Id128, Inbound> inbound;
+  // Active side: the keys of pools the owner granted this connection, by pool key. Its later
+  // transfers of the pool move at once, one-sided; they die with the connection.
+  std::map<Id128, std::vector<std::uint32_t>> pool_keys;
 
  private:
   struct Waiting;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "memwire/error_codes.hpp"
 #include "pool_state.hpp"
 #include "registration.hpp"
 #include "transport/verbs/offered_access.hpp"
@@ -204,13 +205,19 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
 void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice,
                                     Registration& registration) {
   auto found = connection.inbound.find(notice.key);
-  if (found == connection.inbound.end() || !found->second.pool_transfers.contains(notice.seq)) {
+  // A transfer under keys the connection held already had no Begin: its Done names its tag.
+  const bool begun =
+      found != connection.inbound.end() && found->second.pool_transfers.contains(notice.seq);
+  if (found == connection.inbound.end() || (!begun && notice.first_index != kPoolBegin)) {
     reply(connection, NoticeType::Result, notice.seq, ErrorCode::Protocol,
-          "Done for a pool transfer this connection did not begin");
+          "Done for a pool transfer this connection holds no keys for");
     return;
   }
-  auto tag = std::move(found->second.pool_transfers[notice.seq]);
-  found->second.pool_transfers.erase(notice.seq);
+  std::string tag = notice.text;
+  if (begun) {
+    tag = std::move(found->second.pool_transfers[notice.seq]);
+    found->second.pool_transfers.erase(notice.seq);
+  }
   try {
     registration.check_token(notice.token);
     // The device placed every byte before this SEND, which came after them on the same QP.
@@ -266,18 +273,25 @@ void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
   if (registration && registration->pool()) {
     // One transfer of the pool failed: its tag's waiters hear it; the grant stays.
     auto transfer = found->second.pool_transfers.find(notice.seq);
-    if (transfer == found->second.pool_transfers.end()) return;
-    const auto tag = std::move(transfer->second);
-    found->second.pool_transfers.erase(transfer);
+    std::string tag = notice.text;  // one without Begin names its tag
+    if (transfer != found->second.pool_transfers.end()) {
+      tag = std::move(transfer->second);
+      found->second.pool_transfers.erase(transfer);
+    } else if (notice.first_index != kPoolBegin) {
+      return;
+    }
     try {
       registration->check_token(notice.token);
     } catch (const Error&) {
       return;
     }
     if (!tag.empty())
-      registration->pool()->fail(peer_of(connection), tag,
-                                 Error(notice.error.value_or(ErrorCode::Protocol),
-                                       "the active side failed: " + notice.text));
+      registration->pool()->fail(
+          peer_of(connection), tag,
+          Error(notice.error.value_or(ErrorCode::Protocol),
+                "the active side failed (" +
+                    std::string(error_code_name(notice.error.value_or(ErrorCode::Protocol))) +
+                    ")"));
     return;
   }
   // The grant ends with the entry (once a bind still queued on the device has run).
