@@ -403,6 +403,7 @@ int main(int argc, char** argv) {
     auto pool = connector.register_pool(pool_regions(memory));
     Prefill prefill{connector, pool, PoolMetadata::from_json(get(from_decode[0])), memory};
     const auto registrations = connector.telemetry().registrations;
+    const auto memory_regions = connector.telemetry().memory_regions;
     auto wanted = [&](const char* figure) { return only.empty() || only == figure; };
     if (wanted("metadata")) report["metadata"] = metadata_figures(rounds);
     if (wanted("scattered")) report["scattered"] = scattered_figures(prefill, rounds * 5);
@@ -412,6 +413,7 @@ int main(int argc, char** argv) {
       report["layers"] = layer_figures(prefill, layers, rounds, to_decode[1], from_decode[0]);
     // Pool transfers register nothing; the old way's per-layer writables are the decode side's.
     report["registrations_after_first"] = connector.telemetry().registrations - registrations;
+    report["memory_regions_after_first"] = connector.telemetry().memory_regions - memory_regions;
     std::printf(
         "registrations by %s transfers after the pool's: %llu\n", "pool",
         static_cast<unsigned long long>(report["registrations_after_first"].get<std::uint64_t>()));

@@ -48,12 +48,15 @@ struct MEMWIRE_API TelemetrySnapshot {
   // Accepted connections that ended in a remote access error, a flushed QP or garbage (a peer
   // using keys it was not granted), and connections refused because their source had too many.
   std::uint64_t peer_faults = 0;
+  // Device memory registrations (ibv_reg_mr) made, ever: what registering once saves.
+  std::uint64_t memory_regions = 0;
   std::uint64_t refused_connections = 0;
 };
 
 // Prometheus text exposition (version 0.0.4): memwire_operations_total,
 // memwire_transferred_bytes_total, memwire_operation_duration_seconds (histogram),
-// memwire_registered_bytes, memwire_registrations_total, memwire_connections,
+// memwire_registered_bytes, memwire_registrations_total, memwire_memory_regions_total,
+// memwire_connections,
 // memwire_connections_opened_total, memwire_peer_faults_total,
 // memwire_refused_connections_total. Every family has its HELP and TYPE lines.
 MEMWIRE_API std::string to_prometheus(const TelemetrySnapshot& snapshot);

@@ -103,6 +103,9 @@ std::string to_prometheus(const TelemetrySnapshot& snapshot) {
   family(out, "memwire_registrations_total", "counter",
          "Readable and writable operations created.");
   Sample("memwire_registrations_total").value(out, std::to_string(snapshot.registrations));
+  family(out, "memwire_memory_regions_total", "counter",
+         "Device memory registrations (RDMA memory regions) made.");
+  Sample("memwire_memory_regions_total").value(out, std::to_string(snapshot.memory_regions));
   family(out, "memwire_peer_faults_total", "counter",
          "Accepted connections that ended in a remote access error, a flush or garbage.");
   Sample("memwire_peer_faults_total").value(out, std::to_string(snapshot.peer_faults));

@@ -38,6 +38,9 @@ class TelemetryRecorder {
   void connection_closed(std::string_view transport, Direction direction) noexcept;
   // A peer's connection ended in an access fault; a connection refused for its source's faults.
   void peer_fault() noexcept { peer_faults_.fetch_add(1, std::memory_order_relaxed); }
+  void memory_region_registered() noexcept {
+    memory_regions_.fetch_add(1, std::memory_order_relaxed);
+  }
   void connection_refused() noexcept {
     refused_connections_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -75,6 +78,7 @@ class TelemetryRecorder {
   std::atomic<std::uint64_t> registered_bytes_{0};
   std::atomic<std::uint64_t> registrations_{0};
   std::atomic<std::uint64_t> peer_faults_{0};
+  std::atomic<std::uint64_t> memory_regions_{0};
   std::atomic<std::uint64_t> refused_connections_{0};
 };
 

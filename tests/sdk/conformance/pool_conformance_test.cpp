@@ -148,7 +148,16 @@ TEST_P(PoolConformance, OneRegistrationServesManyTransfersAndPeers) {
   auto local_a = first.register_pool(here_a.regions());
   auto local_b = second.register_pool(here_b.regions());
   const auto metadata = remote.metadata();
+  // Each reader's first transfer may set up its connection's access (verbs: windows bound,
+  // or regions in its own protection domain); none after it registers anything.
+  for (auto* pair : {&local_a, &local_b}) {
+    auto& reader = pair == &local_a ? first : second;
+    auto warm = reader.read_blocks(metadata, {{0, 0}}, *pair);
+    ASSERT_EQ(warm.wait_for_completion(30s), OperationStatus::Complete);
+  }
   const auto registered = owner.telemetry().registrations;
+  const auto regions = owner.telemetry().memory_regions + first.telemetry().memory_regions +
+                       second.telemetry().memory_regions;
   std::mt19937_64 random(7);
   for (int round = 0; round < 200; ++round) {
     const std::uint64_t block = random() % 96;
@@ -160,6 +169,10 @@ TEST_P(PoolConformance, OneRegistrationServesManyTransfersAndPeers) {
     ASSERT_TRUE(block_holds(here, block, 4000 + block)) << "round " << round;
   }
   EXPECT_EQ(owner.telemetry().registrations, registered) << "a transfer registered memory";
+  EXPECT_EQ(owner.telemetry().memory_regions + first.telemetry().memory_regions +
+                second.telemetry().memory_regions,
+            regions)
+      << "a transfer registered device memory (ibv_reg_mr)";
   EXPECT_EQ(owner.telemetry().registered_bytes, 64 * kBlock + 63 * kBlock)
       << "the pool's regions, once";
 }

@@ -61,7 +61,9 @@ std::vector<std::string> VerbsDevice::device_names() {
   return names;
 }
 
-VerbsDevice::VerbsDevice(const std::string& wanted, int gid_index) {
+VerbsDevice::VerbsDevice(const std::string& wanted, int gid_index,
+                         std::shared_ptr<TelemetryRecorder> telemetry)
+    : telemetry_(std::move(telemetry)) {
   int count = 0;
   devices_.reset(rdma_get_devices(&count));
   if (!devices_ || count <= 0)
@@ -122,6 +124,7 @@ Mr VerbsDevice::register_memory(ibv_pd* pd, void* address, std::size_t length, i
     throw Error(ErrorCode::Transport, "cannot register " + std::to_string(length) + " bytes with " +
                                           name_ + ": " + std::strerror(errno) +
                                           (errno == ENOMEM ? " (RLIMIT_MEMLOCK too low?)" : ""));
+  if (telemetry_) telemetry_->memory_region_registered();
   return mr;
 }
 

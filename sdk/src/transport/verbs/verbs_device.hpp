@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "telemetry/telemetry_recorder.hpp"
 #include "transport/verbs/verbs_handles.hpp"
 
 namespace memwire::detail::verbs {
@@ -21,7 +22,9 @@ class VerbsDevice {
   // The first device with an active port whose GID table holds a RoCE v2 GID with an IPv4
   // address; `wanted` ("" = any) picks the device by name, `gid_index` (-1 = automatic) the
   // GID. Throws Error{Transport} when there is none.
-  VerbsDevice(const std::string& wanted, int gid_index);
+  // `telemetry`: counts every memory registration made with it (null: not counted).
+  VerbsDevice(const std::string& wanted, int gid_index,
+              std::shared_ptr<TelemetryRecorder> telemetry = nullptr);
   // The names of the RDMA devices present, in the order librdmacm lists them.
   static std::vector<std::string> device_names();
   VerbsDevice(const VerbsDevice&) = delete;
@@ -46,6 +49,7 @@ class VerbsDevice {
   Mr register_memory(ibv_pd* pd, void* address, std::size_t length, int access) const;
 
  private:
+  std::shared_ptr<TelemetryRecorder> telemetry_;
   DeviceList devices_;
   ibv_context* context_ = nullptr;
   Pd pd_;

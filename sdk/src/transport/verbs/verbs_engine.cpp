@@ -66,7 +66,8 @@ rdma_conn_param connection_parameters(const std::vector<std::byte>& hello) {
 
 // The rails a connector runs on: the devices listed, or every device with an active port.
 std::vector<std::shared_ptr<const VerbsDevice>> open_rails(
-    const ConnectorOptions& options, const std::function<void(std::string_view)>& log) {
+    const ConnectorOptions& options, const std::function<void(std::string_view)>& log,
+    const std::shared_ptr<TelemetryRecorder>& telemetry) {
   auto wanted = options.rdma.devices;
   if (wanted.empty() && !options.rdma.device.empty()) wanted.push_back(options.rdma.device);
   if (wanted.size() > kMaxRails)
@@ -78,13 +79,13 @@ std::vector<std::shared_ptr<const VerbsDevice>> open_rails(
     if (name.empty()) throw Error(ErrorCode::InvalidArgument, "an RDMA device name is empty");
     if (std::count(wanted.begin(), wanted.end(), name) > 1)
       throw Error(ErrorCode::InvalidArgument, "RDMA device " + name + " is listed twice");
-    rails.push_back(std::make_shared<const VerbsDevice>(name, options.rdma.gid_index));
+    rails.push_back(std::make_shared<const VerbsDevice>(name, options.rdma.gid_index, telemetry));
   }
   if (!wanted.empty()) return rails;
   for (const auto& name : VerbsDevice::device_names()) {
     if (rails.size() == kMaxRails) break;
     try {
-      rails.push_back(std::make_shared<const VerbsDevice>(name, options.rdma.gid_index));
+      rails.push_back(std::make_shared<const VerbsDevice>(name, options.rdma.gid_index, telemetry));
     } catch (const Error& error) {
       if (log) log("verbs: " + name + " left out: " + error.what());
     }
@@ -133,7 +134,7 @@ Engine::Engine(const TransportContext& context)
   if (!events_) throw_errno(ErrorCode::Transport, "rdma_create_event_channel");
   if (!timer_) throw_errno(ErrorCode::Transport, "timerfd_create");
   set_nonblocking(events_->fd);
-  for (auto& device : open_rails(context.options, log_)) {
+  for (auto& device : open_rails(context.options, log_, context.telemetry)) {
     if (access == "windows" && !device->binds_windows())
       throw Error(ErrorCode::Transport, "rdma.access is windows, but " + device->name() +
                                             " has no type-2 memory windows");
