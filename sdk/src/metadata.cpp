@@ -10,6 +10,7 @@
 
 #include "canonical_descriptors.hpp"
 #include "decimal.hpp"
+#include "endpoint_json.hpp"
 #include "ids.hpp"
 #include "memwire/error.hpp"
 
@@ -564,17 +565,8 @@ std::string RdmaMetadata::to_json() const {
     used = static_cast<std::size_t>(end - batch);
   }
   out.append(batch, used);
-  json transports = json::array();
-  for (const auto& offer : endpoint_.transports) {
-    json item = {{"name", offer.name}, {"address", offer.address}};
-    if (!offer.keys.empty()) item["keys"] = offer.keys;
-    if (!offer.attributes.empty()) item["attributes"] = offer.attributes;
-    transports.push_back(std::move(item));
-  }
   out += "],\"endpoint\":";
-  out +=
-      json{{"connector", endpoint_.connector}, {"host", endpoint_.host}, {"transports", transports}}
-          .dump();
+  out += detail::endpoint_json(endpoint_).dump();
   out += ",\"expires_at\":";
   append_number(out, expires_at_ms_);
   out += ",\"notification_key\":";

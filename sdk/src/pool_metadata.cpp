@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "endpoint_json.hpp"
 #include "ids.hpp"
 #include "memwire/error.hpp"
 #include "memwire/pool.hpp"
@@ -104,9 +105,8 @@ PoolMetadata::PoolMetadata(std::string name, std::uint64_t generation,
 
 PoolMetadata::Place PoolMetadata::locate(std::uint64_t block) const {
   if (block >= block_count_)
-    throw Error(ErrorCode::InvalidArgument, "remote block " + std::to_string(block) +
-                                                " past the pool's " + std::to_string(block_count_) +
-                                                " blocks");
+    throw Error(ErrorCode::InvalidArgument, "block " + std::to_string(block) + " past the pool's " +
+                                                std::to_string(block_count_) + " blocks");
   const auto region = static_cast<std::uint32_t>(
       std::upper_bound(first_block_.begin(), first_block_.end(), block) - first_block_.begin() - 1);
   const auto& geometry = regions_[region];
@@ -144,23 +144,13 @@ std::string PoolMetadata::to_json() const {
     groups.push_back(std::move(group));
     i += repeat;
   }
-  json transports = json::array();
-  for (const auto& offer : endpoint_.transports) {
-    json item = {{"name", offer.name}, {"address", offer.address}};
-    if (!offer.keys.empty()) item["keys"] = offer.keys;
-    if (!offer.attributes.empty()) item["attributes"] = offer.attributes;
-    transports.push_back(std::move(item));
-  }
   return json{{"memwire_pool", kVersion},
               {"name", name_},
               {"generation", generation_},
               {"regions", std::move(groups)},
               {"key", key_},
               {"token", token_},
-              {"endpoint",
-               {{"connector", endpoint_.connector},
-                {"host", endpoint_.host},
-                {"transports", std::move(transports)}}}}
+              {"endpoint", detail::endpoint_json(endpoint_)}}
       .dump();
 }
 

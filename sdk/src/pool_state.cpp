@@ -8,24 +8,7 @@ namespace memwire::detail {
 
 PoolState::PoolState(PoolOptions options, std::uint64_t generation,
                      std::vector<BlockRegion> regions)
-    : options_(std::move(options)), generation_(generation), regions_(std::move(regions)) {
-  first_block_.reserve(regions_.size());
-  for (const auto& region : regions_) {
-    first_block_.push_back(block_count_);
-    block_count_ += region.count;
-  }
-}
-
-PoolMetadata::Place PoolState::locate(std::uint64_t block) const {
-  if (block >= block_count_)
-    throw Error(ErrorCode::InvalidArgument, "local block " + std::to_string(block) +
-                                                " past the pool's " + std::to_string(block_count_) +
-                                                " blocks");
-  const auto region = static_cast<std::uint32_t>(
-      std::upper_bound(first_block_.begin(), first_block_.end(), block) - first_block_.begin() - 1);
-  const auto& geometry = regions_[region];
-  return {region, (block - first_block_[region]) * geometry.stride, geometry.block_size};
-}
+    : options_(std::move(options)), generation_(generation), regions_(std::move(regions)) {}
 
 void PoolState::check_open() const {
   if (closed_) throw Error(ErrorCode::Cancelled, "the pool was closed by its owner");

@@ -28,12 +28,13 @@ class PoolState {
   const PoolOptions& options() const noexcept { return options_; }
   std::uint64_t generation() const noexcept { return generation_; }
   const std::vector<BlockRegion>& regions() const noexcept { return regions_; }
-  std::uint64_t block_count() const noexcept { return block_count_; }
+  std::uint64_t block_count() const noexcept { return metadata_->block_count(); }
   // What peers get; set once, before the pool is shared.
   void set_metadata(PoolMetadata metadata) { metadata_.emplace(std::move(metadata)); }
   const PoolMetadata& metadata() const { return *metadata_; }
-  // (region, offset, size) of a local block; throws InvalidArgument past the last one.
-  PoolMetadata::Place locate(std::uint64_t block) const;
+  // (region, offset, size) of a local block; throws InvalidArgument past the last one. The
+  // metadata describes the same regions.
+  PoolMetadata::Place locate(std::uint64_t block) const { return metadata_->locate(block); }
 
   // A peer's tag, after its bytes landed. Throws Error{Transport} when the queue is full and
   // Error{Cancelled} once closed: the sender's transfer fails with it.
@@ -66,8 +67,6 @@ class PoolState {
   const PoolOptions options_;
   const std::uint64_t generation_;
   const std::vector<BlockRegion> regions_;
-  std::vector<std::uint64_t> first_block_;
-  std::uint64_t block_count_ = 0;
   std::optional<PoolMetadata> metadata_;
 
   mutable std::mutex mutex_;

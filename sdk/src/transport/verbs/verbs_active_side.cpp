@@ -63,13 +63,19 @@ Notice begin_notice(const OutboundTransfer& leg) {
   return notice;
 }
 
-Notice abort_notice(std::uint64_t leg_seq, const Stripe& stripe, const Error& error) {
+// A notice about `stripe`'s transfer on its leg `leg_seq`.
+Notice transfer_notice(NoticeType type, std::uint64_t leg_seq, const Stripe& stripe) {
   Notice notice;
-  notice.type = NoticeType::Abort;
+  notice.type = type;
   notice.seq = leg_seq;
   notice.key = stripe.transfer->key();
   notice.token = stripe.transfer->token();
   notice.kind = stripe.transfer->kind();
+  return notice;
+}
+
+Notice abort_notice(std::uint64_t leg_seq, const Stripe& stripe, const Error& error) {
+  auto notice = transfer_notice(NoticeType::Abort, leg_seq, stripe);
   notice.error = error.code();
   notice.text = error.what();
   if (const auto* blocks = stripe.transfer->blocks()) {
@@ -459,12 +465,7 @@ void VerbsActiveSide::finish_stripe(Connection& connection, std::uint64_t leg_se
   stripe.pin.reset();
   stripe.done_sent = true;
   stripe.done_leg = leg_seq;
-  Notice done;
-  done.type = NoticeType::Done;
-  done.seq = leg_seq;
-  done.key = stripe.transfer->key();
-  done.token = stripe.transfer->token();
-  done.kind = stripe.transfer->kind();
+  auto done = transfer_notice(NoticeType::Done, leg_seq, stripe);
   done.bytes = stripe.transfer->remote().total_size();
   if (const auto* blocks = stripe.transfer->blocks()) {
     done.bytes = blocks->bytes;

@@ -134,16 +134,8 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
     return;
   }
   // Keys for this connection's QP alone, made now that the token checked out.
-  std::shared_ptr<AccessGrant> grant;
-  try {
-    auto access = registration->attachment<OfferedAccess>();
-    if (!access) throw Error(ErrorCode::Cancelled, "the operation ended on the owner's side");
-    grant = access->grant(*registration, connection.rail, engine_.rail(connection.rail).device,
-                          connection.own_protection_domain());
-  } catch (const Error& error) {
-    reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
-    return;
-  }
+  auto grant = grant_to(connection, notice, *registration);
+  if (!grant) return;
   // Remembered so that losing this connection fails the operation and ends the grant.
   connection.inbound[notice.key] = {registration, grant, {}};
   engine_.watch_expiry(registration, grant);
@@ -151,6 +143,20 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
     engine_.fail_connection(
         connection,
         Error(ErrorCode::Transport, "verbs: cannot post to the QP of " + describe(connection)));
+}
+
+std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_to(Connection& connection,
+                                                        const Notice& notice,
+                                                        Registration& registration) {
+  try {
+    auto access = registration.attachment<OfferedAccess>();
+    if (!access) throw Error(ErrorCode::Cancelled, "the operation ended on the owner's side");
+    return access->grant(registration, connection.rail, engine_.rail(connection.rail).device,
+                         connection.own_protection_domain());
+  } catch (const Error& error) {
+    reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
+    return nullptr;
+  }
 }
 
 void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notice,
@@ -183,16 +189,8 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
               std::to_string(kMaxInboundPerConnection) + ")");
     return;
   }
-  std::shared_ptr<AccessGrant> grant;
-  try {
-    auto access = registration->attachment<OfferedAccess>();
-    if (!access) throw Error(ErrorCode::Cancelled, "the pool was closed by its owner");
-    grant = access->grant(*registration, connection.rail, engine_.rail(connection.rail).device,
-                          connection.own_protection_domain());
-  } catch (const Error& error) {
-    reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
-    return;
-  }
+  auto grant = grant_to(connection, notice, *registration);
+  if (!grant) return;
   auto& entry = connection.inbound[notice.key];
   entry = {registration, grant, {}};
   entry.pool_transfers[notice.seq] = notice.text;

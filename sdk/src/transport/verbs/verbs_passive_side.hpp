@@ -36,6 +36,9 @@ class VerbsPassiveSide {
 
  private:
   void on_begin(Connection& connection, const Notice& notice);
+  // Keys of `registration` for this connection alone; null once Accept said why not.
+  std::shared_ptr<AccessGrant> grant_to(Connection& connection, const Notice& notice,
+                                        Registration& registration);
   // A pool's Begin: its keys granted to this connection once, then answered from that grant.
   void on_pool_begin(Connection& connection, const Notice& notice,
                      const std::shared_ptr<Registration>& registration);
