@@ -81,6 +81,14 @@ class RogueClient {
     ASSERT_EQ(natsConnection_FlushTimeout(connection_, 2000), NATS_OK);
   }
 
+  // Publishes `data` on `subject` as this client (a raw KV put, when it is a $KV subject).
+  void publish(const std::string& subject, const std::string& data) {
+    EXPECT_EQ(natsConnection_Publish(connection_, subject.c_str(), data.data(),
+                                     static_cast<int>(data.size())),
+              NATS_OK);
+    EXPECT_EQ(natsConnection_FlushTimeout(connection_, 2000), NATS_OK);
+  }
+
   // Waits (bounded) for the server to report a permissions violation.
   bool refused(std::chrono::milliseconds timeout = 5s) {
     std::unique_lock lock(mutex_);
@@ -227,6 +235,40 @@ TEST_F(NatsRoles, ReaderCannotPublishWithdrawOrServe) {
   EXPECT_THROW(other_owner.withdraw("emb.y"), Error);
   EXPECT_EQ(checking.list(), std::vector<std::string>{"emb.y"});
   EXPECT_EQ(checking.fetch("emb.y", 2s), sample_metadata(4));
+}
+
+// The pieces of a large entry lie under the entry's own key, which only its owner may write:
+// another owner can neither replace nor purge them, nor point an entry of its own at them.
+TEST_F(NatsRoles, AnOwnerWritesOnlyThePiecesOfItsOwnNames) {
+  auto options = roles_server();
+  options.max_payload = 8192;  // a 200-descriptor metadata (about 11 KB) goes in pieces
+  NatsServer server(options);
+  NatsChannel admin(as(server, "memwire-admin", "admin-pw-0123"));
+  const auto large = sample_metadata(7, OperationKind::Read, 200);
+  NatsChannel owner(as(server, "memwire-owner-emb", "emb-pw-0123"));
+  owner.publish("emb.big", large, 0ms);
+  NatsChannel reading(as(server, "memwire-reader", "reader-pw-0123"));
+  EXPECT_EQ(reading.fetch("emb.big", 2s), large);
+
+  RogueClient rogue(server, "memwire-owner-vec", "vec-pw-0123");
+  rogue.publish("$KV.memwire_parts.emb.big.forged.0", "{}");
+  EXPECT_TRUE(rogue.refused()) << "another owner wrote a piece under emb's names";
+  RogueClient purger(server, "memwire-owner-vec", "vec-pw-0123");
+  purger.publish("$JS.API.STREAM.PURGE.KV_memwire_parts", "{\"filter\":\"$KV.memwire_parts.>\"}");
+  EXPECT_TRUE(purger.refused()) << "another owner may purge the pieces";
+  EXPECT_EQ(reading.fetch("emb.big", 2s), large);
+
+  // An entry of vec's own that names emb's pieces: refused by the reader.
+  RogueClient pointing(server, "memwire-owner-vec", "vec-pw-0123");
+  pointing.publish("$KV.memwire.vec.copy",
+                   "{\"expires_at_ms\":0,\"parts\":2,\"part_key\":\"emb.big.x\",\"size\":9000}");
+  try {
+    (void)reading.fetch("vec.copy", 2s);
+    ADD_FAILURE() << "an entry pointing at another name's pieces was read";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::InvalidMetadata) << error.what();
+    EXPECT_NE(std::string(error.what()).find("another name"), std::string::npos) << error.what();
+  }
 }
 
 }  // namespace

@@ -39,11 +39,14 @@ void plant_entry(const NatsServer& server, const std::string& name, std::size_t 
   ASSERT_EQ(js_CreateKeyValue(&pieces, js, &config), NATS_OK);
   for (std::size_t i = 0; i < parts; ++i) {
     uint64_t revision = 0;
-    ASSERT_EQ(kvStore_PutString(&revision, pieces, ("evil." + std::to_string(i)).c_str(), "x"),
-              NATS_OK);
+    // Under the entry's own key, as a reader requires.
+    ASSERT_EQ(
+        kvStore_PutString(&revision, pieces, (name + ".evil." + std::to_string(i)).c_str(), "x"),
+        NATS_OK);
   }
   const std::string entry = R"({"expires_at_ms":0,"parts":)" + std::to_string(parts) +
-                            R"(,"part_key":"evil","size":)" + std::to_string(size) + "}";
+                            R"(,"part_key":")" + name + R"(.evil","size":)" + std::to_string(size) +
+                            "}";
   uint64_t revision = 0;
   ASSERT_EQ(kvStore_PutString(&revision, registry, name.c_str(), entry.c_str()), NATS_OK);
   kvStore_Destroy(pieces);

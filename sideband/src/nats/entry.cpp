@@ -107,10 +107,17 @@ Entry decode_entry(std::string_view bytes, std::string_view name) {
   if (key == document.end() || !key->is_string() || key->get<std::string>().empty()) {
     invalid(name, "has a bad 'part_key'");
   }
-  for (char c : key->get<std::string>()) {
-    const bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+  // Subject tokens of a KV key: a name's characters (and '=' of "=pool."), no wildcard, no
+  // empty token. Which key the pieces must lie under is the reader's check (Store::read_parts).
+  const auto& text = key->get<std::string>();
+  char last = '.';
+  for (char c : text) {
+    const bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    c == '-' || c == '_' || c == '=' || (c == '.' && last != '.');
     if (!ok) invalid(name, "has a bad 'part_key'");
+    last = c;
   }
+  if (last == '.') invalid(name, "has a bad 'part_key'");
   if (size == document.end() || !size->is_number_unsigned() || size->get<std::uint64_t>() == 0 ||
       size->get<std::uint64_t>() > kMaxMetadataBytes) {
     invalid(name, "has a bad 'size'");

@@ -75,7 +75,7 @@ void NatsRegistry::publish(std::string_view name, const RdmaMetadata& metadata,
   const std::int64_t expires_at = ttl.count() > 0 ? unix_now_ms() + ttl.count() : 0;
   const std::string json = metadata.to_json();
 
-  auto [entry, part_key] = store_->envelope(json, expires_at);
+  auto [entry, part_key] = store_->envelope(json, expires_at, name);
 
   // The responder first: the KV put below is a round trip on the same connection, so when
   // publish returns the server has the subscription and a fetch from anywhere is answered.
@@ -295,7 +295,7 @@ void NatsRegistry::publish_pool(std::string_view name, const PoolMetadata& metad
       }
     }
   }
-  auto [entry, part_key] = store_->envelope(json, expires_at);
+  auto [entry, part_key] = store_->envelope(json, expires_at, key);
   uint64_t revision = 0;
   auto status = kvStore_Put(&revision, store_->registry(), key.c_str(), entry.data(),
                             static_cast<int>(entry.size()));

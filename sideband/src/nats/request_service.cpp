@@ -111,7 +111,7 @@ void NatsRequestService::request(std::string_view name, const RdmaMetadata& writ
     throw Error(ErrorCode::Pairing,
                 "nats: a request for " + in_quotes(name) + " must carry writable metadata");
   }
-  const auto [payload, part_key] = store_->envelope(writable.to_json(), 0);
+  const auto [payload, part_key] = store_->envelope(writable.to_json(), 0, request_key(name));
   struct PartsCleanup {
     Store& store;
     const std::string& key;
@@ -206,9 +206,9 @@ std::string NatsRequestService::answer(natsMsg* message, const RequestHandler& h
                                       static_cast<std::size_t>(natsMsg_GetDataLength(message))),
                      name);
     // A requester's pieces are read within request_timeout, however many it claims.
-    auto writable =
-        store_->resolve(entry, name, /*may_retry=*/false,
-                        std::chrono::steady_clock::now() + connection_.options().request_timeout);
+    auto writable = RdmaMetadata::from_json(store_->document_of(
+        entry, request_key(name), name, /*may_retry=*/false,
+        std::chrono::steady_clock::now() + connection_.options().request_timeout));
     if (writable.operation_kind() != OperationKind::Write) {
       throw Error(ErrorCode::Pairing, "the request for " + in_quotes(name) +
                                           " carries metadata of a readable operation");

@@ -52,10 +52,11 @@ void Store::refuse_shorter_max_age() {
           std::to_string(max_age.count()) + " ms to accept that");
 }
 
-Envelope Store::envelope(const std::string& metadata_json, std::int64_t expires_at_ms) {
+Envelope Store::envelope(const std::string& metadata_json, std::int64_t expires_at_ms,
+                         std::string_view key) {
   Envelope envelope{encode_inline(metadata_json, expires_at_ms), {}};
   if (envelope.entry.size() > connection_->max_entry()) {
-    envelope.part_key = random_key();
+    envelope.part_key = std::string(key) + "." + random_key();
     auto parts = store_parts(envelope.part_key, metadata_json);
     envelope.entry = encode_parts(parts, envelope.part_key, metadata_json.size(), expires_at_ms);
   }
@@ -184,23 +185,9 @@ std::size_t Store::store_parts(const std::string& part_key, const std::string& j
   return parts;
 }
 
-// Best effort: pieces left behind only take room until the bucket's MaxAge. One purge of the
-// parts stream filtered by subject removes every piece of `part_key` and, unlike a KV delete,
-// leaves no tombstone per piece behind.
 void Store::delete_parts(const std::string& part_key) noexcept {
   try {
     kvStore* store = parts_store();
-    const std::string bucket = options_.kv_bucket + "_parts";
-    const std::string subject = "$KV." + bucket + "." + part_key + ".>";
-    jsOptions purge;
-    jsOptions_Init(&purge);
-    purge.Stream.Purge.Subject = subject.c_str();
-    jsErrCode error_code{};
-    if (js_PurgeStream(connection_->jetstream(), ("KV_" + bucket).c_str(), &purge, &error_code) ==
-        NATS_OK) {
-      return;
-    }
-    // Not allowed to purge streams (restricted account): delete piece by piece.
     for (std::size_t i = 0;; ++i) {
       const std::string key = part_key + "." + std::to_string(i);
       kvEntry* raw = nullptr;
@@ -213,7 +200,12 @@ void Store::delete_parts(const std::string& part_key) noexcept {
   }
 }
 
-std::string Store::read_parts(const Entry& entry, std::string_view name, Deadline deadline) {
+std::string Store::read_parts(const Entry& entry, std::string_view key, std::string_view name,
+                              Deadline deadline) {
+  if (!entry.part_key.starts_with(std::string(key) + "."))
+    throw Error(ErrorCode::InvalidMetadata, "nats: the entry of " + in_quotes(name) +
+                                                " points at pieces stored under another name (" +
+                                                entry.part_key + ")");
   const std::size_t piece_size = connection_->max_entry();
   const std::size_t parts_needed = (entry.size + piece_size - 1) / piece_size;
   if (entry.parts > parts_needed) {
@@ -256,7 +248,7 @@ std::string Store::document_of(const Entry& entry, std::string_view key, std::st
                                bool may_retry, Deadline deadline) {
   if (entry.parts == 0) return entry.metadata_json;
   try {
-    return read_parts(entry, name, deadline);
+    return read_parts(entry, key, name, deadline);
   } catch (const Error& error) {
     // A publish or withdraw replaced the pieces while we read them: ask the registry again.
     if (error.code() != ErrorCode::NotFound || !may_retry) throw;

@@ -29,6 +29,8 @@ inline constexpr std::string_view kPoolKeyPrefix = "=pool.";
 inline std::string pool_key(std::string_view name) {
   return std::string(kPoolKeyPrefix) + std::string(name);
 }
+// What the pieces of a request's large writable metadata are stored under: "=request.<name>".
+inline std::string request_key(std::string_view name) { return "=request." + std::string(name); }
 
 class Store {
  public:
@@ -41,8 +43,10 @@ class Store {
   kvStore* registry() const noexcept { return kv_.get(); }
 
   // `metadata_json` as one entry, its pieces stored in the parts bucket when it does not fit in
-  // one message.
-  Envelope envelope(const std::string& metadata_json, std::int64_t expires_at_ms);
+  // one message, under "<key>.<random>.<i>": subjects under the entry's own key, which the NATS
+  // permissions of deploy/nats/roles.conf let only that name's owner write.
+  Envelope envelope(const std::string& metadata_json, std::int64_t expires_at_ms,
+                    std::string_view key);
 
   using Deadline = std::chrono::steady_clock::time_point;
 
@@ -61,7 +65,9 @@ class Store {
                                      Deadline deadline);
   std::string document_of(const Entry& entry, std::string_view key, std::string_view name,
                           bool may_retry, Deadline deadline);
-  // Best effort: pieces left behind only take room until the bucket's MaxAge.
+  // Best effort: pieces left behind only take room until the bucket's MaxAge. Piece by piece
+  // (each a purge of its own key): purging the parts stream by subject would need a permission
+  // over every owner's pieces.
   void delete_parts(const std::string& part_key) noexcept;
 
   static std::string_view value_of(kvEntry* entry);
@@ -73,7 +79,10 @@ class Store {
   void refuse_shorter_max_age();
   kvStore* parts_store();
   std::size_t store_parts(const std::string& part_key, const std::string& json);
-  std::string read_parts(const Entry& entry, std::string_view name, Deadline deadline);
+  // The pieces of an entry stored under `key`: Error{InvalidMetadata} when its part key is not
+  // under `key` (an entry pointing at another name's pieces).
+  std::string read_parts(const Entry& entry, std::string_view key, std::string_view name,
+                         Deadline deadline);
 
   std::shared_ptr<NatsConnection> connection_;
   const NatsOptions& options_;

@@ -112,7 +112,10 @@ struct MEMWIRE_API NatsOptions {
 // Large metadata: when an entry does not fit in one message (the server's max payload, 1 MiB by
 // default), publish() stores the metadata JSON in pieces in the parts bucket and the entry
 // refers to them; fetch/wait_for reassemble them. request() does the same for a large writable
-// metadata. Pieces are removed by withdraw() and by a later publish() of the same name.
+// metadata. Pieces are removed by withdraw() and by a later publish() of the same name. They
+// are stored under the entry's own key (NAME.<random>.<i>, =pool.NAME..., =request.NAME...),
+// so NATS permissions can give each owner its own pieces only (deploy/nats/roles.conf), and a
+// reader refuses an entry whose pieces lie under another key.
 //
 // Publishing one name from several processes: the registry keeps the last publish; live
 // responders all answer and fetch takes the first reply. Keep one owner per name.
