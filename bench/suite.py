@@ -382,7 +382,8 @@ def pool_targets(results, add):
                 meta["pool_bytes"] / 4096, False, f"{meta['pool_bytes']} bytes")
             add("pool metadata made + parsed vs 1-descriptor metadata made + parsed", 2.0,
                 ratio(meta["pool_us"], meta["one_descriptor_us"]), False,
-                f"{meta['pool_us']:.1f} us vs {meta['one_descriptor_us']:.1f} us; without a fetch")
+                f"{meta['pool_us']:.1f} us vs {meta['one_descriptor_us']:.1f} us; for information: "
+                "the target includes the fetch by name (the two rows below)")
         for op in ("read", "write"):
             figure = run["scattered"][op]
             add(f"{op.upper()} 128 random x 16 KiB pool blocks ({transport}) vs one 2 MiB run",
