@@ -230,10 +230,12 @@ bool StreamConnection::send(OutFrame frame) {
   lock.lock();
   writing_ = false;
   const bool done = frame.finished;
-  // The socket is full: EPOLLOUT resumes. Unless the connection closed meanwhile: then the
-  // frame is dropped here (with its pin) as shutdown() dropped the queued ones.
+  // The socket is full: the loop goes on with the rest. Unless the connection closed
+  // meanwhile: then the frame is dropped here (with its pin) as shutdown() dropped the queued
+  // ones. Not left to the next EPOLLOUT edge alone: one that came while this thread was writing
+  // found writing_ set and was spent, and the socket, writable again, gives no other.
   if (ok && !done && !closing_) enqueue(std::move(frame), true);
-  if (done && !queue_.empty()) schedule_flush();  // others queued behind it meanwhile
+  if (!queue_.empty()) schedule_flush();  // the rest of this frame, or others queued meanwhile
   const bool drained = done && queue_.empty() && draining_;
   lock.unlock();
   if (done) frame.on_sent();
