@@ -271,7 +271,9 @@ class Connector::Impl {
                                                        const PoolMetadata& remote,
                                                        std::string tag) {
     const auto& pool = local.pool();
-    if (!context_.registrations->find(local.key()))
+    // One lookup: the pool is this connector's (and still open), and the transfer keeps it.
+    auto local_pool = context_.registrations->find(local.key());
+    if (local_pool.get() != &local)
       throw Error(ErrorCode::InvalidArgument,
                   "the local pool is closed, or was registered on another connector");
     if (pairs.empty()) throw Error(ErrorCode::InvalidArgument, "no blocks to move");
@@ -319,7 +321,7 @@ class Connector::Impl {
         kind, std::move(runs),
         RdmaMetadata(kind, std::move(regions), remote.key(), remote.endpoint(), remote.token(), 0),
         context_.options.connect_timeout);
-    plan.local_pool = context_.registrations->find(local.key());
+    plan.local_pool = std::move(local_pool);
     transfer->move_blocks(std::move(plan));
     pool->track(transfer);
     transfer->observe(
