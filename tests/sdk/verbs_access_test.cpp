@@ -267,6 +267,30 @@ TEST_P(VerbsAccess, KeysOfAFinishedOperationAreRefused) {
   EXPECT_TRUE(all_equal(late, std::byte{0xab})) << "a finished operation's key still read";
 }
 
+// A reader's READs completed: its Done asks for no Result (one round trip less per READ). The
+// owner completes all the same, answers nothing, and the key stops working.
+TEST_P(VerbsAccess, AReadersDoneWithoutResultCompletesTheOwnerAndEndsTheKey) {
+  Connector owner(options());
+  std::vector<std::byte> source(8192);
+  fill_pattern(source, 47);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  const auto metadata = readable.metadata();
+  RawVerbsPeer reader(rail_addresses(metadata).front());
+  const auto grant = reader.begin(metadata, 9);
+  ASSERT_TRUE(grant.accepted);
+  std::vector<std::byte> target(8192);
+  ASSERT_EQ(reader.access(true, target, metadata.descriptors()[0].ptr, grant.rkeys[0]),
+            IBV_WC_SUCCESS);
+  EXPECT_EQ(target, source);
+  const auto result = reader.done(metadata, 9, 500ms, detail::verbs::kDoneWithoutResult);
+  EXPECT_FALSE(result.has_value()) << "the owner answered a Done that asked for no Result";
+  ASSERT_EQ(readable.wait_for_completion(10s), OperationStatus::Complete);
+  std::vector<std::byte> late(8192, std::byte{0xab});
+  EXPECT_EQ(reader.access(true, late, metadata.descriptors()[0].ptr, grant.rkeys[0]),
+            IBV_WC_REM_ACCESS_ERR);
+  EXPECT_TRUE(all_equal(late, std::byte{0xab})) << "a finished operation's key still read";
+}
+
 TEST_P(VerbsAccess, KeysOfACancelledOperationAreRefused) {
   Connector owner(options());
   std::vector<std::byte> memory(8192, std::byte{0x11});

@@ -477,6 +477,11 @@ void VerbsActiveSide::finish_stripe(Connection& connection, std::uint64_t leg_se
       done.first_index = kPoolBegin;
       done.text = blocks->tag;
     }
+  } else if (stripe.transfer->kind() == OperationKind::Read) {
+    // The READs completed: the bytes are here. Done lets the owner complete; no Result needed.
+    done.first_index = kDoneWithoutResult;
+    engine_.send(connection, done);
+    return end_transfer(leg_seq, std::nullopt);
   }
   engine_.send(connection, done);
 }
