@@ -9,6 +9,9 @@
 //   transfer_bench latency --transport tcp|shm [--sizes 64,4K] [--samples 3000] [--warmup 300]
 //   transfer_bench fanin --transport tcp|shm [--owners 1,8,32,64] [--sizes 1M] [--samples 30]
 //                  one reader, N owner processes, a fresh readable from each every round
+//   transfer_bench connections --transport tcp|shm [--owners 16] [--conc 64] [--sizes 4K]
+//                  one reader with OWNERS x CONC connections live (CONC reads in flight to each
+//                  owner): its connections, threads and RSS (MEMWIRE_TCP_CONNECTIONS=CONC)
 //   any mode: [--memory plain|shared] (the peer's buffers: plain pages, or a SharedBuffer that
 //   a same-host driver maps)
 //
@@ -24,6 +27,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -486,6 +490,85 @@ json fan_in(const Args& args, Connector& connector, Peer& first) {
   return results;
 }
 
+// The reader's resident memory, kB (VmRSS).
+long resident_kb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+// Open sockets of this process: the connections (and the listener, the peers' pipes are no
+// sockets).
+int socket_count() {
+  int sockets = 0;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ignored)) {
+    std::error_code error;
+    const auto target = std::filesystem::read_symlink(entry.path(), error);
+    if (!error && target.string().rfind("socket:", 0) == 0) ++sockets;
+  }
+  return sockets;
+}
+
+// Many live connections: OWNERS owner processes, CONC reads in flight to each at once (spread
+// over tcp.connections_per_peer connections per owner: MEMWIRE_TCP_CONNECTIONS=CONC gives each
+// read its own), twice (the second round reuses what the first opened). Threads, sockets and
+// RSS of the reader with them live.
+json connections(const Args& args, Connector& connector, Peer& first) {
+  const std::size_t size = args.sizes.front();
+  const unsigned owners = args.owners.front();
+  const unsigned conc = args.concurrency.front();
+  std::vector<std::unique_ptr<Peer>> others;
+  std::vector<Peer*> peers{&first};
+  for (unsigned i = 1; i < owners; ++i) {
+    others.push_back(std::make_unique<Peer>(args.peer, args.transport, args.memory));
+    peers.push_back(others.back().get());
+  }
+  for (auto* peer : peers) peer->alloc(size, 1, 1, kPeerSeed);
+  LocalBuffers local(size, 1, owners * conc, 0);
+  const long rss_before = resident_kb();
+  const int threads_before = thread_count(), sockets_before = socket_count();
+  json rounds = json::array();
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::vector<RdmaMetadata>> metadata;
+    for (auto* peer : peers) metadata.push_back(peer->publish(true, conc, true));
+    const auto start = Clock::now();
+    std::vector<ReadOperation> reads;
+    for (unsigned i = 0; i < owners; ++i)
+      for (unsigned c = 0; c < conc; ++c)
+        reads.push_back(connector.begin_read(metadata[i][c], local.slots[i * conc + c]));
+    for (auto& read : reads) read.wait_for_completion(kReply);
+    const double ms = seconds_since(start) * 1e3;
+    for (auto* peer : peers) {
+      for (unsigned c = 0; c < conc; ++c)
+        if (peer->expect_line("a completion") != "c") fail("peer did not report completion");
+      if (auto done = peer->done(); done.errors > 0) fail("peer: " + done.reason);
+    }
+    const int sockets = socket_count() - sockets_before;
+    const int threads = thread_count();
+    const long rss = resident_kb();
+    std::printf(
+        "%-5s connections: round %d, %u owners x %u reads of %s in %.1f ms; %d sockets live, "
+        "threads %d (before %d), RSS %.1f MiB (before %.1f)\n",
+        args.transport.c_str(), round + 1, owners, conc, size_name(size).c_str(), ms, sockets,
+        threads, threads_before, rss / 1024.0, rss_before / 1024.0);
+    std::fflush(stdout);
+    rounds.push_back({{"round", round + 1},
+                      {"ms", ms},
+                      {"sockets", sockets},
+                      {"threads", threads},
+                      {"rss_kb", rss}});
+  }
+  return json::array({{{"owners", owners},
+                       {"concurrency", conc},
+                       {"size", size},
+                       {"threads_before", threads_before},
+                       {"rss_kb_before", rss_before},
+                       {"rounds", rounds}}});
+}
+
 Args parse(int argc, char** argv) {
   if (argc < 2) fail("usage: transfer_bench throughput|latency --transport NAME [options]");
   Args args;
@@ -494,6 +577,8 @@ Args parse(int argc, char** argv) {
                            : args.mode == "fanin" ? "1M"
                                                   : "4K,64K,1M,16M,64M,256M,1G");
   if (args.mode == "fanin") args.samples = 30, args.warmup = 3;
+  if (args.mode == "connections")
+    args.sizes = parse_sizes("4K"), args.owners = {16}, args.concurrency = {64};
   args.peer = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "transfer_peer");
   auto unsigned_list = [](const std::string& text) {
     std::vector<unsigned> values;
@@ -539,8 +624,9 @@ Args parse(int argc, char** argv) {
     else
       fail("unknown option " + key);
   }
-  if (args.mode != "throughput" && args.mode != "latency" && args.mode != "fanin")
-    fail("mode is throughput, latency or fanin");
+  if (args.mode != "throughput" && args.mode != "latency" && args.mode != "fanin" &&
+      args.mode != "connections")
+    fail("mode is throughput, latency, fanin or connections");
   return args;
 }
 
@@ -571,9 +657,10 @@ int main(int argc, char** argv) {
       report["reason"] = reason;
     } else {
       report["available"] = true;
-      report["results"] = args.mode == "latency" ? latency(args, *connector, peer)
-                          : args.mode == "fanin" ? fan_in(args, *connector, peer)
-                                                 : throughput(args, *connector, peer);
+      report["results"] = args.mode == "latency"       ? latency(args, *connector, peer)
+                          : args.mode == "fanin"       ? fan_in(args, *connector, peer)
+                          : args.mode == "connections" ? connections(args, *connector, peer)
+                                                       : throughput(args, *connector, peer);
     }
   } catch (const std::exception& error) {
     std::fprintf(stderr, "transfer_bench: %s\n", error.what());
