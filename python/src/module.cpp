@@ -1446,6 +1446,8 @@ PYBIND11_MODULE(_memwire, m) {
         options.subject_prefix = text(value);
       else if (name == "kv_bucket")
         options.kv_bucket = text(value);
+      else if (name == "inbox_prefix")
+        options.inbox_prefix = text(value);
       else if (name == "kv_replicas")
         options.kv_replicas = value.cast<int>();
       else if (name == "kv_max_age_ms")

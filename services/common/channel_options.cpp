@@ -11,8 +11,9 @@
 namespace memwire::services {
 
 const std::set<std::string>& channel_option_names() {
-  static const std::set<std::string> names{"--http",     "--nats", "--token",   "--token-file",
-                                           "--password", "--user", "--ca-file", "--kv-replicas"};
+  static const std::set<std::string> names{"--http",       "--nats",        "--token",
+                                           "--token-file", "--password",    "--user",
+                                           "--ca-file",    "--kv-replicas", "--inbox-prefix"};
   return names;
 }
 
@@ -63,6 +64,9 @@ std::unique_ptr<sideband::Channel> make_channel(const Arguments& arguments) {
   options.ca_file = arguments.get("--ca-file");
   // Copies of the registry a channel creates: 0 = one per known server, up to 3.
   options.kv_replicas = static_cast<int>(arguments.get_uint("--kv-replicas", 0, 0, 5));
+  // Where this client's replies come (default _INBOX_<user>): roles.conf lets each user read
+  // its own only.
+  options.inbox_prefix = arguments.get("--inbox-prefix");
   return std::make_unique<sideband::NatsChannel>(std::move(options));
 #else
   throw UsageError("this build has no NATS channel; use --http URL");

@@ -306,6 +306,18 @@ TEST_F(NatsChannelTest, BucketPrefixAndMaxAgeComeFromOptions) {
   tenant_options.subject_prefix = "bad prefix";
   EXPECT_EQ(error_code_of([&] { NatsChannel channel(tenant_options); }),
             ErrorCode::InvalidArgument);
+  // An inbox prefix is a subject without wildcards: one with '>' would take others' replies.
+  tenant_options.subject_prefix = "tenant-b.memwire";
+  for (const char* bad : {"_INBOX.>", "_INBOX.*", "in box", "trailing."}) {
+    tenant_options.inbox_prefix = bad;
+    EXPECT_EQ(error_code_of([&] { NatsChannel channel(tenant_options); }),
+              ErrorCode::InvalidArgument)
+        << bad;
+  }
+  tenant_options.inbox_prefix = "_INBOX_tenant-b";
+  NatsChannel with_own_inbox(tenant_options);
+  with_own_inbox.publish("x", sample_metadata(3), 0ms);
+  EXPECT_EQ(with_own_inbox.fetch("x", 2s), sample_metadata(3));
 }
 
 // Issue 23, finding 8: a bucket created beforehand with a 1 s max age made every name vanish

@@ -38,6 +38,13 @@ struct MEMWIRE_API NatsOptions {
   // First subject token(s): "<subject_prefix>.md.<name>" and "<subject_prefix>.get.<name>".
   // Channels with different prefixes and buckets do not see each other's names.
   std::string subject_prefix = "memwire";
+  // Where replies to this client come: its requests' replies, JetStream answers and KV watches
+  // arrive on "<inbox_prefix>.<random>". Empty (the default) = "_INBOX_<user>" when a user is
+  // given (a character other than a letter, digit, '_' or '-' becomes '_'), else nats.c's
+  // "_INBOX". Per-user inboxes let the server allow each user its own replies only
+  // (deploy/nats/roles.conf: memwire-reader may subscribe "_INBOX_memwire-reader.>" alone), so
+  // no other credential reads them. A name: tokens of letters, digits, '_', '-', dots between.
+  std::string inbox_prefix;
   // The JetStream key/value bucket that is the durable registry; created if absent.
   std::string kv_bucket = "memwire";
   // Upper bound on how long any entry stays in the bucket (its MaxAge), applied only when this
