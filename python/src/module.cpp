@@ -24,12 +24,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -1462,6 +1464,10 @@ PYBIND11_MODULE(_memwire, m) {
         throw memwire::Error(memwire::ErrorCode::InvalidArgument,
                              "unknown NatsChannel option " + name);
     }
+    // Warnings about the registry's buckets go to stderr, as the memwire programs write them.
+    options.log = [](std::string_view line) {
+      std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+    };
     return new PyChannel(
         without_gil([&] { return std::make_shared<memwire::sideband::NatsChannel>(options); }),
         max_calls);

@@ -1,5 +1,8 @@
 #include "common/channel_options.hpp"
 
+#include <iostream>
+#include <string_view>
+
 #include "common/token_file.hpp"
 #include "memwire/error.hpp"
 #include "memwire/sideband/config.hpp"
@@ -67,6 +70,8 @@ std::unique_ptr<sideband::Channel> make_channel(const Arguments& arguments) {
   // Where this client's replies come (default _INBOX_<user>): roles.conf lets each user read
   // its own only.
   options.inbox_prefix = arguments.get("--inbox-prefix");
+  // Warnings about the registry's buckets (one with fewer copies than asked) go to stderr.
+  options.log = [](std::string_view line) { std::cerr << line << '\n'; };
   return std::make_unique<sideband::NatsChannel>(std::move(options));
 #else
   throw UsageError("this build has no NATS channel; use --http URL");

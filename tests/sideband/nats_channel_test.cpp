@@ -349,6 +349,34 @@ TEST_F(NatsChannelTest, ABucketThatDropsNamesSoonerIsRefused) {
   EXPECT_EQ(channel.fetch("short.lived", 1s), sample_metadata(5));
 }
 
+// Issue 23, finding 8: the parts bucket was never checked. One made beforehand with a 1 s max
+// age dropped the pieces of large entries after 1 s, their names unreadable while published.
+// It is now refused like the registry bucket, when a large entry first needs it.
+TEST(NatsPartsBucket, APartsBucketThatDropsPiecesSoonerIsRefused) {
+  NatsServerOptions small;
+  small.max_payload = 8192;  // a 200-descriptor metadata (about 11 KB) goes in pieces
+  NatsServer server(small);
+  RawClient raw(server.url());
+  kvConfig config;
+  kvConfig_Init(&config);
+  config.Bucket = "memwire_parts";
+  config.History = 1;
+  config.TTL = 1'000'000'000;  // nanoseconds: 1 s
+  kvStore* store = nullptr;
+  ASSERT_EQ(js_CreateKeyValue(&store, raw.js, &config), NATS_OK);
+  kvStore_Destroy(store);
+  NatsChannel channel(options_for(server));
+  try {
+    channel.publish("big.entry", sample_metadata(7, OperationKind::Read, 200), 0ms);
+    ADD_FAILURE() << "pieces went into a bucket that drops them after 1 s";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::InvalidArgument) << error.what();
+    EXPECT_NE(std::string(error.what()).find("'memwire_parts' drops every entry after 1000 ms"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(NatsChannelAuth, WrongTokenIsAccessDenied) {
   NatsServerOptions server_options;
   server_options.token = "s3cret";

@@ -56,7 +56,8 @@ struct MEMWIRE_API NatsOptions {
   // bucket (1..5, at most the cluster's size). 1 suits a single server; 3 on a 3-node cluster
   // keeps every name readable (and lets a new stream leader take over) when one node dies.
   // 0 (the default) = as many as the servers the connection knows (given and discovered from
-  // the cluster), up to 3; one if the servers turn out not to be one JetStream cluster.
+  // the cluster), up to 3; one if the servers turn out not to be one JetStream cluster. A
+  // bucket that exists with fewer copies is used, and said through `log` (below).
   int kv_replicas = 0;
 
   // Connecting, and every JetStream/KV call, give up after this long (Error{Timeout}).
@@ -72,6 +73,13 @@ struct MEMWIRE_API NatsOptions {
   // max_pings_out unanswered pings sent ping_interval apart; then the next server is tried.
   std::chrono::milliseconds ping_interval = std::chrono::seconds(5);
   int max_pings_out = 2;
+
+  // Called with one JSON line per warning about the registry's buckets; today one that exists
+  // with fewer copies than this channel would create ("event":"kv_replicas_below_wanted", with
+  // "replicas" and "wanted"): its names die with fewer nodes than asked. Called on the thread
+  // that opens the bucket (the constructor; the parts bucket: the first call that needs it).
+  // Empty = silent; the memwire programs and Python's NatsChannel write it to stderr.
+  std::function<void(std::string_view)> log;
 
   // Called on a nats.c thread when the connection drops and when it is back (subscriptions
   // already resent). Keep them short; they must not call back into the channel.
