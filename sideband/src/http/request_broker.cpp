@@ -118,7 +118,8 @@ bool RequestBroker::reply(const std::string& request_id, Result result) {
   {
     std::lock_guard lock(mutex_);
     auto it = pending_.find(request_id);
-    if (it == pending_.end() || it->second.state == State::Done) return false;
+    // Only a request a server took has an answer to give (and an owner, see request_owner).
+    if (it == pending_.end() || it->second.state != State::Taken) return false;
     it->second.state = State::Done;
     it->second.result = std::move(result);
   }

@@ -57,7 +57,7 @@ class MEMWIRE_API RequestBroker {
   // Queues a request and waits for its reply. Codes: "not found" when nobody serves the name,
   // "timeout" when the deadline passes first.
   Result submit(const std::string& name, std::string document, Clock::time_point deadline);
-  // False when the request is unknown (it timed out, or never was).
+  // False when the request is unknown (it timed out, or never was) or no server took it yet.
   bool reply(const std::string& request_id, Result result);
 
   void sweep();  // reaps dead servers
