@@ -58,6 +58,17 @@ struct RawClient {
     jsCtx_Destroy(js);
     natsConnection_Destroy(connection);
   }
+  // A bucket made by hand, as an operator might, before any channel: one copy, `max_age`.
+  void create_bucket(const char* bucket, std::chrono::nanoseconds max_age) {
+    kvConfig config;
+    kvConfig_Init(&config);
+    config.Bucket = bucket;
+    config.History = 1;
+    config.TTL = max_age.count();  // nats.c 3.4: the stream's MaxAge, in nanoseconds
+    kvStore* store = nullptr;
+    ASSERT_EQ(js_CreateKeyValue(&store, js, &config), NATS_OK);
+    kvStore_Destroy(store);
+  }
   void put(const std::string& key, const std::string& value) {
     if (!kv) {
       ASSERT_EQ(js_KeyValue(&kv, js, "memwire"), NATS_OK);
@@ -325,14 +336,7 @@ TEST_F(NatsChannelTest, BucketPrefixAndMaxAgeComeFromOptions) {
 // channel says it accepts that max age.
 TEST_F(NatsChannelTest, ABucketThatDropsNamesSoonerIsRefused) {
   RawClient raw(server_.url());
-  kvConfig config;
-  kvConfig_Init(&config);
-  config.Bucket = "memwire";
-  config.History = 1;
-  config.TTL = 1'000'000'000;  // nanoseconds: 1 s
-  kvStore* store = nullptr;
-  ASSERT_EQ(js_CreateKeyValue(&store, raw.js, &config), NATS_OK);
-  kvStore_Destroy(store);
+  raw.create_bucket("memwire", 1s);
   std::string message;
   try {
     NatsChannel channel(options_for(server_));
@@ -357,14 +361,7 @@ TEST(NatsPartsBucket, APartsBucketThatDropsPiecesSoonerIsRefused) {
   small.max_payload = 8192;  // a 200-descriptor metadata (about 11 KB) goes in pieces
   NatsServer server(small);
   RawClient raw(server.url());
-  kvConfig config;
-  kvConfig_Init(&config);
-  config.Bucket = "memwire_parts";
-  config.History = 1;
-  config.TTL = 1'000'000'000;  // nanoseconds: 1 s
-  kvStore* store = nullptr;
-  ASSERT_EQ(js_CreateKeyValue(&store, raw.js, &config), NATS_OK);
-  kvStore_Destroy(store);
+  raw.create_bucket("memwire_parts", 1s);
   NatsChannel channel(options_for(server));
   try {
     channel.publish("big.entry", sample_metadata(7, OperationKind::Read, 200), 0ms);
