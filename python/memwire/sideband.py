@@ -136,6 +136,7 @@ class NatsChannel(_Channel):
         key_file=None,
         subject_prefix=None,
         kv_bucket=None,
+        inbox_prefix=None,
         kv_replicas=None,
         kv_max_age=None,
         connection_name=None,
@@ -148,7 +149,8 @@ class NatsChannel(_Channel):
         creds_file. TLS: ``tls=True``, a ``tls://`` URL or any of ca_file, cert_file + key_file
         (mutual TLS). ``kv_replicas`` (1..5; default one per server of the cluster, up to 3) and
         ``kv_max_age`` (seconds) apply when this
-        channel creates the KV bucket."""
+        channel creates the KV bucket. ``inbox_prefix``: where replies to this client come
+        (default ``_INBOX_<user>``, or ``_INBOX`` without a user)."""
         if isinstance(servers, str):
             servers = [servers]
         self.servers = list(servers)
@@ -156,6 +158,7 @@ class NatsChannel(_Channel):
                      nkey_public=nkey_public, nkey_seed_file=nkey_seed_file, creds_file=creds_file,
                      tls=tls, ca_file=ca_file, cert_file=cert_file, key_file=key_file,
                      subject_prefix=subject_prefix or None, kv_bucket=kv_bucket or None,
+                     inbox_prefix=inbox_prefix or None,
                      kv_replicas=kv_replicas, kv_max_age=kv_max_age, connection_name=connection_name,
                      connect_timeout=connect_timeout, request_timeout=request_timeout,
                      max_reconnect=max_reconnect)

@@ -24,12 +24,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -1446,6 +1448,8 @@ PYBIND11_MODULE(_memwire, m) {
         options.subject_prefix = text(value);
       else if (name == "kv_bucket")
         options.kv_bucket = text(value);
+      else if (name == "inbox_prefix")
+        options.inbox_prefix = text(value);
       else if (name == "kv_replicas")
         options.kv_replicas = value.cast<int>();
       else if (name == "kv_max_age_ms")
@@ -1460,6 +1464,10 @@ PYBIND11_MODULE(_memwire, m) {
         throw memwire::Error(memwire::ErrorCode::InvalidArgument,
                              "unknown NatsChannel option " + name);
     }
+    // Warnings about the registry's buckets go to stderr, as the memwire programs write them.
+    options.log = [](std::string_view line) {
+      std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+    };
     return new PyChannel(
         without_gil([&] { return std::make_shared<memwire::sideband::NatsChannel>(options); }),
         max_calls);

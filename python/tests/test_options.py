@@ -26,6 +26,12 @@ def test_nats_options_reach_the_connection(nats_url):
     asyncio.run(channel.list())
     with pytest.raises(memwire.InvalidArgumentError):
         memwire.NatsChannel(nats_url, max_calls=0)
+    # inbox_prefix reaches the connection: a wildcard is refused, a plain prefix works.
+    with pytest.raises(memwire.InvalidArgumentError, match="inbox_prefix"):
+        memwire.NatsChannel(nats_url, inbox_prefix="_INBOX.>")
+    own_inbox = memwire.NatsChannel(nats_url, kv_bucket=unique("inbox"), kv_replicas=1,
+                                    inbox_prefix="_INBOX_pytest")
+    asyncio.run(own_inbox.list())
 
 
 def test_http_options_reach_the_client(http_endpoint):

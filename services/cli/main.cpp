@@ -25,7 +25,8 @@ constexpr const char* kHelp = R"(usage: memwire COMMAND ... (--http URL | --nats
 auth: --token T | --token-file F (one line; empty files are refused), --user U --password P,
       --ca-file F (HTTPS / TLS)
 nats: --kv-replicas N copies of the registry bucket when this creates it (1..5; default 0 =
-      one per server of the cluster, up to 3)
+      one per server of the cluster, up to 3); --inbox-prefix P where replies to this client
+      come (default _INBOX_<user>, or _INBOX without --user)
 exit status: 0 ok, 1 failure, 2 usage, 3 not found, 4 timeout
 )";
 

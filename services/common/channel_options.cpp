@@ -1,5 +1,8 @@
 #include "common/channel_options.hpp"
 
+#include <iostream>
+#include <string_view>
+
 #include "common/token_file.hpp"
 #include "memwire/error.hpp"
 #include "memwire/sideband/config.hpp"
@@ -11,8 +14,9 @@
 namespace memwire::services {
 
 const std::set<std::string>& channel_option_names() {
-  static const std::set<std::string> names{"--http",     "--nats", "--token",   "--token-file",
-                                           "--password", "--user", "--ca-file", "--kv-replicas"};
+  static const std::set<std::string> names{"--http",       "--nats",        "--token",
+                                           "--token-file", "--password",    "--user",
+                                           "--ca-file",    "--kv-replicas", "--inbox-prefix"};
   return names;
 }
 
@@ -63,6 +67,11 @@ std::unique_ptr<sideband::Channel> make_channel(const Arguments& arguments) {
   options.ca_file = arguments.get("--ca-file");
   // Copies of the registry a channel creates: 0 = one per known server, up to 3.
   options.kv_replicas = static_cast<int>(arguments.get_uint("--kv-replicas", 0, 0, 5));
+  // Where this client's replies come (default _INBOX_<user>): roles.conf lets each user read
+  // its own only.
+  options.inbox_prefix = arguments.get("--inbox-prefix");
+  // Warnings about the registry's buckets (one with fewer copies than asked) go to stderr.
+  options.log = [](std::string_view line) { std::cerr << line << '\n'; };
   return std::make_unique<sideband::NatsChannel>(std::move(options));
 #else
   throw UsageError("this build has no NATS channel; use --http URL");

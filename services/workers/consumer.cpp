@@ -33,6 +33,8 @@ constexpr const char* kHelp = R"(usage: memwire-consumer (--http URL | --nats UR
   auth: --token T, --user U --password P, --ca-file F
   --kv-replicas N      NATS: copies of the registry bucket if this creates it (default 0 =
                        one per server of the cluster, up to 3)
+  --inbox-prefix P     NATS: where replies to this process come (default _INBOX_<user>, or
+                       _INBOX without --user)
 )";
 
 // Stages start in any order: until the producer serves the prefix, a request is NotFound.

@@ -180,6 +180,12 @@ TEST(CliKvReplicas, TheFlagIsTakenAndChecked) {
     EXPECT_EQ(refused.status, 2) << bad << ": " << refused.err;
     EXPECT_NE(refused.err.find("--kv-replicas"), std::string::npos) << refused.err;
   }
+  // --inbox-prefix reaches NatsOptions::inbox_prefix: a wildcard prefix is refused.
+  auto own_inbox = run_cli(dir, {"ls", "--nats", nats.url(), "--inbox-prefix", "_INBOX_cli"});
+  EXPECT_EQ(own_inbox.status, 0) << own_inbox.err;
+  auto wildcard = run_cli(dir, {"ls", "--nats", nats.url(), "--inbox-prefix", "_INBOX.>"});
+  EXPECT_NE(wildcard.status, 0);
+  EXPECT_NE(wildcard.err.find("inbox_prefix"), std::string::npos) << wildcard.err;
 }
 #endif
 

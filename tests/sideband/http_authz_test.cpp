@@ -6,6 +6,8 @@
 #include <httplib.h>
 
 #include <fstream>
+#include <future>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "memwire/error.hpp"
@@ -134,6 +136,52 @@ TEST_F(HttpGrants, ReadTokenMayOnlyRead) {
       403);
   EXPECT_EQ(reader.list(), std::vector<std::string>{"a.x"});
   EXPECT_EQ(reader.fetch("a.x", 2s), sample_metadata(4));
+}
+
+// A request server's id and the ids of the requests it takes travel in URLs and logs. Before,
+// any publish token that learned one could poll that server (taking requests meant for its
+// owner, with their writable metadata) or answer them. Now only the token that registered the
+// server (or the plain --token) may.
+TEST_F(HttpGrants, AServerAndItsRequestsAnswerOnlyToTheTokenThatRegisteredIt) {
+  auto [registered, created] = raw("POST", "/v1/servers", kOwnerA, R"({"prefix": "a"})");
+  ASSERT_EQ(registered, 200) << created;
+  const std::string id = nlohmann::json::parse(created)["id"].get<std::string>();
+  const std::string requests = "/v1/servers/" + id + "/requests?wait_ms=200";
+
+  auto reader = channel(kReader);
+  auto asked = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      reader.request("a.x", sample_metadata(1, OperationKind::Write), 10s);
+      return "answered";
+    } catch (const Error& error) {
+      return error.what();
+    }
+  });
+  // Another publish token that knows the id may not take the request.
+  for (int i = 0; i < 5; ++i) {
+    auto [status, body] = raw("GET", requests, kOwnerB);
+    EXPECT_EQ(status, 403) << body;
+    EXPECT_EQ(body.find("a.x"), std::string::npos) << "b took a's request: " << body;
+  }
+  EXPECT_EQ(raw("DELETE", "/v1/servers/" + id, kOwnerB).first, 403);
+  // The owner takes it; b, now knowing the request's id, may not answer it either.
+  std::string request_id;
+  for (int i = 0; i < 50 && request_id.empty(); ++i) {
+    auto [status, body] = raw("GET", requests, kOwnerA);
+    ASSERT_EQ(status, 200) << body;
+    auto taken = nlohmann::json::parse(body)["requests"];
+    if (!taken.empty()) request_id = taken[0]["id"].get<std::string>();
+  }
+  ASSERT_FALSE(request_id.empty()) << "the owner never got the request";
+  const std::string reply = "/v1/requests/" + request_id + "/reply";
+  auto [refused, why] = raw("POST", reply, kOwnerB, R"({"status":"error","code":"not found"})");
+  EXPECT_EQ(refused, 403) << why;
+  EXPECT_NE(why.find("another token registered"), std::string::npos) << why;
+  EXPECT_EQ(raw("POST", reply, kOwnerA, R"({"status":"done"})").first, 204);
+  EXPECT_EQ(asked.get(), "answered");
+  // The plain --token may still act for every server.
+  EXPECT_EQ(raw("GET", requests, kAdmin).first, 200);
+  EXPECT_EQ(raw("DELETE", "/v1/servers/" + id, kAdmin).first, 204);
 }
 
 TEST_F(HttpGrants, PlainTokenKeepsFullAccessAndUnknownTokensAreRefused) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memwire/error.hpp"
@@ -206,6 +207,31 @@ TEST_F(NatsRoles, ReaderCannotSeeRequests) {
   reading.request("emb.req-1", sample_metadata(3, OperationKind::Write), 2s);
   EXPECT_EQ(served, std::vector<std::string>{"emb.req-1"});
   EXPECT_EQ(rogue.received(), 0);
+}
+
+// Replies travel on the requester's inbox subjects. With one "_INBOX.>" for every user, any
+// credential could subscribe there and read the replies to others' fetches, requests and
+// JetStream calls. Each user now has its own prefix (_INBOX_<user>) and may subscribe only that:
+// another role's subscription on the reader's inboxes is refused and sees nothing of them.
+TEST_F(NatsRoles, NoOtherRoleReadsTheReadersReplies) {
+  NatsChannel owner(owner_emb());
+  owner.publish("emb.z", sample_metadata(8), 0ms);
+  auto serving = owner.serve("emb", [](const std::string&, const RdmaMetadata&) {});
+  // The reader's inboxes under the default prefix of nats.c and under its own.
+  for (const char* inboxes : {"_INBOX.>", "_INBOX_memwire-reader.>"}) {
+    for (auto [user, password] : {std::pair{"memwire-owner-vec", "vec-pw-0123"},
+                                  std::pair{"memwire-owner-emb", "emb-pw-0123"}}) {
+      RogueClient rogue(*server_, user, password);
+      rogue.subscribe(inboxes, "");
+      EXPECT_TRUE(rogue.refused(2s)) << user << " may subscribe " << inboxes;
+      NatsChannel reading(reader());
+      EXPECT_EQ(reading.fetch("emb.z", 2s), sample_metadata(8));
+      EXPECT_EQ(reading.wait_for("emb.z", 2s), sample_metadata(8));
+      EXPECT_EQ(reading.list(), std::vector<std::string>{"emb.z"});
+      reading.request("emb.req-2", sample_metadata(9, OperationKind::Write), 2s);
+      EXPECT_EQ(rogue.received(), 0) << user << " read the reader's replies on " << inboxes;
+    }
+  }
 }
 
 // Nor may a reader serve, publish or withdraw: the server drops what it sends to the registry,

@@ -58,6 +58,17 @@ struct RawClient {
     jsCtx_Destroy(js);
     natsConnection_Destroy(connection);
   }
+  // A bucket made by hand, as an operator might, before any channel: one copy, `max_age`.
+  void create_bucket(const char* bucket, std::chrono::nanoseconds max_age) {
+    kvConfig config;
+    kvConfig_Init(&config);
+    config.Bucket = bucket;
+    config.History = 1;
+    config.TTL = max_age.count();  // nats.c 3.4: the stream's MaxAge, in nanoseconds
+    kvStore* store = nullptr;
+    ASSERT_EQ(js_CreateKeyValue(&store, js, &config), NATS_OK);
+    kvStore_Destroy(store);
+  }
   void put(const std::string& key, const std::string& value) {
     if (!kv) {
       ASSERT_EQ(js_KeyValue(&kv, js, "memwire"), NATS_OK);
@@ -306,6 +317,18 @@ TEST_F(NatsChannelTest, BucketPrefixAndMaxAgeComeFromOptions) {
   tenant_options.subject_prefix = "bad prefix";
   EXPECT_EQ(error_code_of([&] { NatsChannel channel(tenant_options); }),
             ErrorCode::InvalidArgument);
+  // An inbox prefix is a subject without wildcards: one with '>' would take others' replies.
+  tenant_options.subject_prefix = "tenant-b.memwire";
+  for (const char* bad : {"_INBOX.>", "_INBOX.*", "in box", "trailing."}) {
+    tenant_options.inbox_prefix = bad;
+    EXPECT_EQ(error_code_of([&] { NatsChannel channel(tenant_options); }),
+              ErrorCode::InvalidArgument)
+        << bad;
+  }
+  tenant_options.inbox_prefix = "_INBOX_tenant-b";
+  NatsChannel with_own_inbox(tenant_options);
+  with_own_inbox.publish("x", sample_metadata(3), 0ms);
+  EXPECT_EQ(with_own_inbox.fetch("x", 2s), sample_metadata(3));
 }
 
 // Issue 23, finding 8: a bucket created beforehand with a 1 s max age made every name vanish
@@ -313,14 +336,7 @@ TEST_F(NatsChannelTest, BucketPrefixAndMaxAgeComeFromOptions) {
 // channel says it accepts that max age.
 TEST_F(NatsChannelTest, ABucketThatDropsNamesSoonerIsRefused) {
   RawClient raw(server_.url());
-  kvConfig config;
-  kvConfig_Init(&config);
-  config.Bucket = "memwire";
-  config.History = 1;
-  config.TTL = 1'000'000'000;  // nanoseconds: 1 s
-  kvStore* store = nullptr;
-  ASSERT_EQ(js_CreateKeyValue(&store, raw.js, &config), NATS_OK);
-  kvStore_Destroy(store);
+  raw.create_bucket("memwire", 1s);
   std::string message;
   try {
     NatsChannel channel(options_for(server_));
@@ -335,6 +351,27 @@ TEST_F(NatsChannelTest, ABucketThatDropsNamesSoonerIsRefused) {
   NatsChannel channel(accepting);
   channel.publish("short.lived", sample_metadata(5), 0ms);
   EXPECT_EQ(channel.fetch("short.lived", 1s), sample_metadata(5));
+}
+
+// Issue 23, finding 8: the parts bucket was never checked. One made beforehand with a 1 s max
+// age dropped the pieces of large entries after 1 s, their names unreadable while published.
+// It is now refused like the registry bucket, when a large entry first needs it.
+TEST(NatsPartsBucket, APartsBucketThatDropsPiecesSoonerIsRefused) {
+  NatsServerOptions small;
+  small.max_payload = 8192;  // a 200-descriptor metadata (about 11 KB) goes in pieces
+  NatsServer server(small);
+  RawClient raw(server.url());
+  raw.create_bucket("memwire_parts", 1s);
+  NatsChannel channel(options_for(server));
+  try {
+    channel.publish("big.entry", sample_metadata(7, OperationKind::Read, 200), 0ms);
+    ADD_FAILURE() << "pieces went into a bucket that drops them after 1 s";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::InvalidArgument) << error.what();
+    EXPECT_NE(std::string(error.what()).find("'memwire_parts' drops every entry after 1000 ms"),
+              std::string::npos)
+        << error.what();
+  }
 }
 
 TEST(NatsChannelAuth, WrongTokenIsAccessDenied) {

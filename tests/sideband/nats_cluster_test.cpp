@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -180,6 +181,34 @@ TEST_F(NatsClusterTest, ByDefaultTheRegistryHasACopyOnEveryNodeUpToThree) {
   kvStore_Destroy(registry);
   jsCtx_Destroy(js);
   natsConnection_Destroy(connection);
+}
+
+// Issue 23, finding 8: a registry created earlier at one replica (by a client told so, or by
+// hand) was taken silently by every later client, though its names die with one node. A
+// channel that would make more copies now says so through its log hook, once per bucket.
+TEST_F(NatsClusterTest, ABucketWithFewerCopiesThanWantedIsReported) {
+  auto one_copy = options_for(cluster_, 0);
+  one_copy.kv_replicas = 1;
+  eventually([&] { return std::make_unique<NatsChannel>(one_copy); });
+
+  std::vector<std::string> lines;
+  auto options = options_for(cluster_, 1);
+  options.kv_replicas = 0;  // automatic: one per server of the cluster, 3 here
+  options.log = [&](std::string_view line) { lines.emplace_back(line); };
+  auto channel = eventually([&] { return std::make_unique<NatsChannel>(options); });
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find(R"("event":"kv_replicas_below_wanted")"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("bucket":"memwire")"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("replicas":1)"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("wanted":3)"), std::string::npos) << lines[0];
+  channel->publish("cluster.one-copy", sample_metadata(4), 0ms);  // still usable
+  EXPECT_EQ(channel->fetch("cluster.one-copy", 2s), sample_metadata(4));
+
+  // A channel that asked for one copy is content with it.
+  lines.clear();
+  one_copy.log = options.log;
+  eventually([&] { return std::make_unique<NatsChannel>(one_copy); });
+  EXPECT_TRUE(lines.empty()) << lines[0];
 }
 
 // Issue 23, finding 8: while the registry's stream elected a new leader, a new client failed

@@ -37,6 +37,8 @@ constexpr const char* kHelp =
             P.*; until SIGTERM. --write-timeout-ms T bounds each write into a requester.
   consumer: --mode read|request|both  --transfers K  --first I (uses names P.I .. P.I+N-1)
             --deadline-ms D (per transfer)  --pause-ms M (between transfers)  --hang-grace-ms G
+            --for-ms T (instead of K transfers: begin transfers until T ms have passed; the
+            soak's consumers)
 output: "event KIND key=value ..." lines, then one "result ..." line.
 )";
 
@@ -251,6 +253,11 @@ int run_consumer(const services::Arguments& args, const Setup& setup) {
   const milliseconds deadline(args.get_uint("--deadline-ms", 5000));
   const milliseconds pause(args.get_uint("--pause-ms", 0));
   const milliseconds grace(args.get_uint("--hang-grace-ms", 3000));
+  const milliseconds run_for(args.get_uint("--for-ms", 0));
+  const auto until = Clock::now() + run_for;
+  auto more = [&](std::uint64_t t) {
+    return run_for.count() > 0 ? Clock::now() < until : t < transfers;
+  };
 
   Connector connector(ConnectorOptions::from_environment());
   auto channel = open_channel(args, "mwlab-consumer");
@@ -286,7 +293,7 @@ int run_consumer(const services::Arguments& args, const Setup& setup) {
     }
   });
 
-  for (std::uint64_t t = 0; t < transfers; ++t) {
+  for (std::uint64_t t = 0; more(t); ++t) {
     const std::size_t index = first + t % setup.names;
     const std::string name = setup.name(index);
     const bool read = mode == "read" || (mode == "both" && t % 2 == 0);
@@ -371,7 +378,7 @@ int main(int argc, char** argv) {
         argc, argv, 2,
         {"--nats", "--http", "--user", "--password", "--prefix", "--names", "--size",
          "--kv-replicas", "--write-timeout-ms", "--mode", "--transfers", "--first", "--deadline-ms",
-         "--pause-ms", "--hang-grace-ms"});
+         "--pause-ms", "--hang-grace-ms", "--for-ms"});
     if (args.has("--nats") == args.has("--http")) {
       throw services::UsageError("give exactly one of --nats URLS or --http URL");
     }

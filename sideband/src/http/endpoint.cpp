@@ -592,11 +592,13 @@ class HttpEndpoint::Impl {
       auto prefix = body["prefix"].get<std::string>();
       if (!prefix.empty()) validate_name(prefix);
       require_owner(prefix, "serve");
-      res.set_content(safe_dump(json{{"id", broker_.add_server(prefix)}}), "application/json");
+      res.set_content(safe_dump(json{{"id", broker_.add_server(prefix, caller())}}),
+                      "application/json");
     });
     s.Delete(R"(/v1/servers/([0-9a-f]+))",
              [this](const httplib::Request& req, httplib::Response& res,
                     const httplib::ContentReader& reader) {
+               require_caller_owns(broker_.server_owner(req.matches[1].str()), "remove");
                read_body(res, reader);
                if (!broker_.remove_server(req.matches[1].str())) {
                  return reply_error(res, 404, "no such server");
@@ -605,6 +607,7 @@ class HttpEndpoint::Impl {
              });
     s.Get(R"(/v1/servers/([0-9a-f]+)/requests)",
           [this](const httplib::Request& req, httplib::Response& res) {
+            require_caller_owns(broker_.server_owner(req.matches[1].str()), "poll");
             LongPollSlot slot(*this);
             auto requests = broker_.poll(req.matches[1].str(), wait_deadline(req));
             if (!requests) return reply_error(res, 404, "no such server");
@@ -617,6 +620,7 @@ class HttpEndpoint::Impl {
     s.Post(R"(/v1/requests/([0-9a-f]+)/reply)",
            [this](const httplib::Request& req, httplib::Response& res,
                   const httplib::ContentReader& reader) {
+             require_caller_owns(broker_.request_owner(req.matches[1].str()), "answer");
              auto body = json::parse(read_body(res, reader), nullptr, false);
              if (!body.is_object() || !body.contains("status") || !body["status"].is_string()) {
                return reply_error(res, 400, "body must be {\"status\": \"done\"|\"error\", ...}");
@@ -723,6 +727,29 @@ class HttpEndpoint::Impl {
   // Every accepted token as "Bearer <token>" with its grant (the plain `token` is one for
   // Publish on every name); empty = no authentication.
   std::vector<std::pair<std::string, HttpGrant>> authorizations_;
+
+  // The broker's name for the grant the request presents: its place among the tokens (so the
+  // broker keeps no secret); empty without authentication.
+  std::string caller() const {
+    if (request_grant == nullptr) return {};
+    for (std::size_t i = 0; i < authorizations_.size(); ++i) {
+      if (&authorizations_[i].second == request_grant) return "grant " + std::to_string(i);
+    }
+    return "unknown";
+  }
+
+  // A request server's id, and the id of a request it took, are no capability: only the grant
+  // that registered the server (or the plain --token) may poll or remove it and answer those
+  // requests. An unknown id falls through to the handler's 404.
+  void require_caller_owns(const std::optional<std::string>& owner, const char* what) const {
+    if (!owner || request_grant == nullptr) return;
+    const bool plain_token = !options_.token.empty() && request_grant == &authorizations_[0].second;
+    if (plain_token || *owner == caller()) return;
+    // Refused before the body is read: the connection cannot carry another request.
+    close_after_response = true;
+    throw HttpStatusError(403, std::string("this token may not ") + what +
+                                   " there: another token registered that request server");
+  }
 
   // The grant whose token the request presents, or null. Compares with every token, each in
   // constant time, so the time taken tells nothing of which token nearly matched.

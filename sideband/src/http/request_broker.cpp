@@ -35,11 +35,25 @@ std::optional<std::string> RequestBroker::prefix_for(const std::string& name,
   return best;
 }
 
-std::string RequestBroker::add_server(std::string prefix) {
+std::string RequestBroker::add_server(std::string prefix, std::string owner) {
   std::lock_guard lock(mutex_);
   auto id = new_id();
-  servers_[id] = Server{std::move(prefix), Clock::now(), 0};
+  servers_[id] = Server{std::move(prefix), std::move(owner), Clock::now(), 0};
   return id;
+}
+
+std::optional<std::string> RequestBroker::server_owner(const std::string& server_id) {
+  std::lock_guard lock(mutex_);
+  auto it = servers_.find(server_id);
+  if (it == servers_.end()) return std::nullopt;
+  return it->second.owner;
+}
+
+std::optional<std::string> RequestBroker::request_owner(const std::string& request_id) {
+  std::lock_guard lock(mutex_);
+  auto it = pending_.find(request_id);
+  if (it == pending_.end() || it->second.state != State::Taken) return std::nullopt;
+  return it->second.taken_by;
 }
 
 bool RequestBroker::remove_server(const std::string& server_id) {
@@ -75,6 +89,7 @@ std::optional<std::vector<RequestBroker::Request>> RequestBroker::poll(const std
     queue.pop_front();
     auto& pending = pending_.at(id);
     pending.state = State::Taken;
+    pending.taken_by = it->second.owner;
     out->push_back(Request{id, pending.name, pending.document});
   }
   return out;
@@ -86,7 +101,7 @@ RequestBroker::Result RequestBroker::submit(const std::string& name, std::string
   auto prefix = prefix_for(name, Clock::now());
   if (!prefix) return Result{false, "not found", "nobody serves '" + name + "'"};
   auto id = new_id();
-  pending_[id] = Pending{name, std::move(document), *prefix, State::Queued, {}};
+  pending_[id] = Pending{name, std::move(document), *prefix, State::Queued, {}, {}};
   queues_[*prefix].push_back(id);
   changed_.notify_all();
   changed_.wait_until(lock, deadline,
@@ -103,7 +118,8 @@ bool RequestBroker::reply(const std::string& request_id, Result result) {
   {
     std::lock_guard lock(mutex_);
     auto it = pending_.find(request_id);
-    if (it == pending_.end() || it->second.state == State::Done) return false;
+    // Only a request a server took has an answer to give (and an owner, see request_owner).
+    if (it == pending_.end() || it->second.state != State::Taken) return false;
     it->second.state = State::Done;
     it->second.result = std::move(result);
   }

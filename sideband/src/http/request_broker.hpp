@@ -23,7 +23,10 @@ namespace memwire::sideband::http {
 //  - a name is served by prefix P when P is empty, equals the name, or the name starts with
 //    "P." ; the longest such live prefix wins;
 //  - a server that has not polled for kServerLease is dead; its queued requests fail as
-//    "not found" when no other server takes the prefix.
+//    "not found" when no other server takes the prefix;
+//  - a server has an owner (an opaque name the endpoint gives: which grant registered it), and
+//    so has each request a server took: the endpoint lets only that owner poll the server,
+//    remove it or answer the request, so knowing an id is not enough.
 class MEMWIRE_API RequestBroker {
  public:
   using Clock = std::chrono::steady_clock;
@@ -40,7 +43,12 @@ class MEMWIRE_API RequestBroker {
     std::string message;
   };
 
-  std::string add_server(std::string prefix);
+  std::string add_server(std::string prefix, std::string owner = {});
+  // Who registered `server_id`; nullopt when it is unknown.
+  std::optional<std::string> server_owner(const std::string& server_id);
+  // The owner of the server that took `request_id`; nullopt when no server took it (queued,
+  // answered, timed out, or never was).
+  std::optional<std::string> request_owner(const std::string& request_id);
   bool remove_server(const std::string& server_id);
   // Waits for one request for `server_id`; an empty vector when the wait ended first, nullopt
   // when the server is unknown (never registered, removed, or the endpoint restarted).
@@ -49,7 +57,7 @@ class MEMWIRE_API RequestBroker {
   // Queues a request and waits for its reply. Codes: "not found" when nobody serves the name,
   // "timeout" when the deadline passes first.
   Result submit(const std::string& name, std::string document, Clock::time_point deadline);
-  // False when the request is unknown (it timed out, or never was).
+  // False when the request is unknown (it timed out, or never was) or no server took it yet.
   bool reply(const std::string& request_id, Result result);
 
   void sweep();  // reaps dead servers
@@ -60,6 +68,7 @@ class MEMWIRE_API RequestBroker {
  private:
   struct Server {
     std::string prefix;
+    std::string owner;
     Clock::time_point last_seen;
     int polling = 0;
   };
@@ -70,6 +79,7 @@ class MEMWIRE_API RequestBroker {
     std::string prefix;
     State state = State::Queued;
     Result result;
+    std::string taken_by;  // the owner of the server that took it
   };
 
   bool live(const Server& server, Clock::time_point now) const;

@@ -139,6 +139,27 @@ void check(natsStatus status, const char* what) {
   if (status != NATS_OK) fail(status, std::string("nats options: ") + what);
 }
 
+// NatsOptions::inbox_prefix, or its default: "_INBOX_<user>" with the user made one subject
+// token, so that each user can be allowed its own replies only; nats.c's "_INBOX" without one.
+std::string inbox_prefix_of(const NatsOptions& options) {
+  if (!options.inbox_prefix.empty()) {
+    try {
+      validate_name(options.inbox_prefix);
+    } catch (const Error& e) {
+      throw Error(ErrorCode::InvalidArgument, std::string("nats: inbox_prefix: ") + e.what());
+    }
+    return options.inbox_prefix;
+  }
+  if (options.user.empty()) return "_INBOX";
+  std::string prefix = "_INBOX_";
+  for (char c : options.user.substr(0, 128)) {
+    const bool token_char = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                            (c >= '0' && c <= '9') || c == '_' || c == '-';
+    prefix += token_char ? c : '_';
+  }
+  return prefix;
+}
+
 }  // namespace
 
 SubscriptionPtr subscribe_waiter(natsConnection* connection, const std::string& subject,
@@ -183,6 +204,7 @@ NatsConnection::NatsConnection(NatsOptions options) : options_(std::move(options
     throw Error(ErrorCode::InvalidArgument, "nats: kv_max_age must be 0 or at least 100 ms");
   }
   validate_name(options_.subject_prefix);
+  inbox_prefix_ = inbox_prefix_of(options_);
   connect();
   try {
     jsOptions js_options;
@@ -224,6 +246,17 @@ std::string NatsConnection::last_permission_refusal() const {
 void NatsConnection::flush(std::chrono::milliseconds timeout) {
   auto status = natsConnection_FlushTimeout(connection_.get(), to_millis(timeout));
   if (status != NATS_OK) fail(status, "nats: flush");
+}
+
+std::string NatsConnection::new_inbox() const {
+  natsInbox* raw = nullptr;
+  auto status = natsInbox_Create(&raw);
+  if (status != NATS_OK) fail(status, "nats: new inbox");
+  InboxPtr inbox(raw);
+  // natsInbox_Create gives "_INBOX.<unique>": keep the unique token under our prefix.
+  std::string_view unique = inbox.get();
+  unique.remove_prefix(unique.find('.') + 1);
+  return inbox_prefix_ + "." + std::string(unique);
 }
 
 std::string NatsConnection::connected_url() const {
@@ -294,6 +327,8 @@ void NatsConnection::connect() {
             "cert_file/key_file");
     }
   }
+  // Replies, JetStream answers and KV watch deliveries come under this prefix.
+  check(natsOptions_SetCustomInboxPrefix(o, inbox_prefix_.c_str()), "inbox prefix");
   check(natsOptions_SetTimeout(o, to_millis(options_.connect_timeout)), "timeout");
   // Latency over throughput: replies and requests leave at once instead of being batched.
   check(natsOptions_SetSendAsap(o, true), "send asap");

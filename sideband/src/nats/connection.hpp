@@ -53,6 +53,8 @@ class NatsConnection {
   // The largest entry we send in one message.
   std::size_t max_entry() const;
   std::string connected_url() const;
+  // A fresh reply subject under this connection's inbox prefix (NatsOptions::inbox_prefix).
+  std::string new_inbox() const;
 
   // After a reconnect, `waiter` is told to recheck (updates sent meanwhile never reach a core
   // subscription). Held weakly.
@@ -68,6 +70,7 @@ class NatsConnection {
   void close() noexcept;
 
   NatsOptions options_;
+  std::string inbox_prefix_;
   std::shared_ptr<ConnectionEvents> events_;
   ConnectionPtr connection_;
   JsPtr js_;

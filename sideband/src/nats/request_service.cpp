@@ -125,17 +125,14 @@ void NatsRequestService::request(std::string_view name, const RdmaMetadata& writ
   const std::string subject = service_subject_ + std::string(name);
   const std::string what = "nats: requesting " + in_quotes(name);
   if (abandon.stop_requested()) throw abandoned(name);
-  natsInbox* raw_inbox = nullptr;
-  auto status = natsInbox_Create(&raw_inbox);
-  if (status != NATS_OK) fail(status, what);
-  InboxPtr inbox(raw_inbox);
+  const std::string inbox = connection_.new_inbox();
   auto waiter = std::make_shared<Waiter>();
-  auto subscription = subscribe_waiter(connection_.get(), inbox.get(), waiter, what);
+  auto subscription = subscribe_waiter(connection_.get(), inbox, waiter, what);
   // One answer is all a request takes: a responder that keeps sending cannot grow the queue.
-  status = natsSubscription_AutoUnsubscribe(subscription.get(), 1);
+  auto status = natsSubscription_AutoUnsubscribe(subscription.get(), 1);
   if (status != NATS_OK) fail(status, what);
   // The server handles our SUB before the PUB that follows it: no reply can slip past.
-  status = natsConnection_PublishRequest(connection_.get(), subject.c_str(), inbox.get(),
+  status = natsConnection_PublishRequest(connection_.get(), subject.c_str(), inbox.c_str(),
                                          payload.data(), static_cast<int>(payload.size()));
   if (status != NATS_OK) fail(status, what);
 

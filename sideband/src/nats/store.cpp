@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <thread>
@@ -28,22 +29,44 @@ std::string random_key() {
 Store::Store(std::shared_ptr<NatsConnection> connection)
     : connection_(std::move(connection)), options_(connection_->options()) {
   kv_ = open_bucket(options_.kv_bucket);
-  refuse_shorter_max_age();
 }
 
-// A bucket made elsewhere with a MaxAge shorter than this channel's (none, by default) drops
-// names while their publishers still think them published: refused, with what to do.
-void Store::refuse_shorter_max_age() {
+int Store::wanted_replicas() const {
+  return options_.kv_replicas == 0 ? std::min(3, known_servers()) : options_.kv_replicas;
+}
+
+void Store::check_existing_bucket(kvStore* store, const std::string& bucket) {
   kvStatus* raw = nullptr;
-  if (kvStore_Status(&raw, kv_.get()) != NATS_OK) return;  // cannot tell: no reason to refuse
+  if (kvStore_Status(&raw, store) != NATS_OK) return;  // cannot tell: no reason to refuse
   const auto max_age = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::nanoseconds(kvStatus_TTL(raw)));
+  const auto replicas = kvStatus_Replicas(raw);
   kvStatus_Destroy(raw);
+  const int wanted = wanted_replicas();
+  if (replicas > 0 && replicas < wanted && options_.log) {
+    // Names stay readable while the nodes holding the copies live: told, not refused.
+    nlohmann::json line{
+        {"level", "warn"},
+        {"event", "kv_replicas_below_wanted"},
+        {"bucket", bucket},
+        {"replicas", replicas},
+        {"wanted", wanted},
+        {"msg", "the KV bucket '" + bucket + "' exists with " + std::to_string(replicas) + " cop" +
+                    (replicas == 1 ? "y" : "ies") + " where this channel would make " +
+                    std::to_string(wanted) + ": its names are lost with " +
+                    (replicas == 1 ? std::string("the node that holds them")
+                                   : "the nodes that hold them") +
+                    "; raise its replicas (nats stream edit KV_" + bucket + " --replicas " +
+                    std::to_string(wanted) + ")"}};
+    options_.log(line.dump());
+  }
+  // A MaxAge shorter than this channel's (none, by default) drops names while their publishers
+  // still think them published: refused, with what to do.
   if (max_age.count() <= 0) return;
   if (options_.kv_max_age.count() > 0 && max_age >= options_.kv_max_age) return;
   throw Error(
       ErrorCode::InvalidArgument,
-      "nats: the KV bucket '" + options_.kv_bucket + "' drops every entry after " +
+      "nats: the KV bucket '" + bucket + "' drops every entry after " +
           std::to_string(max_age.count()) +
           " ms (its max age), sooner than this channel's kv_max_age (" +
           (options_.kv_max_age.count() > 0 ? std::to_string(options_.kv_max_age.count()) + " ms"
@@ -110,7 +133,14 @@ KvPtr Store::open_bucket(const std::string& bucket) {
   kvStore* raw = nullptr;
   auto status = wait_for_bucket(bucket);
   // Opened for good with the connection's JetStream context (its waits are request_timeout).
-  if (status == NATS_OK) status = js_KeyValue(&raw, connection_->jetstream(), bucket.c_str());
+  if (status == NATS_OK) {
+    status = js_KeyValue(&raw, connection_->jetstream(), bucket.c_str());
+    if (status == NATS_OK) {
+      KvPtr existing(raw);
+      check_existing_bucket(existing.get(), bucket);
+      return existing;
+    }
+  }
   if (status == NATS_NOT_FOUND) {
     kvConfig config;
     kvConfig_Init(&config);
@@ -122,7 +152,7 @@ KvPtr Store::open_bucket(const std::string& bucket) {
     // 0 = as many copies as the cluster has servers, up to 3: a cluster keeps its names when a
     // node dies without anyone having to ask for it.
     const bool automatic = options_.kv_replicas == 0;
-    config.Replicas = automatic ? std::min(3, known_servers()) : options_.kv_replicas;
+    config.Replicas = wanted_replicas();
     status = js_CreateKeyValue(&raw, connection_->jetstream(), &config);
     if (status != NATS_OK && automatic && config.Replicas > 1) {
       // Servers that are not one JetStream cluster (two addresses of one server): one copy.

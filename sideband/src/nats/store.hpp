@@ -73,10 +73,18 @@ class Store {
   static std::string_view value_of(kvEntry* entry);
 
  private:
+  // Opens `bucket`, or creates it with this channel's settings; a bucket that existed is
+  // checked against them (check_existing_bucket).
   KvPtr open_bucket(const std::string& bucket);
   natsStatus wait_for_bucket(const std::string& bucket);
   int known_servers() const;
-  void refuse_shorter_max_age();
+  // How many copies this channel gives a bucket it creates: kv_replicas, or (0) one per known
+  // server up to 3.
+  int wanted_replicas() const;
+  // A bucket made elsewhere that would lose names: a max age shorter than this channel's is
+  // refused (Error{InvalidArgument}); fewer copies than this channel would make is said through
+  // NatsOptions::log (a warn line), since the names stay readable while every copy's node lives.
+  void check_existing_bucket(kvStore* store, const std::string& bucket);
   kvStore* parts_store();
   std::size_t store_parts(const std::string& part_key, const std::string& json);
   // The pieces of an entry stored under `key`: Error{InvalidMetadata} when its part key is not

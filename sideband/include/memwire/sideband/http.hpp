@@ -25,7 +25,9 @@ struct MEMWIRE_API HttpAccessRecord {
 // What one bearer token may do at an HttpEndpoint (see HttpEndpointOptions::grants).
 //   Read:    GET names, list, long-poll, send requests (POST /v1/requests/{name}), /metrics.
 //   Publish: all of Read, and PUT/DELETE names under `prefix`, register servers
-//            (POST /v1/servers) for prefixes under it, poll and reply as such a server.
+//            (POST /v1/servers) for prefixes under it, poll, remove and reply as a server it
+//            registered (another token that knows the server's or a request's id gets 403;
+//            the plain `token` may act for every server).
 // `prefix` covers itself and every name below it ("a" covers "a" and "a.x", not "ab");
 // empty covers every name (and only then may a server register the empty prefix).
 struct MEMWIRE_API HttpGrant {

@@ -38,6 +38,13 @@ struct MEMWIRE_API NatsOptions {
   // First subject token(s): "<subject_prefix>.md.<name>" and "<subject_prefix>.get.<name>".
   // Channels with different prefixes and buckets do not see each other's names.
   std::string subject_prefix = "memwire";
+  // Where replies to this client come: its requests' replies, JetStream answers and KV watches
+  // arrive on "<inbox_prefix>.<random>". Empty (the default) = "_INBOX_<user>" when a user is
+  // given (a character other than a letter, digit, '_' or '-' becomes '_'), else nats.c's
+  // "_INBOX". Per-user inboxes let the server allow each user its own replies only
+  // (deploy/nats/roles.conf: memwire-reader may subscribe "_INBOX_memwire-reader.>" alone), so
+  // no other credential reads them. A name: tokens of letters, digits, '_', '-', dots between.
+  std::string inbox_prefix;
   // The JetStream key/value bucket that is the durable registry; created if absent.
   std::string kv_bucket = "memwire";
   // Upper bound on how long any entry stays in the bucket (its MaxAge), applied only when this
@@ -49,7 +56,8 @@ struct MEMWIRE_API NatsOptions {
   // bucket (1..5, at most the cluster's size). 1 suits a single server; 3 on a 3-node cluster
   // keeps every name readable (and lets a new stream leader take over) when one node dies.
   // 0 (the default) = as many as the servers the connection knows (given and discovered from
-  // the cluster), up to 3; one if the servers turn out not to be one JetStream cluster.
+  // the cluster), up to 3; one if the servers turn out not to be one JetStream cluster. A
+  // bucket that exists with fewer copies is used, and said through `log` (below).
   int kv_replicas = 0;
 
   // Connecting, and every JetStream/KV call, give up after this long (Error{Timeout}).
@@ -65,6 +73,13 @@ struct MEMWIRE_API NatsOptions {
   // max_pings_out unanswered pings sent ping_interval apart; then the next server is tried.
   std::chrono::milliseconds ping_interval = std::chrono::seconds(5);
   int max_pings_out = 2;
+
+  // Called with one JSON line per warning about the registry's buckets; today one that exists
+  // with fewer copies than this channel would create ("event":"kv_replicas_below_wanted", with
+  // "replicas" and "wanted"): its names die with fewer nodes than asked. Called on the thread
+  // that opens the bucket (the constructor; the parts bucket: the first call that needs it).
+  // Empty = silent; the memwire programs and Python's NatsChannel write it to stderr.
+  std::function<void(std::string_view)> log;
 
   // Called on a nats.c thread when the connection drops and when it is back (subscriptions
   // already resent). Keep them short; they must not call back into the channel.
