@@ -8,8 +8,9 @@
 #include <sstream>
 
 #include "registration.hpp"
+#include "transport/verbs/rail.hpp"
 #include "transport/verbs/rail_offer.hpp"
-#include "transport/verbs/verbs_engine.hpp"
+#include "transport/verbs/verbs_port.hpp"
 
 namespace memwire::detail::verbs {
 namespace {
@@ -93,7 +94,7 @@ std::size_t keys_wanted(const ActiveTransfer& transfer) {
 
 }  // namespace
 
-VerbsActiveSide::VerbsActiveSide(Engine& engine, std::uint64_t slice_bytes,
+VerbsActiveSide::VerbsActiveSide(VerbsPort& engine, std::uint64_t slice_bytes,
                                  std::function<void(std::string_view)> log)
     : engine_(engine), slice_bytes_(slice_bytes), log_(std::move(log)) {
   if (slice_bytes_ < 4096)

@@ -20,7 +20,7 @@
 
 namespace memwire::detail::verbs {
 
-class Engine;
+class VerbsPort;
 
 // The active side of the verbs protocol: Begin on each rail a transfer uses, then RDMA
 // READ/WRITE batches of its slices under the keys the owner granted that connection (Keys)
@@ -32,7 +32,7 @@ class Engine;
 class VerbsActiveSide {
  public:
   // Throws Error{InvalidArgument} when `slice_bytes` is below 4096.
-  VerbsActiveSide(Engine& engine, std::uint64_t slice_bytes,
+  VerbsActiveSide(VerbsPort& engine, std::uint64_t slice_bytes,
                   std::function<void(std::string_view)> log);
 
   // A number for a transfer or a leg; any thread.
@@ -103,7 +103,7 @@ class VerbsActiveSide {
     if (log_) log_(line);
   }
 
-  Engine& engine_;
+  VerbsPort& engine_;
   const std::uint64_t slice_bytes_;
   const std::function<void(std::string_view)> log_;
   std::atomic<std::uint64_t> next_seq_{1};

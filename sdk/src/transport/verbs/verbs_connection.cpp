@@ -33,8 +33,10 @@ Connection::Connection(std::shared_ptr<const VerbsDevice> device, ibv_comp_chann
       address(std::move(address_)),
       device_(std::move(device)),
       channel_(channel),
-      send_depth_(std::min<unsigned>(
-          kSendDepth, static_cast<unsigned>(std::max(device_->max_queue_depth(), 4)))),
+      // No device: a connection that is only an identity (tests of the sides without RDMA).
+      send_depth_(device_ ? std::min<unsigned>(kSendDepth, static_cast<unsigned>(std::max(
+                                                               device_->max_queue_depth(), 4)))
+                          : kSendDepth),
       reserved_(std::min(kReservedForNotices, send_depth_ / 2)),
       credits_(send_depth_),
       id_(std::move(id)) {}

@@ -37,6 +37,7 @@ class Connection {
   static Tag tag_of(std::uint64_t id) { return static_cast<Tag>(id >> 56); }
   static std::uint64_t value_of(std::uint64_t id) { return id & ((std::uint64_t{1} << 56) - 1); }
 
+  // `device` null: a connection with no QP, only an identity for tests of the protocol's sides.
   Connection(std::shared_ptr<const VerbsDevice> device, ibv_comp_channel* channel, CmId id,
              bool outgoing, std::string peer, std::string address);
   ~Connection();

@@ -17,33 +17,15 @@
 #include "transport/transport.hpp"
 #include "transport/verbs/local_mr_cache.hpp"
 #include "transport/verbs/progress_loop.hpp"
+#include "transport/verbs/rail.hpp"
 #include "transport/verbs/verbs_active_side.hpp"
 #include "transport/verbs/verbs_connection.hpp"
 #include "transport/verbs/verbs_device.hpp"
 #include "transport/verbs/verbs_handles.hpp"
 #include "transport/verbs/verbs_passive_side.hpp"
+#include "transport/verbs/verbs_port.hpp"
 
 namespace memwire::detail::verbs {
-
-// One RDMA device this engine moves bytes over: its listener, its completion channel, the
-// cache of local memory regions on it, and what it moved.
-struct Rail {
-  explicit Rail(std::shared_ptr<const VerbsDevice> rail_device);
-  std::shared_ptr<const VerbsDevice> device;
-  LocalMrCache local_regions;
-  CompChannel completions;
-  CmId listener;
-  std::string address;  // "ip:port" its listener is bound to
-  std::uint64_t chunk_bytes = 0;
-  std::uint64_t bytes_moved = 0;  // progress thread only
-  std::uint64_t slices_moved = 0;
-  bool own_pd_per_peer = false;  // no type-2 windows: a protection domain per accepted peer
-  std::optional<std::chrono::steady_clock::time_point> failed_at;  // a connection on it last failed
-  bool failed_within(std::chrono::steady_clock::duration span,
-                     std::chrono::steady_clock::time_point now) const noexcept {
-    return failed_at && now - *failed_at < span;
-  }
-};
 
 // Everything of the verbs transport that lives on its progress thread: one rdma_cm listener
 // per rail (RDMA device), the pool of RC connections (one per peer connector, peer address and
@@ -52,7 +34,7 @@ struct Rail {
 // each completed batch to the side it concerns (VerbsActiveSide, VerbsPassiveSide), and a
 // failed connection's transfers to both. start(), shutdown() and the rails' accessors may be
 // called from any thread; they hand work to the progress thread.
-class Engine : public std::enable_shared_from_this<Engine> {
+class Engine final : public std::enable_shared_from_this<Engine>, public VerbsPort {
  public:
   static std::shared_ptr<Engine> create(const TransportContext& context);
   ~Engine();
@@ -62,7 +44,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Stops the progress thread and fails whatever is still in flight. Idempotent.
   void shutdown();
 
-  std::size_t rail_count() const noexcept { return rails_.size(); }
+  std::size_t rail_count() const noexcept override { return rails_.size(); }
   const std::shared_ptr<const VerbsDevice>& device(std::size_t rail) const noexcept {
     return rails_[rail]->device;
   }
@@ -74,27 +56,20 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Begins moving the bytes of `transfer` to or from the owner behind `offer`.
   void start(const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer);
 
-  // What the active and passive sides use, on the progress thread only.
-  Rail& rail(std::size_t index) const noexcept { return *rails_[index]; }
-  const std::map<rdma_cm_id*, std::shared_ptr<Connection>>& connections() const noexcept {
+  // The port of the active and passive sides (VerbsPort), on the progress thread only.
+  Rail& rail(std::size_t index) const noexcept override { return *rails_[index]; }
+  const std::map<rdma_cm_id*, std::shared_ptr<Connection>>& connections() const noexcept override {
     return connections_;
   }
-  // The pooled connection to connector `peer` at `address` from local rail `rail`, opened now
-  // if there is none. Throws Error.
   std::shared_ptr<Connection> connect(const std::string& peer, const std::string& address,
-                                      std::size_t rail);
-  // Sends `notice` on `connection`; a post that fails fails the connection.
-  void send(Connection& connection, const Notice& notice);
-  // Closes `connection` and fails everything that used it. `culprit` (a transfer whose own
-  // work request failed) gets `culprit_error`; every other one gets `error`.
+                                      std::size_t rail) override;
+  void send(Connection& connection, const Notice& notice) override;
   void fail_connection(Connection& connection, const Error& error,
                        std::optional<std::uint64_t> culprit = std::nullopt,
-                       std::optional<Error> culprit_error = std::nullopt);
-  // A callable for any thread: runs `work` on the progress thread if the engine is still there.
-  std::function<void()> later(std::function<void()> work);
-  // Ends `grant` when `registration` expires (unless renewed by then).
+                       std::optional<Error> culprit_error = std::nullopt) override;
+  std::function<void()> later(std::function<void()> work) override;
   void watch_expiry(const std::shared_ptr<Registration>& registration,
-                    const std::shared_ptr<AccessGrant>& grant);
+                    const std::shared_ptr<AccessGrant>& grant) override;
 
  private:
   explicit Engine(const TransportContext& context);

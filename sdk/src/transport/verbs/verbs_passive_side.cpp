@@ -6,7 +6,8 @@
 #include "pool_state.hpp"
 #include "registration.hpp"
 #include "transport/verbs/offered_access.hpp"
-#include "transport/verbs/verbs_engine.hpp"
+#include "transport/verbs/rail.hpp"
+#include "transport/verbs/verbs_port.hpp"
 
 namespace memwire::detail::verbs {
 namespace {
@@ -251,7 +252,9 @@ void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
   // the owner wakes: an owner that exits at once must not take the answer down with it.
   bool answered = false;
   try {
-    // The device moved the bytes unseen: the active side's count is all there is to check.
+    // The device moved the bytes unseen: the active side's count is all there is to check,
+    // and only a holder of the token may make it.
+    registration->check_token(notice.token);
     registration->note_moved(notice.bytes);
     registration->complete_from_remote(notice.token, [&] {
       if (auto offered = registration->attachment<OfferedAccess>()) offered->revoke();

@@ -14,7 +14,7 @@
 
 namespace memwire::detail::verbs {
 
-class Engine;
+class VerbsPort;
 
 // The passive (owner's) side of the verbs protocol: the owner checks Begin against the live
 // registration and grants that connection alone remote keys for it (the device then serves
@@ -23,7 +23,7 @@ class Engine;
 // that began it are lost. Runs on the engine's progress thread.
 class VerbsPassiveSide {
  public:
-  VerbsPassiveSide(Engine& engine, std::shared_ptr<RegistrationTable> registrations)
+  VerbsPassiveSide(VerbsPort& engine, std::shared_ptr<RegistrationTable> registrations)
       : engine_(engine), registrations_(std::move(registrations)) {}
 
   // Begin, Done or Abort from an active side.
@@ -48,7 +48,7 @@ class VerbsPassiveSide {
   void reply(Connection& connection, NoticeType type, std::uint64_t seq,
              std::optional<ErrorCode> error = std::nullopt, std::string text = {});
 
-  Engine& engine_;
+  VerbsPort& engine_;
   const std::shared_ptr<RegistrationTable> registrations_;
 };
 
