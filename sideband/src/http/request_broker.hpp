@@ -11,8 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
-
 namespace memwire::sideband::http {
 
 // Request/reply over plain HTTP, held by the endpoint:
@@ -24,7 +22,7 @@ namespace memwire::sideband::http {
 //    "P." ; the longest such live prefix wins;
 //  - a server that has not polled for kServerLease is dead; its queued requests fail as
 //    "not found" when no other server takes the prefix.
-class MEMWIRE_API RequestBroker {
+class RequestBroker {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::seconds kServerLease{10};
