@@ -7,7 +7,6 @@ with ``call_soon_threadsafe``. Nothing polls.
 
 import asyncio
 import ctypes
-import math
 
 from . import _memwire
 from .descriptor import Descriptor, as_descriptors
@@ -15,9 +14,7 @@ from .errors import InvalidArgumentError, MemwireError, TimeoutError
 from .metadata import RdmaMetadata
 from .pool import Pool, PoolMetadata, as_pairs, as_regions, as_tag
 from .types import OperationKind, OperationStatus
-
-#: Seconds a wait takes when given no timeout (every wait has one).
-DEFAULT_TIMEOUT = 300.0
+from ._support import DEFAULT_TIMEOUT, TIMED_OUT, completions_for, timeout_seconds
 
 #: How long wait_for_completion watches an unfinished operation before it lets the event loop
 #: wake it: a small transfer usually ends sooner than a loop wake-up takes (0: never watch).
@@ -39,115 +36,6 @@ def _cuda_driver_sees_a_device():
         except OSError:
             _cuda_seen = False
     return _cuda_seen
-
-
-def _timeout_seconds(timeout):
-    if timeout is None:
-        return DEFAULT_TIMEOUT
-    if type(timeout) is float and 0 < timeout < math.inf:
-        return timeout
-    try:
-        seconds = float(timeout)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"timeout must be seconds, not {timeout!r}") from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidArgumentError(f"timeout must be positive and finite, not {timeout!r}")
-    return seconds
-
-
-class _LoopCompletions:
-    """Completions for one event loop. memwire's thread that finishes an operation posts
-    (token, status) to a native Notifier, whose eventfd the loop watches (add_reader): no GIL is
-    taken on memwire's threads and nothing polls. The loop then resolves the token's future."""
-
-    __slots__ = ("native", "futures", "next_token", "loop", "watching", "timer", "timer_when", "__weakref__")
-
-    def __init__(self, loop):
-        self.native = _memwire.Notifier()
-        self.futures = {}
-        self.next_token = 0
-        self.loop = loop
-        # Deadlines of the waits in progress on this loop, behind one timer set for the earliest
-        # (a timer per wait costs more than the wait itself).
-        self.watching = {}
-        self.timer = None
-        self.timer_when = 0.0
-        loop.add_reader(self.native.fd, self.drain)
-
-    def watch(self, op, deadline):
-        entry = [deadline, op]
-        self.watching[id(entry)] = entry
-        if self.timer is None or deadline < self.timer_when:
-            if self.timer is not None:
-                self.timer.cancel()
-            self.timer = self.loop.call_at(deadline, self._expire)
-            self.timer_when = deadline
-        return entry
-
-    def unwatch(self, entry):
-        self.watching.pop(id(entry), None)
-
-    def _time_out(self, op):
-        # Wakes the op's waiter with _TIMED_OUT; the op keeps its token, with a fresh future.
-        old = op._done
-        if old is not None and not old.done() and self.futures.get(op._token) is old:
-            fresh = self.loop.create_future()
-            self.futures[op._token] = fresh
-            op._done = fresh
-            old.set_result(_TIMED_OUT)
-
-    def _expire(self):
-        self.timer = None
-        now = self.loop.time()
-        nearest = None
-        for key, entry in list(self.watching.items()):
-            if entry[0] <= now:
-                del self.watching[key]
-                self._time_out(entry[1])
-            elif nearest is None or entry[0] < nearest:
-                nearest = entry[0]
-        if nearest is not None:
-            self.timer = self.loop.call_at(nearest, self._expire)
-            self.timer_when = nearest
-
-    def drain(self):
-        futures = self.futures
-        for token, status in self.native.drain():
-            future = futures.pop(token, None)
-            if future is not None and not future.done():
-                future.set_result(status)
-
-    def arm(self):
-        """(notifier, token, future): hand the first two to the native operation."""
-        token = self.next_token
-        self.next_token = token + 1
-        future = self.loop.create_future()
-        self.futures[token] = future
-        return self.native, token, future
-
-
-_TIMED_OUT = -1  # what a watched wait's future gets when its deadline passes
-# loop -> _LoopCompletions. Each value holds its loop (it schedules on it), so a weak key would
-# never die: entries of closed loops are dropped instead, whenever a new loop comes, which lets
-# go of the loop and of its eventfd (once no operation in flight still posts to it).
-_completions = {}
-_last = [None, None]  # (loop, completions) of the last lookup: most programs have one loop
-
-
-def _completions_for(loop):
-    if _last[0] is loop:
-        return _last[1]
-    completions = _completions.get(loop)
-    if completions is None:
-        _forget_closed_loops()
-        completions = _completions[loop] = _LoopCompletions(loop)
-    _last[0], _last[1] = loop, completions
-    return completions
-
-
-def _forget_closed_loops():
-    for loop in [loop for loop in _completions if loop.is_closed()]:
-        del _completions[loop]
 
 
 def _deliver(loop, future, status):
@@ -189,7 +77,7 @@ class _Operation:
 
     def _arm(self, loop):
         self._loop = loop
-        notifier, self._token, self._done = _completions_for(loop).arm()
+        notifier, self._token, self._done = completions_for(loop).arm()
         return notifier, self._token
 
     def _completion(self):
@@ -200,7 +88,7 @@ class _Operation:
 
     def _completions_forget(self):
         # Ended without the loop's help: its future (resolved later by the eventfd) is dropped.
-        completions = _completions_for(self._loop)
+        completions = completions_for(self._loop)
         completions.futures.pop(self._token, None)
         self._loop = None
 
@@ -237,7 +125,7 @@ class _Operation:
         (the operation goes on; cancel it or wait again). Cancelling the awaiting task cancels
         the operation.
         """
-        seconds = _timeout_seconds(timeout)
+        seconds = timeout_seconds(timeout)
         done = self._completion()
         if not done.done() and SPIN_MICROSECONDS > 0 and self._waiters == 0:
             # A small transfer ends within microseconds: watching it briefly costs less than
@@ -253,7 +141,7 @@ class _Operation:
         elif self._waiters == 0:
             # The one waiter awaits the completion future itself; its deadline is watched by the
             # loop's single timer, which cancels this task when it passes.
-            completions = _completions_for(self._loop)
+            completions = completions_for(self._loop)
             entry = completions.watch(self, self._loop.time() + seconds)
             self._waiters = 1
             try:
@@ -268,7 +156,7 @@ class _Operation:
             finally:
                 self._waiters = 0
                 completions.unwatch(entry)
-            if status == _TIMED_OUT:
+            if status == TIMED_OUT:
                 raise TimeoutError(
                     f"{type(self).__name__} not finished after {seconds:g} s (status {self.status.name})"
                 )
@@ -281,7 +169,7 @@ class _Operation:
             try:
                 while True:
                     done = self._completion()  # a timed-out or cancelled future is replaced
-                    if done.done() and done.result() != _TIMED_OUT:
+                    if done.done() and done.result() != TIMED_OUT:
                         status = done.result()
                         break
                     if expired.done():
@@ -301,7 +189,7 @@ class _Operation:
 
     def wait(self, timeout=None):
         """Blocking wait, for code outside asyncio (GIL released while it waits)."""
-        seconds = _timeout_seconds(timeout)
+        seconds = timeout_seconds(timeout)
         return OperationStatus(self._native.wait(max(1, int(seconds * 1000))))
 
     def _cancel_quietly(self):
@@ -351,7 +239,7 @@ class _PassiveOperation(_Operation):
 
     def renew(self, lifetime):
         """Keeps remote access open for ``lifetime`` more seconds; returns the new metadata."""
-        return RdmaMetadata(self._native.renew(max(1, int(_timeout_seconds(lifetime) * 1000))))
+        return RdmaMetadata(self._native.renew(max(1, int(timeout_seconds(lifetime) * 1000))))
 
 
 class ReadableOperation(_PassiveOperation):
@@ -424,9 +312,9 @@ class Connector:
             config.bind_address = bind_address
         config.port = int(port)
         if metadata_ttl is not None:
-            config.metadata_ttl_ms = 0 if metadata_ttl == 0 else max(1, int(_timeout_seconds(metadata_ttl) * 1000))
+            config.metadata_ttl_ms = 0 if metadata_ttl == 0 else max(1, int(timeout_seconds(metadata_ttl) * 1000))
         if connect_timeout is not None:
-            config.connect_timeout_ms = max(1, int(_timeout_seconds(connect_timeout) * 1000))
+            config.connect_timeout_ms = max(1, int(timeout_seconds(connect_timeout) * 1000))
         config.from_environment = bool(environment)
         self._native = _memwire.Connector(config)
         # Accepted for nixl_connect's older signature (Dynamo's runtime); memwire needs neither.

@@ -21,6 +21,7 @@ from . import _memwire
 from .descriptor import Descriptor
 from .errors import CancelledError, InvalidArgumentError, InvalidMetadataError, TimeoutError
 from .types import Device
+from ._support import timeout_seconds
 
 #: A tag a peer sent once its transfer's bytes were in the pool (or, for a read, once it had
 #: them all). ``peer`` is the sending connector's name.
@@ -30,9 +31,7 @@ _NO_DEADLINE = None
 
 
 def _seconds(timeout):
-    from .connector import _timeout_seconds  # (connector imports this module)
-
-    return _timeout_seconds(timeout)
+    return timeout_seconds(timeout)
 
 
 def _text(raw):

@@ -11,15 +11,15 @@ import asyncio
 import inspect
 
 from . import _memwire
-from .connector import _completions_for, _timeout_seconds
 from .descriptor import as_descriptors
 from .errors import MemwireError, NotFoundError
 from .metadata import RdmaMetadata
 from .types import OperationStatus
+from ._support import completions_for, timeout_seconds
 
 
 def _ms(seconds):
-    return max(1, int(_timeout_seconds(seconds) * 1000))
+    return max(1, int(timeout_seconds(seconds) * 1000))
 
 
 def _ttl_ms(ttl):
@@ -33,7 +33,7 @@ DEFAULT_MAX_CALLS = 64
 async def _native_call(start, *args):
     """Runs a channel call started by ``start(*args, notifier, token)`` on the channel's threads
     and returns its outcome; cancelling the awaiting task stops it."""
-    completions = _completions_for(asyncio.get_running_loop())
+    completions = completions_for(asyncio.get_running_loop())
     notifier, token, done = completions.arm()
     call = start(*args, notifier, token)
     try:
@@ -218,11 +218,11 @@ class Lease:
     async def wait(self, timeout=None):
         """Waits until a reader has read it: COMPLETE (or CANCELLED); raises like
         wait_for_completion."""
-        seconds = _timeout_seconds(timeout)
+        seconds = timeout_seconds(timeout)
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             self._loop = loop
-            notifier, token, self._done = _completions_for(loop).arm()
+            notifier, token, self._done = completions_for(loop).arm()
             self._native.notify_via(notifier, token)
         try:
             await asyncio.wait_for(asyncio.shield(self._done), seconds)
@@ -302,7 +302,7 @@ class Worker:
         """Reads the memory published under ``name`` into local memory and returns the
         completed ReadOperation. ``wait=True`` waits for the name to be published.
         ``timeout`` bounds the lookup and the transfer together."""
-        seconds = _timeout_seconds(timeout)
+        seconds = timeout_seconds(timeout)
         descriptors = as_descriptors(local_descriptors, writable_target=True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
@@ -323,7 +323,7 @@ class Worker:
         NotFoundError at once: it asks again with a backoff (50 ms doubling to 1 s)."""
         if not wait:
             return await self._request(name, local_descriptors, timeout)
-        seconds = _timeout_seconds(timeout)
+        seconds = timeout_seconds(timeout)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         backoff = 0.05
@@ -338,7 +338,7 @@ class Worker:
                 backoff = min(backoff * 2, 1.0)
 
     async def _request(self, name, local_descriptors, timeout):
-        seconds = _timeout_seconds(timeout)
+        seconds = timeout_seconds(timeout)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         op = self.connector.create_writable(local_descriptors)
@@ -372,7 +372,7 @@ class Worker:
         coroutine function: it then runs on this event loop."""
         loop = asyncio.get_running_loop()
         is_async = inspect.iscoroutinefunction(handler)
-        limit = _timeout_seconds(write_timeout)
+        limit = timeout_seconds(write_timeout)
 
         def serve_one(name):  # on the channel's thread, GIL held
             if is_async:

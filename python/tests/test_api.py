@@ -418,9 +418,9 @@ def test_many_short_waits_stay_bounded():
         for _ in range(200):
             with pytest.raises(memwire.TimeoutError):
                 await op.wait_for_completion(timeout=0.001)
-        from memwire.connector import _completions_for
+        from memwire._support import completions_for
 
-        completions = _completions_for(asyncio.get_running_loop())
+        completions = completions_for(asyncio.get_running_loop())
         assert len(completions.watching) == 0 and len(completions.futures) <= 2
 
     run(main())

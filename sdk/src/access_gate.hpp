@@ -9,14 +9,12 @@
 #include <optional>
 #include <utility>
 
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
-
 namespace memwire {
 
 // Guards memory that transport threads touch on behalf of a remote peer. A transport pins the
 // gate for as long as it reads or writes the memory; closing the gate refuses new pins and
 // waits until the last pin is gone, so the owner may free the memory once close() returns.
-class MEMWIRE_API AccessGate {
+class AccessGate {
  public:
   class Pin {
    public:

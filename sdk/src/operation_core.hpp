@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "memwire/error.hpp"
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
 #include "memwire/status.hpp"
 #include "telemetry/event_log.hpp"
 #include "telemetry/telemetry_recorder.hpp"
@@ -33,7 +32,7 @@ struct Observation {
 
 // The state every operation shares: a status that moves forward once into a final state,
 // a condition variable for waiters and callbacks for event loops.
-class MEMWIRE_API OperationCore {
+class OperationCore {
  public:
   using Callback = std::function<void(OperationStatus)>;
 

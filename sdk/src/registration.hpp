@@ -13,7 +13,6 @@
 #include "access_gate.hpp"
 #include "ids.hpp"
 #include "memwire/descriptor.hpp"
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
 #include "memwire/metadata.hpp"
 #include "operation_core.hpp"
 
@@ -34,7 +33,7 @@ class TransportState {
 
 // The core of a passive operation: local memory that remotes may read or write while they
 // present the token and stay inside the descriptors, until completed, cancelled or expired.
-class MEMWIRE_API Registration final : public OperationCore {
+class Registration final : public OperationCore {
  public:
   Registration(OperationKind kind, std::vector<Descriptor> descriptors, std::int64_t expires_at_ms,
                std::weak_ptr<RegistrationTable> table, std::chrono::milliseconds grace);

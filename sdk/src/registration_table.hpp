@@ -5,14 +5,13 @@
 #include <unordered_map>
 
 #include "ids.hpp"
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
 
 namespace memwire::detail {
 
 class Registration;
 
 // Live passive operations of one connector, by notification key.
-class MEMWIRE_API RegistrationTable {
+class RegistrationTable {
  public:
   void insert(const std::shared_ptr<Registration>& registration);
   std::shared_ptr<Registration> find(const Id128& key) const;

@@ -4,8 +4,6 @@
 #include <cstdint>
 #include <optional>
 
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
-
 namespace memwire::detail {
 
 // Where a range of this process's memory lives inside one of its SharedBuffers: enough for a
@@ -19,10 +17,9 @@ struct SharedLocation {
 };
 
 // Every live SharedBuffer of this process, by address.
-MEMWIRE_API void index_shared_buffer(const std::byte* begin, std::size_t size, int fd,
-                                     std::uint64_t inode);
-MEMWIRE_API void unindex_shared_buffer(const std::byte* begin) noexcept;
+void index_shared_buffer(const std::byte* begin, std::size_t size, int fd, std::uint64_t inode);
+void unindex_shared_buffer(const std::byte* begin) noexcept;
 // The buffer that holds all of [data, data + length), if one does.
-MEMWIRE_API std::optional<SharedLocation> find_shared(const std::byte* data, std::size_t length);
+std::optional<SharedLocation> find_shared(const std::byte* data, std::size_t length);
 
 }  // namespace memwire::detail

@@ -6,8 +6,6 @@
 #include <map>
 #include <string>
 
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests
-
 namespace memwire::detail {
 
 // Faults per source address (connections that ended in a remote access error, a flushed QP or
@@ -15,7 +13,7 @@ namespace memwire::detail {
 // until the oldest one leaves it, so a peer that guesses keys pays a window per `limit`
 // guesses instead of one reconnect each. Bounded: at most kMaxSources addresses are tracked
 // (the stalest dropped first), at most `limit` faults each. Not thread-safe.
-class MEMWIRE_API SourceFaults {
+class SourceFaults {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr std::size_t kMaxSources = 4096;

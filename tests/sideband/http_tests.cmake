@@ -17,7 +17,7 @@ add_executable(memwire_sideband_tests
   ${CMAKE_CURRENT_LIST_DIR}/telemetry_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/telemetry_process_test.cpp)
 target_link_libraries(memwire_sideband_tests
-  PRIVATE memwire::sideband memwire_test_support PkgConfig::CPP_HTTPLIB
+  PRIVATE memwire-sideband-internal memwire_test_support PkgConfig::CPP_HTTPLIB
           nlohmann_json::nlohmann_json GTest::gtest_main Threads::Threads)
 target_compile_definitions(memwire_sideband_tests PRIVATE
   MEMWIRE_REGISTRY_BINARY="$<TARGET_FILE:memwire-registry>"
@@ -34,4 +34,3 @@ gtest_discover_tests(memwire_sideband_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIME
 target_sources(memwire_sideband_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/http_hardening_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/metadata_store_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/request_broker_test.cpp)
-target_link_libraries(memwire_sideband_tests PRIVATE memwire-sideband-internal-headers)

@@ -16,17 +16,16 @@ add_executable(memwire_nats_tests
 # nats_authz_test loads deploy/nats/roles.conf as it is into its server.
 target_compile_definitions(memwire_nats_tests PRIVATE
   MEMWIRE_DEPLOY_NATS_DIR="${PROJECT_SOURCE_DIR}/deploy/nats")
-target_link_libraries(memwire_nats_tests
-  PRIVATE memwire::sideband memwire_test_support PkgConfig::LIBNATS OpenSSL::Crypto
-          GTest::gtest_main Threads::Threads)
 # nats_entry_test reaches into the library's private entry codec (sideband/src/nats/entry.hpp).
-target_link_libraries(memwire_nats_tests PRIVATE memwire-sideband-internal-headers)
+target_link_libraries(memwire_nats_tests
+  PRIVATE memwire-sideband-internal memwire_test_support PkgConfig::LIBNATS OpenSSL::Crypto
+          GTest::gtest_main Threads::Threads)
 gtest_discover_tests(memwire_nats_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
 
 # The same against a real 3-node cluster (routes and JetStream on free loopback ports): nodes are
 # killed and restarted, so these take seconds each; their own binary keeps them apart.
 add_executable(memwire_nats_cluster_tests ${CMAKE_CURRENT_LIST_DIR}/nats_cluster_test.cpp)
 target_link_libraries(memwire_nats_cluster_tests
-  PRIVATE memwire::sideband memwire_test_support PkgConfig::LIBNATS GTest::gtest_main
+  PRIVATE memwire-sideband-internal memwire_test_support PkgConfig::LIBNATS GTest::gtest_main
           Threads::Threads)
 gtest_discover_tests(memwire_nats_cluster_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 180)

@@ -70,7 +70,7 @@ class MEMWIRE_API Connector {
   friend bool operator==(const Connector& a, const Connector& b) { return a.name() == b.name(); }
 
  private:
-  class Impl;
+  class MEMWIRE_HIDDEN Impl;
   Impl& usable() const;  // throws in a child forked after this connector was made
   std::unique_ptr<Impl> impl_;
 };

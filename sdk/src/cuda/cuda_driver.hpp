@@ -6,15 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests and bench
-
 namespace memwire::detail {
 
 // The few CUDA driver API entry points memwire uses, resolved at run time from libcuda.so.1
 // (dlopen), so that one build runs on machines with and without a GPU. The declarations are
 // memwire's own: the driver API is plain C (an int result, opaque handles, 64-bit device
 // addresses); no CUDA header is needed to build.
-class MEMWIRE_API CudaDriver {
+class CudaDriver {
  public:
   using Result = int;                        // CUresult; 0 = CUDA_SUCCESS
   using DevicePointer = unsigned long long;  // CUdeviceptr

@@ -6,7 +6,6 @@
 
 #include "cuda/pinned_pool.hpp"
 #include "memwire/descriptor.hpp"
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests
 
 namespace memwire::detail {
 
@@ -18,7 +17,7 @@ class CudaDriver;
 // before it starts; a writable copies to the device when the writer's completion notice
 // arrives, a read when its last byte arrived). Pinned memory: the copy engines reach it
 // directly, and verbs can register it.
-class MEMWIRE_API CudaStaging {
+class CudaStaging {
  public:
   // The process's CUDA driver; throws Error{InvalidArgument} saying why there is none.
   static const CudaDriver& require_driver();

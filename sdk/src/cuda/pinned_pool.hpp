@@ -5,8 +5,6 @@
 #include <mutex>
 #include <vector>
 
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests
-
 namespace memwire::detail {
 
 class CudaDriver;
@@ -15,7 +13,7 @@ class CudaDriver;
 // millisecond per 10 MB), so a buffer an operation gave back is kept for the next one of about
 // its size. `limit` bounds the bytes pinned in all, in use and kept: a request that would pass
 // it first frees kept buffers, then is refused (ConnectorOptions::cuda_staging_limit).
-class MEMWIRE_API PinnedPool {
+class PinnedPool {
  public:
   struct Buffer {
     void* data = nullptr;

@@ -10,13 +10,11 @@
 #include <utility>
 #include <vector>
 
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
-
 namespace memwire::sideband::http {
 
 // Names -> metadata documents (already checked), each with an optional expiry. Waiters block on
 // a condition variable until a name appears; stop() releases them all.
-class MEMWIRE_API MetadataStore {
+class MetadataStore {
  public:
   using Clock = std::chrono::steady_clock;
 

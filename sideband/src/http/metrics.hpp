@@ -6,12 +6,10 @@
 #include <string>
 #include <tuple>
 
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
-
 namespace memwire::sideband::http {
 
 // Request counters and latency sums per route, rendered as Prometheus text.
-class MEMWIRE_API Metrics {
+class Metrics {
  public:
   // "/v1/metadata/x" -> "metadata"; keeps the label set small whatever the names are.
   static std::string route_of(const std::string& method, const std::string& path);

@@ -11,8 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
-
 namespace memwire::sideband::http {
 
 // Request/reply over plain HTTP, held by the endpoint:
@@ -27,7 +25,7 @@ namespace memwire::sideband::http {
 //  - a server has an owner (an opaque name the endpoint gives: which grant registered it), and
 //    so has each request a server took: the endpoint lets only that owner poll the server,
 //    remove it or answer the request, so knowing an id is not enough.
-class MEMWIRE_API RequestBroker {
+class RequestBroker {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::seconds kServerLease{10};

@@ -7,8 +7,6 @@
 #include <string>
 #include <string_view>
 
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
-
 namespace memwire::sideband::nats_detail {
 
 struct Entry {
@@ -23,13 +21,13 @@ struct Entry {
   }
 };
 
-MEMWIRE_API std::string encode_inline(std::string_view metadata_json, std::int64_t expires_at_ms);
-MEMWIRE_API std::string encode_parts(std::size_t parts, std::string_view part_key, std::size_t size,
-                                     std::int64_t expires_at_ms);
+std::string encode_inline(std::string_view metadata_json, std::int64_t expires_at_ms);
+std::string encode_parts(std::size_t parts, std::string_view part_key, std::size_t size,
+                         std::int64_t expires_at_ms);
 
 // Throws Error{InvalidMetadata} naming `name` when `bytes` is neither an envelope nor a JSON
 // object (the metadata itself is checked later, by RdmaMetadata::from_json).
-MEMWIRE_API Entry decode_entry(std::string_view bytes, std::string_view name);
+Entry decode_entry(std::string_view bytes, std::string_view name);
 
 // The largest metadata document a reassembled entry may have: a bound against a corrupt
 // "size" making us allocate without limit.

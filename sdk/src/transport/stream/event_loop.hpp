@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "file_descriptor.hpp"
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
 
 namespace memwire::detail {
 
@@ -20,7 +19,7 @@ namespace memwire::detail {
 // other threads, and timers. Every callback runs on that thread, one at a time, so what a
 // callback touches needs no lock against other callbacks of the same loop. Descriptors are
 // watched edge-triggered: a callback reads or writes until EAGAIN.
-class MEMWIRE_API EventLoop {
+class EventLoop {
  public:
   using Task = std::function<void()>;
   using Ready = std::function<void(std::uint32_t events)>;

@@ -8,7 +8,6 @@
 
 #include "ids.hpp"
 #include "memwire/error_codes.hpp"
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
 
 namespace memwire::detail {
 
@@ -155,9 +154,9 @@ inline std::uint64_t inline_payload_bytes(const FrameHeader& header) {
 // (magic), another version, or a type no side knows. nullopt when they can; the connection that
 // received them closes with this reason. Whether the type suits the receiving side, and the
 // payload's bounds, are the side's to check.
-MEMWIRE_API std::optional<std::string> frame_header_problem(const FrameHeader& header);
+std::optional<std::string> frame_header_problem(const FrameHeader& header);
 
 // Why a text payload (names, error texts) of `length` bytes is refused, or nullopt.
-MEMWIRE_API std::optional<std::string> text_payload_problem(std::uint64_t length);
+std::optional<std::string> text_payload_problem(std::uint64_t length);
 
 }  // namespace memwire::detail

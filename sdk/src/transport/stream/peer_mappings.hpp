@@ -6,13 +6,12 @@
 #include <memory>
 #include <tuple>
 
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
 #include "shared_memory_index.hpp"
 
 namespace memwire::detail {
 
 // One peer's SharedBuffer, mapped into this process.
-class MEMWIRE_API PeerMapping {
+class PeerMapping {
  public:
   PeerMapping(std::byte* base, std::size_t size) : base_(base), size_(size) {}
   ~PeerMapping();
@@ -32,7 +31,7 @@ class MEMWIRE_API PeerMapping {
 // check makes sure the descriptor was not reused for another file meanwhile. Buffers the peer
 // has let go of are unmapped on a later miss, and at most kMaxMappings stay. One connection's
 // reader thread uses it: no lock.
-class MEMWIRE_API PeerMappings {
+class PeerMappings {
  public:
   static constexpr std::size_t kMaxMappings = 32;
 

@@ -13,7 +13,6 @@
 
 #include "access_gate.hpp"
 #include "memwire/error.hpp"
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
 #include "telemetry/connection_watch.hpp"
 #include "transport/stream/event_loop.hpp"
 #include "transport/stream/frame.hpp"
@@ -101,7 +100,7 @@ struct OutFrame {
 // frame sent while nothing is queued goes out at once on the sender's thread, as far as the
 // socket takes it without blocking; the rest is queued and the loop sends it as the socket
 // drains. Answers the loop writes while more requests wait in the inbox go out together.
-class MEMWIRE_API StreamConnection : public std::enable_shared_from_this<StreamConnection> {
+class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
  public:
   StreamConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler, std::string peer,
                    EventLoop& loop);

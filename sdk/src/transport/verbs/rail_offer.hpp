@@ -4,7 +4,6 @@
 #include <string>
 #include <vector>
 
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for the VerbsRails tests
 #include "memwire/metadata.hpp"
 
 namespace memwire::detail::verbs {
@@ -17,9 +16,9 @@ struct PeerRail {
 
 // The offer's first rail is its `address` (what a single-rail peer dials); rail N
 // (1..kMaxRails-1) is in the attribute "railN" ("ip:port").
-MEMWIRE_API void add_rail(TransportOffer& offer, std::size_t rail, const std::string& address);
+void add_rail(TransportOffer& offer, std::size_t rail, const std::string& address);
 // Every rail of `offer`; throws Error{InvalidMetadata} on an address that is not ip:port, and
 // on keys (an offer of protocol 1, whose keys opened the memory to any peer: not spoken).
-MEMWIRE_API std::vector<PeerRail> rails_of(const TransportOffer& offer);
+std::vector<PeerRail> rails_of(const TransportOffer& offer);
 
 }  // namespace memwire::detail::verbs

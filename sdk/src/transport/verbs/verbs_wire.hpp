@@ -10,7 +10,6 @@
 
 #include "ids.hpp"
 #include "memwire/error.hpp"
-#include "memwire/export.hpp"  // MEMWIRE_API: exported for tests, fuzzers and bench
 #include "memwire/status.hpp"
 
 namespace memwire::detail::verbs {
@@ -69,19 +68,19 @@ inline constexpr std::size_t kNoticeBytes = 256;
 inline constexpr unsigned kNoticeReceives = 128;
 
 // Sets the credits of an encoded notice (stamped when it is posted, not when it is queued).
-MEMWIRE_API void stamp_credits(std::span<std::byte> encoded, std::uint16_t credits);
+void stamp_credits(std::span<std::byte> encoded, std::uint16_t credits);
 
 // Writes `notice` (text cut at kMaxText; rkeys, at most kMaxKeys, only without text) into
 // `out`; returns the bytes used.
-MEMWIRE_API std::size_t encode(const Notice& notice, std::span<std::byte, kNoticeBytes> out);
+std::size_t encode(const Notice& notice, std::span<std::byte, kNoticeBytes> out);
 // Throws Error{Protocol} on anything malformed: the peer is not speaking this protocol.
-MEMWIRE_API Notice decode(std::span<const std::byte> in);
+Notice decode(std::span<const std::byte> in);
 
 // rdma_cm private data of a connect request and of its accept: who is on the other end.
 // Private data limits of an RC connect request and of its accept on rdma_cm over IB/RoCE.
 inline constexpr std::size_t kConnectPrivateData = 56;
 inline constexpr std::size_t kAcceptPrivateData = 196;
-MEMWIRE_API std::vector<std::byte> encode_hello(std::string_view connector, std::size_t limit);
-MEMWIRE_API std::optional<std::string> decode_hello(const void* data, std::size_t length);
+std::vector<std::byte> encode_hello(std::string_view connector, std::size_t limit);
+std::optional<std::string> decode_hello(const void* data, std::size_t length);
 
 }  // namespace memwire::detail::verbs

@@ -131,7 +131,7 @@ class MEMWIRE_API HttpEndpoint {
   std::size_t size() const;  // names currently published
 
  private:
-  class Impl;
+  class MEMWIRE_HIDDEN Impl;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -183,7 +183,7 @@ class MEMWIRE_API HttpChannel final : public Channel {
                std::chrono::milliseconds timeout, std::stop_token abandon = {}) override;
 
  private:
-  class Impl;
+  class MEMWIRE_HIDDEN Impl;
   std::shared_ptr<Impl> impl_;
 };
 

@@ -198,7 +198,7 @@ class MEMWIRE_API NatsChannel final : public Channel {
   std::string connected_url() const;
 
  private:
-  class Impl;
+  class MEMWIRE_HIDDEN Impl;
   std::shared_ptr<Impl> impl_;
 };
 

@@ -1,0 +1,120 @@
+"""What the package's modules share, private to it: timeouts in seconds, and the completions of
+each event loop (a native Notifier whose eventfd the loop watches), which the connector's
+operations and the sideband's calls both wait on."""
+
+import math
+
+from . import _memwire
+from .errors import InvalidArgumentError
+
+#: Seconds a wait takes when given no timeout (every wait has one).
+DEFAULT_TIMEOUT = 300.0
+
+
+def timeout_seconds(timeout):
+    if timeout is None:
+        return DEFAULT_TIMEOUT
+    if type(timeout) is float and 0 < timeout < math.inf:
+        return timeout
+    try:
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"timeout must be seconds, not {timeout!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidArgumentError(f"timeout must be positive and finite, not {timeout!r}")
+    return seconds
+
+
+class LoopCompletions:
+    """Completions for one event loop. memwire's thread that finishes an operation posts
+    (token, status) to a native Notifier, whose eventfd the loop watches (add_reader): no GIL is
+    taken on memwire's threads and nothing polls. The loop then resolves the token's future."""
+
+    __slots__ = ("native", "futures", "next_token", "loop", "watching", "timer", "timer_when", "__weakref__")
+
+    def __init__(self, loop):
+        self.native = _memwire.Notifier()
+        self.futures = {}
+        self.next_token = 0
+        self.loop = loop
+        # Deadlines of the waits in progress on this loop, behind one timer set for the earliest
+        # (a timer per wait costs more than the wait itself).
+        self.watching = {}
+        self.timer = None
+        self.timer_when = 0.0
+        loop.add_reader(self.native.fd, self.drain)
+
+    def watch(self, op, deadline):
+        entry = [deadline, op]
+        self.watching[id(entry)] = entry
+        if self.timer is None or deadline < self.timer_when:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = self.loop.call_at(deadline, self._expire)
+            self.timer_when = deadline
+        return entry
+
+    def unwatch(self, entry):
+        self.watching.pop(id(entry), None)
+
+    def _time_out(self, op):
+        # Wakes the op's waiter with TIMED_OUT; the op keeps its token, with a fresh future.
+        old = op._done
+        if old is not None and not old.done() and self.futures.get(op._token) is old:
+            fresh = self.loop.create_future()
+            self.futures[op._token] = fresh
+            op._done = fresh
+            old.set_result(TIMED_OUT)
+
+    def _expire(self):
+        self.timer = None
+        now = self.loop.time()
+        nearest = None
+        for key, entry in list(self.watching.items()):
+            if entry[0] <= now:
+                del self.watching[key]
+                self._time_out(entry[1])
+            elif nearest is None or entry[0] < nearest:
+                nearest = entry[0]
+        if nearest is not None:
+            self.timer = self.loop.call_at(nearest, self._expire)
+            self.timer_when = nearest
+
+    def drain(self):
+        futures = self.futures
+        for token, status in self.native.drain():
+            future = futures.pop(token, None)
+            if future is not None and not future.done():
+                future.set_result(status)
+
+    def arm(self):
+        """(notifier, token, future): hand the first two to the native operation."""
+        token = self.next_token
+        self.next_token = token + 1
+        future = self.loop.create_future()
+        self.futures[token] = future
+        return self.native, token, future
+
+
+TIMED_OUT = -1  # what a watched wait's future gets when its deadline passes
+# loop -> LoopCompletions. Each value holds its loop (it schedules on it), so a weak key would
+# never die: entries of closed loops are dropped instead, whenever a new loop comes, which lets
+# go of the loop and of its eventfd (once no operation in flight still posts to it).
+_completions = {}
+_last = [None, None]  # (loop, completions) of the last lookup: most programs have one loop
+
+
+def completions_for(loop):
+    if _last[0] is loop:
+        return _last[1]
+    completions = _completions.get(loop)
+    if completions is None:
+        _forget_closed_loops()
+        completions = _completions[loop] = LoopCompletions(loop)
+    _last[0], _last[1] = loop, completions
+    return completions
+
+
+def _forget_closed_loops():
+    for loop in [loop for loop in _completions if loop.is_closed()]:
+        del _completions[loop]
