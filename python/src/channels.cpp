@@ -1,9 +1,9 @@
 // Channels: by-name publish, fetch, wait, list and request over HTTP or NATS, blocking or as
 // calls for an event loop; the HTTP endpoint embedded in this process.
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <stop_token>
-#include <cstdio>
 #include <string>
 #include <string_view>
 #include <utility>

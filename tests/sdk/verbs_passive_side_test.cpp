@@ -1,0 +1,200 @@
+// The owner's side of the verbs protocol (VerbsPassiveSide) driven through its port, with no
+// RDMA device: what it answers each notice, and what it does to the registrations, before any
+// key is granted. The grants themselves need a device: verbs_access_test runs them on rxe.
+#include "transport/verbs/verbs_passive_side.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "ids.hpp"
+#include "memwire/descriptor.hpp"
+#include "registration.hpp"
+#include "registration_table.hpp"
+#include "transport/verbs/verbs_port.hpp"
+
+using namespace memwire;
+using namespace memwire::detail;
+using namespace memwire::detail::verbs;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A port that records what the side sends and fails; it has no rail and opens no connection.
+class RecordingPort final : public VerbsPort {
+ public:
+  std::size_t rail_count() const noexcept override { return 1; }
+  Rail& rail(std::size_t) const noexcept override {
+    ADD_FAILURE() << "the side asked for a rail: it was about to grant keys";
+    std::abort();
+  }
+  const std::map<rdma_cm_id*, std::shared_ptr<Connection>>& connections() const noexcept override {
+    return connections_;
+  }
+  std::shared_ptr<Connection> connect(const std::string&, const std::string&,
+                                      std::size_t) override {
+    throw Error(ErrorCode::Transport, "this port opens no connection");
+  }
+  void send(Connection&, const Notice& notice) override { sent.push_back(notice); }
+  void fail_connection(Connection&, const Error& error, std::optional<std::uint64_t>,
+                       std::optional<Error>) override {
+    failures.push_back(error);
+  }
+  std::function<void()> later(std::function<void()> work) override { return work; }
+  void watch_expiry(const std::shared_ptr<Registration>&,
+                    const std::shared_ptr<AccessGrant>&) override {}
+
+  std::vector<Notice> sent;
+  std::vector<Error> failures;
+
+ private:
+  std::map<rdma_cm_id*, std::shared_ptr<Connection>> connections_;
+};
+
+class VerbsPassiveSideTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<Registration> offer(OperationKind kind = OperationKind::Read) {
+    auto registration = std::make_shared<Registration>(
+        kind, std::vector<Descriptor>{Descriptor(memory_.data(), memory_.size())}, 0, table_, 1s);
+    table_->insert(registration);
+    return registration;
+  }
+  // A notice as a reader of `registration` would send it.
+  static Notice notice(NoticeType type, const Registration& registration,
+                       OperationKind kind = OperationKind::Read) {
+    Notice notice;
+    notice.type = type;
+    notice.seq = 7;
+    notice.key = registration.key();
+    notice.token = registration.token();
+    notice.kind = kind;
+    notice.bytes = registration.registered_bytes();
+    return notice;
+  }
+  // The one answer the side sent, of `type`.
+  const Notice& answer(NoticeType type) {
+    EXPECT_EQ(port_.sent.size(), 1u);
+    if (port_.sent.empty()) throw std::runtime_error("no answer");
+    EXPECT_EQ(port_.sent.front().type, type);
+    return port_.sent.front();
+  }
+
+  std::vector<std::byte> memory_ = std::vector<std::byte>(4096);
+  std::shared_ptr<RegistrationTable> table_ = std::make_shared<RegistrationTable>();
+  RecordingPort port_;
+  VerbsPassiveSide side_{port_, table_};
+  Connection connection_{nullptr, nullptr, CmId{}, false, "reader", "10.0.0.2:1"};
+};
+
+TEST_F(VerbsPassiveSideTest, ABeginForAnUnknownKeyIsRefusedAsNotFound) {
+  auto registration = offer();
+  auto begin = notice(NoticeType::Begin, *registration);
+  begin.key = random_id();
+  side_.on_notice(connection_, begin);
+  const auto& accept = answer(NoticeType::Accept);
+  EXPECT_EQ(accept.seq, 7u);
+  EXPECT_EQ(accept.error, ErrorCode::NotFound);
+  EXPECT_TRUE(connection_.inbound.empty());
+}
+
+TEST_F(VerbsPassiveSideTest, ABeginWithAnotherTokenIsRefusedAndLeavesTheOperationAlone) {
+  auto registration = offer();
+  auto begin = notice(NoticeType::Begin, *registration);
+  begin.token = random_id();
+  side_.on_notice(connection_, begin);
+  EXPECT_EQ(answer(NoticeType::Accept).error, ErrorCode::AccessDenied);
+  EXPECT_TRUE(connection_.inbound.empty());
+  EXPECT_FALSE(is_terminal(registration->status()));
+}
+
+TEST_F(VerbsPassiveSideTest, ABeginOfTheOtherKindIsRefused) {
+  auto registration = offer(OperationKind::Read);
+  side_.on_notice(connection_, notice(NoticeType::Begin, *registration, OperationKind::Write));
+  EXPECT_EQ(answer(NoticeType::Accept).error, ErrorCode::AccessDenied);
+  EXPECT_TRUE(connection_.inbound.empty());
+}
+
+TEST_F(VerbsPassiveSideTest, APoolBeginOfAOneShotOperationIsRefused) {
+  auto registration = offer();
+  auto begin = notice(NoticeType::Begin, *registration);
+  begin.first_index = kPoolBegin;
+  side_.on_notice(connection_, begin);
+  EXPECT_EQ(answer(NoticeType::Accept).error, ErrorCode::AccessDenied);
+}
+
+TEST_F(VerbsPassiveSideTest, ABeginOfPartOfTheBytesFailsTheOperationOnBothSides) {
+  auto registration = offer();
+  auto begin = notice(NoticeType::Begin, *registration);
+  begin.bytes = 100;
+  side_.on_notice(connection_, begin);
+  EXPECT_EQ(answer(NoticeType::Accept).error, ErrorCode::InvalidArgument);
+  EXPECT_EQ(registration->status(), OperationStatus::Errored);
+}
+
+TEST_F(VerbsPassiveSideTest, ADoneAsksForAResultUnlessTheReaderNeedsNone) {
+  auto gone = offer();
+  table_->erase(gone->key());
+  side_.on_notice(connection_, notice(NoticeType::Done, *gone));
+  EXPECT_EQ(answer(NoticeType::Result).error, ErrorCode::Cancelled);
+  port_.sent.clear();
+  auto done = notice(NoticeType::Done, *gone);
+  done.first_index = kDoneWithoutResult;
+  side_.on_notice(connection_, done);
+  EXPECT_TRUE(port_.sent.empty()) << "a Done that asks for no Result was answered";
+}
+
+TEST_F(VerbsPassiveSideTest, AReadersDoneWithoutResultCompletesTheOperationSilently) {
+  auto registration = offer();
+  auto done = notice(NoticeType::Done, *registration);
+  done.first_index = kDoneWithoutResult;
+  side_.on_notice(connection_, done);
+  EXPECT_TRUE(port_.sent.empty());
+  EXPECT_EQ(registration->status(), OperationStatus::Complete);
+}
+
+TEST_F(VerbsPassiveSideTest, ADoneWithAnotherTokenCompletesNothing) {
+  auto registration = offer();
+  auto done = notice(NoticeType::Done, *registration);
+  done.token = random_id();
+  side_.on_notice(connection_, done);
+  EXPECT_EQ(answer(NoticeType::Result).error, ErrorCode::AccessDenied);
+  EXPECT_FALSE(is_terminal(registration->status()));
+}
+
+// The reader's byte count is all the owner can check a Done against: one sent without the
+// token must not count towards the next one's.
+TEST_F(VerbsPassiveSideTest, ABytesCountWithoutTheTokenCountsForNothing) {
+  auto registration = offer();
+  auto forged = notice(NoticeType::Done, *registration);
+  forged.token = random_id();
+  side_.on_notice(connection_, forged);
+  auto short_done = notice(NoticeType::Done, *registration);
+  short_done.bytes = 0;
+  side_.on_notice(connection_, short_done);
+  EXPECT_NE(registration->status(), OperationStatus::Complete)
+      << "a Done for no bytes completed the operation on a forged Done's count";
+}
+
+TEST_F(VerbsPassiveSideTest, AnAbortFromAConnectionThatBeganNothingChangesNothing) {
+  auto registration = offer();
+  auto abort = notice(NoticeType::Abort, *registration);
+  abort.error = ErrorCode::Cancelled;
+  side_.on_notice(connection_, abort);
+  EXPECT_TRUE(port_.sent.empty());
+  EXPECT_FALSE(is_terminal(registration->status()));
+}
+
+TEST_F(VerbsPassiveSideTest, NoticesOfTheActiveSideAreIgnored) {
+  auto registration = offer();
+  for (auto type : {NoticeType::Accept, NoticeType::Result, NoticeType::Keys, NoticeType::Credits})
+    side_.on_notice(connection_, notice(type, *registration));
+  EXPECT_TRUE(port_.sent.empty());
+  EXPECT_TRUE(port_.failures.empty());
+  EXPECT_FALSE(is_terminal(registration->status()));
+}
+
+}  // namespace
