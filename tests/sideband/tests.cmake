@@ -1,5 +1,5 @@
-# Sideband tests: each channel registers its own in tests/sideband/<part>_tests.cmake.
-file(GLOB memwire_sideband_test_parts CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*_tests.cmake)
-foreach(part ${memwire_sideband_test_parts})
-  include(${part})
+# Sideband tests, in folders that mirror sideband/src (tests/README.md): each channel registers
+# its own in tests/sideband/<channel>/tests.cmake, then worker/ adds the Worker's.
+foreach(folder http nats worker)
+  include(${CMAKE_CURRENT_LIST_DIR}/${folder}/tests.cmake)
 endforeach()

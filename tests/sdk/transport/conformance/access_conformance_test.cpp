@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "ids.hpp"
-#include "sdk/conformance/transport_conformance.hpp"
-#include "sdk/forged_token_check.hpp"
+#include "sdk/transport/conformance/transport_conformance.hpp"
+#include "sdk/transport/conformance/forged_token_check.hpp"
 
 using namespace memwire;
 using namespace memwire::test_support;

@@ -186,7 +186,7 @@ TEST(VerbsTransport, ConnectionIsReusedAcrossOperations) {
 
 // ---- refusals ------------------------------------------------------------------------------
 // (forged tokens, ended operations, cancels on either side, lost peers and the transfer matrix
-// are the conformance suite's, over every transport: tests/sdk/conformance/)
+// are the conformance suite's, over every transport: tests/sdk/transport/conformance/)
 
 TEST(VerbsTransport, ConnectionsOverThePerPeerLimitAreRefused) {
   REQUIRE_RDMA();

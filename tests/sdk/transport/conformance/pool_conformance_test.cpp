@@ -5,7 +5,7 @@
 #include <random>
 #include <set>
 
-#include "sdk/conformance/transport_conformance.hpp"
+#include "sdk/transport/conformance/transport_conformance.hpp"
 #include "support/error_code_of.hpp"
 #include "support/raw_stream_peer.hpp"
 

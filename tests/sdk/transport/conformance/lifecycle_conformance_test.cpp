@@ -3,7 +3,7 @@
 // an owner that is gone. Each failure reaches both sides, in time, with its reason.
 #include <csignal>
 
-#include "sdk/conformance/transport_conformance.hpp"
+#include "sdk/transport/conformance/transport_conformance.hpp"
 #include "support/child_process.hpp"
 #include "support/test_peer_process.hpp"
 

@@ -45,7 +45,7 @@ ConnectorOptions transport_options(const std::string& transport, std::size_t chu
 }
 
 // The stream transports' own promise (the transfer matrix and concurrency are in
-// conformance/, over every transport).
+// transport/conformance/, over every transport).
 class StreamPooling : public ::testing::TestWithParam<std::string> {};
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Every transport moves every byte of the same matrix of shapes, both ways, and many
 // operations at once on one connector pair.
-#include "sdk/conformance/transport_conformance.hpp"
+#include "sdk/transport/conformance/transport_conformance.hpp"
 
 using namespace memwire;
 using namespace memwire::test_support;

@@ -1,6 +1,7 @@
 // Declared sizes are untrusted: a reader compares them with its own descriptors before
 // anything else. (The data plane's races, over every transport, are in
-// conformance/lifecycle_conformance_test.cpp and conformance/access_conformance_test.cpp.)
+// transport/conformance/lifecycle_conformance_test.cpp and
+// transport/conformance/access_conformance_test.cpp.)
 #include <gtest/gtest.h>
 
 #include "memwire/memwire.hpp"

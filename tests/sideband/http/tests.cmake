@@ -4,18 +4,17 @@
 if(NOT MEMWIRE_HAVE_HTTP)
   return()
 endif()
+# One binary for the HTTP channel and what runs on it: the name rules (../name_test.cpp) and the
+# workers (../worker/tests.cmake adds them).
 add_executable(memwire_sideband_tests
-  ${CMAKE_CURRENT_LIST_DIR}/name_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/../name_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/http_endpoint_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/http_channel_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/worker_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/http_process_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/http_authz_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/http_pool_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/registry_full_disk_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/graph_workers_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/telemetry_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/telemetry_process_test.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/telemetry_test.cpp)
 target_link_libraries(memwire_sideband_tests
   PRIVATE memwire-sideband-internal memwire_test_support PkgConfig::CPP_HTTPLIB
           nlohmann_json::nlohmann_json GTest::gtest_main Threads::Threads)
@@ -25,7 +24,7 @@ target_compile_definitions(memwire_sideband_tests PRIVATE
   MEMWIRE_PRODUCER_BINARY="$<TARGET_FILE:memwire-producer>"
   MEMWIRE_CONSUMER_BINARY="$<TARGET_FILE:memwire-consumer>")
 add_dependencies(memwire_sideband_tests memwire-registry memwire-cli memwire-producer memwire-consumer)
-# worker_test kills a writing owner (tests/support/test_peer.cpp) in the middle of a request.
+# worker/worker_test kills a writing owner (tests/support/test_peer.cpp) in the middle of a request.
 target_compile_definitions(memwire_sideband_tests PRIVATE MEMWIRE_PEER_BINARY="$<TARGET_FILE:memwire_test_peer>")
 add_dependencies(memwire_sideband_tests memwire_test_peer)
 gtest_discover_tests(memwire_sideband_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
