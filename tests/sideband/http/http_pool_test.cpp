@@ -1,15 +1,12 @@
-// Pools' metadata by name over HTTP, against a real memwire-registry process: published by the
-// owner, fetched by a reader and used to move bytes between two connectors; kept apart from
-// operations' names; checked, authorized and persisted by the registry like them.
+// What is HTTP's own in pools' metadata by name, against a real memwire-registry process: forged
+// bodies refused, bearer-token grants, and the state file across a restart. The cases every
+// channel shares are in ../conformance/.
 
 #include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <fstream>
-#include <future>
-#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "memwire/error.hpp"
@@ -17,7 +14,6 @@
 #include "sideband/pool_cases.hpp"
 #include "support/error_code_of.hpp"
 #include "support/metadata_samples.hpp"
-#include "support/operation_waits.hpp"
 #include "support/registry_process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -28,7 +24,6 @@ using namespace std::chrono_literals;
 using pool_cases::PoolSide;
 using pool_cases::read_three_blocks;
 using test_support::error_code_of;
-using test_support::failure_code;
 using test_support::RegistryProcess;
 using test_support::sample_metadata;
 using test_support::TempDir;
@@ -55,47 +50,6 @@ class HttpPools : public ::testing::Test {
   HttpChannel owner_{at(registry_.url())};
   HttpChannel reader_{at(registry_.url())};
 };
-
-TEST_F(HttpPools, PublishedPoolIsFetchedByNameAndMovesBytes) {
-  PoolSide owner(1000), reader;
-  owner_.publish_pool("kv.worker-0", owner.pool->metadata(), 0ms);
-  auto fetched = reader_.fetch_pool("kv.worker-0", 2s);
-  EXPECT_EQ(fetched, owner.pool->metadata());
-  ASSERT_EQ(read_three_blocks(reader, fetched), OperationStatus::Complete);
-  EXPECT_TRUE(reader.holds(0, 1001));
-  EXPECT_TRUE(reader.holds(1, 1002));
-  EXPECT_TRUE(reader.holds(7, 1005));
-
-  owner_.withdraw_pool("kv.worker-0");
-  EXPECT_EQ(error_code_of([&] { reader_.fetch_pool("kv.worker-0", 2s); }), ErrorCode::NotFound);
-  EXPECT_NO_THROW(owner_.withdraw_pool("kv.worker-0"));  // idempotent
-}
-
-TEST_F(HttpPools, UnknownPoolIsNotFoundAndBadNamesNeverLeave) {
-  EXPECT_EQ(error_code_of([&] { reader_.fetch_pool("nobody.home", 2s); }), ErrorCode::NotFound);
-  PoolSide owner;
-  EXPECT_EQ(error_code_of([&] { owner_.publish_pool("a/b", owner.pool->metadata(), 0ms); }),
-            ErrorCode::InvalidArgument);
-  EXPECT_EQ(error_code_of([&] { reader_.fetch_pool("a..b", 2s); }), ErrorCode::InvalidArgument);
-}
-
-TEST_F(HttpPools, PoolAndOperationOfTheSameNameStayApart) {
-  PoolSide owner;
-  owner_.publish("shared.name", sample_metadata(3), 0ms);
-  owner_.publish_pool("shared.name", owner.pool->metadata(), 0ms);
-  EXPECT_EQ(reader_.fetch("shared.name", 2s), sample_metadata(3));
-  EXPECT_EQ(reader_.fetch_pool("shared.name", 2s), owner.pool->metadata());
-  EXPECT_EQ(reader_.list(), std::vector<std::string>{"shared.name"});  // operations only
-
-  owner_.withdraw_pool("shared.name");
-  EXPECT_EQ(reader_.fetch("shared.name", 2s), sample_metadata(3));
-  owner_.publish_pool("shared.name", owner.pool->metadata(), 0ms);
-  owner_.withdraw("shared.name");
-  EXPECT_EQ(reader_.fetch_pool("shared.name", 2s), owner.pool->metadata());
-  EXPECT_EQ(error_code_of([&] { reader_.fetch("shared.name", 2s); }), ErrorCode::NotFound);
-  // A pool only: nothing under the operation's name to fetch or list.
-  EXPECT_TRUE(reader_.list().empty());
-}
 
 TEST_F(HttpPools, ForgedBodiesAreRefusedAndNothingIsStored) {
   PoolSide owner;
@@ -124,64 +78,6 @@ TEST_F(HttpPools, ForgedBodiesAreRefusedAndNothingIsStored) {
   ASSERT_TRUE(result);
   EXPECT_EQ(result->status, 204) << result->body;
   EXPECT_EQ(reader_.fetch_pool("forged", 2s), owner.pool->metadata());
-}
-
-TEST_F(HttpPools, WaitForPoolReturnsOncePublished) {
-  PoolSide owner;
-  auto waiting = std::async(std::launch::async, [&] { return reader_.wait_for_pool("late", 10s); });
-  EXPECT_EQ(waiting.wait_for(200ms), std::future_status::timeout);
-  // An operation of that name does not end the wait.
-  owner_.publish("late", sample_metadata(4), 0ms);
-  EXPECT_EQ(waiting.wait_for(200ms), std::future_status::timeout);
-  owner_.publish_pool("late", owner.pool->metadata(), 0ms);
-  EXPECT_EQ(waiting.get(), owner.pool->metadata());
-  EXPECT_EQ(error_code_of([&] { reader_.wait_for_pool("never", 100ms); }), ErrorCode::Timeout);
-}
-
-TEST_F(HttpPools, ExpiredPoolIsNotFound) {
-  PoolSide owner;
-  owner_.publish_pool("brief", owner.pool->metadata(), 100ms);
-  EXPECT_EQ(reader_.fetch_pool("brief", 2s), owner.pool->metadata());
-  std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(error_code_of([&] { reader_.fetch_pool("brief", 2s); }), ErrorCode::NotFound);
-}
-
-// The reader's cache: one fetch per name, until a transfer shows the entry stale.
-TEST_F(HttpPools, CacheFetchesOnceAndRefetchesAfterExpired) {
-  PoolSide reader;
-  std::vector<std::byte> there(pool_cases::kBlocks * pool_cases::kBlock);
-  Connector owner(pool_cases::tcp_only());
-  std::optional<Pool> pool(owner.register_pool({{there.data(), pool_cases::kBlock, 0, 8, {}}}));
-  test_support::fill_pattern(std::span(there).subspan(1 * pool_cases::kBlock, pool_cases::kBlock),
-                             71);
-  owner_.publish_pool("cached", pool->metadata(), 0ms);
-
-  PoolMetadataCache cache(reader_);
-  auto first = cache.get("cached", 2s);
-  owner_.withdraw_pool("cached");
-  EXPECT_EQ(cache.get("cached", 2s), first);  // from memory: the registry no longer has it
-  EXPECT_EQ(cache.size(), 1u);
-
-  // The owner re-registers: the cached metadata is stale and refused as Expired.
-  pool.reset();
-  pool.emplace(owner.register_pool({{there.data(), pool_cases::kBlock, 0, 8, {}}}));
-  owner_.publish_pool("cached", pool->metadata(), 0ms);
-  auto stale = reader.connector.read_blocks(cache.get("cached", 2s), {{1, 0}}, *reader.pool);
-  ASSERT_EQ(failure_code(stale, 10s), ErrorCode::Expired);
-
-  // Forgetting other metadata than the cached entry keeps it; forgetting the stale one drops it.
-  cache.forget("cached", pool->metadata());
-  EXPECT_EQ(cache.get("cached", 2s), first);
-  cache.forget("cached", first);
-  EXPECT_EQ(cache.size(), 0u);
-  auto fresh = cache.get("cached", 2s);
-  EXPECT_EQ(fresh, pool->metadata());
-  ASSERT_EQ(read_three_blocks(reader, fresh), OperationStatus::Complete);
-  EXPECT_TRUE(reader.holds(0, 71));
-
-  cache.forget("cached");
-  owner_.withdraw_pool("cached");
-  EXPECT_EQ(error_code_of([&] { cache.get("cached", 2s); }), ErrorCode::NotFound);
 }
 
 // --grants: a publish token may publish and withdraw pools under its prefix only; a read token

@@ -1,12 +1,10 @@
-// Pools' metadata by name over NATS, against a real nats-server (JetStream KV): published by the
-// owner, fetched by a reader and used to move bytes between two connectors; kept apart from
-// operations' names; refused as InvalidMetadata when the stored document is not a pool's; and
-// the per-role users of deploy/nats/roles.conf publish pools under their own prefix only.
+// What is NATS's own in pools' metadata by name, against a real nats-server (JetStream KV):
+// large metadata in pieces, and the per-role users of deploy/nats/roles.conf publishing pools
+// under their own prefix only. The cases every channel shares are in ../conformance/.
 
 #include <gtest/gtest.h>
 #include <nats/nats.h>
 
-#include <future>
 #include <string>
 #include <vector>
 
@@ -14,7 +12,6 @@
 #include "memwire/sideband/nats.hpp"
 #include "sideband/pool_cases.hpp"
 #include "support/error_code_of.hpp"
-#include "support/metadata_samples.hpp"
 #include "support/nats_server.hpp"
 
 namespace memwire::sideband {
@@ -22,11 +19,9 @@ namespace {
 
 using namespace std::chrono_literals;
 using pool_cases::PoolSide;
-using pool_cases::read_three_blocks;
 using test_support::error_code_of;
 using test_support::NatsServer;
 using test_support::NatsServerOptions;
-using test_support::sample_metadata;
 
 NatsOptions options_for(const NatsServer& server) {
   NatsOptions options;
@@ -34,90 +29,6 @@ NatsOptions options_for(const NatsServer& server) {
   options.kv_replicas = 1;
   options.reconnect_wait = 50ms;
   return options;
-}
-
-// Puts `value` under `key` of the registry bucket with nats.c alone, as a tool or a forger
-// would: no memwire code in between.
-void raw_put(const NatsServer& server, const std::string& key, const std::string& value) {
-  natsConnection* connection = nullptr;
-  ASSERT_EQ(natsConnection_ConnectTo(&connection, server.url().c_str()), NATS_OK);
-  jsCtx* js = nullptr;
-  kvStore* kv = nullptr;
-  EXPECT_EQ(natsConnection_JetStream(&js, connection, nullptr), NATS_OK);
-  EXPECT_EQ(js_KeyValue(&kv, js, "memwire"), NATS_OK);
-  uint64_t revision = 0;
-  EXPECT_EQ(kvStore_PutString(&revision, kv, key.c_str(), value.c_str()), NATS_OK);
-  kvStore_Destroy(kv);
-  jsCtx_Destroy(js);
-  natsConnection_Destroy(connection);
-}
-
-class NatsPools : public ::testing::Test {
- protected:
-  NatsServer server_;
-  NatsChannel owner_{options_for(server_)};
-  NatsChannel reader_{options_for(server_)};
-};
-
-TEST_F(NatsPools, PublishedPoolIsFetchedByNameAndMovesBytes) {
-  PoolSide owner(2000), reader;
-  owner_.publish_pool("kv.worker-0", owner.pool->metadata(), 0ms);
-  auto fetched = reader_.fetch_pool("kv.worker-0", 2s);
-  EXPECT_EQ(fetched, owner.pool->metadata());
-  ASSERT_EQ(read_three_blocks(reader, fetched), OperationStatus::Complete);
-  EXPECT_TRUE(reader.holds(0, 2001));
-  EXPECT_TRUE(reader.holds(1, 2002));
-  EXPECT_TRUE(reader.holds(7, 2005));
-
-  owner_.withdraw_pool("kv.worker-0");
-  EXPECT_EQ(error_code_of([&] { reader_.fetch_pool("kv.worker-0", 2s); }), ErrorCode::NotFound);
-  EXPECT_NO_THROW(owner_.withdraw_pool("kv.worker-0"));
-}
-
-TEST_F(NatsPools, UnknownOrExpiredPoolIsNotFound) {
-  EXPECT_EQ(error_code_of([&] { reader_.fetch_pool("nobody.home", 2s); }), ErrorCode::NotFound);
-  PoolSide owner;
-  owner_.publish_pool("brief", owner.pool->metadata(), 100ms);
-  EXPECT_EQ(reader_.fetch_pool("brief", 2s), owner.pool->metadata());
-  std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(error_code_of([&] { reader_.fetch_pool("brief", 2s); }), ErrorCode::NotFound);
-  EXPECT_EQ(error_code_of([&] { reader_.fetch_pool("a/b", 2s); }), ErrorCode::InvalidArgument);
-}
-
-TEST_F(NatsPools, PoolAndOperationOfTheSameNameStayApart) {
-  PoolSide owner;
-  owner_.publish("shared.name", sample_metadata(3), 0ms);
-  owner_.publish_pool("shared.name", owner.pool->metadata(), 0ms);
-  EXPECT_EQ(reader_.fetch("shared.name", 2s), sample_metadata(3));
-  EXPECT_EQ(reader_.fetch_pool("shared.name", 2s), owner.pool->metadata());
-  EXPECT_EQ(reader_.list(), std::vector<std::string>{"shared.name"});  // operations only
-
-  owner_.withdraw_pool("shared.name");
-  EXPECT_EQ(reader_.fetch("shared.name", 2s), sample_metadata(3));
-  owner_.publish_pool("shared.name", owner.pool->metadata(), 0ms);
-  owner_.withdraw("shared.name");
-  EXPECT_EQ(reader_.fetch_pool("shared.name", 2s), owner.pool->metadata());
-  EXPECT_EQ(error_code_of([&] { reader_.fetch("shared.name", 2s); }), ErrorCode::NotFound);
-  EXPECT_TRUE(reader_.list().empty());
-}
-
-TEST_F(NatsPools, StoredDocumentThatIsNoPoolIsInvalidMetadata) {
-  raw_put(server_, "=pool.garbage", "{\"memwire_pool\": 1}");
-  raw_put(server_, "=pool.operation", sample_metadata(1).to_json());
-  EXPECT_EQ(error_code_of([&] { reader_.fetch_pool("garbage", 2s); }), ErrorCode::InvalidMetadata);
-  EXPECT_EQ(error_code_of([&] { reader_.fetch_pool("operation", 2s); }),
-            ErrorCode::InvalidMetadata);
-}
-
-TEST_F(NatsPools, WaitForPoolReturnsOncePublished) {
-  PoolSide owner;
-  auto waiting = std::async(std::launch::async, [&] { return reader_.wait_for_pool("late", 10s); });
-  EXPECT_EQ(waiting.wait_for(200ms), std::future_status::timeout);
-  owner_.publish("late", sample_metadata(4), 0ms);  // an operation of that name: still waiting
-  EXPECT_EQ(waiting.wait_for(200ms), std::future_status::timeout);
-  owner_.publish_pool("late", owner.pool->metadata(), 0ms);
-  EXPECT_EQ(waiting.get(), owner.pool->metadata());
-  EXPECT_EQ(error_code_of([&] { reader_.wait_for_pool("never", 100ms); }), ErrorCode::Timeout);
 }
 
 // Metadata larger than one message goes in pieces (parts bucket) and comes back whole; a
