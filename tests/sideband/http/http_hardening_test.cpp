@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "http/metadata_store.hpp"
-#include "http/metrics.hpp"
+#include "http/server/metadata_store.hpp"
+#include "http/server/metrics.hpp"
 #include "memwire/error.hpp"
 #include "memwire/sideband/http.hpp"
 #include "support/metadata_samples.hpp"

@@ -1,6 +1,6 @@
-// MetadataStore (sideband/src/http/metadata_store.*): the HTTP endpoint's names, their expiry,
-// waiters, and the state file that carries them over a restart. Real files, real threads.
-#include "http/metadata_store.hpp"
+// MetadataStore (sideband/src/http/server/metadata_store.*): the HTTP endpoint's names, their
+// expiry, waiters, and the state file that carries them over a restart. Real files, real threads.
+#include "http/server/metadata_store.hpp"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <set>
 
-#include "http/metadata_store.hpp"
+#include "http/server/metadata_store.hpp"
 #include "support/child_process.hpp"
 #include "support/metadata_samples.hpp"
 #include "support/temp_dir.hpp"

@@ -1,7 +1,7 @@
-// RequestBroker (sideband/src/http/request_broker.*): request/reply between requesters and the
-// servers of name prefixes, as the HTTP endpoint runs it. Requesters and servers are real
+// RequestBroker (sideband/src/http/server/request_broker.*): request/reply between requesters and
+// the servers of name prefixes, as the HTTP endpoint runs it. Requesters and servers are real
 // threads blocked in submit() and poll().
-#include "http/request_broker.hpp"
+#include "http/server/request_broker.hpp"
 
 #include <gtest/gtest.h>
 

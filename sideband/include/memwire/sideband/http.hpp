@@ -105,7 +105,7 @@ struct MEMWIRE_API HttpEndpointOptions {
 //   PUT, GET, DELETE /v1/pools/{name}       the same for pools' metadata (PoolMetadata),
 //                                           a namespace of their own; body <= kMaxJsonBytes
 //   GET    /healthz, GET /metrics (Prometheus text)
-//   Request/reply, see docs in src/http/request_broker.hpp:
+//   Request/reply, see docs in src/http/server/request_broker.hpp:
 //   POST   /v1/servers {"prefix": P} -> {"id": S};  DELETE /v1/servers/{S}
 //   GET    /v1/servers/{S}/requests?wait_ms=N -> {"requests":[{"id","name","metadata"}]}
 //   POST   /v1/requests/{name}?wait_ms=N  body: writable metadata -> {"status":"done"} or

@@ -1,4 +1,4 @@
-#include "http/metrics.hpp"
+#include "http/server/metrics.hpp"
 
 #include <charconv>
 #include <sstream>

@@ -1,4 +1,4 @@
-#include "http/metadata_store.hpp"
+#include "http/server/metadata_store.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

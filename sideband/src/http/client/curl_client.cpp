@@ -1,4 +1,4 @@
-#include "http/curl_client.hpp"
+#include "http/client/curl_client.hpp"
 
 #include <algorithm>
 #include <thread>

@@ -111,4 +111,14 @@ class ConnectionPool final : public httplib::TaskQueue {
   bool stopping_ = false;
 };
 
+// What a connection's thread runs for each request: httplib's parser and router.
+using ProcessRequest =
+    std::function<bool(httplib::Stream&, bool close_connection, bool& connection_closed, SSL* ssl)>;
+
+// One accepted connection, on its own thread, until it closes, idles past the keep-alive
+// timeout, is too slow to send a request, or the endpoint stops (`stop_signal`). Over the
+// connection limit (ConnectionPool::rejecting()) it is refused at once. `ssl_context`: HTTPS.
+void serve_connection(int fd, const ProcessRequest& process, SSL_CTX* ssl_context,
+                      const ConnectionLimits& limits, StopSignal& stop_signal);
+
 }  // namespace memwire::sideband::http

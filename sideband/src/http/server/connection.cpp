@@ -1,4 +1,4 @@
-#include "http/connection.hpp"
+#include "http/server/connection.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -12,7 +12,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
+
+#include "http/server/request_rules.hpp"
 
 namespace memwire::sideband::http {
 namespace {
@@ -255,6 +258,89 @@ void ConnectionPool::shutdown() {
 std::size_t ConnectionPool::threads() {
   std::lock_guard lock(mutex_);
   return threads_.size();
+}
+
+namespace {
+
+// Requests one kept-alive connection may carry before it closes.
+constexpr std::size_t kKeepAliveMaxRequests = 100000;
+// Unread bytes of a refused body are read and dropped for this long before the close, so that
+// the client reads the answer instead of a reset.
+constexpr auto kLingerOnClose = std::chrono::seconds(2);
+
+// Over max_connections: a short 503 (plain HTTP only), then the close; on the accepting
+// thread, so nothing here may block.
+void refuse_connection(int fd, bool tls) {
+  if (!tls) {
+    static const std::string kBusy = [] {
+      std::string body = R"({"error":"too many connections"})";
+      return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+             "Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
+             std::to_string(body.size()) + "\r\n\r\n" + body;
+    }();
+    [[maybe_unused]] auto sent =
+        ::send(fd, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  ::shutdown(fd, SHUT_RDWR);
+  ::close(fd);
+}
+
+// Half-closes, then reads and drops what the client still sends (the rest of a refused
+// body) for a while: closing with unread bytes would reset the connection, and the client
+// might never read the answer.
+void drain_before_close(int fd, const StopSignal& stop_signal) {
+  ::shutdown(fd, SHUT_WR);
+  auto deadline = Clock::now() + kLingerOnClose;
+  char scratch[16384];
+  while (Clock::now() < deadline) {
+    pollfd fds[2] = {{fd, POLLIN, 0}, {stop_signal.fd(), POLLIN, 0}};
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (::poll(fds, 2, static_cast<int>(std::max<long long>(left, 0))) <= 0) break;
+    if (fds[1].revents != 0) break;
+    auto n = ::recv(fd, scratch, sizeof scratch, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
+  }
+}
+
+}  // namespace
+
+// One accepted connection, on its own thread, until it closes, idles past the keep-alive
+// timeout, is too slow to send a request, or the endpoint stops.
+void serve_connection(int fd, const ProcessRequest& process, SSL_CTX* ssl_context,
+                      const ConnectionLimits& limits, StopSignal& stop_signal) {
+  if (ConnectionPool::rejecting()) return refuse_connection(fd, ssl_context != nullptr);
+  std::unique_ptr<SSL, decltype(&SSL_free)> ssl(nullptr, SSL_free);
+  if (ssl_context != nullptr) {
+    ssl.reset(SSL_new(ssl_context));
+    if (!ssl || SSL_set_fd(ssl.get(), fd) != 1) {
+      ::close(fd);
+      return;
+    }
+  }
+  ConnectionStream stream(fd, ssl.get(), limits, stop_signal);
+  bool linger = false;
+  if (!ssl || stream.accept_tls()) {
+    std::string ip;
+    int port = -1;
+    stream.get_remote_ip_and_port(ip, port);
+    connection_remote = ip + ":" + std::to_string(port);
+    for (auto left = kKeepAliveMaxRequests; left > 0; --left) {
+      if (!stream.wait_for_request()) break;
+      request_started = Clock::now();
+      request_parsed = false;
+      close_after_response = false;
+      bool closed = false;
+      bool ok = process(stream, left == 1, closed, ssl.get());
+      linger = close_after_response;
+      // Unparsed, the rest of the stream cannot be framed: a slow client's later header
+      // lines would each be read as a new request.
+      if (!ok || closed || close_after_response || !request_parsed) break;
+    }
+  }
+  if (ssl) SSL_shutdown(ssl.get());  // one try: the socket is non-blocking
+  if (linger) drain_before_close(fd, stop_signal);
+  ::shutdown(fd, SHUT_RDWR);
+  ::close(fd);
 }
 
 }  // namespace memwire::sideband::http

@@ -1,4 +1,4 @@
-#include "http/request_broker.hpp"
+#include "http/server/request_broker.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,11 +1,8 @@
 #include <httplib.h>
-#include <openssl/crypto.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <charconv>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -13,10 +10,11 @@
 #include <stdexcept>
 #include <thread>
 
-#include "http/connection.hpp"
-#include "http/metadata_store.hpp"
-#include "http/metrics.hpp"
-#include "http/request_broker.hpp"
+#include "http/server/connection.hpp"
+#include "http/server/metadata_store.hpp"
+#include "http/server/metrics.hpp"
+#include "http/server/request_broker.hpp"
+#include "http/server/request_rules.hpp"
 #include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/pool.hpp"
@@ -27,20 +25,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
+using namespace http;  // the request rules (request_rules.hpp)
 
 constexpr int kListenBacklog = 1024;  // httplib's compiled-in 5 drops bursts of connects
-constexpr std::size_t kKeepAliveMaxRequests = 100000;
-// Unread bytes of a refused body are read and dropped for this long before the close, so that
-// the client reads the answer instead of a reset.
-constexpr auto kLingerOnClose = std::chrono::seconds(2);
-
-// What a connection's thread runs for each request: httplib's parser and router.
-using ProcessRequest =
-    std::function<bool(httplib::Stream&, bool close_connection, bool& connection_closed, SSL* ssl)>;
+using http::ProcessRequest;
 
 // httplib keeps the listening socket to itself; this reaches it to widen the backlog and to
 // close it whether or not listen() has started yet (Server::stop() only acts once running).
-// It also takes over each accepted connection (see http/connection.hpp): `serve_connection`
+// It also takes over each accepted connection (see http/server/connection.hpp): `serve_connection`
 // runs on the connection's thread and calls process() for each request.
 template <class Base>
 class OwnedServer : public Base {
@@ -70,146 +62,6 @@ class OwnedServer : public Base {
     });
   }
 };
-
-// An answer other than 400/500, thrown by a handler.
-struct HttpStatusError : std::runtime_error {
-  HttpStatusError(int status, const std::string& message)
-      : std::runtime_error(message), status(status) {}
-  int status;
-};
-
-// Set by a handler that leaves part of a request unread: the connection closes after the answer.
-thread_local bool close_after_response = false;
-
-// Set when a request's first byte is in, on the connection's thread; the same thread then
-// parses it and runs the handler and the hooks.
-thread_local Clock::time_point request_started;
-// Set by the pre-routing handler: the request parsed whole. A request httplib could not parse
-// (malformed, or cut at the request-read deadline) never reaches it.
-thread_local bool request_parsed = false;
-// The connection's "address:port", for a log line whose request never got that far.
-thread_local std::string connection_remote;
-// What the request's token may do, set by the pre-routing handler; null = no authentication
-// configured (everything is allowed).
-thread_local const HttpGrant* request_grant = nullptr;
-
-// Whether `prefix` covers `name`: itself and every name below it; the empty prefix all.
-bool covers(const std::string& prefix, std::string_view name) {
-  if (prefix.empty()) return true;
-  if (!name.starts_with(prefix)) return false;
-  return name.size() == prefix.size() || name[prefix.size()] == '.';
-}
-
-// Throws 403 unless the request's token may publish, withdraw or serve `name` (a prefix
-// when serving: "" needs a grant for every name).
-void require_owner(std::string_view name, const char* what) {
-  const HttpGrant* grant = request_grant;
-  if (grant == nullptr) return;
-  // Refused before the body is read: the connection cannot carry another request.
-  auto refuse = [](const std::string& message) {
-    close_after_response = true;
-    throw HttpStatusError(403, message);
-  };
-  std::string shown =
-      name.empty() ? std::string("every name (the empty prefix)") : "'" + std::string(name) + "'";
-  if (grant->role != HttpGrant::Role::Publish) {
-    refuse(std::string("this token may only read; it may not ") + what + " " + shown);
-  }
-  if (!covers(grant->prefix, name) || (name.empty() && !grant->prefix.empty())) {
-    refuse(std::string("this token may not ") + what + " " + shown +
-           ": it is limited to the prefix '" + grant->prefix + "'");
-  }
-}
-
-// Whether a read token may make this request: reading names, lists and metrics, and sending
-// requests (POST /v1/requests/{name}); not serving, publishing or withdrawing.
-bool readers_may(const httplib::Request& req) {
-  if (req.method == "GET" || req.method == "HEAD") return !req.path.starts_with("/v1/servers");
-  if (req.method != "POST") return false;
-  constexpr std::string_view kRequests = "/v1/requests/";
-  return req.path.starts_with(kRequests) &&
-         req.path.find('/', kRequests.size()) == std::string::npos;
-}
-
-std::chrono::microseconds since_request_started() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - request_started);
-}
-
-// Never throws on bytes that are not UTF-8 (they become U+FFFD): a dump that threw inside the
-// error path took the process down.
-std::string safe_dump(const json& value) {
-  return value.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-void reply_error(httplib::Response& res, int status, const std::string& message) {
-  res.status = status;
-  res.set_content(safe_dump(json{{"error", message}}), "application/json");
-}
-
-// The methods a path takes ("GET, HEAD, PUT"), empty when no route has the path. Checked before
-// routing, so that a wrong method is 405 with Allow and its body is never read.
-std::string allowed_methods(const std::string& path, bool metrics_only) {
-  auto segment_ok = [](std::string_view s) {
-    return !s.empty() && s.find('/') == std::string_view::npos;
-  };
-  std::string_view p = path;
-  if (p == "/healthz" || p == "/metrics") return "GET, HEAD";
-  if (metrics_only) return "";
-  if (p == "/v1/metadata") return "GET, HEAD";
-  if (p == "/v1/servers") return "POST";
-  if (p.starts_with("/v1/metadata/") && segment_ok(p.substr(13))) return "GET, HEAD, PUT, DELETE";
-  if (p.starts_with("/v1/pools/") && segment_ok(p.substr(10))) return "GET, HEAD, PUT, DELETE";
-  if (p.starts_with("/v1/servers/")) {
-    auto rest = p.substr(12);
-    if (segment_ok(rest)) return "DELETE";
-    if (rest.ends_with("/requests") && segment_ok(rest.substr(0, rest.size() - 9))) {
-      return "GET, HEAD";
-    }
-    return {};
-  }
-  if (p.starts_with("/v1/requests/")) {
-    auto rest = p.substr(13);
-    if (segment_ok(rest)) return "POST";
-    if (rest.ends_with("/reply") && segment_ok(rest.substr(0, rest.size() - 6))) return "POST";
-  }
-  return {};
-}
-
-bool method_allowed(const std::string& method, const std::string& allowed) {
-  std::string_view list = allowed;
-  while (!list.empty()) {
-    auto comma = list.find(", ");
-    if (list.substr(0, comma) == method) return true;
-    if (comma == std::string_view::npos) break;
-    list.remove_prefix(comma + 2);
-  }
-  return false;
-}
-
-bool has_body_framing(const httplib::Request& req) {
-  return req.has_header("Transfer-Encoding") ||
-         (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
-}
-
-// A non-negative integer query parameter or header; nullopt when absent; throws when malformed.
-std::optional<std::int64_t> number(const std::string& text, const char* what) {
-  if (text.empty()) return std::nullopt;
-  std::int64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end != text.data() + text.size() || value < 0) {
-    throw Error(ErrorCode::InvalidArgument, std::string(what) + " must be a non-negative integer");
-  }
-  return value;
-}
-
-bool same_secret(const std::string& a, const std::string& b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
-
-json result_json(const http::RequestBroker::Result& result) {
-  if (result.done) return json{{"status", "done"}};
-  return json{{"status", "error"}, {"code", result.code}, {"message", result.message}};
-}
 
 }  // namespace
 
@@ -325,81 +177,9 @@ class HttpEndpoint::Impl {
     widen_backlog_ = [&server] { server.widen_backlog(); };
     close_listener_ = [&server] { server.close_listener(); };
     server.serve_connection = [this](int fd, const ProcessRequest& process) {
-      serve_connection(fd, process);
+      http::serve_connection(fd, process, ssl_context_, limits_, stop_signal_);
       return true;
     };
-  }
-
-  // One accepted connection, on its own thread, until it closes, idles past the keep-alive
-  // timeout, is too slow to send a request, or the endpoint stops.
-  void serve_connection(int fd, const ProcessRequest& process) {
-    if (http::ConnectionPool::rejecting()) return refuse_connection(fd);
-    std::unique_ptr<SSL, decltype(&SSL_free)> ssl(nullptr, SSL_free);
-    if (ssl_context_ != nullptr) {
-      ssl.reset(SSL_new(ssl_context_));
-      if (!ssl || SSL_set_fd(ssl.get(), fd) != 1) {
-        ::close(fd);
-        return;
-      }
-    }
-    http::ConnectionStream stream(fd, ssl.get(), limits_, stop_signal_);
-    bool linger = false;
-    if (!ssl || stream.accept_tls()) {
-      std::string ip;
-      int port = -1;
-      stream.get_remote_ip_and_port(ip, port);
-      connection_remote = ip + ":" + std::to_string(port);
-      for (auto left = kKeepAliveMaxRequests; left > 0; --left) {
-        if (!stream.wait_for_request()) break;
-        request_started = Clock::now();
-        request_parsed = false;
-        close_after_response = false;
-        bool closed = false;
-        bool ok = process(stream, left == 1, closed, ssl.get());
-        linger = close_after_response;
-        // Unparsed, the rest of the stream cannot be framed: a slow client's later header
-        // lines would each be read as a new request.
-        if (!ok || closed || close_after_response || !request_parsed) break;
-      }
-    }
-    if (ssl) SSL_shutdown(ssl.get());  // one try: the socket is non-blocking
-    if (linger) drain_before_close(fd);
-    ::shutdown(fd, SHUT_RDWR);
-    ::close(fd);
-  }
-
-  // Over max_connections: a short 503 (plain HTTP only), then the close; on the accepting
-  // thread, so nothing here may block.
-  void refuse_connection(int fd) {
-    if (ssl_context_ == nullptr) {
-      static const std::string kBusy = [] {
-        std::string body = R"({"error":"too many connections"})";
-        return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-               "Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
-               std::to_string(body.size()) + "\r\n\r\n" + body;
-      }();
-      [[maybe_unused]] auto sent =
-          ::send(fd, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    }
-    ::shutdown(fd, SHUT_RDWR);
-    ::close(fd);
-  }
-
-  // Half-closes, then reads and drops what the client still sends (the rest of a refused
-  // body) for a while: closing with unread bytes would reset the connection, and the client
-  // might never read the answer.
-  void drain_before_close(int fd) {
-    ::shutdown(fd, SHUT_WR);
-    auto deadline = Clock::now() + kLingerOnClose;
-    char scratch[16384];
-    while (Clock::now() < deadline) {
-      pollfd fds[2] = {{fd, POLLIN, 0}, {stop_signal_.fd(), POLLIN, 0}};
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (::poll(fds, 2, static_cast<int>(std::max<long long>(left, 0))) <= 0) break;
-      if (fds[1].revents != 0) break;
-      auto n = ::recv(fd, scratch, sizeof scratch, MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
-    }
   }
 
   // A request body, however it is framed (length, chunks), read up to max_body_size (or

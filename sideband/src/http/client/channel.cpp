@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "http/curl_client.hpp"
+#include "http/client/curl_client.hpp"
 #include "memwire/error_codes.hpp"
 #include "memwire/sideband/http.hpp"
 
