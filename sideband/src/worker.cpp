@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "channel_rules.hpp"
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
 
@@ -223,7 +224,7 @@ void Worker::publish_current(detail::LeaseState& state, milliseconds ttl) {
 }
 
 Lease Worker::publish(std::string_view name, std::vector<Descriptor> local, milliseconds ttl) {
-  validate_name(name);
+  channel_rules::check_name(name);
   auto state = std::make_shared<detail::LeaseState>();
   state->name = std::string(name);
   state->operation.emplace(connector_->create_readable(std::move(local)));
@@ -266,14 +267,14 @@ void Worker::republish(Lease& lease, std::vector<Descriptor> local, milliseconds
 
 ReadOperation Worker::read(std::string_view name, std::vector<Descriptor> local,
                            milliseconds timeout, Lookup lookup) {
-  auto deadline = Clock::now() + timeout;
+  const channel_rules::Deadline deadline(timeout);
   auto metadata =
       lookup == Lookup::Fetch ? channel_->fetch(name, timeout) : channel_->wait_for(name, timeout);
   auto operation = connector_->begin_read(metadata, std::move(local));
   // Destroying the operation on a throw (timeout) cancels it.
   OperationStatus status;
   try {
-    status = operation.wait_for_completion(left_until(deadline));
+    status = operation.wait_for_completion(deadline.left());
   } catch (const Error& error) {
     if (error.code() != ErrorCode::Timeout) throw;
     // The caller's timeout, not what was left of it after the lookup and the connect.
@@ -301,8 +302,8 @@ std::unique_ptr<Subscription> Worker::serve(std::string_view prefix, ServeHandle
 
 WritableOperation Worker::request(std::string_view name, std::vector<Descriptor> local,
                                   milliseconds timeout) {
-  validate_name(name);
-  auto deadline = Clock::now() + timeout;
+  channel_rules::check_name(name);
+  const channel_rules::Deadline deadline(timeout);
   auto operation = connector_->create_writable(std::move(local));
   // When the owner dies mid-write our connector sees it at once (the operation errors with
   // PeerLost): the request stops waiting for a reply that will never come.
@@ -318,9 +319,8 @@ WritableOperation Worker::request(std::string_view name, std::vector<Descriptor>
     throw;
   }
   // The owner replies once its write completed; our side completes on the notice that follows.
-  require_complete(
-      operation.wait_for_completion(std::max(left_until(deadline), milliseconds(1000))), operation,
-      "request for '" + std::string(name) + "'");
+  require_complete(operation.wait_for_completion(std::max(deadline.left(), milliseconds(1000))),
+                   operation, "request for '" + std::string(name) + "'");
   return operation;
 }
 

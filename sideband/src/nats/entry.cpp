@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "channel_rules.hpp"
 #include "memwire/error.hpp"
 
 namespace memwire::sideband::nats_detail {
@@ -12,8 +13,9 @@ using nlohmann::json;
 constexpr std::string_view kInlineHead = "{\"expires_at_ms\":";
 constexpr std::string_view kInlineMiddle = ",\"metadata\":";
 
+// In the words of every channel (channel_rules.hpp).
 [[noreturn]] void invalid(std::string_view name, const std::string& why) {
-  throw Error(ErrorCode::InvalidMetadata, "entry stored under '" + std::string(name) + "' " + why);
+  channel_rules::invalid_metadata(name, "its stored entry " + why);
 }
 
 std::int64_t expiry_field(const json& object, std::string_view name) {

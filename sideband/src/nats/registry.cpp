@@ -4,10 +4,14 @@
 #include <stop_token>
 #include <utility>
 
+#include "channel_rules.hpp"
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
 
 namespace memwire::sideband::nats_detail {
+
+using namespace channel_rules;  // the checks and words every channel shares
+
 namespace {
 
 // What a publisher's responder answers with. Shared with its subscription's callback, which
@@ -68,10 +72,7 @@ NatsRegistry::~NatsRegistry() {
 
 void NatsRegistry::publish(std::string_view name, const RdmaMetadata& metadata,
                            std::chrono::milliseconds ttl) {
-  validate_name(name);
-  if (ttl.count() < 0) {
-    throw Error(ErrorCode::InvalidArgument, "nats: negative TTL for " + in_quotes(name));
-  }
+  check_publish(name, ttl);
   const std::int64_t expires_at = ttl.count() > 0 ? unix_now_ms() + ttl.count() : 0;
   const std::string json = metadata.to_json();
 
@@ -95,8 +96,8 @@ void NatsRegistry::publish(std::string_view name, const RdmaMetadata& metadata,
 }
 
 RdmaMetadata NatsRegistry::fetch(std::string_view name, std::chrono::milliseconds timeout) {
-  validate_name(name);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  check_name(name);
+  const Store::Deadline deadline(timeout);
   const std::string subject = metadata_subject_ + std::string(name);
   natsMsg* raw = nullptr;
   auto status =
@@ -125,7 +126,7 @@ RdmaMetadata NatsRegistry::fetch(std::string_view name, std::chrono::millisecond
 }
 
 void NatsRegistry::withdraw(std::string_view name) {
-  validate_name(name);
+  check_name(name);
   auto published = remove_responder(name);
   const std::string registry_parts = remove_from_registry(name, name);
   if (published && !published->part_key.empty() && published->part_key != registry_parts) {
@@ -166,24 +167,20 @@ std::string NatsRegistry::remove_from_registry(std::string_view key, std::string
 // AddressSanitizer in the restart test).
 RdmaMetadata NatsRegistry::wait_for(std::string_view name, std::chrono::milliseconds timeout,
                                     std::stop_token abandon) {
-  validate_name(name);
-  return RdmaMetadata::from_json(wait_for_document(name, name, timeout, std::move(abandon)));
+  check_name(name);
+  return metadata_under(name, wait_for_document(name, name, timeout, std::move(abandon)));
 }
 
 std::string NatsRegistry::wait_for_document(std::string_view key, std::string_view name,
                                             std::chrono::milliseconds timeout,
                                             std::stop_token abandon) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const Store::Deadline deadline(timeout);
   // Already published (the usual case): no subscription needed.
   try {
     return store_->document_from_registry(key, name, /*may_retry=*/true, deadline);
   } catch (const Error& error) {
     if (error.code() != ErrorCode::NotFound) throw;
   }
-  auto left = [&] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                                 std::chrono::steady_clock::now());
-  };
   auto waiter = std::make_shared<Waiter>();
   connection_.recheck_on_reconnect(waiter);
   bool abandoned = false;  // under waiter->mutex
@@ -197,7 +194,7 @@ std::string NatsRegistry::wait_for_document(std::string_view key, std::string_vi
       subscribe_waiter(connection_.get(), subject, waiter, "nats: watching " + in_quotes(name));
   // Once the server has the subscription, nothing published later can slip past us; then the
   // registry once more, for what came in between.
-  auto status = natsConnection_FlushTimeout(connection_.get(), to_millis(left()));
+  auto status = natsConnection_FlushTimeout(connection_.get(), to_millis(deadline.left()));
   if (status == NATS_TIMEOUT) throw timed_out(name, timeout);
   if (status != NATS_OK) fail(status, "nats: watching " + in_quotes(name));
 
@@ -210,7 +207,7 @@ std::string NatsRegistry::wait_for_document(std::string_view key, std::string_vi
       }
     }
     std::unique_lock lock(waiter->mutex);
-    if (!waiter->changed.wait_until(lock, deadline, [&] {
+    if (!waiter->changed.wait_until(lock, deadline.at(), [&] {
           return !waiter->updates.empty() || waiter->recheck || abandoned;
         })) {
       throw timed_out(name, timeout);
@@ -270,16 +267,7 @@ std::vector<std::string> NatsRegistry::list() {
 // registry alone answers for them, under pool_key(name).
 void NatsRegistry::publish_pool(std::string_view name, const PoolMetadata& metadata,
                                 std::chrono::milliseconds ttl) {
-  validate_name(name);
-  if (ttl.count() < 0) {
-    throw Error(ErrorCode::InvalidArgument, "nats: negative TTL for pool " + in_quotes(name));
-  }
-  const std::string json = metadata.to_json();
-  if (json.size() > PoolMetadata::kMaxJsonBytes) {
-    throw Error(ErrorCode::InvalidArgument, "nats: pool metadata of " +
-                                                std::to_string(json.size()) + " bytes (at most " +
-                                                std::to_string(PoolMetadata::kMaxJsonBytes) + ")");
-  }
+  const std::string json = checked_pool_document(name, metadata, ttl);
   const std::int64_t expires_at = ttl.count() > 0 ? unix_now_ms() + ttl.count() : 0;
   const std::string key = pool_key(name);
   // The pieces of the entry this publish replaces, removed once the new one is stored.
@@ -307,21 +295,21 @@ void NatsRegistry::publish_pool(std::string_view name, const PoolMetadata& metad
 }
 
 PoolMetadata NatsRegistry::fetch_pool(std::string_view name, std::chrono::milliseconds timeout) {
-  validate_name(name);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  return PoolMetadata::from_json(
-      store_->document_from_registry(pool_key(name), name, /*may_retry=*/true, deadline));
+  check_name(name);
+  return pool_metadata_under(
+      name, store_->document_from_registry(pool_key(name), name,
+                                           /*may_retry=*/true, Store::Deadline(timeout)));
 }
 
 PoolMetadata NatsRegistry::wait_for_pool(std::string_view name, std::chrono::milliseconds timeout,
                                          std::stop_token abandon) {
-  validate_name(name);
-  return PoolMetadata::from_json(
-      wait_for_document(pool_key(name), name, timeout, std::move(abandon)));
+  check_name(name);
+  return pool_metadata_under(name,
+                             wait_for_document(pool_key(name), name, timeout, std::move(abandon)));
 }
 
 void NatsRegistry::withdraw_pool(std::string_view name) {
-  validate_name(name);
+  check_name(name);
   remove_from_registry(pool_key(name), name);
 }
 

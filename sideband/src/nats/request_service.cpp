@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "channel_rules.hpp"
 #include "memwire/error_codes.hpp"
 
 namespace memwire::sideband::nats_detail {
@@ -105,12 +106,8 @@ NatsRequestService::NatsRequestService(std::shared_ptr<Store> store)
 
 void NatsRequestService::request(std::string_view name, const RdmaMetadata& writable,
                                  std::chrono::milliseconds timeout, std::stop_token abandon) {
-  validate_name(name);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (writable.operation_kind() != OperationKind::Write) {
-    throw Error(ErrorCode::Pairing,
-                "nats: a request for " + in_quotes(name) + " must carry writable metadata");
-  }
+  channel_rules::check_request(name, writable);
+  const channel_rules::Deadline deadline(timeout);
   const auto [payload, part_key] = store_->envelope(writable.to_json(), 0, request_key(name));
   struct PartsCleanup {
     Store& store;
@@ -142,8 +139,9 @@ void NatsRequestService::request(std::string_view name, const RdmaMetadata& writ
     waiter->changed.notify_all();
   });
   std::unique_lock lock(waiter->mutex);
-  if (!waiter->changed.wait_until(
-          lock, deadline, [&] { return !waiter->updates.empty() || abandon.stop_requested(); })) {
+  if (!waiter->changed.wait_until(lock, deadline.at(), [&] {
+        return !waiter->updates.empty() || abandon.stop_requested();
+      })) {
     throw Error(ErrorCode::Timeout, "nats: the owner of " + in_quotes(name) +
                                         " did not answer within " +
                                         std::to_string(timeout.count()) + " ms");
@@ -163,11 +161,11 @@ void NatsRequestService::request(std::string_view name, const RdmaMetadata& writ
 std::unique_ptr<Subscription> NatsRequestService::serve(std::string_view prefix,
                                                         RequestHandler handler) {
   if (!handler) throw Error(ErrorCode::InvalidArgument, "nats: serve() needs a handler");
+  channel_rules::check_prefix(prefix);
   std::vector<std::string> subjects;
   if (prefix.empty()) {
     subjects.push_back(service_subject_ + ">");
   } else {
-    validate_name(prefix);
     subjects.push_back(service_subject_ + std::string(prefix));
     subjects.push_back(service_subject_ + std::string(prefix) + ".>");
   }
@@ -203,9 +201,9 @@ std::string NatsRequestService::answer(natsMsg* message, const RequestHandler& h
                                       static_cast<std::size_t>(natsMsg_GetDataLength(message))),
                      name);
     // A requester's pieces are read within request_timeout, however many it claims.
-    auto writable = RdmaMetadata::from_json(store_->document_of(
-        entry, request_key(name), name, /*may_retry=*/false,
-        std::chrono::steady_clock::now() + connection_.options().request_timeout));
+    auto writable = RdmaMetadata::from_json(
+        store_->document_of(entry, request_key(name), name, /*may_retry=*/false,
+                            channel_rules::Deadline(connection_.options().request_timeout)));
     if (writable.operation_kind() != OperationKind::Write) {
       throw Error(ErrorCode::Pairing, "the request for " + in_quotes(name) +
                                           " carries metadata of a readable operation");

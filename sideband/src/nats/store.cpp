@@ -106,11 +106,8 @@ int Store::known_servers() const {
 // again and again (backing off) until request_timeout has passed, a new client gets in as soon
 // as the election is over, not request_timeout after it began. No event says "leader elected".
 natsStatus Store::wait_for_bucket(const std::string& bucket) {
-  const auto deadline = std::chrono::steady_clock::now() + options_.request_timeout;
-  auto left = [&] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                                 std::chrono::steady_clock::now());
-  };
+  const Deadline deadline(options_.request_timeout);
+  auto left = [&] { return deadline.left(); };
   auto pause = std::chrono::milliseconds(50);
   for (;;) {
     jsOptions quick;
@@ -233,23 +230,21 @@ void Store::delete_parts(const std::string& part_key) noexcept {
 std::string Store::read_parts(const Entry& entry, std::string_view key, std::string_view name,
                               Deadline deadline) {
   if (!entry.part_key.starts_with(std::string(key) + "."))
-    throw Error(ErrorCode::InvalidMetadata, "nats: the entry of " + in_quotes(name) +
-                                                " points at pieces stored under another name (" +
-                                                entry.part_key + ")");
+    channel_rules::invalid_metadata(
+        name, "its entry points at pieces stored under another name (" + entry.part_key + ")");
   const std::size_t piece_size = connection_->max_entry();
   const std::size_t parts_needed = (entry.size + piece_size - 1) / piece_size;
   if (entry.parts > parts_needed) {
-    throw Error(ErrorCode::InvalidMetadata, "nats: the entry of " + in_quotes(name) + " claims " +
-                                                std::to_string(entry.parts) + " parts for " +
-                                                std::to_string(entry.size) + " bytes (at most " +
-                                                std::to_string(parts_needed) + " of " +
-                                                std::to_string(piece_size) + " bytes each)");
+    channel_rules::invalid_metadata(name, "its entry claims " + std::to_string(entry.parts) +
+                                              " parts for " + std::to_string(entry.size) +
+                                              " bytes (at most " + std::to_string(parts_needed) +
+                                              " of " + std::to_string(piece_size) + " bytes each)");
   }
   kvStore* store = parts_store();
   std::string json;
   json.reserve(entry.size);
   for (std::size_t i = 0; i < entry.parts; ++i) {
-    if (std::chrono::steady_clock::now() >= deadline) {
+    if (deadline.passed()) {
       throw Error(ErrorCode::Timeout, "nats: reading the parts of " + in_quotes(name) +
                                           " ran past the timeout (" + std::to_string(i) + " of " +
                                           std::to_string(entry.parts) + " read)");
@@ -267,9 +262,8 @@ std::string Store::read_parts(const Entry& entry, std::string_view key, std::str
     if (json.size() > entry.size) break;
   }
   if (json.size() != entry.size) {
-    throw Error(ErrorCode::InvalidMetadata, "nats: the parts of " + in_quotes(name) +
-                                                " add up to " + std::to_string(json.size()) +
-                                                " bytes, not " + std::to_string(entry.size));
+    channel_rules::invalid_metadata(name, "its parts add up to " + std::to_string(json.size()) +
+                                              " bytes, not " + std::to_string(entry.size));
   }
   return json;
 }
@@ -309,11 +303,12 @@ std::string Store::document_from_registry(std::string_view key, std::string_view
 
 RdmaMetadata Store::resolve(const Entry& entry, std::string_view name, bool may_retry,
                             Deadline deadline) {
-  return RdmaMetadata::from_json(document_of(entry, name, name, may_retry, deadline));
+  return channel_rules::metadata_under(name, document_of(entry, name, name, may_retry, deadline));
 }
 
 RdmaMetadata Store::from_registry(std::string_view name, bool may_retry, Deadline deadline) {
-  return RdmaMetadata::from_json(document_from_registry(name, name, may_retry, deadline));
+  return channel_rules::metadata_under(name,
+                                       document_from_registry(name, name, may_retry, deadline));
 }
 
 }  // namespace memwire::sideband::nats_detail

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "channel_rules.hpp"
 #include "connection.hpp"
 #include "entry.hpp"
 #include "handles.hpp"
@@ -48,7 +49,7 @@ class Store {
   Envelope envelope(const std::string& metadata_json, std::int64_t expires_at_ms,
                     std::string_view key);
 
-  using Deadline = std::chrono::steady_clock::time_point;
+  using Deadline = channel_rules::Deadline;
 
   // The registry's entry of `name`: Error{NotFound} when missing, deleted or expired.
   RdmaMetadata from_registry(std::string_view name, bool may_retry, Deadline deadline);

@@ -57,6 +57,13 @@ TEST_P(PoolConformance, UnknownPoolIsNotFoundAndBadNamesNeverLeave) {
   EXPECT_EQ(error_code_of([&] { owner_->withdraw_pool(""); }), ErrorCode::InvalidArgument);
 }
 
+TEST_P(PoolConformance, NegativeTtlIsRefusedBeforeTheWire) {
+  PoolSide owner;
+  EXPECT_EQ(error_code_of([&] { owner_->publish_pool("kv", owner.pool->metadata(), -1ms); }),
+            ErrorCode::InvalidArgument);
+  EXPECT_EQ(error_code_of([&] { reader_->fetch_pool("kv", 2s); }), ErrorCode::NotFound);
+}
+
 TEST_P(PoolConformance, ExpiredPoolIsNotFound) {
   PoolSide owner;
   owner_->publish_pool("brief", owner.pool->metadata(), 100ms);
@@ -95,13 +102,20 @@ TEST_P(PoolConformance, WaitForPoolReturnsOncePublished) {
   EXPECT_EQ(error_code_of([&] { reader_->wait_for_pool("never", 100ms); }), ErrorCode::Timeout);
 }
 
-// A stored document that is no pool's (garbage, or an operation's metadata) is InvalidMetadata.
+// A stored document that is no pool's (garbage, or an operation's metadata) is InvalidMetadata
+// that names the pool.
 TEST_P(PoolConformance, StoredDocumentThatIsNoPoolIsInvalidMetadata) {
   for (const std::string& document :
        {std::string(R"({"memwire_pool": 1})"), sample_metadata(1).to_json()}) {
     auto reader = world_->connect_with_stored("stored", document);
-    EXPECT_EQ(error_code_of([&] { reader->fetch_pool("stored", 2s); }), ErrorCode::InvalidMetadata)
-        << document;
+    try {
+      (void)reader->fetch_pool("stored", 2s);
+      ADD_FAILURE() << document << ": returned";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::InvalidMetadata) << error.what();
+      // In the same words on every channel.
+      EXPECT_TRUE(error.message().starts_with("pool metadata under 'stored': ")) << error.message();
+    }
     EXPECT_EQ(error_code_of([&] { reader->wait_for_pool("stored", 2s); }),
               ErrorCode::InvalidMetadata)
         << document;

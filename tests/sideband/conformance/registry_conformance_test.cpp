@@ -82,6 +82,13 @@ TEST_P(RegistryConformance, InvalidNamesNeverReachTheWire) {
             ErrorCode::InvalidArgument);
 }
 
+// A TTL below zero means nothing on any channel: refused, not taken as "for ever".
+TEST_P(RegistryConformance, NegativeTtlIsRefusedBeforeTheWire) {
+  EXPECT_EQ(error_code_of([&] { owner_->publish("ok", sample_metadata(12), -1ms); }),
+            ErrorCode::InvalidArgument);
+  EXPECT_EQ(error_code_of([&] { reader_->fetch("ok", 2s); }), ErrorCode::NotFound);
+}
+
 TEST_P(RegistryConformance, TtlExpiryMakesTheNameUnknown) {
   const auto published_at = std::chrono::steady_clock::now();
   owner_->publish("short.lived", sample_metadata(6), 300ms);
@@ -176,8 +183,8 @@ TEST_P(RegistryConformance, HundredNamesPublishedAndFetchedConcurrently) {
 }
 
 // A stored document that is no metadata (an older or foreign registry, a corrupted store) is
-// InvalidMetadata.
-TEST_P(RegistryConformance, GarbageUnderANameIsInvalidMetadata) {
+// InvalidMetadata, and the error names what was asked for, in the same words on every channel.
+TEST_P(RegistryConformance, GarbageUnderANameIsInvalidMetadataThatNamesIt) {
   for (const char* document :
        {R"({"version":1,"garbage":true})", "<html>hello</html>", "[1,2,3]"}) {
     auto reader = world_->connect_with_stored("stored.garbage", document);
@@ -188,6 +195,8 @@ TEST_P(RegistryConformance, GarbageUnderANameIsInvalidMetadata) {
         ADD_FAILURE() << document << ": returned";
       } catch (const Error& error) {
         EXPECT_EQ(error.code(), ErrorCode::InvalidMetadata) << document << ": " << error.what();
+        EXPECT_TRUE(error.message().starts_with("metadata under 'stored.garbage': "))
+            << document << ": " << error.message();
       }
     }
   }

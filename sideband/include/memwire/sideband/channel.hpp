@@ -29,15 +29,18 @@ class MEMWIRE_API Subscription {
 // The seams between workers and the ways metadata travels by name (HTTP, NATS): a registry of
 // names and a request service. A Channel is both, over one connection.
 // Errors: Error{NotFound} for an unknown or withdrawn name, Error{Timeout} for a slow owner or
-// server, Error{InvalidMetadata} for a stored document that does not parse, Error{AccessDenied}
-// for refused credentials, Error{Transport} for anything else on the wire.
+// server, Error{InvalidMetadata} for a stored document that does not parse (its message starts
+// "metadata under '<name>': ", or "pool metadata under '<name>': ", on every channel),
+// Error{AccessDenied} for refused credentials, Error{Transport} for anything else on the wire.
+// A bad name or a negative TTL is Error{InvalidArgument} before anything reaches the wire.
 
 // Names -> metadata.
 class MEMWIRE_API Registry {
  public:
   virtual ~Registry() = default;
 
-  // Publishes `metadata` under `name` for `ttl` (zero = until withdrawn); replaces an old value.
+  // Publishes `metadata` under `name` for `ttl` (zero = until withdrawn; negative = refused);
+  // replaces an old value.
   virtual void publish(std::string_view name, const RdmaMetadata& metadata,
                        std::chrono::milliseconds ttl) = 0;
   virtual RdmaMetadata fetch(std::string_view name, std::chrono::milliseconds timeout) = 0;

@@ -3,16 +3,19 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "channel_rules.hpp"
 #include "http/client/curl_client.hpp"
 #include "memwire/error_codes.hpp"
 #include "memwire/sideband/http.hpp"
 
 namespace memwire::sideband {
+
+using namespace channel_rules;  // the checks and words every channel shares
+
 namespace {
 
 using json = nlohmann::json;
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
 
 // Slack on top of a long poll's wait so that the server's own "not yet" (504) usually arrives
 // first; either way the caller sees Error{Timeout} close to its deadline.
@@ -58,30 +61,6 @@ void check(const http::HttpReply& reply, std::string_view what) {
 // As above, for "<verb> '<name>'".
 void check(const http::HttpReply& reply, std::string_view verb, std::string_view name) {
   if (!succeeded(reply)) fail(reply, std::string(verb) + " '" + std::string(name) + "'");
-}
-
-RdmaMetadata parse_metadata(const std::string& body, std::string_view name) {
-  try {
-    return RdmaMetadata::from_json(body);
-  } catch (const Error& e) {
-    throw Error(ErrorCode::InvalidMetadata,
-                "metadata under '" + std::string(name) + "': " + std::string(e.message()));
-  } catch (const std::exception& e) {
-    throw Error(ErrorCode::InvalidMetadata,
-                "metadata under '" + std::string(name) + "': " + e.what());
-  }
-}
-
-PoolMetadata parse_pool(const std::string& body, std::string_view name) {
-  try {
-    return PoolMetadata::from_json(body);
-  } catch (const Error& e) {
-    throw Error(ErrorCode::InvalidMetadata,
-                "pool metadata under '" + std::string(name) + "': " + std::string(e.message()));
-  } catch (const std::exception& e) {
-    throw Error(ErrorCode::InvalidMetadata,
-                "pool metadata under '" + std::string(name) + "': " + e.what());
-  }
 }
 
 std::string path_of(std::string_view name) { return "/v1/metadata/" + std::string(name); }
@@ -152,7 +131,7 @@ class HttpServeSubscription final : public Subscription {
     auto name = request.at("name").get<std::string>();
     json result{{"status", "done"}};
     try {
-      handler_(name, parse_metadata(request.at("metadata").get<std::string>(), name));
+      handler_(name, metadata_under(name, request.at("metadata").get<std::string>()));
     } catch (const Error& e) {
       // to_string()'s text, as owners always sent it: older requesters know only that one.
       result = {{"status", "error"}, {"code", to_string(e.code())}, {"message", e.message()}};
@@ -237,15 +216,14 @@ class HttpChannel::Impl : public ChannelCore {
 
   std::string wait(const std::string& path, std::string_view name,
                    std::chrono::milliseconds timeout, const std::stop_token& abandon) {
-    auto deadline = Clock::now() + timeout;
+    const Deadline deadline(timeout);
     for (;;) {
       // One long poll per round; the endpoint caps a round's length, so long waits take several.
-      auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-      if (left.count() < 0) left = milliseconds(0);
+      const auto left = deadline.left();
       auto reply = client.perform(
           {"GET", path + "?wait_ms=" + std::to_string(left.count()), {}, left + kPollSlack},
           abandon);
-      if (reply.status == 504 && Clock::now() < deadline) continue;
+      if (reply.status == 504 && !deadline.passed()) continue;
       check(reply, "wait for", name);
       return std::move(reply.body);
     }
@@ -258,52 +236,44 @@ HttpChannel::~HttpChannel() = default;
 
 void HttpChannel::publish(std::string_view name, const RdmaMetadata& metadata,
                           std::chrono::milliseconds ttl) {
-  validate_name(name);
+  check_publish(name, ttl);
   impl_->put(path_of(name), name, metadata.to_json(), ttl);
 }
 
 RdmaMetadata HttpChannel::fetch(std::string_view name, std::chrono::milliseconds timeout) {
-  validate_name(name);
-  return parse_metadata(impl_->get(path_of(name), name, timeout), name);
+  check_name(name);
+  return metadata_under(name, impl_->get(path_of(name), name, timeout));
 }
 
 void HttpChannel::withdraw(std::string_view name) {
-  validate_name(name);
+  check_name(name);
   impl_->remove(path_of(name), name);
 }
 
 RdmaMetadata HttpChannel::wait_for(std::string_view name, std::chrono::milliseconds timeout,
                                    std::stop_token abandon) {
-  validate_name(name);
-  return parse_metadata(impl_->wait(path_of(name), name, timeout, abandon), name);
+  check_name(name);
+  return metadata_under(name, impl_->wait(path_of(name), name, timeout, abandon));
 }
 
 void HttpChannel::publish_pool(std::string_view name, const PoolMetadata& metadata,
                                std::chrono::milliseconds ttl) {
-  validate_name(name);
-  auto json = metadata.to_json();
-  if (json.size() > PoolMetadata::kMaxJsonBytes) {
-    throw Error(ErrorCode::InvalidArgument, "publish pool '" + std::string(name) +
-                                                "': metadata of " + std::to_string(json.size()) +
-                                                " bytes (at most " +
-                                                std::to_string(PoolMetadata::kMaxJsonBytes) + ")");
-  }
-  impl_->put(pool_path_of(name), name, json, ttl);
+  impl_->put(pool_path_of(name), name, checked_pool_document(name, metadata, ttl), ttl);
 }
 
 PoolMetadata HttpChannel::fetch_pool(std::string_view name, std::chrono::milliseconds timeout) {
-  validate_name(name);
-  return parse_pool(impl_->get(pool_path_of(name), name, timeout), name);
+  check_name(name);
+  return pool_metadata_under(name, impl_->get(pool_path_of(name), name, timeout));
 }
 
 PoolMetadata HttpChannel::wait_for_pool(std::string_view name, std::chrono::milliseconds timeout,
                                         std::stop_token abandon) {
-  validate_name(name);
-  return parse_pool(impl_->wait(pool_path_of(name), name, timeout, abandon), name);
+  check_name(name);
+  return pool_metadata_under(name, impl_->wait(pool_path_of(name), name, timeout, abandon));
 }
 
 void HttpChannel::withdraw_pool(std::string_view name) {
-  validate_name(name);
+  check_name(name);
   impl_->remove(pool_path_of(name), name);
 }
 
@@ -322,17 +292,14 @@ std::vector<std::string> HttpChannel::list() {
 }
 
 std::unique_ptr<Subscription> HttpChannel::serve(std::string_view prefix, RequestHandler handler) {
-  if (!prefix.empty()) validate_name(prefix);
+  check_prefix(prefix);
   if (!handler) throw Error(ErrorCode::InvalidArgument, "serve: no handler");
   return std::make_unique<HttpServeSubscription>(impl_, std::string(prefix), std::move(handler));
 }
 
 void HttpChannel::request(std::string_view name, const RdmaMetadata& writable,
                           std::chrono::milliseconds timeout, std::stop_token abandon) {
-  validate_name(name);
-  if (writable.operation_kind() != OperationKind::Write) {
-    throw Error(ErrorCode::Pairing, "request: the metadata must be a writable operation's");
-  }
+  check_request(name, writable);
   // Not idempotent: a repeated request could make the owner write twice.
   http::HttpCall call{"POST",
                       "/v1/requests/" + std::string(name) +

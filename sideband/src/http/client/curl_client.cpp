@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <thread>
 
+#include "channel_rules.hpp"
 #include "memwire/error.hpp"
 
 namespace memwire::sideband::http {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr std::size_t kMaxIdleHandles = 16;
@@ -174,13 +174,13 @@ CURLcode CurlClient::attempt(CurlHandle& handle, const HttpCall& call, milliseco
 }
 
 HttpReply CurlClient::perform(const HttpCall& call, std::stop_token abandon) {
-  auto deadline = Clock::now() + call.timeout;
+  const channel_rules::Deadline deadline(call.timeout);
   auto backoff = options_.retry_backoff;
   auto handle = acquire();
   std::string last_error;
   auto where = [&] { return std::string(call.method) + " " + base_url_ + call.target; };
   for (int tries = 0;; ++tries) {
-    auto budget = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    const auto budget = deadline.left();
     if (budget.count() <= 0) {
       throw Error(ErrorCode::Timeout, where() + ": no answer in time" +
                                           (last_error.empty() ? "" : " (" + last_error + ")"));
@@ -213,7 +213,7 @@ HttpReply CurlClient::perform(const HttpCall& call, std::stop_token abandon) {
       // A handle whose exchange broke may hold a dead connection: the next try starts afresh.
       handle = make_handle();
       if (code == CURLE_OPERATION_TIMEDOUT &&
-          (Clock::now() >= deadline || tries >= options_.max_retries)) {
+          (deadline.passed() || tries >= options_.max_retries)) {
         throw Error(ErrorCode::Timeout, where() + ": " + last_error);
       }
       if (!retry || tries >= options_.max_retries) {
@@ -221,8 +221,7 @@ HttpReply CurlClient::perform(const HttpCall& call, std::stop_token abandon) {
       }
     }
     // A deliberate pause between tries, not a wait for a state change.
-    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    auto pause = std::min(backoff, left);
+    auto pause = std::min(backoff, deadline.left());
     if (pause.count() > 0) std::this_thread::sleep_for(pause);
     backoff *= 2;
   }

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "channel_rules.hpp"
 #include "http/server/connection.hpp"
 #include "http/server/metadata_store.hpp"
 #include "http/server/metrics.hpp"
@@ -76,7 +77,7 @@ class HttpEndpoint::Impl {
     for (const auto& grant : options_.grants) {
       if (grant.token.empty())
         throw Error(ErrorCode::InvalidArgument, "a grant has an empty token");
-      if (!grant.prefix.empty()) validate_name(grant.prefix);
+      channel_rules::check_prefix(grant.prefix);
       authorizations_.emplace_back("Bearer " + grant.token, grant);
     }
     if (options_.max_connections == 0 || options_.max_long_polls == 0 ||
@@ -370,7 +371,7 @@ class HttpEndpoint::Impl {
         return reply_error(res, 400, "body must be {\"prefix\": \"...\"}");
       }
       auto prefix = body["prefix"].get<std::string>();
-      if (!prefix.empty()) validate_name(prefix);
+      channel_rules::check_prefix(prefix);
       require_owner(prefix, "serve");
       res.set_content(safe_dump(json{{"id", broker_.add_server(prefix, caller())}}),
                       "application/json");
