@@ -5,26 +5,13 @@
 #include <string_view>
 #include <vector>
 
-#include "memwire/connector_options.hpp"
 #include "memwire/metadata.hpp"
-#include "telemetry/event_log.hpp"
-#include "telemetry/telemetry_recorder.hpp"
+#include "transport/transport_context.hpp"
 
 namespace memwire::detail {
 
 class ActiveTransfer;
 class Registration;
-class RegistrationTable;
-
-// What every transport of one connector shares.
-struct TransportContext {
-  std::string connector_name;
-  std::string hostname;
-  ConnectorOptions options;
-  std::shared_ptr<RegistrationTable> registrations;
-  std::shared_ptr<TelemetryRecorder> telemetry;  // null when telemetry is off
-  std::shared_ptr<const EventLog> events;        // never null
-};
 
 // The seam between the connector and the ways bytes move. One folder per implementation.
 //

@@ -344,8 +344,8 @@ class StreamTransport final : public Transport {
     const int peer = settings_.cross_memory ? peer_process(socket.get()) : 0;
     auto connection = std::make_shared<StreamConnection>(
         std::move(socket), std::make_unique<StreamActiveSide>(peer), address, next_loop());
-    connection->watch(
-        std::make_unique<ConnectionWatch>(context_, settings_.name, Direction::Outbound, address));
+    connection->watch(std::make_unique<ConnectionWatch>(
+        context_.telemetry, context_.events, settings_.name, Direction::Outbound, address));
     connection->run();
     if (!settings_.cross_memory) {  // a cross-memory dial already said hello, with its probe
       OutFrame hello;
@@ -437,8 +437,8 @@ class StreamTransport final : public Transport {
     auto connection = std::make_shared<StreamConnection>(std::move(socket), std::move(handler),
                                                          settings_.name + " peer", next_loop());
     passive->bind(connection);
-    connection->watch(
-        std::make_unique<ConnectionWatch>(context_, settings_.name, Direction::Inbound, peer));
+    connection->watch(std::make_unique<ConnectionWatch>(context_.telemetry, context_.events,
+                                                        settings_.name, Direction::Inbound, peer));
     connection->limit_idle(context_.options.idle_timeout);
     connection->limit_queued_bytes(
         std::max<std::size_t>(context_.options.max_queued_answer_bytes, 1));
