@@ -74,9 +74,11 @@ class StreamTransport final : public Transport {
 
   bool serves_pools() const override { return true; }
 
-  void start(const std::shared_ptr<ActiveTransfer>& transfer,
-             const TransportOffer& offer) override {
-    auto connections = connections_to(offer.address);
+  StartResult start(const std::shared_ptr<ActiveTransfer>& transfer,
+                    const TransportOffer& offer) override {
+    std::string unusable;
+    auto connections = connections_to(offer.address, unusable);
+    if (connections.empty()) return StartResult::cannot(unusable);
     const auto* blocks = transfer->blocks();
     // Each transfer starts on the next connection: many one-chunk transfers in flight spread
     // over all of them instead of queueing on the first. A pool's transfers all take the
@@ -124,11 +126,15 @@ class StreamTransport final : public Transport {
       const bool sent = requests[n].pieces.size() == 1 && !blocks
                             ? send_chunk(connection, state, requests[n], reading)
                             : send_pieces(connection, state, requests[n], reading);
-      if (!sent) return lost(connection);
+      if (!sent) {
+        lost(connection);
+        return StartResult::taken();  // and failed: the peer is gone, no other transport helps
+      }
     }
     // A write's tag goes right behind its bytes: the owner reads the frames of a connection in
     // order, so it has them all in memory when the tag arrives, and one round trip ends both.
     if (state->pool_notice == PoolNotice::Pipelined) send_completion_notice(state);
+    return StartResult::taken();
   }
 
  private:
@@ -297,7 +303,8 @@ class StreamTransport final : public Transport {
   }
 
   // Pooled connections to `address`, dialling the missing ones; dead ones are replaced.
-  OutboundConnections connections_to(const std::string& address) {
+  // Empty, with `unusable` set, when the dial says this transport cannot reach the peer.
+  OutboundConnections connections_to(const std::string& address, std::string& unusable) {
     const auto wanted = std::max(1u, context_.options.tcp.connections_per_peer);
     Connections finished;  // dropped outside the lock
     std::size_t missing = 0;
@@ -325,7 +332,11 @@ class StreamTransport final : public Transport {
     // Dialled without the lock: a dial that waits for its answer (shm's probe) to this very
     // transport (a connector reading its own operation) needs the loop, which takes it.
     OutboundConnections dialled;
-    for (std::size_t n = 0; n < missing; ++n) dialled.push_back(dial(address));
+    for (std::size_t n = 0; n < missing; ++n) {
+      auto connection = dial(address, unusable);
+      if (!connection) break;
+      dialled.push_back(std::move(connection));
+    }
     std::lock_guard lock(mutex_);
     auto& connections = pool_[address];
     for (auto& connection : dialled) {
@@ -339,8 +350,13 @@ class StreamTransport final : public Transport {
     return connections;
   }
 
-  std::shared_ptr<OutboundConnection> dial(const std::string& address) {
-    auto socket = settings_.dial(address, context_.options.connect_timeout);
+  // Null, with `unusable` set, when the transport cannot reach that peer.
+  std::shared_ptr<OutboundConnection> dial(const std::string& address, std::string& unusable) {
+    auto [socket, why] = settings_.dial(address, context_.options.connect_timeout);
+    if (!why.empty()) {
+      unusable = std::move(why);
+      return nullptr;
+    }
     const int peer = settings_.cross_memory ? peer_process(socket.get()) : 0;
     auto connection =
         std::make_shared<OutboundConnection>(std::move(socket), peer, address, next_loop());
