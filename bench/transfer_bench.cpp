@@ -440,6 +440,20 @@ int thread_count() {
                     std::filesystem::directory_iterator()));
 }
 
+// `count` owner processes, `first` and others started for the run, each with one buffer of
+// `size` allocated.
+struct Owners {
+  Owners(const Args& args, Peer& first, unsigned count, std::size_t size) : peers{&first} {
+    for (unsigned i = 1; i < count; ++i) {
+      others.push_back(std::make_unique<Peer>(args.peer, args.transport, args.memory));
+      peers.push_back(others.back().get());
+    }
+    for (auto* peer : peers) peer->alloc(size, 1, 1, kPeerSeed);
+  }
+  std::vector<std::unique_ptr<Peer>> others;
+  std::vector<Peer*> peers;
+};
+
 // Fan-in: one reader, N owner processes, every round a fresh readable of SIZE from each (its
 // owner waiting on it), all read at once; the round ends when every owner saw its readable
 // complete. Reader threads counted with every connection live.
@@ -447,13 +461,8 @@ json fan_in(const Args& args, Connector& connector, Peer& first) {
   json results = json::array();
   const std::size_t size = args.sizes.front();
   for (unsigned owners : args.owners) {
-    std::vector<std::unique_ptr<Peer>> others;
-    std::vector<Peer*> peers{&first};
-    for (unsigned i = 1; i < owners; ++i) {
-      others.push_back(std::make_unique<Peer>(args.peer, args.transport, args.memory));
-      peers.push_back(others.back().get());
-    }
-    for (auto* peer : peers) peer->alloc(size, 1, 1, kPeerSeed);
+    Owners owners_of_round(args, first, owners, size);
+    const auto& peers = owners_of_round.peers;
     LocalBuffers local(size, 1, owners, 0);
     std::vector<double> rounds_ms;
     int threads = 0;
@@ -520,13 +529,8 @@ json connections(const Args& args, Connector& connector, Peer& first) {
   const std::size_t size = args.sizes.front();
   const unsigned owners = args.owners.front();
   const unsigned conc = args.concurrency.front();
-  std::vector<std::unique_ptr<Peer>> others;
-  std::vector<Peer*> peers{&first};
-  for (unsigned i = 1; i < owners; ++i) {
-    others.push_back(std::make_unique<Peer>(args.peer, args.transport, args.memory));
-    peers.push_back(others.back().get());
-  }
-  for (auto* peer : peers) peer->alloc(size, 1, 1, kPeerSeed);
+  Owners owners_of_run(args, first, owners, size);
+  const auto& peers = owners_of_run.peers;
   LocalBuffers local(size, 1, owners * conc, 0);
   const long rss_before = resident_kb();
   const int threads_before = thread_count(), sockets_before = socket_count();

@@ -12,3 +12,30 @@ function(memwire_unit target)
   add_library(${target} OBJECT ${sources})
   target_link_libraries(${target} PRIVATE ${arg_USING} ${arg_LIBRARIES})
 endfunction()
+
+# memwire_transport(NAME <name> [MACHINERY] [ENABLED <variable>] [ENVIRONMENT]
+#                   SOURCES <globs...> [LIBRARIES <deps...>]): called by the transport.cmake of
+# each folder under sdk/src/transport/, which is all a transport tells the build. Makes its unit
+# memwire-transport-<name> (when <variable> is true, or always without ENABLED) and adds it to the
+# library's units; a transport (not MACHINERY, shared code such as stream) also joins the
+# registry's list: make_<name>_transport() builds it, and with ENVIRONMENT its folder reads its
+# own MEMWIRE_* variables in read_<name>_environment(). A disabled transport is listed as known
+# but not built, so asking for it says so.
+function(memwire_transport)
+  cmake_parse_arguments(arg "MACHINERY;ENVIRONMENT" "NAME;ENABLED" "SOURCES;LIBRARIES" ${ARGN})
+  if(arg_ENABLED AND NOT ${arg_ENABLED})
+    if(NOT arg_MACHINERY)
+      set(memwire_transports_disabled ${memwire_transports_disabled} ${arg_NAME} PARENT_SCOPE)
+    endif()
+    return()
+  endif()
+  memwire_unit(memwire-transport-${arg_NAME} USING memwire-sdk-flags
+    SOURCES ${arg_SOURCES} LIBRARIES ${arg_LIBRARIES})
+  set(memwire_sdk_units ${memwire_sdk_units} memwire-transport-${arg_NAME} PARENT_SCOPE)
+  if(arg_ENVIRONMENT)
+    set(memwire_environment_readers ${memwire_environment_readers} ${arg_NAME} PARENT_SCOPE)
+  endif()
+  if(NOT arg_MACHINERY)
+    set(memwire_transports ${memwire_transports} ${arg_NAME} PARENT_SCOPE)
+  endif()
+endfunction()

@@ -348,6 +348,7 @@ class Connector::Impl {
     for (auto [transport, offer] : candidates(remote)) {
       if (transfer->blocks() && !transport->serves_pools()) continue;
       const std::string transport_name(transport->name());
+      detail::StartResult started;
       try {
         transfer->set_transport(transport_name);
         events_->write(LogLevel::Debug, "transport_chosen",
@@ -357,24 +358,22 @@ class Connector::Impl {
                            .transport(transport_name)
                            .key(key)
                            .kind(to_string(kind)));
-        transport->start(transfer, *offer);
-        return;
+        started = transport->start(transfer, *offer);
       } catch (const Error& error) {
-        if (error.code() != ErrorCode::Transport) {
-          // Counted and logged like any failed operation, on the transport it tried.
-          transfer->fail(error);
-          throw;
-        }
-        events_->write(
-            LogLevel::Warn, "transport_fallback",
-            "transport " + transport_name + " unusable, trying the next: " + error.what(),
-            detail::LogFields()
-                .peer(peer)
-                .transport(transport_name)
-                .key(key)
-                .code(std::string(error_code_name(error.code()))));
-        refusals += std::string(refusals.empty() ? "" : "; ") + error.what();
+        // Counted and logged like any failed operation, on the transport it tried.
+        transfer->fail(error);
+        throw;
       }
+      if (!started.unusable) return;
+      const auto& why = *started.unusable;
+      events_->write(LogLevel::Warn, "transport_fallback",
+                     "transport " + transport_name + " unusable, trying the next: " + why,
+                     detail::LogFields()
+                         .peer(peer)
+                         .transport(transport_name)
+                         .key(key)
+                         .code(std::string(error_code_name(ErrorCode::Transport))));
+      refusals += std::string(refusals.empty() ? "" : "; ") + why;
     }
     Error failure(ErrorCode::Transport,
                   no_shared_transport(remote) + (refusals.empty() ? "" : " (" + refusals + ")"));

@@ -1,6 +1,6 @@
 #include "telemetry/connection_watch.hpp"
 
-#include "transport/transport.hpp"
+#include <utility>
 
 namespace memwire::detail {
 namespace {
@@ -11,10 +11,11 @@ std::string_view direction_name(Direction direction) {
 
 }  // namespace
 
-ConnectionWatch::ConnectionWatch(const TransportContext& context, std::string transport,
+ConnectionWatch::ConnectionWatch(std::shared_ptr<TelemetryRecorder> telemetry,
+                                 std::shared_ptr<const EventLog> events, std::string transport,
                                  Direction direction, std::string peer)
-    : telemetry_(context.telemetry),
-      events_(context.events),
+    : telemetry_(std::move(telemetry)),
+      events_(std::move(events)),
       transport_(std::move(transport)),
       direction_(direction),
       peer_(std::move(peer)) {

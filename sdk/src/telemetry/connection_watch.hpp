@@ -10,14 +10,14 @@
 
 namespace memwire::detail {
 
-struct TransportContext;
-
 // One open data-plane connection as telemetry sees it: counted open from construction until
 // closed() (or destruction), with a log line for each end.
 class ConnectionWatch {
  public:
-  ConnectionWatch(const TransportContext& context, std::string transport, Direction direction,
-                  std::string peer);
+  // `telemetry` null when it is off; `events` never null.
+  ConnectionWatch(std::shared_ptr<TelemetryRecorder> telemetry,
+                  std::shared_ptr<const EventLog> events, std::string transport,
+                  Direction direction, std::string peer);
   ~ConnectionWatch();
   ConnectionWatch(const ConnectionWatch&) = delete;
   ConnectionWatch& operator=(const ConnectionWatch&) = delete;

@@ -1,30 +1,19 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include "memwire/connector_options.hpp"
 #include "memwire/metadata.hpp"
-#include "telemetry/event_log.hpp"
-#include "telemetry/telemetry_recorder.hpp"
+#include "transport/transport_context.hpp"
 
 namespace memwire::detail {
 
 class ActiveTransfer;
 class Registration;
-class RegistrationTable;
-
-// What every transport of one connector shares.
-struct TransportContext {
-  std::string connector_name;
-  std::string hostname;
-  ConnectorOptions options;
-  std::shared_ptr<RegistrationTable> registrations;
-  std::shared_ptr<TelemetryRecorder> telemetry;  // null when telemetry is off
-  std::shared_ptr<const EventLog> events;        // never null
-};
 
 // The seam between the connector and the ways bytes move. One folder per implementation.
 //
@@ -33,11 +22,23 @@ struct TransportContext {
 // requests are served from the transport's own threads, which look registrations up in the
 // context's table and must call Registration::check_access() before touching memory.
 //
-// Active side: start() begins moving the bytes of a transfer at once; the transport then calls
+// Active side: start() begins moving the bytes of a transfer at once (or says the transport
+// cannot reach that peer after all: StartResult); the transport then calls
 // transfer.succeed() after the passive side acknowledged the completion notice, or
 // transfer.fail(); it installs a failure notifier that sends the passive side an error notice.
 // Transport threads pin transfer.gate() while they touch local buffers, and never call
 // succeed()/fail() while holding such a pin.
+// What start() made of a transfer: taken (it succeeds or fails on its own from then on), or
+// this transport cannot reach that peer after all (a same-host path the kernel refuses, ...),
+// and why: the connector then tries the next. A peer that is gone is no such case: the
+// transfer fails (start throws, or fails it).
+struct StartResult {
+  std::optional<std::string> unusable;
+
+  static StartResult taken() { return {}; }
+  static StartResult cannot(std::string why) { return {std::move(why)}; }
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -48,8 +49,8 @@ class Transport {
   // Whether it moves blocks between pools (ActiveTransfer::blocks()): offered for pools only
   // when it does.
   virtual bool serves_pools() const { return false; }
-  virtual void start(const std::shared_ptr<ActiveTransfer>& transfer,
-                     const TransportOffer& offer) = 0;
+  [[nodiscard("unusable: the connector must try the next transport")]] virtual StartResult start(
+      const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer) = 0;
 };
 
 // Builds the named transport; throws Error{Transport} when it cannot run here (no RDMA device,

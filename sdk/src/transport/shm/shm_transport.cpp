@@ -25,15 +25,15 @@ std::string boot_id() {
 
 // Connects and proves the peer may copy from us: it reads a random word of ours by address.
 // The Hello also names our connector, which the peer's pools report as a tag's sender.
-FileDescriptor dial_and_probe(const std::string& address, std::chrono::milliseconds timeout,
-                              const std::string& connector) {
+Dialled dial_and_probe(const std::string& address, std::chrono::milliseconds timeout,
+                       const std::string& connector) {
   if (address.size() < 2 || address.front() != '@')
     throw Error(ErrorCode::InvalidMetadata, "shm address '" + address + "' is not @name");
   FileDescriptor socket;
   try {
     socket = connect_unix(address.substr(1));
   } catch (const Error& error) {
-    throw Error(ErrorCode::Transport, error.what());  // lets the connector fall back
+    return {{}, error.what()};  // another namespace, say: the connector falls back
   }
   const std::uint64_t probe = [] {
     auto id = random_id();
@@ -56,15 +56,15 @@ FileDescriptor dial_and_probe(const std::string& address, std::chrono::milliseco
   FrameHeader answer;
   if (!send_all(socket.get(), parts, 2) || !receive_all(socket.get(), &answer, sizeof answer) ||
       answer.type != FrameType::HelloResponse || answer.length > FrameHeader::kMaxText)
-    throw Error(ErrorCode::Transport, "shm peer at " + address + " did not answer the probe");
+    return {{}, "shm peer at " + address + " did not answer the probe"};
   if (answer.code != 0) {
     std::string reason(answer.length, '\0');
     receive_all(socket.get(), reason.data(), reason.size());
-    throw Error(ErrorCode::Transport, "shm peer at " + address + " refused: " + reason);
+    return {{}, "shm peer at " + address + " refused: " + reason};
   }
   timeval forever{};
   ::setsockopt(socket.get(), SOL_SOCKET, SO_RCVTIMEO, &forever, sizeof forever);
-  return socket;
+  return {std::move(socket), {}};
 }
 
 }  // namespace

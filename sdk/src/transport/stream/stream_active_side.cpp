@@ -50,8 +50,7 @@ OutFrame notice_frame(const ActiveTransfer& transfer, std::uint64_t pool_transfe
 void send_completion_notice(const std::shared_ptr<StreamTransfer>& transfer) {
   auto connection = transfer->notice_connection.lock();
   std::uint64_t id = 0;
-  if (connection)
-    id = static_cast<StreamActiveSide&>(connection->handler()).expect(transfer, nullptr, 0);
+  if (connection) id = connection->active().expect(transfer, nullptr, 0);
   auto frame = notice_frame(*transfer->transfer, transfer->pool_transfer_id);
   frame.header.request_id = id;
   if (id == 0 || !connection->send(std::move(frame)))

@@ -22,9 +22,10 @@ enum class PoolNotice { None, AfterAnswers, Pipelined, InRequest };
 
 // One active transfer spread over pooled connections: counts the chunks still out, then sends
 // the completion notice on `notice_connection`.
+class OutboundConnection;
 struct StreamTransfer {
   std::shared_ptr<ActiveTransfer> transfer;
-  std::weak_ptr<StreamConnection> notice_connection;
+  std::weak_ptr<OutboundConnection> notice_connection;
   std::atomic<std::size_t> chunks_left{0};
   // One request carried the whole transfer (kCompletes): its answer completes it, no notice.
   bool single_request = false;
@@ -114,6 +115,26 @@ class StreamActiveSide final : public FrameHandler {
   std::unordered_map<std::uint64_t, Pending> pending_;
   bool closed_ = false;
   PeerMappings mappings_;  // reader thread only
+};
+
+// A connection this side dialled: a StreamConnection whose handler is its StreamActiveSide,
+// which the pool reaches through active() (typed: the constructor made it).
+class OutboundConnection final : public StreamConnection {
+ public:
+  // `peer_process`: see StreamActiveSide.
+  OutboundConnection(FileDescriptor socket, int peer_process, std::string peer, EventLoop& loop)
+      : OutboundConnection(std::move(socket), new StreamActiveSide(peer_process), std::move(peer),
+                           loop) {}
+  StreamActiveSide& active() noexcept { return active_; }
+
+ private:
+  OutboundConnection(FileDescriptor socket, StreamActiveSide* active, std::string peer,
+                     EventLoop& loop)
+      : StreamConnection(std::move(socket), std::unique_ptr<FrameHandler>(active), std::move(peer),
+                         loop),
+        active_(*active) {}
+
+  StreamActiveSide& active_;  // owned by the connection, as its handler
 };
 
 // Sends the completion notice of `transfer` (all chunks moved) and expects its answer; fails

@@ -10,30 +10,6 @@
 
 namespace memwire::detail {
 
-namespace {
-// In the middle of a frame's payload the peer did not just leave between requests: it failed
-// while sending (its memory unreadable, say) or its process ended.
-constexpr const char* kClosedMidPayload =
-    "peer closed the connection in the middle of a payload (it failed while sending, or its "
-    "process ended)";
-
-// The connection whose frames the loop on this thread is reading right now, if any.
-thread_local const StreamConnection* reading_connection = nullptr;
-
-// Moves past `bytes` filled: whole parts dropped, the next one trimmed.
-void advance(std::vector<iovec>& parts, std::size_t& first, std::size_t bytes) {
-  while (first < parts.size() && bytes >= parts[first].iov_len) {
-    bytes -= parts[first].iov_len;
-    ++first;
-  }
-  if (first < parts.size() && bytes > 0) {
-    parts[first].iov_base = static_cast<char*>(parts[first].iov_base) + bytes;
-    parts[first].iov_len -= bytes;
-  }
-}
-
-}  // namespace
-
 StreamConnection::StreamConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler,
                                    std::string peer, EventLoop& loop)
     : socket_(std::move(socket)),
@@ -46,6 +22,8 @@ StreamConnection::StreamConnection(FileDescriptor socket, std::unique_ptr<FrameH
 
 // The loop held a reference from run() until it closed the connection: nothing runs for it now.
 StreamConnection::~StreamConnection() = default;
+
+thread_local const StreamConnection* StreamConnection::reading_connection_ = nullptr;
 
 void StreamConnection::run(std::chrono::milliseconds first_frame_timeout,
                            std::function<void()> on_finished) {
@@ -81,11 +59,11 @@ bool StreamConnection::alive() const {
 
 void StreamConnection::shutdown(const std::string& reason) {
   // A handler that answers, then closes (a protocol error) meant the answer to go first.
-  if (reading_connection == this) send_held_back();
+  if (reading_connection_ == this) send_held_back();
   // On its loop, a half-filled payload lets go of its pin at once, closing already or not (a
   // gate closing on this thread may be waiting for it). Not the connection being read: the
   // loop closes that one once its handler returns.
-  if (loop_.in_loop_thread() && reading_connection != this) sink_.reset();
+  if (loop_.in_loop_thread() && reading_connection_ != this) sink_.reset();
   std::deque<OutFrame> dropped;
   {
     std::lock_guard lock(mutex_);
@@ -105,7 +83,7 @@ void StreamConnection::shutdown(const std::string& reason) {
 }
 
 void StreamConnection::close_when_sent(std::chrono::milliseconds timeout) {
-  if (reading_connection == this) send_held_back();
+  if (reading_connection_ == this) send_held_back();
   bool now = false;
   {
     std::lock_guard lock(mutex_);
@@ -131,7 +109,7 @@ void StreamConnection::close_when_sent(std::chrono::milliseconds timeout) {
 // ---- writing ---------------------------------------------------------------------------------
 
 bool StreamConnection::hold_back(OutFrame& frame) {
-  if (reading_connection != this || !frame.pieces.empty() || frame.on_sent || frame.on_dropped)
+  if (reading_connection_ != this || !frame.pieces.empty() || frame.on_sent || frame.on_dropped)
     return false;
   if (broken_.load(std::memory_order_acquire)) return false;
   if (buffered() < sizeof(FrameHeader)) return false;  // nothing more to handle
@@ -215,7 +193,7 @@ bool StreamConnection::send(OutFrame frame) {
   note_activity();
   if (hold_back(frame)) return true;
   // Answers leave in the order they were given: those held back go first.
-  if (reading_connection == this && !held_back_.empty()) send_held_back();
+  if (reading_connection_ == this && !held_back_.empty()) send_held_back();
   std::unique_lock lock(mutex_);
   if (closing_) return false;
   if (writing_ || !queue_.empty()) {
@@ -442,181 +420,6 @@ void StreamConnection::on_events(std::uint32_t events) {
   if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) peer_ending_ = true;
   if (events & EPOLLOUT) flush();
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) read_frames();
-}
-
-StreamConnection::Refill StreamConnection::refill_inbox() {
-  if (inbox_begin_ > 0) {
-    std::memmove(inbox_.get(), inbox_.get() + inbox_begin_, buffered());
-    inbox_end_ -= inbox_begin_;
-    inbox_begin_ = 0;
-  }
-  if (!maybe_more_) return Refill::Again;
-  for (;;) {
-    const auto room = kInboxSize - inbox_end_;
-    const ssize_t received = ::recv(socket_.get(), inbox_.get() + inbox_end_, room, MSG_DONTWAIT);
-    if (received > 0) {
-      inbox_end_ += static_cast<std::size_t>(received);
-      if (static_cast<std::size_t>(received) < room && !peer_ending_) maybe_more_ = false;
-      return Refill::Got;
-    }
-    if (received < 0 && errno == EINTR) continue;
-    if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Refill::Again;
-    shutdown(sink_ || inline_left_ > 0 ? kClosedMidPayload : "peer closed the connection");
-    return Refill::Closed;
-  }
-}
-
-std::size_t StreamConnection::take_from_inbox(void* data, std::size_t length) {
-  const auto count = std::min(length, buffered());
-  if (count > 0) std::memcpy(data, inbox_.get() + inbox_begin_, count);
-  inbox_begin_ += count;
-  return count;
-}
-
-bool StreamConnection::receive(void* data, std::size_t length) {
-  if (length > inline_left_) return false;
-  take_from_inbox(data, length);
-  inline_left_ -= length;
-  return true;
-}
-
-std::optional<std::string> StreamConnection::receive_text(std::uint64_t length) {
-  if (auto problem = text_payload_problem(length)) {
-    shutdown("protocol error: " + *problem);
-    return std::nullopt;
-  }
-  std::string text(length, '\0');
-  if (!receive(text.data(), text.size())) return std::nullopt;
-  return text;
-}
-
-void StreamConnection::receive_into(std::vector<iovec> pieces, OnceTask then) {
-  std::uint64_t total = 0;
-  for (const auto& piece : pieces) total += piece.iov_len;
-  if (total == 0) return then();
-  std::erase_if(pieces, [](const iovec& piece) { return piece.iov_len == 0; });
-  sink_ = Sink{std::move(pieces), total, std::move(then)};
-}
-
-void StreamConnection::discard(std::uint64_t length, OnceTask then) {
-  if (length == 0) return then();
-  sink_ = Sink{{}, length, std::move(then)};
-}
-
-bool StreamConnection::fill_sink() {
-  auto& sink = *sink_;
-  std::size_t first = 0;  // the piece being filled
-  auto fill_from_inbox = [&] {
-    while (sink.left > 0 && buffered() > 0) {
-      if (sink.pieces.empty()) {
-        const auto skipped = std::min<std::uint64_t>(sink.left, buffered());
-        inbox_begin_ += skipped;
-        sink.left -= skipped;
-        continue;
-      }
-      auto& piece = sink.pieces[first];
-      const auto taken = take_from_inbox(piece.iov_base, piece.iov_len);
-      sink.left -= taken;
-      advance(sink.pieces, first, taken);
-    }
-  };
-  fill_from_inbox();
-  while (sink.left > 0) {
-    if (sink.left < kDirectReceive) {  // a short rest: with the frames behind it, in one recv
-      if (refill_inbox() != Refill::Got) {
-        sink.pieces.erase(sink.pieces.begin(), sink.pieces.begin() + first);
-        return false;
-      }
-      fill_from_inbox();
-      continue;
-    }
-    if (!maybe_more_) {
-      sink.pieces.erase(sink.pieces.begin(), sink.pieces.begin() + first);
-      return false;
-    }
-    ssize_t received = 0;
-    std::size_t asked = 0;
-    if (sink.pieces.empty()) {  // skipped: through the (empty) inbox
-      asked = std::min<std::uint64_t>(sink.left, kInboxSize);
-      received = ::recv(socket_.get(), inbox_.get(), asked, MSG_DONTWAIT);
-    } else {  // straight from the socket into the memory
-      msghdr message{};
-      message.msg_iov = sink.pieces.data() + first;
-      message.msg_iovlen = std::min<std::size_t>(sink.pieces.size() - first, IOV_MAX);
-      for (std::size_t i = 0; i < message.msg_iovlen; ++i) asked += message.msg_iov[i].iov_len;
-      received = ::recvmsg(socket_.get(), &message, MSG_DONTWAIT);
-    }
-    if (received > 0 && static_cast<std::size_t>(received) < asked && !peer_ending_)
-      maybe_more_ = false;
-    if (received < 0 && errno == EINTR) continue;
-    if (received <= 0) {
-      if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        sink.pieces.erase(sink.pieces.begin(), sink.pieces.begin() + first);
-        return false;
-      }
-      shutdown(kClosedMidPayload);
-      return false;
-    }
-    sink.left -= static_cast<std::uint64_t>(received);
-    if (!sink.pieces.empty()) advance(sink.pieces, first, static_cast<std::size_t>(received));
-  }
-  auto then = std::move(sink.then);
-  sink_.reset();
-  then();
-  return true;
-}
-
-void StreamConnection::read_frames() {
-  reading_connection = this;
-  for (;;) {
-    if (broken_.load(std::memory_order_acquire)) break;  // not past a shutdown on buffered frames
-    if (sink_) {
-      if (!fill_sink()) break;
-      continue;
-    }
-    if (!room_for_requests()) {
-      // Backed up: what is held back goes first, then no request is read (so none answered)
-      // until the peer has taken enough of the answers; flush() reads on.
-      send_held_back();
-      if (!room_for_requests()) {
-        paused_for_room_ = true;
-        break;
-      }
-    }
-    if (buffered() < sizeof(FrameHeader)) {
-      if (refill_inbox() != Refill::Got) break;
-      continue;
-    }
-    FrameHeader header;
-    std::memcpy(&header, inbox_.get() + inbox_begin_, sizeof header);
-    if (auto problem = frame_header_problem(header)) {
-      shutdown("protocol error: " + *problem);
-      break;
-    }
-    // Gathered before the handler runs. A piece list is bounded by its count; a text or a
-    // location claiming more than a text may hold is not waited for: its handler refuses it.
-    auto wanted = inline_payload_bytes(header);
-    if (!is_piece_request(header.type) && wanted > FrameHeader::kMaxText) wanted = 0;
-    if (buffered() < sizeof header + wanted) {
-      if (refill_inbox() != Refill::Got) break;
-      continue;
-    }
-    inbox_begin_ += sizeof header;
-    inline_left_ = wanted;
-    note_activity();
-    if (awaiting_first_frame_) {
-      awaiting_first_frame_ = false;
-      loop_.cancel(first_frame_timer_);
-      if (idle_timeout_.count() > 0) watch_idleness();  // from now on, silence is idleness
-    }
-    handler_->on_frame(*this, header);
-    // Inline bytes the handler left (a frame it refused) are skipped with the frame.
-    if (!broken_.load(std::memory_order_acquire)) inbox_begin_ += inline_left_;
-    inline_left_ = 0;
-  }
-  send_held_back();
-  reading_connection = nullptr;
-  if (broken_.load(std::memory_order_acquire)) close_on_loop();
 }
 
 void StreamConnection::close_on_loop() {

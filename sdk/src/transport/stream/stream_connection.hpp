@@ -256,6 +256,8 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   static constexpr std::size_t kMostHeldBack = 64;
   static constexpr std::size_t kMostCopiedWhenHeld = 16 * 1024;
   std::vector<OutFrame> held_back_;
+  // The connection whose frames the loop on this thread is reading right now, if any.
+  static thread_local const StreamConnection* reading_connection_;
 };
 
 }  // namespace memwire::detail

@@ -26,6 +26,7 @@ namespace memwire::detail {
 namespace {
 
 using Connections = std::vector<std::shared_ptr<StreamConnection>>;
+using OutboundConnections = std::vector<std::shared_ptr<OutboundConnection>>;
 
 // Below this, a same-host chunk travels on the socket: pinning the other process's pages for
 // process_vm_readv/writev, or a mapping's extra notice round trip, costs more than copying a
@@ -73,9 +74,11 @@ class StreamTransport final : public Transport {
 
   bool serves_pools() const override { return true; }
 
-  void start(const std::shared_ptr<ActiveTransfer>& transfer,
-             const TransportOffer& offer) override {
-    auto connections = connections_to(offer.address);
+  StartResult start(const std::shared_ptr<ActiveTransfer>& transfer,
+                    const TransportOffer& offer) override {
+    std::string unusable;
+    auto connections = connections_to(offer.address, unusable);
+    if (connections.empty()) return StartResult::cannot(unusable);
     const auto* blocks = transfer->blocks();
     // Each transfer starts on the next connection: many one-chunk transfers in flight spread
     // over all of them instead of queueing on the first. A pool's transfers all take the
@@ -111,7 +114,7 @@ class StreamTransport final : public Transport {
       state->pool_notice = PoolNotice::InRequest;
 
     const bool reading = transfer->kind() == OperationKind::Read;
-    auto lost = [&](StreamConnection& connection) {
+    auto lost = [&](OutboundConnection& connection) {
       if (transfer->gate().is_open()) {
         const auto why = connection.close_reason();
         transfer->fail(Error(ErrorCode::PeerLost, "connection to " + offer.address + " lost" +
@@ -123,11 +126,15 @@ class StreamTransport final : public Transport {
       const bool sent = requests[n].pieces.size() == 1 && !blocks
                             ? send_chunk(connection, state, requests[n], reading)
                             : send_pieces(connection, state, requests[n], reading);
-      if (!sent) return lost(connection);
+      if (!sent) {
+        lost(connection);
+        return StartResult::taken();  // and failed: the peer is gone, no other transport helps
+      }
     }
     // A write's tag goes right behind its bytes: the owner reads the frames of a connection in
     // order, so it has them all in memory when the tag arrives, and one round trip ends both.
     if (state->pool_notice == PoolNotice::Pipelined) send_completion_notice(state);
+    return StartResult::taken();
   }
 
  private:
@@ -205,7 +212,7 @@ class StreamTransport final : public Transport {
 
   // A one-piece request: the single-block frames. False when the connection is gone (or the
   // transfer already cancelled).
-  bool send_chunk(StreamConnection& connection, const std::shared_ptr<StreamTransfer>& state,
+  bool send_chunk(OutboundConnection& connection, const std::shared_ptr<StreamTransfer>& state,
                   const Request& request, bool reading) {
     const auto& transfer = state->transfer;
     const auto& chunk = request.pieces.front();
@@ -216,7 +223,7 @@ class StreamTransport final : public Transport {
     frame.header.offset = chunk.offset;
     frame.header.length = chunk.length;
     std::uint64_t id = 0;
-    auto& active = static_cast<StreamActiveSide&>(connection.handler());
+    auto& active = connection.active();
     if (cross_memory(chunk.length)) {
       // The passive side copies into or out of `memory` itself: keep it pinned until it says so.
       auto pin = transfer->gate().pin();
@@ -238,7 +245,7 @@ class StreamTransport final : public Transport {
 
   // Many blocks in one request: the piece list, and over a socket their bytes straight between
   // it and the blocks (a write's after the list, a read's in the answer).
-  bool send_pieces(StreamConnection& connection, const std::shared_ptr<StreamTransfer>& state,
+  bool send_pieces(OutboundConnection& connection, const std::shared_ptr<StreamTransfer>& state,
                    const Request& request, bool reading) {
     const auto& transfer = state->transfer;
     const bool cross = cross_memory(request.length);
@@ -260,7 +267,7 @@ class StreamTransport final : public Transport {
                       pieces.size() * sizeof(FramePiece));
     if (carries_tag(frame.header)) frame.text += transfer->blocks()->tag;
     std::uint64_t id = 0;
-    auto& active = static_cast<StreamActiveSide&>(connection.handler());
+    auto& active = connection.active();
     if (cross) {
       // The passive side copies into or out of the blocks itself: pinned until it says so.
       auto pin = transfer->gate().pin();
@@ -296,7 +303,8 @@ class StreamTransport final : public Transport {
   }
 
   // Pooled connections to `address`, dialling the missing ones; dead ones are replaced.
-  Connections connections_to(const std::string& address) {
+  // Empty, with `unusable` set, when the dial says this transport cannot reach the peer.
+  OutboundConnections connections_to(const std::string& address, std::string& unusable) {
     const auto wanted = std::max(1u, context_.options.tcp.connections_per_peer);
     Connections finished;  // dropped outside the lock
     std::size_t missing = 0;
@@ -308,8 +316,7 @@ class StreamTransport final : public Transport {
       const auto stale = context_.options.idle_timeout / 2;
       std::erase_if(connections, [&](const auto& connection) {
         if (connection->alive()) {
-          if (stale.count() == 0 || connection->idle_for() < stale ||
-              !static_cast<StreamActiveSide&>(connection->handler()).idle())
+          if (stale.count() == 0 || connection->idle_for() < stale || !connection->active().idle())
             return false;
           connection->shutdown("connection closed");
         }
@@ -324,8 +331,12 @@ class StreamTransport final : public Transport {
     }
     // Dialled without the lock: a dial that waits for its answer (shm's probe) to this very
     // transport (a connector reading its own operation) needs the loop, which takes it.
-    Connections dialled;
-    for (std::size_t n = 0; n < missing; ++n) dialled.push_back(dial(address));
+    OutboundConnections dialled;
+    for (std::size_t n = 0; n < missing; ++n) {
+      auto connection = dial(address, unusable);
+      if (!connection) break;
+      dialled.push_back(std::move(connection));
+    }
     std::lock_guard lock(mutex_);
     auto& connections = pool_[address];
     for (auto& connection : dialled) {
@@ -339,13 +350,18 @@ class StreamTransport final : public Transport {
     return connections;
   }
 
-  std::shared_ptr<StreamConnection> dial(const std::string& address) {
-    auto socket = settings_.dial(address, context_.options.connect_timeout);
+  // Null, with `unusable` set, when the transport cannot reach that peer.
+  std::shared_ptr<OutboundConnection> dial(const std::string& address, std::string& unusable) {
+    auto [socket, why] = settings_.dial(address, context_.options.connect_timeout);
+    if (!why.empty()) {
+      unusable = std::move(why);
+      return nullptr;
+    }
     const int peer = settings_.cross_memory ? peer_process(socket.get()) : 0;
-    auto connection = std::make_shared<StreamConnection>(
-        std::move(socket), std::make_unique<StreamActiveSide>(peer), address, next_loop());
-    connection->watch(
-        std::make_unique<ConnectionWatch>(context_, settings_.name, Direction::Outbound, address));
+    auto connection =
+        std::make_shared<OutboundConnection>(std::move(socket), peer, address, next_loop());
+    connection->watch(std::make_unique<ConnectionWatch>(
+        context_.telemetry, context_.events, settings_.name, Direction::Outbound, address));
     connection->run();
     if (!settings_.cross_memory) {  // a cross-memory dial already said hello, with its probe
       OutFrame hello;
@@ -437,8 +453,8 @@ class StreamTransport final : public Transport {
     auto connection = std::make_shared<StreamConnection>(std::move(socket), std::move(handler),
                                                          settings_.name + " peer", next_loop());
     passive->bind(connection);
-    connection->watch(
-        std::make_unique<ConnectionWatch>(context_, settings_.name, Direction::Inbound, peer));
+    connection->watch(std::make_unique<ConnectionWatch>(context_.telemetry, context_.events,
+                                                        settings_.name, Direction::Inbound, peer));
     connection->limit_idle(context_.options.idle_timeout);
     connection->limit_queued_bytes(
         std::max<std::size_t>(context_.options.max_queued_answer_bytes, 1));
@@ -558,7 +574,7 @@ class StreamTransport final : public Transport {
   // The listener loop's: refused, lingering half-open until their time.
   std::deque<std::pair<FileDescriptor, std::chrono::steady_clock::time_point>> refused_;
   std::mutex mutex_;
-  std::map<std::string, Connections> pool_;
+  std::map<std::string, OutboundConnections> pool_;
   struct Accepted {
     std::shared_ptr<StreamConnection> connection;
     std::string peer;  // what the per-peer limit counts

@@ -12,11 +12,18 @@ namespace memwire::detail {
 
 // What makes one stream transport differ from another: where it listens, how it dials, and
 // whether payload crosses on the socket (tcp) or is copied between the processes (shm).
+// A dial's outcome: a connected socket, or why this transport cannot reach that peer after all
+// (`unusable`: the connector tries the next). A peer that is gone throws (PeerLost) instead.
+struct Dialled {
+  FileDescriptor socket;
+  std::string unusable;
+};
+
 struct StreamSettings {
   std::string name;
   FileDescriptor listener;
   TransportOffer offer;
-  std::function<FileDescriptor(const std::string& address, std::chrono::milliseconds timeout)> dial;
+  std::function<Dialled(const std::string& address, std::chrono::milliseconds timeout)> dial;
   std::function<bool(const TransportOffer&)> can_reach = [](const TransportOffer&) { return true; };
   bool cross_memory = false;
 };

@@ -23,7 +23,7 @@ std::unique_ptr<Transport> make_tcp_transport(const TransportContext& context) {
   }
   settings.offer = {"tcp", HostPort{host, port}.to_string(), {}, {}};
   settings.dial = [](const std::string& address, std::chrono::milliseconds timeout) {
-    return connect_tcp(parse_host_port(address), timeout);
+    return Dialled{connect_tcp(parse_host_port(address), timeout), {}};
   };
   return make_stream_transport(context, std::move(settings));
 }

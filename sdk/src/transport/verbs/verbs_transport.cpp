@@ -74,9 +74,10 @@ class VerbsTransport final : public Transport {
     return verbs::parse_ipv4_endpoint(offer.address).has_value() && offer.keys.empty();
   }
 
-  void start(const std::shared_ptr<ActiveTransfer>& transfer,
-             const TransportOffer& offer) override {
-    engine_->start(transfer, offer);
+  StartResult start(const std::shared_ptr<ActiveTransfer>& transfer,
+                    const TransportOffer& offer) override {
+    engine_->start(transfer, offer);  // what goes wrong from here fails the transfer
+    return StartResult::taken();
   }
 
  private:

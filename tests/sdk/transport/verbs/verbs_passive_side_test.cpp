@@ -15,45 +15,15 @@
 #include "memwire/descriptor.hpp"
 #include "registration.hpp"
 #include "registration_table.hpp"
-#include "transport/verbs/verbs_port.hpp"
+#include "verbs_recording_port.hpp"
 
 using namespace memwire;
 using namespace memwire::detail;
 using namespace memwire::detail::verbs;
 using namespace std::chrono_literals;
+using memwire::test_support::RecordingPort;
 
 namespace {
-
-// A port that records what the side sends and fails; it has no rail and opens no connection.
-class RecordingPort final : public VerbsPort {
- public:
-  std::size_t rail_count() const noexcept override { return 1; }
-  Rail& rail(std::size_t) const noexcept override {
-    ADD_FAILURE() << "the side asked for a rail: it was about to grant keys";
-    std::abort();
-  }
-  const std::map<rdma_cm_id*, std::shared_ptr<Connection>>& connections() const noexcept override {
-    return connections_;
-  }
-  std::shared_ptr<Connection> connect(const std::string&, const std::string&,
-                                      std::size_t) override {
-    throw Error(ErrorCode::Transport, "this port opens no connection");
-  }
-  void send(Connection&, const Notice& notice) override { sent.push_back(notice); }
-  void fail_connection(Connection&, const Error& error, std::optional<std::uint64_t>,
-                       std::optional<Error>) override {
-    failures.push_back(error);
-  }
-  std::function<void()> later(std::function<void()> work) override { return work; }
-  void watch_expiry(const std::shared_ptr<Registration>&,
-                    const std::shared_ptr<AccessGrant>&) override {}
-
-  std::vector<Notice> sent;
-  std::vector<Error> failures;
-
- private:
-  std::map<rdma_cm_id*, std::shared_ptr<Connection>> connections_;
-};
 
 class VerbsPassiveSideTest : public ::testing::Test {
  protected:

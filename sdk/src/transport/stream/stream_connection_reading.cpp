@@ -1,0 +1,211 @@
+// A stream connection's reading, on its loop (see stream_connection.hpp): frames taken from the
+// socket through the inbox, and a frame's payload streamed straight into registered memory
+// (or skipped) before the next frame is read.
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "transport/stream/stream_connection.hpp"
+
+namespace memwire::detail {
+namespace {
+
+// In the middle of a frame's payload the peer did not just leave between requests: it failed
+// while sending (its memory unreadable, say) or its process ended.
+constexpr const char* kClosedMidPayload =
+    "peer closed the connection in the middle of a payload (it failed while sending, or its "
+    "process ended)";
+
+// Moves past `bytes` filled: whole parts dropped, the next one trimmed.
+void advance(std::vector<iovec>& parts, std::size_t& first, std::size_t bytes) {
+  while (first < parts.size() && bytes >= parts[first].iov_len) {
+    bytes -= parts[first].iov_len;
+    ++first;
+  }
+  if (first < parts.size() && bytes > 0) {
+    parts[first].iov_base = static_cast<char*>(parts[first].iov_base) + bytes;
+    parts[first].iov_len -= bytes;
+  }
+}
+
+}  // namespace
+
+StreamConnection::Refill StreamConnection::refill_inbox() {
+  if (inbox_begin_ > 0) {
+    std::memmove(inbox_.get(), inbox_.get() + inbox_begin_, buffered());
+    inbox_end_ -= inbox_begin_;
+    inbox_begin_ = 0;
+  }
+  if (!maybe_more_) return Refill::Again;
+  for (;;) {
+    const auto room = kInboxSize - inbox_end_;
+    const ssize_t received = ::recv(socket_.get(), inbox_.get() + inbox_end_, room, MSG_DONTWAIT);
+    if (received > 0) {
+      inbox_end_ += static_cast<std::size_t>(received);
+      if (static_cast<std::size_t>(received) < room && !peer_ending_) maybe_more_ = false;
+      return Refill::Got;
+    }
+    if (received < 0 && errno == EINTR) continue;
+    if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Refill::Again;
+    shutdown(sink_ || inline_left_ > 0 ? kClosedMidPayload : "peer closed the connection");
+    return Refill::Closed;
+  }
+}
+
+std::size_t StreamConnection::take_from_inbox(void* data, std::size_t length) {
+  const auto count = std::min(length, buffered());
+  if (count > 0) std::memcpy(data, inbox_.get() + inbox_begin_, count);
+  inbox_begin_ += count;
+  return count;
+}
+
+bool StreamConnection::receive(void* data, std::size_t length) {
+  if (length > inline_left_) return false;
+  take_from_inbox(data, length);
+  inline_left_ -= length;
+  return true;
+}
+
+std::optional<std::string> StreamConnection::receive_text(std::uint64_t length) {
+  if (auto problem = text_payload_problem(length)) {
+    shutdown("protocol error: " + *problem);
+    return std::nullopt;
+  }
+  std::string text(length, '\0');
+  if (!receive(text.data(), text.size())) return std::nullopt;
+  return text;
+}
+
+void StreamConnection::receive_into(std::vector<iovec> pieces, OnceTask then) {
+  std::uint64_t total = 0;
+  for (const auto& piece : pieces) total += piece.iov_len;
+  if (total == 0) return then();
+  std::erase_if(pieces, [](const iovec& piece) { return piece.iov_len == 0; });
+  sink_ = Sink{std::move(pieces), total, std::move(then)};
+}
+
+void StreamConnection::discard(std::uint64_t length, OnceTask then) {
+  if (length == 0) return then();
+  sink_ = Sink{{}, length, std::move(then)};
+}
+
+bool StreamConnection::fill_sink() {
+  auto& sink = *sink_;
+  std::size_t first = 0;  // the piece being filled
+  auto fill_from_inbox = [&] {
+    while (sink.left > 0 && buffered() > 0) {
+      if (sink.pieces.empty()) {
+        const auto skipped = std::min<std::uint64_t>(sink.left, buffered());
+        inbox_begin_ += skipped;
+        sink.left -= skipped;
+        continue;
+      }
+      auto& piece = sink.pieces[first];
+      const auto taken = take_from_inbox(piece.iov_base, piece.iov_len);
+      sink.left -= taken;
+      advance(sink.pieces, first, taken);
+    }
+  };
+  fill_from_inbox();
+  while (sink.left > 0) {
+    if (sink.left < kDirectReceive) {  // a short rest: with the frames behind it, in one recv
+      if (refill_inbox() != Refill::Got) {
+        sink.pieces.erase(sink.pieces.begin(), sink.pieces.begin() + first);
+        return false;
+      }
+      fill_from_inbox();
+      continue;
+    }
+    if (!maybe_more_) {
+      sink.pieces.erase(sink.pieces.begin(), sink.pieces.begin() + first);
+      return false;
+    }
+    ssize_t received = 0;
+    std::size_t asked = 0;
+    if (sink.pieces.empty()) {  // skipped: through the (empty) inbox
+      asked = std::min<std::uint64_t>(sink.left, kInboxSize);
+      received = ::recv(socket_.get(), inbox_.get(), asked, MSG_DONTWAIT);
+    } else {  // straight from the socket into the memory
+      msghdr message{};
+      message.msg_iov = sink.pieces.data() + first;
+      message.msg_iovlen = std::min<std::size_t>(sink.pieces.size() - first, IOV_MAX);
+      for (std::size_t i = 0; i < message.msg_iovlen; ++i) asked += message.msg_iov[i].iov_len;
+      received = ::recvmsg(socket_.get(), &message, MSG_DONTWAIT);
+    }
+    if (received > 0 && static_cast<std::size_t>(received) < asked && !peer_ending_)
+      maybe_more_ = false;
+    if (received < 0 && errno == EINTR) continue;
+    if (received <= 0) {
+      if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        sink.pieces.erase(sink.pieces.begin(), sink.pieces.begin() + first);
+        return false;
+      }
+      shutdown(kClosedMidPayload);
+      return false;
+    }
+    sink.left -= static_cast<std::uint64_t>(received);
+    if (!sink.pieces.empty()) advance(sink.pieces, first, static_cast<std::size_t>(received));
+  }
+  auto then = std::move(sink.then);
+  sink_.reset();
+  then();
+  return true;
+}
+
+void StreamConnection::read_frames() {
+  reading_connection_ = this;
+  for (;;) {
+    if (broken_.load(std::memory_order_acquire)) break;  // not past a shutdown on buffered frames
+    if (sink_) {
+      if (!fill_sink()) break;
+      continue;
+    }
+    if (!room_for_requests()) {
+      // Backed up: what is held back goes first, then no request is read (so none answered)
+      // until the peer has taken enough of the answers; flush() reads on.
+      send_held_back();
+      if (!room_for_requests()) {
+        paused_for_room_ = true;
+        break;
+      }
+    }
+    if (buffered() < sizeof(FrameHeader)) {
+      if (refill_inbox() != Refill::Got) break;
+      continue;
+    }
+    FrameHeader header;
+    std::memcpy(&header, inbox_.get() + inbox_begin_, sizeof header);
+    if (auto problem = frame_header_problem(header)) {
+      shutdown("protocol error: " + *problem);
+      break;
+    }
+    // Gathered before the handler runs. A piece list is bounded by its count; a text or a
+    // location claiming more than a text may hold is not waited for: its handler refuses it.
+    auto wanted = inline_payload_bytes(header);
+    if (!is_piece_request(header.type) && wanted > FrameHeader::kMaxText) wanted = 0;
+    if (buffered() < sizeof header + wanted) {
+      if (refill_inbox() != Refill::Got) break;
+      continue;
+    }
+    inbox_begin_ += sizeof header;
+    inline_left_ = wanted;
+    note_activity();
+    if (awaiting_first_frame_) {
+      awaiting_first_frame_ = false;
+      loop_.cancel(first_frame_timer_);
+      if (idle_timeout_.count() > 0) watch_idleness();  // from now on, silence is idleness
+    }
+    handler_->on_frame(*this, header);
+    // Inline bytes the handler left (a frame it refused) are skipped with the frame.
+    if (!broken_.load(std::memory_order_acquire)) inbox_begin_ += inline_left_;
+    inline_left_ = 0;
+  }
+  send_held_back();
+  reading_connection_ = nullptr;
+  if (broken_.load(std::memory_order_acquire)) close_on_loop();
+}
+
+}  // namespace memwire::detail

@@ -1,0 +1,24 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "memwire/connector_options.hpp"
+#include "telemetry/event_log.hpp"
+#include "telemetry/telemetry_recorder.hpp"
+
+namespace memwire::detail {
+
+class RegistrationTable;
+
+// What every transport of one connector shares.
+struct TransportContext {
+  std::string connector_name;
+  std::string hostname;
+  ConnectorOptions options;
+  std::shared_ptr<RegistrationTable> registrations;
+  std::shared_ptr<TelemetryRecorder> telemetry;  // null when telemetry is off
+  std::shared_ptr<const EventLog> events;        // never null
+};
+
+}  // namespace memwire::detail
