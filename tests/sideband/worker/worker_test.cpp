@@ -16,10 +16,9 @@
 
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/http.hpp"
-#include "memwire/sideband/nats.hpp"
+#include "sideband/conformance/channel_world.hpp"
 #include "support/channels.hpp"
 #include "support/error_code_of.hpp"
-#include "support/nats_server.hpp"
 #include "support/sanitizers.hpp"
 #include "support/tcp_received.hpp"
 #include "support/test_peer_process.hpp"
@@ -304,25 +303,9 @@ class LeaseRenewalTest : public ::testing::TestWithParam<std::string> {
   static constexpr auto kLifetime = 1000ms;
 
   void SetUp() override {
-#if MEMWIRE_HAVE_NATS
-    if (GetParam() == "nats") {
-      nats_ = std::make_unique<memwire::test_support::NatsServer>();
-      NatsOptions options;
-      options.servers = {nats_->url()};
-      producer_channel_ = std::make_unique<NatsChannel>(options);
-      consumer_channel_ = std::make_unique<NatsChannel>(options);
-    } else
-#endif
-    {
-      HttpEndpointOptions endpoint_options;
-      endpoint_options.ttl_sweep_interval = 50ms;
-      endpoint_ = std::make_unique<HttpEndpoint>(endpoint_options);
-      endpoint_->start();
-      HttpChannelOptions options;
-      options.url = endpoint_->url();
-      producer_channel_ = std::make_unique<HttpChannel>(options);
-      consumer_channel_ = std::make_unique<HttpChannel>(options);
-    }
+    world_ = conformance::make_channel_world(GetParam());
+    producer_channel_ = world_->connect();
+    consumer_channel_ = world_->connect();
     ConnectorOptions short_lived;
     short_lived.metadata_ttl = kLifetime;
     producer_connector_ = std::make_unique<Connector>(short_lived);
@@ -330,8 +313,7 @@ class LeaseRenewalTest : public ::testing::TestWithParam<std::string> {
     consumer_ = std::make_unique<Worker>(consumer_connector_, *consumer_channel_);
   }
 
-  std::unique_ptr<memwire::test_support::NatsServer> nats_;
-  std::unique_ptr<HttpEndpoint> endpoint_;
+  std::unique_ptr<conformance::ChannelWorld> world_;  // a real server of the channel
   std::unique_ptr<Channel> producer_channel_;
   std::unique_ptr<Channel> consumer_channel_;
   std::unique_ptr<Connector> producer_connector_;
@@ -402,31 +384,16 @@ TEST_P(LeaseRenewalTest, ServeAnswersLongAfterItsConnectorsLifetime) {
 class RequestOwnerKilledTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-#if MEMWIRE_HAVE_NATS
-    if (GetParam() == "nats") {
-      nats_ = std::make_unique<memwire::test_support::NatsServer>();
-      NatsOptions options;
-      options.servers = {nats_->url()};
-      owner_channel_ = std::make_unique<NatsChannel>(options);
-      requester_channel_ = std::make_unique<NatsChannel>(options);
-    } else
-#endif
-    {
-      endpoint_ = std::make_unique<HttpEndpoint>(HttpEndpointOptions{});
-      endpoint_->start();
-      HttpChannelOptions options;
-      options.url = endpoint_->url();
-      owner_channel_ = std::make_unique<HttpChannel>(options);
-      requester_channel_ = std::make_unique<HttpChannel>(options);
-    }
+    world_ = conformance::make_channel_world(GetParam());
+    owner_channel_ = world_->connect();
+    requester_channel_ = world_->connect();
     ConnectorOptions tcp_only;
     tcp_only.transports = {"tcp"};  // a real connection that drops when the writer dies
     requester_connector_ = std::make_unique<Connector>(tcp_only);
     requester_ = std::make_unique<Worker>(*requester_connector_, *requester_channel_);
   }
 
-  std::unique_ptr<memwire::test_support::NatsServer> nats_;
-  std::unique_ptr<HttpEndpoint> endpoint_;
+  std::unique_ptr<conformance::ChannelWorld> world_;  // a real server of the channel
   std::unique_ptr<Channel> owner_channel_;
   std::unique_ptr<Channel> requester_channel_;
   std::unique_ptr<Connector> requester_connector_;
