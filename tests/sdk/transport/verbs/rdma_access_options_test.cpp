@@ -1,6 +1,7 @@
 // The verbs access settings (issue 20) read at the program's edge: ConnectorOptions'
-// from_environment() takes MEMWIRE_RDMA_ACCESS, MEMWIRE_RDMA_MAX_ACCESS_FAULTS and
-// MEMWIRE_RDMA_ACCESS_FAULT_WINDOW_MS, and refuses what is not a number.
+// from_environment() has the verbs folder (read_verbs_environment) take MEMWIRE_RDMA_ACCESS,
+// MEMWIRE_RDMA_MAX_ACCESS_FAULTS and MEMWIRE_RDMA_ACCESS_FAULT_WINDOW_MS, and refuse what is
+// not a number. A build without verbs reads none of them.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
