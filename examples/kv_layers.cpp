@@ -5,6 +5,10 @@
 // there, while later layers are still being computed and sent.
 //
 //   memwire-kv-layers decode [LAYERS] | memwire-kv-layers prefill
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -46,6 +50,17 @@ struct KvCache {
 
 std::uint8_t value_of(std::uint32_t layer) { return static_cast<std::uint8_t>(layer * 7 + 1); }
 
+// Decode keeps its pool up until prefill, at the pipe's other end, is done with it: the last
+// tag reaches decode before prefill's write has its answer, and an owner gone at once would
+// leave that write failing with PeerLost. (A serving worker stays up anyway.) POLLERR comes
+// when the pipe's read end closes, that is when prefill exits.
+void wait_for_prefill_to_finish() {
+  struct stat out {};
+  if (::fstat(STDOUT_FILENO, &out) != 0 || !S_ISFIFO(out.st_mode)) return;
+  pollfd end{STDOUT_FILENO, 0, 0};
+  ::poll(&end, 1, 30'000);
+}
+
 int decode(std::uint32_t layers) {
   memwire::Connector connector(memwire::ConnectorOptions::from_environment());
   KvCache cache(layers);
@@ -72,6 +87,7 @@ int decode(std::uint32_t layers) {
   std::cerr << "decode: " << layers << " layers received and checked; decoding ran "
             << std::chrono::duration<double, std::milli>(Clock::now() - first).count()
             << " ms after layer 0 arrived\n";
+  wait_for_prefill_to_finish();
   return 0;
 }
 
