@@ -97,15 +97,17 @@ void on_reconnected(natsConnection*, void* closure) {
   if (events.on_reconnected) events.on_reconnected();
 }
 
-void on_async_error(natsConnection* connection, natsSubscription*, natsStatus status,
-                    void* closure) {
+void on_async_error(natsConnection*, natsSubscription*, natsStatus status, void* closure) {
   if (status != NATS_NOT_PERMITTED) return;
   auto& events = **static_cast<std::shared_ptr<ConnectionEvents>*>(closure);
-  const char* text = nullptr;
-  natsConnection_GetLastError(connection, &text);
+  // The server's own words sit in the connection's last-error buffer, which nats.c's reader
+  // thread rewrites under a lock this callback cannot take (a second refusal right behind the
+  // first raced with the copy, TSan in CI): the refusal is told in fixed words.
   std::lock_guard lock(events.mutex);
   ++events.refusals;
-  events.last_refusal = text != nullptr && *text != '\0' ? text : "permissions violation";
+  events.last_refusal =
+      "Permissions Violation: the NATS server refused this user a publish or subscribe (its log "
+      "names the subject)";
 }
 
 void on_closed(natsConnection*, void* closure) {
