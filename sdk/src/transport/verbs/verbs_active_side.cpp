@@ -470,12 +470,11 @@ void VerbsActiveSide::finish_stripe(Connection& connection, std::uint64_t leg_se
       done.first_index = kPoolBegin;
       done.text = blocks->tag;
     }
-  } else if (stripe.transfer->kind() == OperationKind::Read) {
-    // The READs completed: the bytes are here. Done lets the owner complete; no Result needed.
-    done.first_index = kDoneWithoutResult;
-    engine_.send(connection, done);
-    return end_transfer(leg_seq, std::nullopt);
   }
+  // A READ waits for the Result too, though its bytes are here: two readers of one readable
+  // may both have moved them, and the owner's Result is what tells the second it lost
+  // (LifecycleConformance.TwoReadersOfOneReadableBothFinishInTime). kDoneWithoutResult is for
+  // when the owner settles that race at Begin.
   engine_.send(connection, done);
 }
 
