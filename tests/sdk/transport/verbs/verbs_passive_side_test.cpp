@@ -105,24 +105,17 @@ TEST_F(VerbsPassiveSideTest, ABeginOfPartOfTheBytesFailsTheOperationOnBothSides)
   EXPECT_EQ(registration->status(), OperationStatus::Errored);
 }
 
-TEST_F(VerbsPassiveSideTest, ADoneAsksForAResultUnlessTheReaderNeedsNone) {
+TEST_F(VerbsPassiveSideTest, ADoneForAnEndedOperationIsAnsweredCancelled) {
   auto gone = offer();
   table_->erase(gone->key());
   side_.on_notice(connection_, notice(NoticeType::Done, *gone));
   EXPECT_EQ(answer(NoticeType::Result).error, ErrorCode::Cancelled);
-  port_.sent.clear();
-  auto done = notice(NoticeType::Done, *gone);
-  done.first_index = kDoneWithoutResult;
-  side_.on_notice(connection_, done);
-  EXPECT_TRUE(port_.sent.empty()) << "a Done that asks for no Result was answered";
 }
 
-TEST_F(VerbsPassiveSideTest, AReadersDoneWithoutResultCompletesTheOperationSilently) {
+TEST_F(VerbsPassiveSideTest, ADoneWithTheTokenCompletesTheOperationAndIsAnswered) {
   auto registration = offer();
-  auto done = notice(NoticeType::Done, *registration);
-  done.first_index = kDoneWithoutResult;
-  side_.on_notice(connection_, done);
-  EXPECT_TRUE(port_.sent.empty());
+  side_.on_notice(connection_, notice(NoticeType::Done, *registration));
+  EXPECT_FALSE(answer(NoticeType::Result).error.has_value());
   EXPECT_EQ(registration->status(), OperationStatus::Complete);
 }
 
