@@ -153,11 +153,13 @@ class RawVerbsPeer {
   }
   // Done for transfer `seq` of `metadata`'s operation; the owner's Result (empty = success),
   // or nothing when it did not answer.
+  // `first_index`: the Done's flag (kDoneWithoutResult: a reader that asks for no Result).
   std::optional<std::optional<ErrorCode>> done(
       const RdmaMetadata& metadata, std::uint64_t seq,
-      std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-    if (send(notice_for(metadata, detail::verbs::NoticeType::Done, seq)) != IBV_WC_SUCCESS)
-      return std::nullopt;
+      std::chrono::milliseconds timeout = std::chrono::seconds(20), std::uint32_t first_index = 0) {
+    auto notice = notice_for(metadata, detail::verbs::NoticeType::Done, seq);
+    notice.first_index = first_index;
+    if (send(notice) != IBV_WC_SUCCESS) return std::nullopt;
     while (auto answer = receive(timeout))
       if (answer->type == detail::verbs::NoticeType::Result && answer->seq == seq)
         return answer->error;

@@ -473,7 +473,8 @@ void VerbsActiveSide::finish_stripe(Connection& connection, std::uint64_t leg_se
   }
   // A READ waits for the Result too, though its bytes are here: two readers of one readable
   // may both have moved them, and the owner's Result is what tells the second it lost
-  // (LifecycleConformance.TwoReadersOfOneReadableBothFinishInTime).
+  // (LifecycleConformance.TwoReadersOfOneReadableBothFinishInTime). kDoneWithoutResult is for
+  // when the owner settles that race at Begin.
   engine_.send(connection, done);
 }
 

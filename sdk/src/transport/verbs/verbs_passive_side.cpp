@@ -237,9 +237,12 @@ void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
     }
   };
   auto registration = registrations_->find(notice.key);
+  // A reader that completed on its own READs (kDoneWithoutResult) waits for no answer.
+  const bool answer = notice.first_index != kDoneWithoutResult;
   if (!registration) {
-    reply(connection, NoticeType::Result, notice.seq, ErrorCode::Cancelled,
-          "the operation ended on the owner's side before the transfer completed");
+    if (answer)
+      reply(connection, NoticeType::Result, notice.seq, ErrorCode::Cancelled,
+            "the operation ended on the owner's side before the transfer completed");
     end_grant();
     return;
   }
@@ -256,11 +259,11 @@ void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
     registration->complete_from_remote(notice.token, [&] {
       if (auto offered = registration->attachment<OfferedAccess>()) offered->revoke();
       answered = true;
-      reply(connection, NoticeType::Result, notice.seq);
+      if (answer) reply(connection, NoticeType::Result, notice.seq);
     });
     for (const auto& [id, other] : engine_.connections()) other->inbound.erase(notice.key);
   } catch (const Error& error) {
-    if (!answered)
+    if (!answered && answer)
       reply(connection, NoticeType::Result, notice.seq, error.code(), std::string(error.message()));
   }
   end_grant();

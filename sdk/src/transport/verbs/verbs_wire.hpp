@@ -55,6 +55,12 @@ struct Notice {
 };
 
 inline constexpr std::uint32_t kPoolBegin = 1;
+// A Done with first_index kDoneWithoutResult ends a one-shot READ whose reader completed on its
+// own work completions (its bytes are in its memory; the owner's memory was only read): the
+// owner completes the operation and answers no Result, which would cost a round trip and
+// tell the reader nothing it could act on. A WRITE keeps its Result: the writer succeeds only
+// once the owner has taken its bytes.
+inline constexpr std::uint32_t kDoneWithoutResult = 2;
 
 // Every notice fits one receive buffer of this size.
 inline constexpr std::size_t kNoticeBytes = 256;

@@ -245,8 +245,11 @@ TEST_P(VerbsAccess, ReadingAWithoutBeginIsRefusedWhateverTheKey) {
   EXPECT_EQ(readable.status(), OperationStatus::Initialized);
 }
 
-TEST_P(VerbsAccess, KeysOfAFinishedOperationAreRefused) {
-  Connector owner(options());
+// A reader reads A under its granted key and sends Done, asking for a Result (`done_flag` 0) or
+// for none (kDoneWithoutResult: a reader that completed on its own READs): the owner completes,
+// answers as asked, and the key reads nothing more.
+void read_finish_and_try_the_key_again(const ConnectorOptions& options, std::uint32_t done_flag) {
+  Connector owner(options);
   std::vector<std::byte> source(8192);
   fill_pattern(source, 46);
   auto readable = owner.create_readable({Descriptor(std::span(source))});
@@ -258,14 +261,28 @@ TEST_P(VerbsAccess, KeysOfAFinishedOperationAreRefused) {
   ASSERT_EQ(reader.access(true, target, metadata.descriptors()[0].ptr, grant.rkeys[0]),
             IBV_WC_SUCCESS);
   EXPECT_EQ(target, source);
-  const auto result = reader.done(metadata, 7);
-  ASSERT_TRUE(result.has_value()) << "no Result";
-  EXPECT_FALSE(result->has_value()) << "the owner refused the Done";
+  if (done_flag == 0) {
+    const auto result = reader.done(metadata, 7);
+    ASSERT_TRUE(result.has_value()) << "no Result";
+    EXPECT_FALSE(result->has_value()) << "the owner refused the Done";
+  } else {
+    const auto result = reader.done(metadata, 7, 500ms, done_flag);
+    EXPECT_FALSE(result.has_value()) << "the owner answered a Done that asked for no Result";
+  }
   ASSERT_EQ(readable.wait_for_completion(10s), OperationStatus::Complete);
   std::vector<std::byte> late(8192, std::byte{0xab});
   EXPECT_EQ(reader.access(true, late, metadata.descriptors()[0].ptr, grant.rkeys[0]),
             IBV_WC_REM_ACCESS_ERR);
   EXPECT_TRUE(all_equal(late, std::byte{0xab})) << "a finished operation's key still read";
+}
+
+TEST_P(VerbsAccess, KeysOfAFinishedOperationAreRefused) {
+  read_finish_and_try_the_key_again(options(), 0);
+}
+
+// One round trip less per READ: its Done asks for no Result.
+TEST_P(VerbsAccess, AReadersDoneWithoutResultCompletesTheOwnerAndEndsTheKey) {
+  read_finish_and_try_the_key_again(options(), detail::verbs::kDoneWithoutResult);
 }
 
 TEST_P(VerbsAccess, KeysOfACancelledOperationAreRefused) {

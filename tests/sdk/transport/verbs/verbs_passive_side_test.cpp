@@ -105,17 +105,24 @@ TEST_F(VerbsPassiveSideTest, ABeginOfPartOfTheBytesFailsTheOperationOnBothSides)
   EXPECT_EQ(registration->status(), OperationStatus::Errored);
 }
 
-TEST_F(VerbsPassiveSideTest, ADoneForAnEndedOperationIsAnsweredCancelled) {
+TEST_F(VerbsPassiveSideTest, ADoneAsksForAResultUnlessTheReaderNeedsNone) {
   auto gone = offer();
   table_->erase(gone->key());
   side_.on_notice(connection_, notice(NoticeType::Done, *gone));
   EXPECT_EQ(answer(NoticeType::Result).error, ErrorCode::Cancelled);
+  port_.sent.clear();
+  auto done = notice(NoticeType::Done, *gone);
+  done.first_index = kDoneWithoutResult;
+  side_.on_notice(connection_, done);
+  EXPECT_TRUE(port_.sent.empty()) << "a Done that asks for no Result was answered";
 }
 
-TEST_F(VerbsPassiveSideTest, ADoneWithTheTokenCompletesTheOperationAndIsAnswered) {
+TEST_F(VerbsPassiveSideTest, AReadersDoneWithoutResultCompletesTheOperationSilently) {
   auto registration = offer();
-  side_.on_notice(connection_, notice(NoticeType::Done, *registration));
-  EXPECT_FALSE(answer(NoticeType::Result).error.has_value());
+  auto done = notice(NoticeType::Done, *registration);
+  done.first_index = kDoneWithoutResult;
+  side_.on_notice(connection_, done);
+  EXPECT_TRUE(port_.sent.empty());
   EXPECT_EQ(registration->status(), OperationStatus::Complete);
 }
 
