@@ -17,9 +17,14 @@ OperationKind granted_kind(const Registration& registration) {
 std::shared_ptr<AccessGrant> OfferedAccess::grant(const Registration& registration,
                                                   std::size_t rail,
                                                   const std::shared_ptr<const VerbsDevice>& device,
-                                                  const std::shared_ptr<ibv_pd>& own_pd) {
+                                                  const std::shared_ptr<ibv_pd>& own_pd,
+                                                  const std::string& claimant) {
   std::lock_guard lock(mutex_);
   if (revoked_) throw Error(ErrorCode::Cancelled, "the operation ended on the owner's side");
+  if (!claimant.empty() && !claimant_.empty() && claimant != claimant_)
+    throw Error(ErrorCode::Cancelled,
+                "another transfer is reading or writing this operation (a one-shot operation "
+                "serves one peer's transfer)");
   std::shared_ptr<AccessGrant> granted;
   const auto kind = granted_kind(registration);
   if (own_pd)
@@ -31,6 +36,7 @@ std::shared_ptr<AccessGrant> OfferedAccess::grant(const Registration& registrati
   // Grants of connections that ended are forgotten: the list stays as long as the live ones.
   std::erase_if(grants_, [](const auto& weak) { return weak.expired(); });
   grants_.push_back(granted);
+  if (!claimant.empty()) claimant_ = claimant;
   return granted;
 }
 

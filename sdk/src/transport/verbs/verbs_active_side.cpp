@@ -52,6 +52,9 @@ Notice begin_notice(const OutboundTransfer& leg) {
     notice.first_index = kPoolBegin;
     notice.bytes = blocks->generation;
     notice.text = blocks->tag;
+  } else {
+    // The transfer, the same on every rail: the owner grants a one-shot operation to one.
+    notice.text = std::to_string(leg.stripe->seq);
   }
   return notice;
 }
@@ -470,11 +473,14 @@ void VerbsActiveSide::finish_stripe(Connection& connection, std::uint64_t leg_se
       done.first_index = kPoolBegin;
       done.text = blocks->tag;
     }
+  } else if (stripe.transfer->kind() == OperationKind::Read) {
+    // The READs completed: the bytes are here, and the owner granted this transfer alone
+    // (OfferedAccess::grant), so no other reader can have won. Done lets the owner complete;
+    // no Result needed. A WRITE waits for its Result: it succeeds once the owner has its bytes.
+    done.first_index = kDoneWithoutResult;
+    engine_.send(connection, done);
+    return end_transfer(leg_seq, std::nullopt);
   }
-  // A READ waits for the Result too, though its bytes are here: two readers of one readable
-  // may both have moved them, and the owner's Result is what tells the second it lost
-  // (LifecycleConformance.TwoReadersOfOneReadableBothFinishInTime). kDoneWithoutResult is for
-  // when the owner settles that race at Begin.
   engine_.send(connection, done);
 }
 

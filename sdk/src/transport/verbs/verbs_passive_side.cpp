@@ -152,8 +152,11 @@ std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_to(Connection& connection,
   try {
     auto access = registration.attachment<OfferedAccess>();
     if (!access) throw Error(ErrorCode::Cancelled, "the operation ended on the owner's side");
+    // A one-shot Begin names its transfer, the same on each of its rails.
+    const auto claimant =
+        registration.pool() ? std::string() : peer_of(connection) + "/" + notice.text;
     return access->grant(registration, connection.rail, engine_.rail(connection.rail).device,
-                         connection.own_protection_domain());
+                         connection.own_protection_domain(), claimant);
   } catch (const Error& error) {
     reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
     return nullptr;

@@ -285,6 +285,46 @@ TEST_P(VerbsAccess, AReadersDoneWithoutResultCompletesTheOwnerAndEndsTheKey) {
   read_finish_and_try_the_key_again(options(), detail::verbs::kDoneWithoutResult);
 }
 
+// A one-shot operation serves one transfer: the owner settles a race between two peers at
+// Begin, before a byte moves, so a reader completes on its own READs without a Result and a
+// second writer never writes over the first.
+template <typename Operation>
+void grant_to_one_transfer_only(Operation& operation, std::vector<std::byte>& memory, bool read) {
+  const auto metadata = operation.metadata();
+  const auto address = rail_addresses(metadata).front();
+  RawVerbsPeer first(address, "first");
+  const auto granted = first.begin(metadata, 1);
+  ASSERT_TRUE(granted.accepted);
+  RawVerbsPeer second(address, "second");
+  const auto refused = second.begin(metadata, 1);
+  EXPECT_FALSE(refused.accepted) << "a second peer was granted a one-shot operation";
+  EXPECT_EQ(refused.error, ErrorCode::Cancelled);
+  EXPECT_TRUE(std::all_of(refused.rkeys.begin(), refused.rkeys.end(), [](std::uint32_t rkey) {
+    return rkey == 0;
+  })) << "a refused peer was sent keys";
+  // The refusal leaves the first transfer alone: it finishes, and the owner completes.
+  std::vector<std::byte> local(memory.size());
+  fill_pattern(local, 48);
+  ASSERT_EQ(first.access(read, local, metadata.descriptors()[0].ptr, granted.rkeys.at(0)),
+            IBV_WC_SUCCESS);
+  const auto result = first.done(metadata, 1);
+  ASSERT_TRUE(result.has_value()) << "no Result";
+  EXPECT_FALSE(result->has_value()) << "the owner refused the first transfer's Done";
+  EXPECT_EQ(operation.wait_for_completion(10s), OperationStatus::Complete);
+  EXPECT_EQ(local, memory);
+}
+
+TEST_P(VerbsAccess, AOneShotOperationIsGrantedToOneTransferOnly) {
+  Connector owner(options());
+  std::vector<std::byte> source(8192);
+  fill_pattern(source, 47);
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  grant_to_one_transfer_only(readable, source, true);
+  std::vector<std::byte> destination(8192, std::byte{0x11});
+  auto writable = owner.create_writable({Descriptor(std::span(destination))});
+  grant_to_one_transfer_only(writable, destination, false);
+}
+
 TEST_P(VerbsAccess, KeysOfACancelledOperationAreRefused) {
   Connector owner(options());
   std::vector<std::byte> memory(8192, std::byte{0x11});

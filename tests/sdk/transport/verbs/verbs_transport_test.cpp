@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -211,28 +212,53 @@ bool all_equal(std::span<const std::byte> bytes, std::byte value) {
   return std::all_of(bytes.begin(), bytes.end(), [&](auto b) { return b == value; });
 }
 
-TEST(VerbsRevocation, AMemwireReadersKeysEndWithItsRead) {
-  // A memwire reader completed; a raw peer that begins the same operation afterwards gets no
-  // key, and a key it was granted before the read ended no longer works.
+TEST(VerbsRevocation, AMemwireReadLeavesNoKeyToBeginAfterIt) {
   REQUIRE_RDMA();
   Connector owner(verbs_options()), peer(verbs_options());
   std::vector<std::byte> source(8192), target(8192);
   fill_pattern(source, 12);
   auto readable = owner.create_readable({Descriptor(std::span(source))});
   const auto metadata = readable.metadata();
-  RawVerbsPeer raw(verbs_offer(metadata).address);
-  const auto grant = raw.begin(metadata);
-  ASSERT_TRUE(grant.accepted);
   auto read = peer.begin_read(metadata, {Descriptor(std::span(target))});
   ASSERT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
   ASSERT_EQ(readable.wait_for_completion(10s), OperationStatus::Complete);
+  RawVerbsPeer again(verbs_offer(metadata).address);
+  EXPECT_EQ(again.begin(metadata, 2).error, ErrorCode::NotFound);
+  EXPECT_EQ(first_mismatch(source, 12), source.size());
+}
+
+// A peer that began the operation first holds it: a memwire reader coming second is told so,
+// and the first peer's keys keep working until the owner ends the operation.
+TEST(VerbsRevocation, AMemwireReaderLosesToATransferThatBeganFirst) {
+  REQUIRE_RDMA();
+  Connector owner(verbs_options()), peer(verbs_options());
+  std::vector<std::byte> source(8192), target(8192, std::byte{0xab});
+  fill_pattern(source, 13);
+  std::optional<ReadableOperation> readable =
+      owner.create_readable({Descriptor(std::span(source))});
+  const auto metadata = readable->metadata();
+  RawVerbsPeer raw(verbs_offer(metadata).address);
+  const auto grant = raw.begin(metadata);
+  ASSERT_TRUE(grant.accepted);
+  try {
+    auto read = peer.begin_read(metadata, {Descriptor(std::span(target))});
+    read.wait_for_completion(30s);
+    ADD_FAILURE() << "the second reader completed";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::Cancelled) << error.what();
+    EXPECT_NE(std::string(error.what()).find("another transfer"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_TRUE(all_equal(target, std::byte{0xab})) << "the refused reader received bytes";
+  EXPECT_EQ(readable->status(), OperationStatus::InProgress);
+  std::vector<std::byte> bytes(8192);
+  EXPECT_EQ(raw.access(true, bytes, metadata.descriptors()[0].ptr, grant.rkeys[0]), IBV_WC_SUCCESS);
+  EXPECT_EQ(bytes, source);
+  readable.reset();  // the owner ends it: the first peer's key ends with it
   std::vector<std::byte> late(8192, std::byte{0xab});
   EXPECT_EQ(raw.access(true, late, metadata.descriptors()[0].ptr, grant.rkeys[0]),
             IBV_WC_REM_ACCESS_ERR);
   EXPECT_TRUE(all_equal(late, std::byte{0xab})) << "the late READ delivered bytes";
-  RawVerbsPeer again(verbs_offer(metadata).address);
-  EXPECT_EQ(again.begin(metadata, 2).error, ErrorCode::NotFound);
-  EXPECT_EQ(first_mismatch(source, 12), source.size());
 }
 
 TEST(VerbsRevocation, GarbageFromAPeerClosesOnlyItsConnection) {
