@@ -331,6 +331,39 @@ def pipelined_entry(results, transport):
     return None
 
 
+def fanin_rows(results):
+    """{owners: (memwire tcp entry, raw entry)} of the fan-in rounds."""
+    mine = {e["owners"]: e for e in results["memwire"].get("fanin", {}).get("tcp", []) or []
+            if "round_ms" in e}
+    raw = {e["owners"]: e for e in results["baselines"].get("fanin_raw", []) or []
+           if "round_ms" in e}
+    return {owners: (mine[owners], raw.get(owners)) for owners in sorted(mine)}
+
+
+def fanin_targets(results, add):
+    rows = fanin_rows(results)
+    if 64 not in rows or 1 not in rows:
+        add("fan-in, 64 owners (tcp): aggregate vs one owner", 0.9, None, True)
+        return
+    one, one_raw = rows[1]
+    many, many_raw = rows[64]
+    cpus = results["meta"].get("cpus") or os.cpu_count() or 1
+    add("fan-in, 64 owners (tcp): reader threads vs 2 x CPUs + the loop's fixed threads", 1.0,
+        ratio(many["reader_threads"], 2 * cpus + 2), False,
+        f"{many['reader_threads']} threads")
+    raw_note = ""
+    if one_raw and many_raw:
+        raw_note = (f"raw fan-in on this machine: 64 owners "
+                    f"{many_raw['aggregate_gbps'] / one_raw['aggregate_gbps']:.2f}x one owner, "
+                    f"p99/p50 {many_raw['round_ms']['p99'] / many_raw['round_ms']['p50']:.2f}; "
+                    f"memwire's 64 owners "
+                    f"{many['aggregate_gbps'] / many_raw['aggregate_gbps']:.2f}x raw's")
+    add("fan-in, 64 owners (tcp): aggregate vs one owner", 0.9,
+        ratio(many["aggregate_gbps"], one["aggregate_gbps"]), True, raw_note)
+    add("fan-in, 64 owners (tcp): round p99 vs p50", 2.5,
+        ratio(many["round_ms"]["p99"], many["round_ms"]["p50"]), False)
+
+
 def kv_entry(results, transport, op, descs):
     runs = results["memwire"].get("kv_cache", {}).get(transport, {})
     for entry in runs.get("results", []) or []:
@@ -471,6 +504,7 @@ def evaluate_targets(results):
         add(f"4 KiB READs, 64 in flight ({transport}) vs raw pipelined over {socket}, ops/s", 0.7,
             ratio(entry["ops_per_s_median"] if entry else None,
                   raw_rr["ops_per_s"] if raw_rr else None), True)
+    fanin_targets(results, add)
     for transport in ("tcp", "shm"):
         for op in ("read", "write"):
             whole = kv_entry(results, transport, op, 1)
@@ -696,6 +730,24 @@ def render(results):
                    f"{raw_rr['server_cpu_us_per_op']:>8.2f}"
                    f"{fmt_ratio(ratio(entry['ops_per_s_median'], raw_rr['ops_per_s'])):>8}")
     out.append("")
+
+    rows = fanin_rows(results)
+    if rows:
+        n_fanin = len(results.get("rounds", {}).get("fanin_tcp", [])) or 1
+        out.append("fan-in: one reader, N owner processes read at once, 1 MiB each (tcp; a fresh "
+                   "readable per round, its owner waiting on it) against raw fan-in (one epoll "
+                   f"thread, N loopback TCP replies); median of {n_fanin} alternating rounds")
+        out.append(f"  {'owners':>8}{'threads':>9}{'p50 ms':>9}{'p99 ms':>9}{'GB/s':>8}"
+                   f"   raw{'p50 ms':>9}{'p99 ms':>9}{'GB/s':>8}{'ratio':>8}")
+        for owners, (mine, raw) in rows.items():
+            line = (f"  {owners:>8}{mine['reader_threads']:>9}{mine['round_ms']['p50']:>9.2f}"
+                    f"{mine['round_ms']['p99']:>9.2f}{mine['aggregate_gbps']:>8.2f}")
+            if raw:
+                line += (f"   {'':3}{raw['round_ms']['p50']:>9.2f}{raw['round_ms']['p99']:>9.2f}"
+                         f"{raw['aggregate_gbps']:>8.2f}"
+                         f"{fmt_ratio(ratio(mine['aggregate_gbps'], raw['aggregate_gbps'])):>8}")
+            out.append(line)
+        out.append("")
 
     out.append("KV-cache-shaped transfers: 16 MiB as scattered blocks (every other block of a "
                "32 MiB buffer), GB/s, median [min-max], against one 16 MiB block")
@@ -962,6 +1014,20 @@ def main():
                     [exe("transfer_bench"), "throughput", "--transport", transport, "--ops", "read",
                      "--sizes", "4K", "--descs", "1", "--conc", "64", "--max-ops", "16384",
                      "--target-bytes", "64M", "--trials", "3" if args.quick else "5"], 300))
+        # Fan-in (issue 22): one reader, N owner processes read at once (1 MiB each, a fresh
+        # readable per round whose owner waits on it), against the raw fan-in of the same shape
+        # (one epoll thread draining N loopback TCP replies), alternating.
+        fanin_rounds = 2 if args.quick else 3
+        fanin_owners = "1,8,64" if args.quick else "1,8,32,64,256"
+        log(f"== fan-in, owners {fanin_owners}, {fanin_rounds} alternating rounds")
+        for key in ("fanin_tcp", "fanin_raw"):
+            collected[key] = []
+        for round_index in range(fanin_rounds):
+            collected["fanin_raw"].append(run_program(
+                [exe("fanin_raw"), "--owners", fanin_owners], 300).get("fanin_raw", []))
+            collected["fanin_tcp"].append(run_program(
+                [exe("transfer_bench"), "fanin", "--transport", "tcp", "--owners", fanin_owners],
+                600).get("results", []))
         # KV-cache-shaped: 512 x 32 KiB and 2048 x 8 KiB, every other block of a buffer twice
         # the size, against one contiguous 16 MiB block laid out the same way, in one run.
         results["memwire"]["kv_cache"] = {}
@@ -992,6 +1058,8 @@ def main():
             for socket in ("tcp", "unix")}
         results["memwire"]["pipelined"] = {
             transport: merge_rounds(collected["pipelined_" + transport]) for transport in ("tcp", "shm")}
+        results["memwire"]["fanin"] = {"tcp": merge_rounds(collected["fanin_tcp"])}
+        results["baselines"]["fanin_raw"] = merge_rounds(collected["fanin_raw"])
         results["baselines"]["tcp_pingpong"] = merge_rounds(collected["pingpong"])
         for transport in ("tcp", "shm"):
             results["memwire"]["latency"][transport] = merge_rounds(collected[transport])
