@@ -331,6 +331,14 @@ def pipelined_entry(results, transport):
     return None
 
 
+def connections_entry(results, transport):
+    runs = results["memwire"].get("connections", {}).get(transport, {})
+    for entry in runs.get("results", []) or []:
+        if entry.get("rounds"):
+            return entry
+    return None
+
+
 def fanin_rows(results):
     """{owners: (memwire tcp entry, raw entry)} of the fan-in rounds."""
     mine = {e["owners"]: e for e in results["memwire"].get("fanin", {}).get("tcp", []) or []
@@ -505,6 +513,14 @@ def evaluate_targets(results):
             ratio(entry["ops_per_s_median"] if entry else None,
                   raw_rr["ops_per_s"] if raw_rr else None), True)
     fanin_targets(results, add)
+    for transport in ("tcp", "shm"):
+        entry = connections_entry(results, transport)
+        live = entry["rounds"][-1] if entry else None
+        cpus = results["meta"].get("cpus") or os.cpu_count() or 1
+        add(f"1,008 live connections ({transport}): reader threads vs 2 x CPUs + the loop's fixed "
+            "threads", 1.0, ratio(live["threads"], 2 * cpus + 2) if live else None, False,
+            f"{live['sockets']} sockets, {live['threads']} threads, RSS "
+            f"{entry['rss_kb_before'] / 1024:.1f} -> {live['rss_kb'] / 1024:.1f} MiB" if live else "")
     for transport in ("tcp", "shm"):
         for op in ("read", "write"):
             whole = kv_entry(results, transport, op, 1)
@@ -1028,6 +1044,14 @@ def main():
             collected["fanin_tcp"].append(run_program(
                 [exe("transfer_bench"), "fanin", "--transport", "tcp", "--owners", fanin_owners],
                 600).get("results", []))
+        # 1,008 live connections into one reader: 16 owner processes x 63 reads in flight, a
+        # connection per read (MEMWIRE_TCP_CONNECTIONS=63, under max_connections_per_peer 64).
+        results["memwire"]["connections"] = {}
+        for transport in ("tcp", "shm"):
+            log(f"== 1,008 live connections, {transport}")
+            results["memwire"]["connections"][transport] = run_program(
+                [exe("transfer_bench"), "connections", "--transport", transport, "--owners", "16",
+                 "--conc", "63"], 300, env=dict(os.environ, MEMWIRE_TCP_CONNECTIONS="63"))
         # KV-cache-shaped: 512 x 32 KiB and 2048 x 8 KiB, every other block of a buffer twice
         # the size, against one contiguous 16 MiB block laid out the same way, in one run.
         results["memwire"]["kv_cache"] = {}
