@@ -25,10 +25,10 @@ class VerbsPort;
 // The active side of the verbs protocol: Begin on each rail a transfer uses, then RDMA
 // READ/WRITE batches of its slices under the keys the owner granted that connection (Keys)
 // once it accepted, then Done; the owner's Result
-// ends the transfer. Abort is the error notice. A transfer is a Stripe cut into slices; each
-// rail pair it uses is a leg (an OutboundTransfer on that pair's connection). A leg whose rail
-// fails gives its slices back and the legs left (or a pair not tried yet) move them. Runs on
-// the engine's progress thread, but for next_seq().
+// ends the transfer (a one-shot READ ends on its own READ completions). Abort is the error notice.
+// A transfer is a Stripe cut into slices; each rail pair it uses is a leg (an OutboundTransfer on
+// that pair's connection). A leg whose rail fails gives its slices back and the legs left (or a
+// pair not tried yet) move them. Runs on the engine's progress thread, but for next_seq().
 class VerbsActiveSide {
  public:
   // Throws Error{InvalidArgument} when `slice_bytes` is below 4096.

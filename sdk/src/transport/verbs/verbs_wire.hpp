@@ -16,12 +16,14 @@ namespace memwire::detail::verbs {
 
 // The control messages of the verbs transport, carried as SENDs on the data QP. An active
 // transfer announces itself (Begin: the passive side checks key, token and kind before a byte
-// moves), and the passive side grants that connection, and it alone, remote keys for the
-// registration (Keys notices as many as the descriptors need, the last keys on Accept). The
-// active side moves its bytes with RDMA READ/WRITE under those keys, then sends Done; the
-// passive side ends the grant, completes the registration and answers with Result, and only
-// then does the active side succeed. Abort is the active side's error notice. The metadata
-// carries no remote key.
+// moves; a one-shot operation is granted to the first transfer to begin it, named in the
+// Begin's text, and refused to any other), and the passive side grants that connection, and it
+// alone, remote keys for the registration (Keys notices as many as the descriptors need, the
+// last keys on Accept). The active side moves its bytes with RDMA READ/WRITE under those keys,
+// then sends Done; the passive side ends the grant, completes the registration and answers
+// with Result, and only then does a WRITE succeed. A one-shot READ succeeds on its own READ
+// completions and its Done asks for no Result (kDoneWithoutResult). Abort is the active side's
+// error notice. The metadata carries no remote key.
 // Every notice also hands back receive credits: a side sends no more notices than the peer has
 // receives posted (a SEND that meets no receive draws an RNR NAK, and rxe has broken QPs on
 // the retries). Credits is a notice with nothing else, for a side that has no answer to send.
