@@ -109,8 +109,9 @@ void StreamConnection::close_when_sent(std::chrono::milliseconds timeout) {
 // ---- writing ---------------------------------------------------------------------------------
 
 bool StreamConnection::hold_back(OutFrame& frame) {
-  if (reading_connection_ != this || !frame.pieces.empty() || frame.on_sent || frame.on_dropped)
-    return false;
+  // A frame that runs something once sent (a one-request read's answer completes its owner) is
+  // held too: it runs once the batch is out, or its on_dropped runs if the batch never leaves.
+  if (reading_connection_ != this || !frame.pieces.empty()) return false;
   if (broken_.load(std::memory_order_acquire)) return false;
   if (buffered() < sizeof(FrameHeader)) return false;  // nothing more to handle
   if (frame.data != nullptr) {
@@ -142,7 +143,10 @@ void StreamConnection::send_held_back() {
   for (auto& frame : held_back_) lengths.push_back(frame_parts(frame, parts));
   std::unique_lock lock(mutex_);
   if (closing_) {
+    // Dropped outside the lock: their on_dropped may close this very connection.
+    auto dropped = std::move(held_back_);
     held_back_.clear();
+    lock.unlock();
     return;
   }
   if (writing_ || !queue_.empty()) {  // behind what others queued: they go out in order
@@ -182,10 +186,14 @@ void StreamConnection::send_held_back() {
     else
       enqueue(std::move(held_back_[i]));
   }
-  held_back_.clear();
+  held_back_.resize(next);  // the frames that went out whole
   if (!queue_.empty()) schedule_flush();
   lock.unlock();
   unsent.clear();
+  // Outside the lock, in the order they went out: what runs may send again.
+  auto sent_frames = std::move(held_back_);
+  held_back_.clear();
+  for (auto& frame : sent_frames) frame.on_sent();
   if (failed) send_failed(send_failure());
 }
 
