@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -44,6 +45,9 @@ class EventLoop {
   TimerId after(std::chrono::milliseconds delay, Task task);
   void cancel(TimerId timer);
   bool in_loop_thread() const noexcept { return std::this_thread::get_id() == thread_id_; }
+  // The loop is handling events or tasks, not sleeping in epoll_wait: what is posted now runs
+  // before it sleeps again, without a wake-up. A hint: it may fall asleep right after.
+  bool awake() const noexcept { return !asleep_.load(std::memory_order_relaxed); }
   // The loop running the callback on this thread, if any.
   static EventLoop* current() noexcept;
 
@@ -65,6 +69,10 @@ class EventLoop {
   std::unordered_map<TimerId, std::chrono::steady_clock::time_point> timer_due_;
   TimerId next_timer_ = 1;
   bool stopping_ = false;
+  // Set under mutex_ as the loop goes to sleep with nothing posted; cleared once it woke. A
+  // post() that finds it clear needs no eventfd write: the loop looks at posted_ (under mutex_)
+  // before it sleeps again.
+  std::atomic<bool> asleep_{false};
 
   std::thread thread_;
   std::thread::id thread_id_;
