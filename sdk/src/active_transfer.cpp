@@ -89,6 +89,8 @@ void ActiveTransfer::cancel() {
 }
 
 void ActiveTransfer::abandon() {
+  // Ended already (the usual drop): only the wait for the last pin is left to do.
+  if (is_terminal(status())) return gate_.close(grace_);
   stop(OperationStatus::Cancelled, Error(ErrorCode::Cancelled, "dropped by the active side"));
 }
 

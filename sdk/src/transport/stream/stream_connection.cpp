@@ -221,7 +221,8 @@ bool StreamConnection::write_together(std::span<OutFrame> frames, std::size_t& w
 }
 
 bool StreamConnection::send(OutFrame frame) {
-  note_activity();
+  // An answer given while the loop reads this connection: read_frames() notes the activity.
+  if (reading_connection_ != this) note_activity();
   if (hold_back(frame)) return true;
   // Answers leave in the order they were given: those held back go first.
   if (reading_connection_ == this && !held_back_.empty()) send_held_back();
