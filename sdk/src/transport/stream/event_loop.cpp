@@ -69,6 +69,14 @@ void EventLoop::remove(int fd) {
   if (watched_.erase(fd) > 0) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
 }
 
+void EventLoop::change(int fd, std::uint32_t events) {
+  if (!watched_.contains(fd)) return;
+  epoll_event event{};
+  event.events = events | EPOLLET;
+  event.data.fd = fd;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &event);
+}
+
 void EventLoop::post(Task task) {
   bool asleep = false;
   {

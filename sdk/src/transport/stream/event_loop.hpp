@@ -39,6 +39,9 @@ class EventLoop {
   // Forgets `fd`; its callback is not called again (nor later in the batch being handled).
   // Loop thread only.
   void remove(int fd);
+  // Watches an added `fd` for `events` from now on (edge-triggered; an event already pending
+  // is reported at once). Loop thread only.
+  void change(int fd, std::uint32_t events);
   // Runs `task` on the loop thread, after the callback running now. Any thread.
   void post(Task task);
   // Runs `task` on the loop thread once `delay` has passed, unless cancelled. Any thread.

@@ -41,8 +41,14 @@ void StreamConnection::run(std::chrono::milliseconds first_frame_timeout,
         connection->shutdown("no first frame within the handshake timeout");
     });
   }
-  loop_.add(socket_.get(), EPOLLIN | EPOLLOUT | EPOLLRDHUP,
+  loop_.add(socket_.get(), EPOLLIN | EPOLLRDHUP,
             [self](std::uint32_t events) { self->on_events(events); });
+}
+
+void StreamConnection::watch_writable(bool watch) {
+  if (watch == watching_writable_ || closed_on_loop_) return;
+  watching_writable_ = watch;
+  loop_.change(socket_.get(), EPOLLIN | EPOLLRDHUP | (watch ? EPOLLOUT : 0u));
 }
 
 void StreamConnection::join() {
@@ -290,6 +296,7 @@ void StreamConnection::schedule_flush() {
 
 void StreamConnection::flush() {
   bool drained = false;
+  bool drained_queue = false;  // everything queued went out
   std::vector<OutFrame> batch;
   for (;;) {
     batch.clear();
@@ -299,6 +306,7 @@ void StreamConnection::flush() {
       if (closing_ || writing_) return;
       if (queue_.empty()) {
         drained = draining_;
+        drained_queue = true;
         break;
       }
       // The head, and the frames without piece lists behind it (a few iovecs each), up to a
@@ -331,6 +339,8 @@ void StreamConnection::flush() {
     if (!ok) return send_failed(send_failure());
     if (full) break;  // the socket is full: the EPOLLOUT edge resumes
   }
+  // Watched while frames wait for room; not once all went out.
+  watch_writable(!drained_queue);
   if (drained) return shutdown("connection closed");
   // Requests left unread while the answers were backed up: read on now there is room.
   if (paused_for_room_ && room_for_requests()) {

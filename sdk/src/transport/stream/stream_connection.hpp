@@ -246,6 +246,11 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   EventLoop::TimerId drain_timer_ = 0;
   EventLoop::TimerId idle_timer_ = 0;
   bool paused_for_room_ = false;  // reading stopped until the queued answers drain
+  // EPOLLOUT is watched only while frames wait for room in the socket: watched always, every
+  // byte the peer read raised an edge, a wake-up of this loop per request or answer for
+  // nothing (2 per small READ on the serving side, perf trace).
+  bool watching_writable_ = false;
+  void watch_writable(bool watch);
   static constexpr std::size_t kInboxSize = 64 * 1024;
   static constexpr std::size_t kDirectReceive = 16 * 1024;
   std::unique_ptr<std::byte[]> inbox_;
