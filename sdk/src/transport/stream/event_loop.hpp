@@ -48,9 +48,6 @@ class EventLoop {
   TimerId after(std::chrono::milliseconds delay, Task task);
   void cancel(TimerId timer);
   bool in_loop_thread() const noexcept { return std::this_thread::get_id() == thread_id_; }
-  // The loop is handling events or tasks, not sleeping in epoll_wait: what is posted now runs
-  // before it sleeps again, without a wake-up. A hint: it may fall asleep right after.
-  bool awake() const noexcept { return !asleep_.load(std::memory_order_relaxed); }
   // The loop running the callback on this thread, if any.
   static EventLoop* current() noexcept;
 

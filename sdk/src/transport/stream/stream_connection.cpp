@@ -232,13 +232,14 @@ bool StreamConnection::send(OutFrame frame) {
   if (hold_back(frame)) return true;
   // Answers leave in the order they were given: those held back go first.
   if (reading_connection_ == this && !held_back_.empty()) send_held_back();
-  // A small frame from another thread while the loop is awake and answers to others are due
-  // here is left to the loop: it sends what gathered in one sendmsg before it sleeps, where
-  // each sender would have made its own (64 READs in flight: one per READ). Alone in flight
-  // (one READ at a time), it leaves at once: waiting for the loop would only add latency.
+  // A small frame from another thread while answers to others are due here is left to the
+  // loop (woken if it sleeps): it sends what gathered meanwhile in one sendmsg, where each
+  // sender would have made its own (64 READs in flight: one per READ, and over TCP a segment
+  // and an ACK each). Alone in flight (one READ at a time), it leaves at once: waiting for the
+  // loop would only add latency.
   const bool to_loop = frame.pieces.empty() && frame.data == nullptr &&
-                       frame.text.size() <= kMostCopiedWhenHeld && loop_.awake() &&
-                       !loop_.in_loop_thread() && handler_->answers_due();
+                       frame.text.size() <= kMostCopiedWhenHeld && !loop_.in_loop_thread() &&
+                       handler_->answers_due();
   std::unique_lock lock(mutex_);
   if (closing_) return false;
   if (writing_ || !queue_.empty() || to_loop) {
