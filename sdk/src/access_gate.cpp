@@ -48,7 +48,8 @@ void AccessGate::close(std::chrono::milliseconds grace) {
   if (break_at_once) grace = std::chrono::milliseconds(0);
   std::unique_lock lock(mutex_);
   open_ = false;
-  if (!released_.wait_for(lock, grace, [&] { return pins_ == 0; })) {
+  // No pin held (the usual case, and every close after the first): no deadline to compute.
+  if (pins_ != 0 && !released_.wait_for(lock, grace, [&] { return pins_ == 0; })) {
     // A copy: a second closer (an event loop whose own connections hold the rest) runs them
     // again, on its thread, where they can let go at once.
     auto breakers = breakers_;

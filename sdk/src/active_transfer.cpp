@@ -17,12 +17,14 @@ Id128 id_from(const std::string& text, const char* field) {
 }  // namespace
 
 ActiveTransfer::ActiveTransfer(OperationKind kind, std::vector<Descriptor> local,
-                               RdmaMetadata remote, std::chrono::milliseconds grace)
+                               const RdmaMetadata& remote, std::chrono::milliseconds grace)
     : OperationCore(kind, OperationStatus::InProgress),
       local_(std::move(local)),
-      remote_(std::move(remote)),
-      key_(id_from(remote_.notification_key(), "notification_key")),
-      token_(id_from(remote_.token(), "token")),
+      remote_(remote.operation_kind(), remote.descriptors(), std::string(),
+              Endpoint{remote.endpoint().connector, std::string(), {}}, std::string(),
+              remote.expires_at_ms()),
+      key_(id_from(remote.notification_key(), "notification_key")),
+      token_(id_from(remote.token(), "token")),
       grace_(grace) {}
 
 ActiveTransfer::~ActiveTransfer() { gate_.close(grace_); }
@@ -89,6 +91,8 @@ void ActiveTransfer::cancel() {
 }
 
 void ActiveTransfer::abandon() {
+  // Ended already (the usual drop): only the wait for the last pin is left to do.
+  if (is_terminal(status())) return gate_.close(grace_);
   stop(OperationStatus::Cancelled, Error(ErrorCode::Cancelled, "dropped by the active side"));
 }
 

@@ -40,7 +40,7 @@ struct BlockPlan {
 
 class ActiveTransfer final : public OperationCore {
  public:
-  ActiveTransfer(OperationKind kind, std::vector<Descriptor> local, RdmaMetadata remote,
+  ActiveTransfer(OperationKind kind, std::vector<Descriptor> local, const RdmaMetadata& remote,
                  std::chrono::milliseconds grace);
   ~ActiveTransfer() override;
 
@@ -51,6 +51,10 @@ class ActiveTransfer final : public OperationCore {
   // CUDA memory: local() are the staging's stand-ins, and a read copies them to the device
   // before it completes. Set before the transfer starts.
   void stage_through(std::shared_ptr<const CudaStaging> staging);
+  // Of the remote metadata, what transports need once started: its descriptors, its kind and
+  // expiry, and its owner's connector name (key and token are key() and token(); the offers
+  // were chosen from at the start). Kept alone: the rest, copied per operation, cost a small
+  // READ several allocations.
   const RdmaMetadata& remote() const noexcept { return remote_; }
   // A transfer between pools (set before it starts), or null for a one-shot operation.
   void move_blocks(BlockPlan plan) { blocks_ = std::make_unique<const BlockPlan>(std::move(plan)); }

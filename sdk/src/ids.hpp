@@ -28,4 +28,14 @@ struct Id128Hash {
   }
 };
 
+// Two 64-bit compares, inlined: std::array's == calls memcmp for its 16 bytes.
+struct Id128Equal {
+  bool operator()(const Id128& a, const Id128& b) const noexcept {
+    std::uint64_t a_words[2], b_words[2];
+    std::memcpy(a_words, a.data(), sizeof a_words);
+    std::memcpy(b_words, b.data(), sizeof b_words);
+    return ((a_words[0] ^ b_words[0]) | (a_words[1] ^ b_words[1])) == 0;
+  }
+};
+
 }  // namespace memwire

@@ -180,7 +180,8 @@ void Registration::revoke() {
   if (pool_) pool_->close(grace_);
   if (counted_registered_.exchange(false))
     observation().telemetry->unregistered(observation().bytes);
-  if (auto table = table_.lock()) table->erase(key_);
+  if (!left_table_.exchange(true))
+    if (auto table = table_.lock()) table->erase(key_);
   gate_.close(grace_);
   std::vector<std::shared_ptr<TransportState>> released;
   {
@@ -198,6 +199,8 @@ void Registration::cancel() {
 
 void Registration::abandon() {
   revoke();
+  // Ended already (the usual drop): no error to make for a finish() that would refuse it.
+  if (is_terminal(status())) return;
   finish(OperationStatus::Cancelled, Error(ErrorCode::Cancelled, "dropped by its owner"));
 }
 

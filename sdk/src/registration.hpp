@@ -129,6 +129,9 @@ class Registration final : public OperationCore {
   AccessGate gate_;
   std::atomic<bool> completing_{false};  // a completion notice was accepted
   std::atomic<bool> counted_registered_{false};
+  // Out of the table already: a completed operation's drop revokes again (twice, with the
+  // destructor), and each lookup of 16 random bytes among thousands is a cache miss.
+  std::atomic<bool> left_table_{false};
   std::mutex attachments_mutex_;
   std::vector<std::shared_ptr<TransportState>> attachments_;
   std::shared_ptr<const CudaStaging> staging_;  // outlives the gate: freed after revoke()

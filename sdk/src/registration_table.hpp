@@ -23,7 +23,7 @@ class RegistrationTable {
   mutable std::mutex mutex_;
   // Hashed, not ordered: every request looks its key up, among thousands of live registrations
   // (a std::map's 16-byte compares took a fifth of a busy passive side's CPU).
-  std::unordered_map<Id128, std::weak_ptr<Registration>, Id128Hash> live_;
+  std::unordered_map<Id128, std::weak_ptr<Registration>, Id128Hash, Id128Equal> live_;
 };
 
 }  // namespace memwire::detail

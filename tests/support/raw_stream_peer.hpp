@@ -53,6 +53,8 @@ class RawStreamPeer {
     return {header.code, payload};
   }
 
+  int socket() const noexcept { return socket_.get(); }
+
   bool hung_up() {
     memwire::detail::FrameHeader header;
     return !memwire::detail::receive_all(socket_.get(), &header, sizeof header);

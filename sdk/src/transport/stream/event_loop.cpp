@@ -69,26 +69,38 @@ void EventLoop::remove(int fd) {
   if (watched_.erase(fd) > 0) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
 }
 
+void EventLoop::change(int fd, std::uint32_t events) {
+  if (!watched_.contains(fd)) return;
+  epoll_event event{};
+  event.events = events | EPOLLET;
+  event.data.fd = fd;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &event);
+}
+
 void EventLoop::post(Task task) {
+  bool asleep = false;
   {
     std::lock_guard lock(mutex_);
     posted_.push_back(std::move(task));
+    asleep = asleep_.load(std::memory_order_relaxed);
   }
-  wake();
+  if (asleep) wake();  // awake, it runs the task before it sleeps: no eventfd write
 }
 
 EventLoop::TimerId EventLoop::after(std::chrono::milliseconds delay, Task task) {
   const auto due = std::chrono::steady_clock::now() + delay;
   TimerId id = 0;
+  bool asleep = false;
   {
     std::lock_guard lock(mutex_);
     id = next_timer_++;
     timers_.emplace(std::make_pair(due, id), std::move(task));
     timer_due_.emplace(id, due);
+    asleep = asleep_.load(std::memory_order_relaxed);
   }
-  // Asleep with a later deadline, the loop must recompute its wait; on the loop itself it
-  // does so before it next waits.
-  if (!in_loop_thread()) wake();
+  // Asleep with a later deadline, the loop must recompute its wait; awake (on the loop itself,
+  // say) it does so before it next waits.
+  if (asleep) wake();
   return id;
 }
 
@@ -131,8 +143,10 @@ void EventLoop::run() {
       std::lock_guard lock(mutex_);
       if (stopping_ && posted_.empty()) return;
       timeout = posted_.empty() ? wait_timeout_ms() : 0;
+      asleep_.store(timeout != 0, std::memory_order_relaxed);
     }
     const int ready = ::epoll_wait(epoll_.get(), events.data(), events.size(), timeout);
+    asleep_.store(false, std::memory_order_relaxed);
     if (ready < 0 && errno != EINTR) return;
     for (int i = 0; i < ready; ++i) {
       const int fd = events[i].data.fd;

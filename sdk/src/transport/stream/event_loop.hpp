@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -38,6 +39,9 @@ class EventLoop {
   // Forgets `fd`; its callback is not called again (nor later in the batch being handled).
   // Loop thread only.
   void remove(int fd);
+  // Watches an added `fd` for `events` from now on (edge-triggered; an event already pending
+  // is reported at once). Loop thread only.
+  void change(int fd, std::uint32_t events);
   // Runs `task` on the loop thread, after the callback running now. Any thread.
   void post(Task task);
   // Runs `task` on the loop thread once `delay` has passed, unless cancelled. Any thread.
@@ -65,6 +69,10 @@ class EventLoop {
   std::unordered_map<TimerId, std::chrono::steady_clock::time_point> timer_due_;
   TimerId next_timer_ = 1;
   bool stopping_ = false;
+  // Set under mutex_ as the loop goes to sleep with nothing posted; cleared once it woke. A
+  // post() that finds it clear needs no eventfd write: the loop looks at posted_ (under mutex_)
+  // before it sleeps again.
+  std::atomic<bool> asleep_{false};
 
   std::thread thread_;
   std::thread::id thread_id_;

@@ -15,6 +15,7 @@ std::uint64_t StreamActiveSide::expect(std::shared_ptr<StreamTransfer> transfer,
   auto id = next_id_++;
   pending_.emplace(id, Pending{std::move(transfer), destination, length, std::move(pin), local,
                                std::move(pieces)});
+  waiting_.store(pending_.size(), std::memory_order_relaxed);
   return id;
 }
 
@@ -24,6 +25,7 @@ std::optional<StreamActiveSide::Pending> StreamActiveSide::take(std::uint64_t re
   if (it == pending_.end()) return std::nullopt;
   auto pending = std::move(it->second);
   pending_.erase(it);
+  waiting_.store(pending_.size(), std::memory_order_relaxed);
   return pending;
 }
 
@@ -219,6 +221,7 @@ void StreamActiveSide::refused(StreamConnection& connection, const FrameHeader& 
     std::lock_guard lock(mutex_);
     closed_ = true;
     lost.swap(pending_);
+    waiting_.store(0, std::memory_order_relaxed);
   }
   for (auto& [id, pending] : lost) pending.pin.reset();
   for (auto& [id, pending] : lost) pending.transfer->transfer->fail(why);
@@ -235,6 +238,7 @@ void StreamActiveSide::on_closed(StreamConnection&, const Error& reason) {
     std::lock_guard lock(mutex_);
     closed_ = true;
     lost.swap(pending_);
+    waiting_.store(0, std::memory_order_relaxed);
   }
   for (auto& [id, pending] : lost) pending.pin.reset();
   for (auto& [id, pending] : lost) pending.transfer->transfer->fail(reason);

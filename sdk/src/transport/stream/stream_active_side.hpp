@@ -84,6 +84,7 @@ class StreamActiveSide final : public FrameHandler {
   void on_closed(StreamConnection& connection, const Error& reason) override;
   // No request waits for an answer.
   bool idle() const;
+  bool answers_due() const override { return waiting_.load(std::memory_order_relaxed) > 1; }
 
  private:
   struct Pending {
@@ -113,6 +114,7 @@ class StreamActiveSide final : public FrameHandler {
   mutable std::mutex mutex_;
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, Pending> pending_;
+  std::atomic<std::size_t> waiting_{0};  // pending_.size(), read without the lock
   bool closed_ = false;
   PeerMappings mappings_;  // reader thread only
 };

@@ -41,8 +41,14 @@ void StreamConnection::run(std::chrono::milliseconds first_frame_timeout,
         connection->shutdown("no first frame within the handshake timeout");
     });
   }
-  loop_.add(socket_.get(), EPOLLIN | EPOLLOUT | EPOLLRDHUP,
+  loop_.add(socket_.get(), EPOLLIN | EPOLLRDHUP,
             [self](std::uint32_t events) { self->on_events(events); });
+}
+
+void StreamConnection::watch_writable(bool watch) {
+  if (watch == watching_writable_ || closed_on_loop_) return;
+  watching_writable_ = watch;
+  loop_.change(socket_.get(), EPOLLIN | EPOLLRDHUP | (watch ? EPOLLOUT : 0u));
 }
 
 void StreamConnection::join() {
@@ -109,8 +115,9 @@ void StreamConnection::close_when_sent(std::chrono::milliseconds timeout) {
 // ---- writing ---------------------------------------------------------------------------------
 
 bool StreamConnection::hold_back(OutFrame& frame) {
-  if (reading_connection_ != this || !frame.pieces.empty() || frame.on_sent || frame.on_dropped)
-    return false;
+  // A frame that runs something once sent (a one-request read's answer completes its owner) is
+  // held too: it runs once the batch is out, or its on_dropped runs if the batch never leaves.
+  if (reading_connection_ != this || !frame.pieces.empty()) return false;
   if (broken_.load(std::memory_order_acquire)) return false;
   if (buffered() < sizeof(FrameHeader)) return false;  // nothing more to handle
   if (frame.data != nullptr) {
@@ -142,7 +149,10 @@ void StreamConnection::send_held_back() {
   for (auto& frame : held_back_) lengths.push_back(frame_parts(frame, parts));
   std::unique_lock lock(mutex_);
   if (closing_) {
+    // Dropped outside the lock: their on_dropped may close this very connection.
+    auto dropped = std::move(held_back_);
     held_back_.clear();
+    lock.unlock();
     return;
   }
   if (writing_ || !queue_.empty()) {  // behind what others queued: they go out in order
@@ -157,22 +167,8 @@ void StreamConnection::send_held_back() {
   lock.lock();
   writing_ = false;
   // Account what went out frame by frame; the rest is queued, in order.
-  std::size_t next = 0;
-  for (auto& frame : held_back_) {
-    if (sent > 0) {
-      const auto left = static_cast<long>(lengths[next]);
-      const auto taken = std::min(sent, left);
-      frame.sent += static_cast<std::size_t>(taken);
-      sent -= taken;
-      if (taken == left) {
-        frame.finished = true;
-        ++next;
-        continue;
-      }
-    }
-    break;
-  }
   const bool failed = sent < 0;
+  const auto next = account_sent(held_back_, lengths, sent);
   // Closed meanwhile (another thread shut it down): what is left is dropped, not queued where
   // nothing would ever send or drop it again.
   std::vector<OutFrame> unsent;
@@ -182,21 +178,71 @@ void StreamConnection::send_held_back() {
     else
       enqueue(std::move(held_back_[i]));
   }
-  held_back_.clear();
+  held_back_.resize(next);  // the frames that went out whole
   if (!queue_.empty()) schedule_flush();
   lock.unlock();
   unsent.clear();
+  // Outside the lock, in the order they went out: what runs may send again.
+  auto sent_frames = std::move(held_back_);
+  held_back_.clear();
+  for (auto& frame : sent_frames) frame.on_sent();
   if (failed) send_failed(send_failure());
 }
 
+std::size_t StreamConnection::account_sent(std::span<OutFrame> frames,
+                                           std::span<const std::size_t> lengths, long sent) {
+  std::size_t whole = 0;
+  for (auto& frame : frames) {
+    if (sent <= 0) break;
+    const auto left = static_cast<long>(lengths[whole]);
+    const auto taken = std::min(sent, left);
+    frame.sent += static_cast<std::size_t>(taken);
+    sent -= taken;
+    if (taken < left) break;
+    frame.finished = true;
+    frame.pin.reset();
+    ++whole;
+  }
+  return whole;
+}
+
+bool StreamConnection::write_together(std::span<OutFrame> frames, std::size_t& whole) {
+  thread_local std::vector<iovec> parts;  // reused: no allocation per batch
+  thread_local std::vector<std::size_t> lengths;
+  parts.clear();
+  lengths.clear();
+  for (auto& frame : frames) lengths.push_back(frame_parts(frame, parts));
+  const auto sent = send_some(socket_.get(), parts.data(), static_cast<int>(parts.size()));
+  if (sent < 0 && errno == EFAULT) {
+    // Some frame's memory is unreadable, and nothing went out: frame by frame, so that
+    // write_some() tells which and answers it as it does alone.
+    for (whole = 0; whole < frames.size(); ++whole) {
+      if (!write_some(frames[whole])) return false;
+      if (!frames[whole].finished) break;
+    }
+    return true;
+  }
+  whole = account_sent(frames, lengths, sent);
+  return sent >= 0;
+}
+
 bool StreamConnection::send(OutFrame frame) {
-  note_activity();
+  // An answer given while the loop reads this connection: read_frames() notes the activity.
+  if (reading_connection_ != this) note_activity();
   if (hold_back(frame)) return true;
   // Answers leave in the order they were given: those held back go first.
   if (reading_connection_ == this && !held_back_.empty()) send_held_back();
+  // A small frame from another thread while answers to others are due here is left to the
+  // loop (woken if it sleeps): it sends what gathered meanwhile in one sendmsg, where each
+  // sender would have made its own (64 READs in flight: one per READ, and over TCP a segment
+  // and an ACK each). Alone in flight (one READ at a time), it leaves at once: waiting for the
+  // loop would only add latency.
+  const bool to_loop = frame.pieces.empty() && frame.data == nullptr &&
+                       frame.text.size() <= kMostCopiedWhenHeld && !loop_.in_loop_thread() &&
+                       handler_->answers_due();
   std::unique_lock lock(mutex_);
   if (closing_) return false;
-  if (writing_ || !queue_.empty()) {
+  if (writing_ || !queue_.empty() || to_loop) {
     enqueue(std::move(frame));
     schedule_flush();
     return true;
@@ -251,32 +297,51 @@ void StreamConnection::schedule_flush() {
 
 void StreamConnection::flush() {
   bool drained = false;
+  bool drained_queue = false;  // everything queued went out
+  std::vector<OutFrame> batch;
   for (;;) {
-    OutFrame frame;
+    batch.clear();
     {
       std::lock_guard lock(mutex_);
       flush_scheduled_ = false;
       if (closing_ || writing_) return;
       if (queue_.empty()) {
         drained = draining_;
+        drained_queue = true;
         break;
       }
-      frame = std::move(queue_.front());
-      queue_.pop_front();
-      queued_bytes_ -= queued_cost(frame);
-      writing_ = true;  // no sender may write inline in the middle of this frame
+      // The head, and the frames without piece lists behind it (a few iovecs each), up to a
+      // bound: one sendmsg for many (requests other threads left to the loop).
+      do {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+        queued_bytes_ -= queued_cost(batch.back());
+      } while (!queue_.empty() && batch.size() < kMostHeldBack && batch.front().pieces.empty() &&
+               queue_.front().pieces.empty());
+      writing_ = true;  // no sender may write inline in the middle of these frames
     }
-    const bool ok = write_some(frame);
-    const bool done = frame.finished;
+    std::size_t whole = 0;
+    bool ok = false;
+    if (batch.size() == 1) {
+      ok = write_some(batch.front());
+      whole = batch.front().finished ? 1 : 0;
+    } else {
+      ok = write_together(batch, whole);
+    }
     {
       std::lock_guard lock(mutex_);
       writing_ = false;
-      if (ok && !done && !closing_) enqueue(std::move(frame), true);  // else dropped below
+      if (ok && !closing_)  // the rest back at the front, in order; else dropped below
+        for (auto i = batch.size(); i-- > whole;) enqueue(std::move(batch[i]), true);
     }
-    if (done) frame.on_sent();
+    for (std::size_t i = 0; i < whole; ++i) batch[i].on_sent();
+    const bool full = whole < batch.size();
+    batch.clear();  // what was not sent nor queued again: dropped, outside the lock
     if (!ok) return send_failed(send_failure());
-    if (!done) break;  // the socket is full: the EPOLLOUT edge resumes
+    if (full) break;  // the socket is full: the EPOLLOUT edge resumes
   }
+  // Watched while frames wait for room; not once all went out.
+  watch_writable(!drained_queue);
   if (drained) return shutdown("connection closed");
   // Requests left unread while the answers were backed up: read on now there is room.
   if (paused_for_room_ && room_for_requests()) {

@@ -62,6 +62,10 @@ class FrameHandler {
   // Whether work that this connection will carry more frames of is in progress (a transfer
   // whose completion notice may still come here): an idle limit must not close it then.
   virtual bool busy() const { return false; }
+  // Whether answers to more than one request sent here are still due: the loop will soon be
+  // back on this connection, and a small frame may wait for it to go out with others. Any
+  // thread.
+  virtual bool answers_due() const { return false; }
 };
 
 // A frame to send: the header, then `text` (a name, an error, a piece list), then `data` or
@@ -176,6 +180,12 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   void flush();
   // Sends what is left of `frame` without blocking: false when the connection broke.
   bool write_some(OutFrame& frame);
+  // The same for many frames in one sendmsg; `whole`: how many of them went out entirely.
+  bool write_together(std::span<OutFrame> frames, std::size_t& whole);
+  // Of `frames`, `lengths` bytes left to send each, `sent` went out (in order): advances them,
+  // marks (and unpins) those that went out whole, and returns how many did.
+  static std::size_t account_sent(std::span<OutFrame> frames, std::span<const std::size_t> lengths,
+                                  long sent);
   // A send failed: the connection closes once the loop has read what the peer sent before it
   // went (a refusal stays readable after the reset that failed the send, and says why).
   // `why` is the reason then, unless what the loop read gave a better one.
@@ -236,6 +246,11 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   EventLoop::TimerId drain_timer_ = 0;
   EventLoop::TimerId idle_timer_ = 0;
   bool paused_for_room_ = false;  // reading stopped until the queued answers drain
+  // EPOLLOUT is watched only while frames wait for room in the socket: watched always, every
+  // byte the peer read raised an edge, a wake-up of this loop per request or answer for
+  // nothing (2 per small READ on the serving side, perf trace).
+  bool watching_writable_ = false;
+  void watch_writable(bool watch);
   static constexpr std::size_t kInboxSize = 64 * 1024;
   static constexpr std::size_t kDirectReceive = 16 * 1024;
   std::unique_ptr<std::byte[]> inbox_;

@@ -157,6 +157,7 @@ bool StreamConnection::fill_sink() {
 
 void StreamConnection::read_frames() {
   reading_connection_ = this;
+  bool handled = false;  // a frame: the connection is in use (noted once, not per frame)
   for (;;) {
     if (broken_.load(std::memory_order_acquire)) break;  // not past a shutdown on buffered frames
     if (sink_) {
@@ -192,9 +193,10 @@ void StreamConnection::read_frames() {
     }
     inbox_begin_ += sizeof header;
     inline_left_ = wanted;
-    note_activity();
+    handled = true;
     if (awaiting_first_frame_) {
       awaiting_first_frame_ = false;
+      note_activity();  // before the idle watch starts counting from it
       loop_.cancel(first_frame_timer_);
       if (idle_timeout_.count() > 0) watch_idleness();  // from now on, silence is idleness
     }
@@ -203,6 +205,7 @@ void StreamConnection::read_frames() {
     if (!broken_.load(std::memory_order_acquire)) inbox_begin_ += inline_left_;
     inline_left_ = 0;
   }
+  if (handled) note_activity();
   send_held_back();
   reading_connection_ = nullptr;
   if (broken_.load(std::memory_order_acquire)) close_on_loop();

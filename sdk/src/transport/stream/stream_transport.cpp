@@ -97,17 +97,11 @@ class StreamTransport final : public Transport {
                                                                      : PoolNotice::Pipelined;
     }
     install_failure_notifier(*transfer, state);
-    // A peer that stalls must not keep a cancelled transfer's buffers hostage.
-    for (const auto& connection : connections)
-      transfer->gate().add_breaker(reinterpret_cast<std::uintptr_t>(connection.get()),
-                                   [weak = std::weak_ptr(connection)] {
-                                     if (auto alive = weak.lock())
-                                       alive->shutdown("transfer ended while the peer stalled");
-                                   });
 
     const auto chunk_size = std::max<std::uint64_t>(context_.options.tcp.chunk_size, 4096);
     const auto requests = blocks ? plan_requests(blocks->segments, chunk_size)
                                  : plan_requests(one_shot_segments(*transfer), chunk_size);
+    add_breaker(*transfer, *state, connections, first, requests.size());
     state->chunks_left = requests.size();
     state->single_request = requests.size() == 1 && !blocks;
     if (state->pool_notice == PoolNotice::Pipelined && requests.size() == 1)
@@ -284,6 +278,32 @@ class StreamTransport final : public Transport {
     }
     frame.header.request_id = id;
     return id != 0 && connection.send(std::move(frame));
+  }
+
+  // A peer that stalls must not keep a cancelled transfer's buffers hostage: the connections
+  // that carry its requests (and so may hold its pins: bytes queued to go, an answer landing)
+  // break if they still do once it ended. One breaker for them all, the transfer's own.
+  static void add_breaker(ActiveTransfer& transfer, const StreamTransfer& state,
+                          const OutboundConnections& connections, std::size_t first,
+                          std::size_t requests) {
+    const auto holder = reinterpret_cast<std::uintptr_t>(&state);
+    const auto carriers = std::min(requests, connections.size());
+    constexpr const char* kWhy = "transfer ended while the peer stalled";
+    if (carriers == 1) {  // a small transfer: one weak pointer, no allocation for it
+      transfer.gate().add_breaker(holder,
+                                  [weak = std::weak_ptr(connections[first % connections.size()])] {
+                                    if (auto alive = weak.lock()) alive->shutdown(kWhy);
+                                  });
+      return;
+    }
+    std::vector<std::weak_ptr<OutboundConnection>> used;
+    used.reserve(carriers);
+    for (std::size_t n = 0; n < carriers; ++n)
+      used.emplace_back(connections[(first + n) % connections.size()]);
+    transfer.gate().add_breaker(holder, [used = std::move(used)] {
+      for (const auto& weak : used)
+        if (auto alive = weak.lock()) alive->shutdown(kWhy);
+    });
   }
 
   static void install_failure_notifier(ActiveTransfer& transfer,
