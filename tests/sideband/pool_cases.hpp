@@ -14,17 +14,14 @@
 #include "memwire/connector.hpp"
 #include "memwire/pool.hpp"
 #include "support/pattern.hpp"
+#include "support/tcp_only.hpp"
 
 namespace memwire::sideband::pool_cases {
 
 inline constexpr std::size_t kBlock = 4096;
 inline constexpr std::uint64_t kBlocks = 8;
 
-inline ConnectorOptions tcp_only() {
-  ConnectorOptions options;
-  options.transports = {"tcp"};
-  return options;
-}
+using memwire::test_support::tcp_only;
 
 // A connector and one registered pool of kBlocks blocks; block b holds pattern seed + b.
 struct PoolSide {

@@ -13,7 +13,7 @@
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
 
-namespace test_support {
+namespace memwire::test_support {
 
 class RawStreamPeer {
  public:
@@ -65,4 +65,4 @@ class RawStreamPeer {
   memwire::Id128 key_, token_;
 };
 
-}  // namespace test_support
+}  // namespace memwire::test_support

@@ -5,6 +5,7 @@
 
 #include "memwire/memwire.hpp"
 #include "support/error_code_of.hpp"
+#include "support/tcp_only.hpp"
 
 using namespace memwire;
 using namespace std::chrono_literals;
@@ -12,11 +13,7 @@ using memwire::test_support::error_code_of;
 
 namespace {
 
-ConnectorOptions tcp_only() {
-  ConnectorOptions options;
-  options.transports = {"tcp"};
-  return options;
-}
+using memwire::test_support::tcp_only;
 
 struct OperationTest : ::testing::Test {
   Connector owner{tcp_only()};

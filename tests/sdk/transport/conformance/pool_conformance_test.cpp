@@ -431,7 +431,7 @@ TEST_P(PoolConformance, ALostPeerEndsWaitsForTags) {
     const RdmaMetadata as_operation(OperationKind::Write,
                                     {RemoteDescriptor{Device{}, pool.regions()[0].base, kBlock}},
                                     pool.key(), pool.endpoint(), pool.token(), 0);
-    ::test_support::RawStreamPeer raw(as_operation);
+    memwire::test_support::RawStreamPeer raw(as_operation);
     std::vector<std::byte> payload(sizeof(detail::FramePiece) + kBlock);
     detail::FramePiece piece{0, 0, 0, kBlock, 0};
     std::memcpy(payload.data(), &piece, sizeof piece);

@@ -8,6 +8,7 @@
 #include "ids.hpp"
 #include "memwire/memwire.hpp"
 #include "support/raw_stream_peer.hpp"
+#include "support/tcp_only.hpp"
 #include "transport/stream/frame.hpp"
 
 using namespace memwire;
@@ -18,11 +19,7 @@ namespace {
 
 using RawPeer = test_support::RawStreamPeer;
 
-ConnectorOptions tcp_only() {
-  ConnectorOptions options;
-  options.transports = {"tcp"};
-  return options;
-}
+using memwire::test_support::tcp_only;
 
 struct AccessControl : ::testing::Test {
   Connector owner{tcp_only()};

@@ -9,6 +9,7 @@
 #include "ids.hpp"
 #include "memwire/memwire.hpp"
 #include "support/raw_stream_peer.hpp"
+#include "support/tcp_only.hpp"
 #include "transport/stream/frame.hpp"
 
 using namespace memwire;
@@ -19,11 +20,7 @@ namespace {
 
 using RawPeer = test_support::RawStreamPeer;
 
-ConnectorOptions tcp_only() {
-  ConnectorOptions options;
-  options.transports = {"tcp"};
-  return options;
-}
+using memwire::test_support::tcp_only;
 
 std::vector<std::byte> as_bytes(const std::vector<FramePiece>& pieces) {
   std::vector<std::byte> bytes(pieces.size() * sizeof(FramePiece));

@@ -8,6 +8,7 @@
 #include "ids.hpp"
 #include "memwire/memwire.hpp"
 #include "support/raw_stream_peer.hpp"
+#include "support/tcp_only.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
 
@@ -17,11 +18,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-ConnectorOptions tcp_only() {
-  ConnectorOptions options;
-  options.transports = {"tcp"};
-  return options;
-}
+using memwire::test_support::tcp_only;
 
 }  // namespace
 
