@@ -150,6 +150,16 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // Each owner is a process, and the reader holds all of them at once: bounded.
+  for (std::size_t owners : options.owners)
+    if (owners == 0 || owners > 1024) {
+      std::fprintf(stderr, "fanin_raw: --owners takes counts from 1 to 1024\n");
+      return 2;
+    }
+  if (options.size == 0 || options.rounds == 0) {
+    std::fprintf(stderr, "fanin_raw: --size and --rounds must be at least 1\n");
+    return 2;
+  }
   try {
     nlohmann::json results = nlohmann::json::array();
     for (std::size_t owners : options.owners) results.push_back(fan_in(owners, options));
