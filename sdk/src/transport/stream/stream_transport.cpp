@@ -289,7 +289,7 @@ class StreamTransport final : public Transport {
     const auto holder = reinterpret_cast<std::uintptr_t>(&state);
     const auto carriers = std::min(requests, connections.size());
     constexpr const char* kWhy = "transfer ended while the peer stalled";
-    if (carriers == 1) {  // a small transfer: one weak pointer, no allocation for it
+    if (carriers == 1) {  // a small transfer: one weak pointer, no vector of them
       transfer.gate().add_breaker(holder,
                                   [weak = std::weak_ptr(connections[first % connections.size()])] {
                                     if (auto alive = weak.lock()) alive->shutdown(kWhy);
