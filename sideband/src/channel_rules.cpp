@@ -8,6 +8,24 @@ namespace {
 
 std::string quoted(std::string_view name) { return "'" + std::string(name) + "'"; }
 
+// "<what> under '<name>': <why>"
+[[noreturn]] void invalid(std::string_view what, std::string_view name, std::string_view why) {
+  throw Error(ErrorCode::InvalidMetadata,
+              std::string(what) + " under " + quoted(name) + ": " + std::string(why));
+}
+
+// `Metadata::from_json(document)`, its failure worded as invalid() words it.
+template <class Metadata>
+Metadata parsed_under(std::string_view what, std::string_view name, const std::string& document) {
+  try {
+    return Metadata::from_json(document);
+  } catch (const Error& error) {
+    invalid(what, name, error.message());
+  } catch (const std::exception& error) {
+    invalid(what, name, error.what());
+  }
+}
+
 }  // namespace
 
 void check_name(std::string_view name) { validate_name(name); }
@@ -45,33 +63,15 @@ void check_request(std::string_view name, const RdmaMetadata& writable) {
 }
 
 void invalid_metadata(std::string_view name, std::string_view why) {
-  throw Error(ErrorCode::InvalidMetadata,
-              "metadata under " + quoted(name) + ": " + std::string(why));
+  invalid("metadata", name, why);
 }
 
 RdmaMetadata metadata_under(std::string_view name, const std::string& document) {
-  try {
-    return RdmaMetadata::from_json(document);
-  } catch (const Error& error) {
-    invalid_metadata(name, error.message());
-  } catch (const std::exception& error) {
-    invalid_metadata(name, error.what());
-  }
+  return parsed_under<RdmaMetadata>("metadata", name, document);
 }
 
 PoolMetadata pool_metadata_under(std::string_view name, const std::string& document) {
-  auto invalid = [&](std::string_view why) {
-    throw Error(ErrorCode::InvalidMetadata,
-                "pool metadata under " + quoted(name) + ": " + std::string(why));
-  };
-  try {
-    return PoolMetadata::from_json(document);
-  } catch (const Error& error) {
-    invalid(error.message());
-  } catch (const std::exception& error) {
-    invalid(error.what());
-  }
-  return PoolMetadata::from_json(document);  // not reached: `invalid` throws
+  return parsed_under<PoolMetadata>("pool metadata", name, document);
 }
 
 }  // namespace memwire::sideband::channel_rules

@@ -201,9 +201,9 @@ std::string NatsRequestService::answer(natsMsg* message, const RequestHandler& h
                                       static_cast<std::size_t>(natsMsg_GetDataLength(message))),
                      name);
     // A requester's pieces are read within request_timeout, however many it claims.
-    auto writable = RdmaMetadata::from_json(
-        store_->document_of(entry, request_key(name), name, /*may_retry=*/false,
-                            channel_rules::Deadline(connection_.options().request_timeout)));
+    auto writable = channel_rules::metadata_under(
+        name, store_->document_of(entry, request_key(name), name, /*may_retry=*/false,
+                                  channel_rules::Deadline(connection_.options().request_timeout)));
     if (writable.operation_kind() != OperationKind::Write) {
       throw Error(ErrorCode::Pairing, "the request for " + in_quotes(name) +
                                           " carries metadata of a readable operation");

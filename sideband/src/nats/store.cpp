@@ -107,12 +107,11 @@ int Store::known_servers() const {
 // as the election is over, not request_timeout after it began. No event says "leader elected".
 natsStatus Store::wait_for_bucket(const std::string& bucket) {
   const Deadline deadline(options_.request_timeout);
-  auto left = [&] { return deadline.left(); };
   auto pause = std::chrono::milliseconds(50);
   for (;;) {
     jsOptions quick;
     jsOptions_Init(&quick);
-    quick.Wait = std::clamp<std::int64_t>(left().count(), 1, 1000);
+    quick.Wait = std::clamp<std::int64_t>(deadline.left().count(), 1, 1000);
     jsCtx* raw_js = nullptr;
     auto status = natsConnection_JetStream(&raw_js, connection_->get(), &quick);
     JsPtr js(raw_js);
@@ -120,7 +119,7 @@ natsStatus Store::wait_for_bucket(const std::string& bucket) {
     kvStore* raw = nullptr;
     status = js_KeyValue(&raw, js.get(), bucket.c_str());
     KvPtr probe(raw);
-    if ((status != NATS_TIMEOUT && status != NATS_ERR) || left() <= pause) return status;
+    if ((status != NATS_TIMEOUT && status != NATS_ERR) || deadline.left() <= pause) return status;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }

@@ -464,5 +464,21 @@ TEST_F(NatsChannelTest, GarbageRequestIsAnsweredAndTheOwnerKeepsServing) {
   EXPECT_NO_THROW(requester.request("ok.name", sample_metadata(40, OperationKind::Write), 2s));
 }
 
+// A well-formed request whose metadata is none is refused in the words every channel uses for
+// it (channel_rules::metadata_under), as an HTTP owner refuses it.
+TEST_F(NatsChannelTest, RequestWithoutMetadataIsRefusedInTheSharedWords) {
+  NatsChannel owner(options_for(server_));
+  auto subscription = owner.serve("", [](const std::string&, const RdmaMetadata&) {});
+  RawClient raw(server_.url());
+  natsMsg* reply = nullptr;
+  ASSERT_EQ(natsConnection_RequestString(&reply, raw.connection, "memwire.get.some.name",
+                                         R"({"expires_at_ms":0,"metadata":{"version":1}})", 2000),
+            NATS_OK);
+  const std::string answer = natsMsg_GetData(reply);
+  natsMsg_Destroy(reply);
+  EXPECT_NE(answer.find("\"code\":\"invalid_metadata\""), std::string::npos) << answer;
+  EXPECT_NE(answer.find("metadata under 'some.name': "), std::string::npos) << answer;
+}
+
 }  // namespace
 }  // namespace memwire::sideband

@@ -24,12 +24,10 @@
 namespace memwire::sideband {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 using namespace http;  // the request rules (request_rules.hpp)
 
 constexpr int kListenBacklog = 1024;  // httplib's compiled-in 5 drops bursts of connects
-using http::ProcessRequest;
 
 // httplib keeps the listening socket to itself; this reaches it to widen the backlog and to
 // close it whether or not listen() has started yet (Server::stop() only acts once running).

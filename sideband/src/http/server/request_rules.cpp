@@ -25,12 +25,16 @@ thread_local std::string connection_remote;
 // configured (everything is allowed).
 thread_local const HttpGrant* request_grant = nullptr;
 
+namespace {
+
 // Whether `prefix` covers `name`: itself and every name below it; the empty prefix all.
 bool covers(const std::string& prefix, std::string_view name) {
   if (prefix.empty()) return true;
   if (!name.starts_with(prefix)) return false;
   return name.size() == prefix.size() || name[prefix.size()] == '.';
 }
+
+}  // namespace
 
 // Throws 403 unless the request's token may publish, withdraw or serve `name` (a prefix
 // when serving: "" needs a grant for every name).

@@ -38,8 +38,6 @@ extern thread_local std::string connection_remote;
 // What the request's token may do; null = no authentication configured.
 extern thread_local const HttpGrant* request_grant;
 
-// Whether `prefix` covers `name`: itself and every name below it; the empty prefix all.
-bool covers(const std::string& prefix, std::string_view name);
 // Throws 403 unless the request's token may publish, withdraw or serve `name`.
 void require_owner(std::string_view name, const char* what);
 // Whether a read token may make this request.
