@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -27,6 +28,19 @@ namespace {
 }
 
 std::string errno_text(const char* call) { return std::string(call) + ": " + std::strerror(errno); }
+
+// What `pid` is now: its executable and scheduler state ("R", "S", "D"...), for a failure.
+std::string process_state(pid_t pid) {
+  const auto proc = std::filesystem::path("/proc") / std::to_string(pid);
+  std::error_code error;
+  const auto exe = std::filesystem::read_symlink(proc / "exe", error);
+  std::string stat;
+  std::getline(std::ifstream(proc / "stat"), stat);
+  const auto state_at = stat.rfind(") ");  // the name may hold spaces and parentheses
+  const std::string state = state_at == std::string::npos ? "?" : stat.substr(state_at + 2, 1);
+  return "pid " + std::to_string(pid) + ", executable " + (error ? "?" : exe.string()) +
+         ", state " + state;
+}
 
 bool executable(const std::filesystem::path& path) {
   std::error_code error;
@@ -136,6 +150,18 @@ void NatsServer::write_config() const {
 
 void NatsServer::start() {
   if (running()) return;
+  // A server that printed nothing at all in its time never got going (under a sanitizer's
+  // fork or a machine flooded with work): said, and tried once more. One that printed and
+  // then failed is not retried: what it said is the failure.
+  try {
+    spawn_and_wait();
+  } catch (const SilentStart& first) {
+    std::fprintf(stderr, "%s; starting it once more\n", first.what());
+    spawn_and_wait();
+  }
+}
+
+void NatsServer::spawn_and_wait() {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) fail(errno_text("pipe2"));
 
@@ -222,8 +248,11 @@ void NatsServer::wait_until_ready() {
       fail("exited during start-up on port " + std::to_string(port_) + ":\n" + log_.substr(from));
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      fail("not ready within " + std::to_string(options_.start_timeout.count()) + " ms:\n" +
-           log_.substr(from));
+      const std::string limit = std::to_string(options_.start_timeout.count()) + " ms";
+      if (log_.size() == from)
+        throw SilentStart("nats-server: printed nothing within " + limit + " (" +
+                          process_state(pid_) + ")");
+      fail("not ready within " + limit + ":\n" + log_.substr(from));
     }
     // Woken by the server's next line of output (or its exit); the bound only matters if the
     // log line was missed and we are retrying the connect.

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -84,7 +85,12 @@ class NatsServer {
   static std::string find_binary();
 
  private:
+  // nats-server printed nothing in its start_timeout: start() tries once more.
+  struct SilentStart : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
   void write_config() const;
+  void spawn_and_wait();
   void wait_until_ready();
   void read_output(int fd);
   bool accepts_connections() const;

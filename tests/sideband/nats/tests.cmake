@@ -12,7 +12,8 @@ add_executable(memwire_nats_tests
   ${CMAKE_CURRENT_LIST_DIR}/nats_entry_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nats_hostile_parts_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nats_authz_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/nats_pool_test.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/nats_pool_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/nats_server_start_test.cpp)
 # nats_authz_test loads deploy/nats/roles.conf as it is into its server.
 target_compile_definitions(memwire_nats_tests PRIVATE
   MEMWIRE_DEPLOY_NATS_DIR="${PROJECT_SOURCE_DIR}/deploy/nats")
