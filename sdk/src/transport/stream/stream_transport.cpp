@@ -232,6 +232,9 @@ class StreamTransport final : public Transport {
         frame.gate = &transfer->gate();
         frame.keep_alive = transfer;
       }
+      // Its answer ends it (no notice follows): a thread waiting for it may read it itself.
+      if (state->single_request && id != 0)
+        transfer->drive_waits_with(connection.weak_from_this(), id);
     }
     frame.header.request_id = id;
     return id != 0 && connection.send(std::move(frame));
