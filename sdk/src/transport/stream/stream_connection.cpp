@@ -61,6 +61,11 @@ void StreamConnection::set_interest() {
 
 // ---- who reads --------------------------------------------------------------------------------
 
+// While a waiter reads, the loop stops watching for bytes to read: the bytes the waiter takes
+// would wake the loop too, for nothing, on a CPU the peer may need (a pair of epoll_ctl calls
+// per wait instead). Watched again, an edge pending meanwhile is reported at once.
+constexpr bool kLoopAsideWhileWaiterReads = true;
+
 template <class Read>
 void StreamConnection::with_reading_on_loop(std::uint32_t missed, Read read) {
   if (loop_reads_) return read();
@@ -81,8 +86,8 @@ void StreamConnection::with_reading_on_loop(std::uint32_t missed, Read read) {
 bool StreamConnection::drive(std::uint64_t request, const std::atomic<bool>& settled,
                              std::chrono::steady_clock::time_point until) {
   // A serving connection's limits (room for answers, idleness, the first frame) are its loop's.
-  if (request == 0 || max_queued_bytes_ != 0 || idle_timeout_.count() != 0 ||
-      loop_.in_loop_thread())
+  if (request == 0 || broken_.load(std::memory_order_acquire) || max_queued_bytes_ != 0 ||
+      idle_timeout_.count() != 0 || loop_.in_loop_thread())
     return false;
   std::uint32_t free = 0;
   if (!reader_.compare_exchange_strong(free, kReading, std::memory_order_acquire)) return false;
@@ -91,7 +96,7 @@ bool StreamConnection::drive(std::uint64_t request, const std::atomic<bool>& set
     let_go_of_reading();
     return false;
   }
-  {
+  if (kLoopAsideWhileWaiterReads) {
     std::lock_guard lock(interest_mutex_);
     reading_away_ = true;
     set_interest();
