@@ -39,28 +39,36 @@ class FakeTcpOwner {
   using Serve = std::function<void(int socket)>;
   explicit FakeTcpOwner(Serve serve) : listener_(listen_tcp("127.0.0.1", 0)) {
     thread_ = std::thread([this, serve = std::move(serve)] {
-      connection_ = FileDescriptor(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (!connection_) return;
-      tune_data_socket(connection_.get());  // no Nagle: answers leave when sent
+      FileDescriptor connection(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!connection) return;
+      connected_ = connection.get();       // for the destructor to shut
+      tune_data_socket(connection.get());  // no Nagle: answers leave when sent
       FrameHeader hello;
-      if (!receive_all(connection_.get(), &hello, sizeof hello)) return;
+      if (!receive_all(connection.get(), &hello, sizeof hello)) return;
       std::string name(hello.length, '\0');
       if (hello.length > FrameHeader::kMaxText ||
-          !receive_all(connection_.get(), name.data(), name.size()))
+          !receive_all(connection.get(), name.data(), name.size()))
         return;
-      serve(connection_.get());
+      serve(connection.get());
+      // Open until the destructor shuts it: the reader decides when the connection ends.
+      char sink[256];
+      while (::recv(connection.get(), sink, sizeof sink, 0) > 0) {
+      }
     });
   }
   ~FakeTcpOwner() {
+    stopping_ = true;
     ::shutdown(listener_.get(), SHUT_RDWR);
-    if (connection_) ::shutdown(connection_.get(), SHUT_RDWR);
+    if (const int connection = connected_.load(); connection >= 0)
+      ::shutdown(connection, SHUT_RDWR);
     thread_.join();
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(local_port(listener_.get())); }
 
  private:
   FileDescriptor listener_;
-  FileDescriptor connection_;
+  std::atomic<int> connected_{-1};  // the accepted connection, owned by the thread
+  std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
 
