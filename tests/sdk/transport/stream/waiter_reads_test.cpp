@@ -246,7 +246,6 @@ TEST_F(FakeOwnerReads, AnAnswerArrivingAsTheWaiterLetsGoStillCompletes) {
   // the waiter lets go of the reading (and the loop watches the socket again). Its edge must
   // not be lost whichever way the race goes.
   constexpr int kRounds = 200;
-  std::atomic<int> served{0};
   FakeTcpOwner fake([&](int socket) {
     for (int round = 0; round < kRounds; ++round) {
       auto first = read_request(socket);
@@ -257,7 +256,6 @@ TEST_F(FakeOwnerReads, AnAnswerArrivingAsTheWaiterLetsGoStillCompletes) {
       while (std::chrono::steady_clock::now() < until) {
       }
       answer(socket, second, std::byte{0x62});
-      ++served;
     }
   });
   for (int round = 0; round < kRounds; ++round) {
@@ -269,7 +267,6 @@ TEST_F(FakeOwnerReads, AnAnswerArrivingAsTheWaiterLetsGoStillCompletes) {
     ASSERT_EQ(settled_status(other, 5s), OperationStatus::Complete) << "round " << round;
     ASSERT_EQ(targets[1], std::vector<std::byte>(kSize, std::byte{0x62})) << "round " << round;
   }
-  EXPECT_EQ(served.load(), kRounds);
 }
 
 // Over a real owner, tcp and shm: many threads waiting on READs over one connection at once,
