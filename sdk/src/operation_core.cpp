@@ -93,7 +93,8 @@ void OperationCore::drive_waits_with(std::weak_ptr<WaitDriver> driver, std::uint
   driven_request_ = request;
 }
 
-bool OperationCore::drive(std::chrono::steady_clock::time_point until) const {
+bool OperationCore::drive(std::chrono::steady_clock::time_point spin_until,
+                          std::chrono::steady_clock::time_point until) const {
   std::shared_ptr<WaitDriver> driver;
   std::uint64_t request = 0;
   {
@@ -101,34 +102,34 @@ bool OperationCore::drive(std::chrono::steady_clock::time_point until) const {
     driver = driver_.lock();
     request = driven_request_;
   }
-  return driver && driver->drive(request, settled_, until);
+  return driver && driver->drive(request, settled_, spin_until, until);
 }
 
-void OperationCore::spin(std::chrono::steady_clock::time_point began) const {
-  const auto spin = wait_spin();
-  if (spin.count() == 0) return;
-  if (spinning_waiters.fetch_add(1, std::memory_order_relaxed) < kMostSpinningWaiters) {
-    const auto until = began + spin;
-    for (unsigned round = 1; !settled_.load(std::memory_order_acquire); ++round) {
-      relax();
-      if (round % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
-    }
+void OperationCore::spin(std::chrono::steady_clock::time_point until) const {
+  for (unsigned round = 1; !settled_.load(std::memory_order_acquire); ++round) {
+    relax();
+    if (round % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
   }
-  spinning_waiters.fetch_sub(1, std::memory_order_relaxed);
 }
 
 OperationStatus OperationCore::wait(std::optional<std::chrono::milliseconds> timeout) const {
   const auto entered = std::chrono::steady_clock::now();
-  bool spun = false;
+  bool waited = false;
   if (!settled_.load(std::memory_order_acquire) && (!timeout || timeout->count() > 0)) {
+    waited = true;
     const auto deadline =
         timeout ? entered + *timeout : std::chrono::steady_clock::time_point::max();
-    // A waiter that read the socket itself needs no spin: what it waited for is settled, or it
-    // is long, or it needs the transport's thread, which a spin would keep from a CPU.
-    if (!drive(std::min(deadline, entered + kLongestDrive))) {
-      spin(entered);
-      spun = true;
-    }
+    // At most one spinning waiter per two CPUs: the threads that end operations (a peer's, or
+    // this process's transport threads) keep theirs. Others sleep at once.
+    const auto spin = wait_spin();
+    const bool spins = spin.count() > 0 && spinning_waiters.fetch_add(
+                                               1, std::memory_order_relaxed) < kMostSpinningWaiters;
+    const auto spin_until = spins ? std::min(deadline, entered + spin) : entered;
+    // A waiter that reads the socket itself spins on the socket, not on a transport thread of
+    // this process: that one is not even woken meanwhile.
+    if (!drive(spin_until, std::min(deadline, entered + kLongestDrive)) && spins)
+      this->spin(spin_until);
+    if (spin.count() > 0) spinning_waiters.fetch_sub(1, std::memory_order_relaxed);
   }
   std::unique_lock lock(mutex_);
   auto done = [&] { return is_terminal(status_) && !settling_; };
@@ -139,9 +140,7 @@ OperationStatus OperationCore::wait(std::optional<std::chrono::milliseconds> tim
                                         std::to_string(timeout->count()) + " ms (status " +
                                         std::string(to_string(status_)) + ")");
   }
-  // Only the waits that spun teach the spin: a driven one's length says nothing of how soon a
-  // transport thread completes an operation.
-  if (spun) learn_wait(std::chrono::steady_clock::now() - entered);
+  if (waited) learn_wait(std::chrono::steady_clock::now() - entered);
   if (status_ == OperationStatus::Errored) throw *error_;
   return status_;
 }

@@ -40,9 +40,11 @@ class WaitDriver {
   virtual ~WaitDriver() = default;
   // Reads, on the calling thread, until the answer to `request` has been handled and `settled`
   // is true, `until` passes, or something else needs the transport's thread (an answer to
-  // another request, the connection closing). Returns false at once, having done nothing, when
-  // it cannot drive now (another thread reads): then wait as usual.
+  // another request, the connection closing). Until `spin_until` it looks again at once rather
+  // than sleep. Returns false at once, having done nothing, when it cannot drive now (another
+  // thread reads): then wait as usual.
   virtual bool drive(std::uint64_t request, const std::atomic<bool>& settled,
+                     std::chrono::steady_clock::time_point spin_until,
                      std::chrono::steady_clock::time_point until) = 0;
 };
 
@@ -69,8 +71,10 @@ class OperationCore {
 
   // Returns Complete or Cancelled; throws the failure or Error{Timeout}. With a driver (below),
   // first drives it for a short while; without one, or when another thread drives it, spins
-  // briefly before it sleeps: a small operation often ends within a network round trip, and
-  // waking a sleeping waiter from the transport's thread costs about as much again.
+  // briefly before it sleeps. Either way it looks at the operation (or the socket) without
+  // sleeping for about as long as waits here typically last: a small operation often ends
+  // within a network round trip, and waking a sleeping thread costs about as much again (a
+  // halted vCPU's wake-up goes through the hypervisor).
   OperationStatus wait(std::optional<std::chrono::milliseconds> timeout) const;
   // A transport whose one request's answer ends this operation: waiters may read it themselves.
   // Completion callbacks may then run on the waiting thread (see Operation::on_complete).
@@ -102,10 +106,11 @@ class OperationCore {
   bool cancel_applies() const;
 
  private:
-  // Drives the driver, if any, until settled or `until`: false when there is none to drive.
-  bool drive(std::chrono::steady_clock::time_point until) const;
-  // Spins a while for the operation to settle, when waits here typically end soon.
-  void spin(std::chrono::steady_clock::time_point began) const;
+  // Drives the driver, if any (see WaitDriver::drive): false when there is none to drive.
+  bool drive(std::chrono::steady_clock::time_point spin_until,
+             std::chrono::steady_clock::time_point until) const;
+  // Spins until the operation settled or `until`.
+  void spin(std::chrono::steady_clock::time_point until) const;
 
   const OperationKind kind_;
   mutable std::mutex mutex_;

@@ -84,6 +84,7 @@ void StreamConnection::with_reading_on_loop(std::uint32_t missed, Read read) {
 }
 
 bool StreamConnection::drive(std::uint64_t request, const std::atomic<bool>& settled,
+                             std::chrono::steady_clock::time_point spin_until,
                              std::chrono::steady_clock::time_point until) {
   // A serving connection's limits (room for answers, idleness, the first frame) are its loop's.
   if (request == 0 || broken_.load(std::memory_order_acquire) || max_queued_bytes_ != 0 ||
@@ -107,8 +108,13 @@ bool StreamConnection::drive(std::uint64_t request, const std::atomic<bool>& set
     if (settled.load(std::memory_order_acquire) || stopped_at_other_ ||
         broken_.load(std::memory_order_acquire))
       break;
-    const auto left = until - std::chrono::steady_clock::now();
+    const auto now = std::chrono::steady_clock::now();
+    const auto left = until - now;
     if (left <= std::chrono::steady_clock::duration::zero()) break;
+    if (now < spin_until) {  // a non-blocking recv again, rather than sleep in ppoll
+      maybe_more_ = true;
+      continue;
+    }
     const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(left);
     const timespec wait{
         static_cast<time_t>(seconds.count()),

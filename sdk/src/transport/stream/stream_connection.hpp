@@ -177,6 +177,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   // leaves that to the loop. Not on a serving connection (its limits are the loop's). Not on its
   // loop thread.
   bool drive(std::uint64_t request, const std::atomic<bool>& settled,
+             std::chrono::steady_clock::time_point spin_until,
              std::chrono::steady_clock::time_point until) override;
 
  private:
