@@ -23,6 +23,11 @@ namespace {
 // bare-metal-like VM: ~1 us of 12 us). Learned, as round trips differ by host, and bounded.
 constexpr std::chrono::nanoseconds kMinWaitSpin{10'000};
 constexpr std::chrono::nanoseconds kMaxWaitSpin{100'000};
+// How long a waiter drives its operation's connection before it sleeps instead: a small
+// operation's answer comes within a round trip (tens of microseconds). A longer one is a large
+// transfer or a slow peer, which the transport's thread may as well read while the waiter
+// sleeps, where a cancel from another thread wakes it (a waiter in poll(2) would not see one).
+constexpr std::chrono::milliseconds kLongestDrive{2};
 // Waits longer than this are large transfers or slow peers: they teach the spin nothing.
 constexpr std::chrono::nanoseconds kLongestTypicalWait{1'000'000};
 
@@ -82,33 +87,60 @@ std::optional<Error> OperationCore::failure() const {
   return error_;
 }
 
+void OperationCore::drive_waits_with(std::weak_ptr<WaitDriver> driver, std::uint64_t request) {
+  std::lock_guard lock(mutex_);
+  driver_ = std::move(driver);
+  driven_request_ = request;
+}
+
+bool OperationCore::drive(std::chrono::steady_clock::time_point spin_until,
+                          std::chrono::steady_clock::time_point until) const {
+  std::shared_ptr<WaitDriver> driver;
+  std::uint64_t request = 0;
+  {
+    std::lock_guard lock(mutex_);
+    driver = driver_.lock();
+    request = driven_request_;
+  }
+  return driver && driver->drive(request, settled_, spin_until, until);
+}
+
+void OperationCore::spin(std::chrono::steady_clock::time_point until) const {
+  for (unsigned round = 1; !settled_.load(std::memory_order_acquire); ++round) {
+    relax();
+    if (round % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
+  }
+}
+
 OperationStatus OperationCore::wait(std::optional<std::chrono::milliseconds> timeout) const {
-  std::optional<std::chrono::steady_clock::time_point> began;
+  const auto entered = std::chrono::steady_clock::now();
+  bool waited = false;
   if (!settled_.load(std::memory_order_acquire) && (!timeout || timeout->count() > 0)) {
-    began = std::chrono::steady_clock::now();
+    waited = true;
+    const auto deadline =
+        timeout ? entered + *timeout : std::chrono::steady_clock::time_point::max();
+    // At most one spinning waiter per two CPUs: the threads that end operations (a peer's, or
+    // this process's transport threads) keep theirs. Others sleep at once.
     const auto spin = wait_spin();
-    if (spin.count() > 0 &&
-        spinning_waiters.fetch_add(1, std::memory_order_relaxed) < kMostSpinningWaiters) {
-      const auto until = *began + spin;
-      for (unsigned round = 1; !settled_.load(std::memory_order_acquire); ++round) {
-        relax();
-        if (round % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
-      }
-      spinning_waiters.fetch_sub(1, std::memory_order_relaxed);
-    } else if (spin.count() > 0) {
-      spinning_waiters.fetch_sub(1, std::memory_order_relaxed);
-    }
+    const bool spins = spin.count() > 0 && spinning_waiters.fetch_add(
+                                               1, std::memory_order_relaxed) < kMostSpinningWaiters;
+    const auto spin_until = spins ? std::min(deadline, entered + spin) : entered;
+    // A waiter that reads the socket itself spins on the socket, not on a transport thread of
+    // this process: that one is not even woken meanwhile.
+    if (!drive(spin_until, std::min(deadline, entered + kLongestDrive)) && spins)
+      this->spin(spin_until);
+    if (spin.count() > 0) spinning_waiters.fetch_sub(1, std::memory_order_relaxed);
   }
   std::unique_lock lock(mutex_);
   auto done = [&] { return is_terminal(status_) && !settling_; };
   if (!timeout) {
     finished_.wait(lock, done);
-  } else if (!finished_.wait_for(lock, *timeout, done)) {
+  } else if (!finished_.wait_until(lock, entered + *timeout, done)) {
     throw Error(ErrorCode::Timeout, "operation not finished after " +
                                         std::to_string(timeout->count()) + " ms (status " +
                                         std::string(to_string(status_)) + ")");
   }
-  if (began) learn_wait(std::chrono::steady_clock::now() - *began);
+  if (waited) learn_wait(std::chrono::steady_clock::now() - entered);
   if (status_ == OperationStatus::Errored) throw *error_;
   return status_;
 }

@@ -30,6 +30,24 @@ struct Observation {
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
 
+// What a waiting thread may drive itself instead of sleeping while a transport thread does:
+// the one connection whose answer ends the operation. The waiter then takes the answer off the
+// socket and is woken by it directly, one wake-up as a blocking recv has, where a transport
+// thread would read it and wake the waiter: a second one, and a third runnable thread on a
+// machine that may have two CPUs.
+class WaitDriver {
+ public:
+  virtual ~WaitDriver() = default;
+  // Reads, on the calling thread, until the answer to `request` has been handled and `settled`
+  // is true, `until` passes, or something else needs the transport's thread (an answer to
+  // another request, the connection closing). Until `spin_until` it looks again at once rather
+  // than sleep. Returns false at once, having done nothing, when it cannot drive now (another
+  // thread reads): then wait as usual.
+  virtual bool drive(std::uint64_t request, const std::atomic<bool>& settled,
+                     std::chrono::steady_clock::time_point spin_until,
+                     std::chrono::steady_clock::time_point until) = 0;
+};
+
 // The state every operation shares: a status that moves forward once into a final state,
 // a condition variable for waiters and callbacks for event loops.
 class OperationCore {
@@ -51,10 +69,16 @@ class OperationCore {
   void observe(Observation observation) { observation_ = std::move(observation); }
   const Observation& observation() const noexcept { return observation_; }
 
-  // Returns Complete or Cancelled; throws the failure or Error{Timeout}. Spins briefly before it
-  // sleeps: a small operation often ends within a network round trip, and waking a sleeping
-  // waiter from the transport's thread costs about as much again.
+  // Returns Complete or Cancelled; throws the failure or Error{Timeout}. With a driver (below),
+  // first drives it for a short while; without one, or when another thread drives it, spins
+  // briefly before it sleeps. Either way it looks at the operation (or the socket) without
+  // sleeping for about as long as waits here typically last: a small operation often ends
+  // within a network round trip, and waking a sleeping thread costs about as much again (a
+  // halted vCPU's wake-up goes through the hypervisor).
   OperationStatus wait(std::optional<std::chrono::milliseconds> timeout) const;
+  // A transport whose one request's answer ends this operation: waiters may read it themselves.
+  // Completion callbacks may then run on the waiting thread (see Operation::on_complete).
+  void drive_waits_with(std::weak_ptr<WaitDriver> driver, std::uint64_t request);
   void on_complete(Callback callback);
 
   // Moves into a final state, once: the first caller wins and gets true. Runs callbacks on the
@@ -82,6 +106,12 @@ class OperationCore {
   bool cancel_applies() const;
 
  private:
+  // Drives the driver, if any (see WaitDriver::drive): false when there is none to drive.
+  bool drive(std::chrono::steady_clock::time_point spin_until,
+             std::chrono::steady_clock::time_point until) const;
+  // Spins until the operation settled or `until`.
+  void spin(std::chrono::steady_clock::time_point until) const;
+
   const OperationKind kind_;
   mutable std::mutex mutex_;
   mutable std::condition_variable finished_;
@@ -93,6 +123,8 @@ class OperationCore {
   // Final and settled: what wait() watches while it spins, set once the lock is free again.
   std::atomic<bool> settled_{false};
   Observation observation_;
+  std::weak_ptr<WaitDriver> driver_;  // mutex_ held
+  std::uint64_t driven_request_ = 0;
 };
 
 }  // namespace memwire::detail

@@ -42,7 +42,8 @@ class MEMWIRE_API Operation {
   void cancel();
 
   // Runs `callback` once with the final status (at once when already final), on memwire's
-  // progress thread: keep it short and never block in it.
+  // progress thread, or on the thread waiting for this operation when that thread read its
+  // answer itself (a small READ or WRITE over tcp or shm): keep it short and never block in it.
   void on_complete(Callback callback);
 
   // The transport that moves (or moved) the bytes: "tcp", "shm", "verbs"; empty before known.

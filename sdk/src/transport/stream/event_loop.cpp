@@ -71,6 +71,10 @@ void EventLoop::remove(int fd) {
 
 void EventLoop::change(int fd, std::uint32_t events) {
   if (!watched_.contains(fd)) return;
+  change_from_any_thread(fd, events);
+}
+
+void EventLoop::change_from_any_thread(int fd, std::uint32_t events) {
   epoll_event event{};
   event.events = events | EPOLLET;
   event.data.fd = fd;

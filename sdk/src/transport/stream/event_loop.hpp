@@ -42,6 +42,10 @@ class EventLoop {
   // Watches an added `fd` for `events` from now on (edge-triggered; an event already pending
   // is reported at once). Loop thread only.
   void change(int fd, std::uint32_t events);
+  // The same from any thread, for a caller that keeps `fd` open meanwhile (closed, its number
+  // could be watched again for another descriptor). A descriptor not watched (yet, or any more)
+  // is left alone.
+  void change_from_any_thread(int fd, std::uint32_t events);
   // Runs `task` on the loop thread, after the callback running now. Any thread.
   void post(Task task);
   // Runs `task` on the loop thread once `delay` has passed, unless cancelled. Any thread.

@@ -1,5 +1,6 @@
 #include "transport/stream/stream_connection.hpp"
 
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -46,9 +47,130 @@ void StreamConnection::run(std::chrono::milliseconds first_frame_timeout,
 }
 
 void StreamConnection::watch_writable(bool watch) {
-  if (watch == watching_writable_ || closed_on_loop_) return;
+  if (closed_on_loop_) return;
+  std::lock_guard lock(interest_mutex_);
+  if (watch == watching_writable_) return;
   watching_writable_ = watch;
-  loop_.change(socket_.get(), EPOLLIN | EPOLLRDHUP | (watch ? EPOLLOUT : 0u));
+  set_interest();
+}
+
+void StreamConnection::set_interest() {
+  loop_.change_from_any_thread(socket_.get(), (reading_away_ ? 0u : EPOLLIN) | EPOLLRDHUP |
+                                                  (watching_writable_ ? EPOLLOUT : 0u));
+}
+
+// ---- who reads --------------------------------------------------------------------------------
+
+// While a waiter reads, the loop stops watching for bytes to read: the bytes the waiter takes
+// would wake the loop too, for nothing, on a CPU the peer may need (a pair of epoll_ctl calls
+// per wait instead). Watched again, an edge pending meanwhile is reported at once.
+constexpr bool kLoopAsideWhileWaiterReads = true;
+
+template <class Read>
+void StreamConnection::with_reading_on_loop(std::uint32_t missed, Read read) {
+  if (loop_reads_) return read();
+  auto state = reader_.load(std::memory_order_acquire);
+  for (;;) {
+    if (state & kReading) {
+      if (reader_.compare_exchange_weak(state, state | missed, std::memory_order_acq_rel)) return;
+    } else if (reader_.compare_exchange_weak(state, kReading, std::memory_order_acq_rel)) {
+      break;
+    }
+  }
+  loop_reads_ = true;
+  read();
+  loop_reads_ = false;
+  reader_.store(0, std::memory_order_release);
+}
+
+bool StreamConnection::drive(std::uint64_t request, const std::atomic<bool>& settled,
+                             std::chrono::steady_clock::time_point spin_until,
+                             std::chrono::steady_clock::time_point until) {
+  // A serving connection's limits (room for answers, idleness, the first frame) are its loop's.
+  if (request == 0 || broken_.load(std::memory_order_acquire) || max_queued_bytes_ != 0 ||
+      idle_timeout_.count() != 0 || loop_.in_loop_thread())
+    return false;
+  std::uint32_t free = 0;
+  if (!reader_.compare_exchange_strong(free, kReading, std::memory_order_acquire)) return false;
+  // Not in the middle of another answer's payload, nor on a connection that is closing.
+  if (sink_ || awaiting_first_frame_ || broken_.load(std::memory_order_acquire)) {
+    let_go_of_reading();
+    return false;
+  }
+  if (kLoopAsideWhileWaiterReads) {
+    std::lock_guard lock(interest_mutex_);
+    reading_away_ = true;
+    set_interest();
+  }
+  driven_request_ = request;
+  for (;;) {
+    read_frames();
+    if (settled.load(std::memory_order_acquire) || stopped_at_other_ ||
+        broken_.load(std::memory_order_acquire))
+      break;
+    const auto now = std::chrono::steady_clock::now();
+    const auto left = until - now;
+    if (left <= std::chrono::steady_clock::duration::zero()) break;
+    if (now < spin_until) {  // a non-blocking recv again, rather than sleep in ppoll
+      maybe_more_ = true;
+      continue;
+    }
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(left);
+    const timespec wait{
+        static_cast<time_t>(seconds.count()),
+        static_cast<long>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(left - seconds).count())};
+    pollfd watched{socket_.get(), POLLIN | POLLRDHUP, 0};
+    const int ready = ::ppoll(&watched, 1, &wait, nullptr);
+    if (ready < 0 && errno != EINTR) break;
+    if (ready > 0) {
+      if (watched.revents & POLLNVAL) break;
+      maybe_more_ = true;
+      if (watched.revents & (POLLRDHUP | POLLHUP | POLLERR)) peer_ending_ = true;
+    }
+  }
+  driven_request_ = 0;
+  let_go_of_reading();
+  return true;
+}
+
+void StreamConnection::let_go_of_reading() {
+  const bool broken = broken_.load(std::memory_order_acquire);
+  bool hand_back = broken || stopped_at_other_;
+  stopped_at_other_ = false;
+  std::vector<OutFrame> dropped;  // outside the reading: their on_dropped may send or close
+  if (broken) {
+    // What close_on_loop() would let go of, now: a gate closing may be waiting for its pin.
+    sink_.reset();
+    dropped = std::move(held_back_);
+    held_back_.clear();
+  }
+  {
+    // Watched again: an edge pending meanwhile is reported to the loop at once.
+    std::lock_guard lock(interest_mutex_);
+    if (reading_away_) {
+      reading_away_ = false;
+      set_interest();
+    }
+  }
+  const auto missed = reader_.exchange(0, std::memory_order_acq_rel) & ~kReading;
+  // An edge the loop missed may have been for bytes this thread read since: only what is
+  // still there is handed back.
+  if (missed != 0 && !hand_back)
+    hand_back = (missed & (kMissedClose | kMissedSendFailure)) != 0 || readable_now();
+  if (hand_back) loop_.post([self = shared_from_this(), missed] { self->resume_on_loop(missed); });
+}
+
+bool StreamConnection::readable_now() const {
+  pollfd watched{socket_.get(), POLLIN | POLLRDHUP, 0};
+  return ::poll(&watched, 1, 0) != 0;
+}
+
+void StreamConnection::resume_on_loop(std::uint32_t missed) {
+  if (closed_on_loop_) return;
+  if (broken_.load(std::memory_order_acquire)) return close_on_loop();
+  if (missed & kMissedSendFailure) return read_after_send_failure();
+  on_events(EPOLLIN | (missed & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)));
 }
 
 void StreamConnection::join() {
@@ -69,7 +191,9 @@ void StreamConnection::shutdown(const std::string& reason) {
   // On its loop, a half-filled payload lets go of its pin at once, closing already or not (a
   // gate closing on this thread may be waiting for it). Not the connection being read: the
   // loop closes that one once its handler returns.
-  if (loop_.in_loop_thread() && reading_connection_ != this) sink_.reset();
+  // A waiter reading it lets go of it itself, once it sees the connection closing.
+  if (loop_.in_loop_thread() && reading_connection_ != this)
+    with_reading_on_loop(kMissedClose, [&] { sink_.reset(); });
   std::deque<OutFrame> dropped;
   {
     std::lock_guard lock(mutex_);
@@ -276,15 +400,31 @@ std::string StreamConnection::send_failure() const {
 
 void StreamConnection::send_failed(const std::string& why) {
   if (send_failed_.exchange(true)) return;
-  loop_.post([weak = weak_from_this(), why] {
-    auto connection = weak.lock();
-    if (!connection) return;
-    if (!connection->closed_on_loop_) {
-      connection->maybe_more_ = connection->peer_ending_ = true;
-      connection->read_frames();
-    }
-    connection->shutdown(why);  // a no-op if what it read closed it already
+  {
+    std::lock_guard lock(mutex_);
+    send_failed_why_ = why;
+  }
+  loop_.post([weak = weak_from_this()] {
+    if (auto connection = weak.lock()) connection->read_after_send_failure();
   });
+}
+
+void StreamConnection::read_after_send_failure() {
+  if (!closed_on_loop_) {
+    bool read = false;
+    with_reading_on_loop(kMissedSendFailure, [&] {
+      read = true;
+      maybe_more_ = peer_ending_ = true;
+      read_frames();
+    });
+    if (!read) return;  // a waiter reads: it hands this back when it lets go
+  }
+  std::string why;
+  {
+    std::lock_guard lock(mutex_);
+    why = send_failed_why_;
+  }
+  shutdown(why);  // a no-op if what it read closed it already
 }
 
 void StreamConnection::schedule_flush() {
@@ -344,9 +484,12 @@ void StreamConnection::flush() {
   watch_writable(!drained_queue);
   if (drained) return shutdown("connection closed");
   // Requests left unread while the answers were backed up: read on now there is room.
+  // (Only a serving connection pauses, and no waiter reads one: the flag is the loop's.)
   if (paused_for_room_ && room_for_requests()) {
-    paused_for_room_ = false;
-    read_frames();
+    with_reading_on_loop(EPOLLIN, [&] {
+      paused_for_room_ = false;
+      read_frames();
+    });
   }
 }
 
@@ -479,19 +622,30 @@ bool StreamConnection::write_some(OutFrame& frame) {
 
 void StreamConnection::on_events(std::uint32_t events) {
   if (closed_on_loop_) return;
-  maybe_more_ = true;
-  // The peer's end came with this edge: a short read no longer means there is nothing more to
-  // read (the end itself is read as 0 bytes, and no later edge will announce it).
-  if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) peer_ending_ = true;
+  // Writing is not reading: it never waits for a waiter that reads.
   if (events & EPOLLOUT) flush();
-  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) read_frames();
+  const auto reading = events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
+  if (reading == 0 || closed_on_loop_) return;
+  with_reading_on_loop(reading, [&] {
+    maybe_more_ = true;
+    // The peer's end came with this edge: a short read no longer means there is nothing more
+    // to read (the end itself is read as 0 bytes, and no later edge will announce it).
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) peer_ending_ = true;
+    read_frames();
+  });
 }
 
 void StreamConnection::close_on_loop() {
   if (closed_on_loop_) return;
-  closed_on_loop_ = true;
   auto self = shared_from_this();  // alive through remove(), which drops the loop's reference
-  held_back_.clear();              // the connection is closing: they would not arrive
+  // A waiter reading hands the close back when it lets go: at once, the socket being shut.
+  with_reading_on_loop(kMissedClose, [&] { close_with_reading(); });
+}
+
+void StreamConnection::close_with_reading() {
+  if (closed_on_loop_) return;
+  closed_on_loop_ = true;
+  held_back_.clear();  // the connection is closing: they would not arrive
   sink_.reset();
   loop_.cancel(first_frame_timer_);
   loop_.cancel(drain_timer_);

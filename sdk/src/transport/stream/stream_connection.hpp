@@ -13,6 +13,7 @@
 
 #include "access_gate.hpp"
 #include "memwire/error.hpp"
+#include "operation_core.hpp"
 #include "telemetry/connection_watch.hpp"
 #include "transport/stream/event_loop.hpp"
 #include "transport/stream/frame.hpp"
@@ -104,7 +105,11 @@ struct OutFrame {
 // frame sent while nothing is queued goes out at once on the sender's thread, as far as the
 // socket takes it without blocking; the rest is queued and the loop sends it as the socket
 // drains. Answers the loop writes while more requests wait in the inbox go out together.
-class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
+//
+// A thread waiting for the answer to a request it sent here may read in the loop's place
+// (drive()): the reading state below is then its own until it lets go. The loop never waits for
+// it: an edge it gets meanwhile is noted, and handed back to it when the waiter lets go.
+class StreamConnection : public std::enable_shared_from_this<StreamConnection>, public WaitDriver {
  public:
   StreamConnection(FileDescriptor socket, std::unique_ptr<FrameHandler> handler, std::string peer,
                    EventLoop& loop);
@@ -167,9 +172,31 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   std::string send_failure() const;
   FrameHandler& handler() noexcept { return *handler_; }
 
+  // The waiter's reading (see WaitDriver): only the frames that answer `request` are handled on
+  // its thread, so a completion it runs is its own operation's; it stops at any other frame and
+  // leaves that to the loop. Not on a serving connection (its limits are the loop's). Not on its
+  // loop thread.
+  bool drive(std::uint64_t request, const std::atomic<bool>& settled,
+             std::chrono::steady_clock::time_point spin_until,
+             std::chrono::steady_clock::time_point until) override;
+
  private:
   // The loop's side.
   void on_events(std::uint32_t events);
+  // Runs `read` on the loop with the reading taken, unless a waiter has it: then `missed` is
+  // noted for it to hand back when it lets go (resume_on_loop).
+  template <class Read>
+  void with_reading_on_loop(std::uint32_t missed, Read read);
+  // What a waiter left for the loop: edges it missed, a close, a failed send's reading.
+  void resume_on_loop(std::uint32_t missed);
+  // The waiter's: lets go of the reading, handing what it leaves back to the loop.
+  void let_go_of_reading();
+  // Whether the socket has something to read (or an end) right now.
+  bool readable_now() const;
+  // A waiter reading stops the loop from being woken by the same bytes (EPOLLIN not watched).
+  void set_interest();
+  // What send_failed() does on the loop, once it has the reading.
+  void read_after_send_failure();
   void read_frames();
   enum class Refill { Got, Again, Closed };
   Refill refill_inbox();
@@ -177,6 +204,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   // continuation has run).
   bool fill_sink();
   void close_on_loop();
+  void close_with_reading();  // close_on_loop(), the reading taken
   void flush();
   // Sends what is left of `frame` without blocking: false when the connection broke.
   bool write_some(OutFrame& frame);
@@ -191,6 +219,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   // `why` is the reason then, unless what the loop read gave a better one.
   void send_failed(const std::string& why);
   std::atomic<bool> send_failed_{false};
+  std::string send_failed_why_;  // mutex_ held
   // The memory a frame was sent from could not be read (EFAULT: a served file truncated or
   // unmapped under it): this side's fault, not the peer's.
   std::atomic<bool> local_memory_fault_{false};
@@ -239,8 +268,20 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   std::condition_variable finished_changed_;
   bool running_ = false;
 
+  // Who reads: kReading while the loop or a waiter does; the loop, finding a waiter there, adds
+  // what it missed (its edge's events, kMissedClose, kMissedSendFailure) for it to hand back.
+  std::atomic<std::uint32_t> reader_{0};
+  static constexpr std::uint32_t kReading = 1u << 24;
+  static constexpr std::uint32_t kMissedClose = 1u << 25;
+  static constexpr std::uint32_t kMissedSendFailure = 1u << 26;
+  // EPOLLIN, what the socket watches; without it while a waiter reads. interest_mutex_ held.
+  std::mutex interest_mutex_;
+  bool reading_away_ = false;
+  bool watching_writable_ = false;  // see watch_writable()
+
   // The loop's own state, touched by no other thread.
   bool closed_on_loop_ = false;
+  bool loop_reads_ = false;  // the loop has the reading (with_reading_on_loop)
   bool awaiting_first_frame_ = false;
   EventLoop::TimerId first_frame_timer_ = 0;
   EventLoop::TimerId drain_timer_ = 0;
@@ -249,8 +290,9 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   // EPOLLOUT is watched only while frames wait for room in the socket: watched always, every
   // byte the peer read raised an edge, a wake-up of this loop per request or answer for
   // nothing (2 per small READ on the serving side, perf trace).
-  bool watching_writable_ = false;
   void watch_writable(bool watch);
+
+  // The reading state: the loop's, or the waiter's that has the reading (reader_).
   static constexpr std::size_t kInboxSize = 64 * 1024;
   static constexpr std::size_t kDirectReceive = 16 * 1024;
   std::unique_ptr<std::byte[]> inbox_;
@@ -271,6 +313,10 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   static constexpr std::size_t kMostHeldBack = 64;
   static constexpr std::size_t kMostCopiedWhenHeld = 16 * 1024;
   std::vector<OutFrame> held_back_;
+  // While a waiter reads: the request whose answer it waits for (0: the loop reads), and
+  // whether it stopped at a frame for another.
+  std::uint64_t driven_request_ = 0;
+  bool stopped_at_other_ = false;
   // The connection whose frames the loop on this thread is reading right now, if any.
   static thread_local const StreamConnection* reading_connection_;
 };

@@ -179,6 +179,10 @@ void StreamConnection::read_frames() {
     }
     FrameHeader header;
     std::memcpy(&header, inbox_.get() + inbox_begin_, sizeof header);
+    if (driven_request_ != 0 && header.request_id != driven_request_) {
+      stopped_at_other_ = true;  // not the waiter's: the loop handles it, on its own thread
+      break;
+    }
     if (auto problem = frame_header_problem(header)) {
       shutdown("protocol error: " + *problem);
       break;
@@ -208,7 +212,8 @@ void StreamConnection::read_frames() {
   if (handled) note_activity();
   send_held_back();
   reading_connection_ = nullptr;
-  if (broken_.load(std::memory_order_acquire)) close_on_loop();
+  // A waiter reading leaves the close to the loop (let_go_of_reading).
+  if (broken_.load(std::memory_order_acquire) && driven_request_ == 0) close_on_loop();
 }
 
 }  // namespace memwire::detail
