@@ -118,6 +118,20 @@ struct FakeOwnerReads : ::testing::Test {
       std::this_thread::sleep_for(100us);
     return operation.status();
   }
+  // `rounds` times: two READs begun, the first waited for and the second only watched; they
+  // must get `first` and `second` bytes.
+  void read_pairs(const FakeTcpOwner& fake, int rounds, std::byte first, std::byte second) {
+    for (int round = 0; round < rounds; ++round) {
+      targets.clear();
+      targets.reserve(2);
+      auto waited = begin_read(fake);
+      auto other = begin_read(fake);
+      ASSERT_EQ(waited.wait_for_completion(5s), OperationStatus::Complete) << "round " << round;
+      ASSERT_EQ(settled_status(other, 5s), OperationStatus::Complete) << "round " << round;
+      ASSERT_EQ(targets[0], std::vector<std::byte>(kSize, first)) << "round " << round;
+      ASSERT_EQ(targets[1], std::vector<std::byte>(kSize, second)) << "round " << round;
+    }
+  }
 };
 
 }  // namespace
@@ -229,16 +243,7 @@ TEST_F(FakeOwnerReads, AnotherOperationsAnswerLeftByTheWaiterStillCompletesIt) {
       send_all(socket, parts, 4);
     }
   });
-  for (int round = 0; round < kRounds; ++round) {
-    targets.clear();
-    targets.reserve(2);
-    auto waited = begin_read(fake);
-    auto other = begin_read(fake);
-    ASSERT_EQ(waited.wait_for_completion(5s), OperationStatus::Complete) << "round " << round;
-    ASSERT_EQ(settled_status(other, 5s), OperationStatus::Complete) << "round " << round;
-    EXPECT_EQ(targets[0], std::vector<std::byte>(kSize, std::byte{0x51}));
-    EXPECT_EQ(targets[1], std::vector<std::byte>(kSize, std::byte{0x52}));
-  }
+  read_pairs(fake, kRounds, std::byte{0x51}, std::byte{0x52});
 }
 
 TEST_F(FakeOwnerReads, AnAnswerArrivingAsTheWaiterLetsGoStillCompletes) {
@@ -258,15 +263,7 @@ TEST_F(FakeOwnerReads, AnAnswerArrivingAsTheWaiterLetsGoStillCompletes) {
       answer(socket, second, std::byte{0x62});
     }
   });
-  for (int round = 0; round < kRounds; ++round) {
-    targets.clear();
-    targets.reserve(2);
-    auto waited = begin_read(fake);
-    auto other = begin_read(fake);
-    ASSERT_EQ(waited.wait_for_completion(5s), OperationStatus::Complete) << "round " << round;
-    ASSERT_EQ(settled_status(other, 5s), OperationStatus::Complete) << "round " << round;
-    ASSERT_EQ(targets[1], std::vector<std::byte>(kSize, std::byte{0x62})) << "round " << round;
-  }
+  read_pairs(fake, kRounds, std::byte{0x61}, std::byte{0x62});
 }
 
 // Over a real owner, tcp and shm: many threads waiting on READs over one connection at once,
