@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -150,18 +149,6 @@ void NatsServer::write_config() const {
 
 void NatsServer::start() {
   if (running()) return;
-  // A server that printed nothing at all in its time never got going (under a sanitizer's
-  // fork or a machine flooded with work): said, and tried once more. One that printed and
-  // then failed is not retried: what it said is the failure.
-  try {
-    spawn_and_wait();
-  } catch (const SilentStart& first) {
-    std::fprintf(stderr, "%s; starting it once more\n", first.what());
-    spawn_and_wait();
-  }
-}
-
-void NatsServer::spawn_and_wait() {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) fail(errno_text("pipe2"));
 
@@ -187,14 +174,19 @@ void NatsServer::spawn_and_wait() {
     fail("cannot start " + binary_ + ": " + std::strerror(error));
   }
   pid_ = pid;
+  std::size_t output_from = 0;
   {
     std::lock_guard lock(mutex_);
     output_closed_ = false;
     log_ += "--- started " + binary_ + " -c " + config + "\n";
+    // Where this start's output begins, taken before anything of it can be read: taken later,
+    // a start-up printed whole meanwhile (a busy machine, a sanitizer's slow thread start) was
+    // never looked at, and the wait ran out with "Server is ready" already in the log.
+    output_from = log_.size();
   }
   reader_ = std::thread([this, fd = pipe_fds[0]] { read_output(fd); });
   try {
-    wait_until_ready();
+    wait_until_ready(output_from);
   } catch (...) {
     stop(false);
     throw;
@@ -231,10 +223,9 @@ bool NatsServer::accepts_connections() const {
   return ok;
 }
 
-void NatsServer::wait_until_ready() {
+void NatsServer::wait_until_ready(std::size_t from) {
   const auto deadline = std::chrono::steady_clock::now() + options_.start_timeout;
   std::unique_lock lock(mutex_);
-  const std::size_t from = log_.size();
   for (;;) {
     // "Server is ready" comes after JetStream has restored its streams and the client listener
     // is up; the connect proves it.
@@ -250,8 +241,7 @@ void NatsServer::wait_until_ready() {
     if (std::chrono::steady_clock::now() >= deadline) {
       const std::string limit = std::to_string(options_.start_timeout.count()) + " ms";
       if (log_.size() == from)
-        throw SilentStart("nats-server: printed nothing within " + limit + " (" +
-                          process_state(pid_) + ")");
+        fail("printed nothing within " + limit + " (" + process_state(pid_) + ")");
       fail("not ready within " + limit + ":\n" + log_.substr(from));
     }
     // Woken by the server's next line of output (or its exit); the bound only matters if the

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -85,13 +84,9 @@ class NatsServer {
   static std::string find_binary();
 
  private:
-  // nats-server printed nothing in its start_timeout: start() tries once more.
-  struct SilentStart : std::runtime_error {
-    using std::runtime_error::runtime_error;
-  };
   void write_config() const;
-  void spawn_and_wait();
-  void wait_until_ready();
+  // Until the output from `from` on says the server is ready and it accepts a connection.
+  void wait_until_ready(std::size_t from);
   void read_output(int fd);
   bool accepts_connections() const;
 

@@ -1,5 +1,5 @@
-// The test support's NatsServer: a server that prints nothing in its start time is named (what
-// the process was) and started once more; one that printed and still failed is not retried.
+// The test support's NatsServer: a start that fails says what the server printed, or, when it
+// printed nothing, what its process is doing.
 // A stand-in "nats-server" script on PATH plays the stuck server: the fault cannot be caused
 // with the real one on demand.
 #include <gtest/gtest.h>
@@ -17,6 +17,9 @@ using namespace memwire::test_support;
 using namespace std::chrono_literals;
 
 namespace {
+
+// Long enough for a shell to start and print on a loaded machine.
+constexpr auto kStartTime = 1000ms;
 
 // Puts a "nats-server" running `script` first on PATH for the test's life; each start is counted.
 class StandInServer {
@@ -57,20 +60,18 @@ std::string start_failure(std::chrono::milliseconds timeout) {
 
 }  // namespace
 
-TEST(NatsServerStart, AServerThatPrintsNothingIsNamedAndStartedOnceMore) {
+TEST(NatsServerStart, AServerThatPrintsNothingIsNamedWithWhatItIsDoing) {
   StandInServer silent("exec sleep 60");
-  testing::internal::CaptureStderr();
-  const auto failure = start_failure(300ms);
-  const auto said = testing::internal::GetCapturedStderr();
-  EXPECT_NE(failure.find("printed nothing within 300 ms"), std::string::npos) << failure;
-  EXPECT_NE(failure.find("state"), std::string::npos) << failure;
-  EXPECT_NE(said.find("starting it once more"), std::string::npos) << said;
-  EXPECT_EQ(silent.starts(), 2);
+  const auto failure = start_failure(kStartTime);
+  EXPECT_NE(failure.find("printed nothing within 1000 ms (pid "), std::string::npos) << failure;
+  EXPECT_NE(failure.find(", state "), std::string::npos) << failure;  // sh, or the sleep it became
+  EXPECT_EQ(silent.starts(), 1);
 }
 
-TEST(NatsServerStart, AServerThatPrintedAndFailedIsNotRetried) {
+TEST(NatsServerStart, AServerThatPrintsAtOnceButIsNeverReadyShowsWhatItPrinted) {
+  // Printed before the support's waiting began, its output is still this start's.
   StandInServer talking("echo starting; exec sleep 60");
-  const auto failure = start_failure(300ms);
-  EXPECT_NE(failure.find("not ready within 300 ms:\nstarting"), std::string::npos) << failure;
+  const auto failure = start_failure(kStartTime);
+  EXPECT_NE(failure.find("not ready within 1000 ms:\nstarting"), std::string::npos) << failure;
   EXPECT_EQ(talking.starts(), 1);
 }
