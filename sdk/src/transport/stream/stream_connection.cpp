@@ -47,9 +47,10 @@ void StreamConnection::run(std::chrono::milliseconds first_frame_timeout,
 }
 
 void StreamConnection::watch_writable(bool watch) {
-  if (closed_on_loop_) return;
+  // Every flush asks; it rarely changes. Only the loop writes the flag, so the loop may read it
+  // without the lock, which a waiter's set_interest() needs only to read it too.
+  if (closed_on_loop_ || watch == watching_writable_) return;
   std::lock_guard lock(interest_mutex_);
-  if (watch == watching_writable_) return;
   watching_writable_ = watch;
   set_interest();
 }

@@ -277,7 +277,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   // EPOLLIN, what the socket watches; without it while a waiter reads. interest_mutex_ held.
   std::mutex interest_mutex_;
   bool reading_away_ = false;
-  bool watching_writable_ = false;  // see watch_writable()
+  bool watching_writable_ = false;  // written by the loop only, under interest_mutex_
 
   // The loop's own state, touched by no other thread.
   bool closed_on_loop_ = false;
