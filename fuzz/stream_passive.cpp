@@ -3,8 +3,8 @@
 // peer sends on one fresh connection. So that the fuzzer gets past the access check, a frame
 // header whose key is all zero gets the readable's key, one whose key is 0...01 the writable's,
 // one whose key is 0...02 the pool's, and a token of all zero the token of what its key names;
-// a pool frame (kPool) whose generation (reserved2) is zero gets the live pool's. Pool frames
-// (piece requests and notices, kTagged or not) thus reach the pool as well as the one-shot
+// a pool frame (PoolReadRequest, PoolWriteRequest, PoolEnd) whose generation is zero gets the
+// live pool's. Pool frames (tagged or not) thus reach the pool as well as the one-shot
 // operations. Every answer must come, and the connection must close once the peer has
 // half-closed: the passive side may refuse, never hang. Afterwards the pool's notifications are
 // taken (whatever the frames made of them, taking them must work).
@@ -72,18 +72,22 @@ std::string with_live_ids(const std::uint8_t* data, std::size_t size, const Serv
     const Served* live = header.key == kOne ? &writable : header.key == kTwo ? &pool : &readable;
     if (header.key == kZero || header.key == kOne || header.key == kTwo) header.key = live->key;
     if (header.token == kZero) header.token = live->token;
-    if ((header.flags & frame_flags::kPool) && header.reserved2 == 0)
-      header.reserved2 = pool_generation;
+    const bool pool_frame = is_pool_request(header.type) || header.type == FrameType::PoolEnd;
+    if (pool_frame && as_pool(header).generation == 0) {
+      auto pool_header = as_pool(header);
+      pool_header.generation = pool_generation;
+      header = as_frame(pool_header);
+    }
     std::memcpy(bytes.data() + at, &header, sizeof header);
     at += sizeof header;
     const bool carries =
         header.type == FrameType::Hello || header.type == FrameType::Notice ||
+        header.type == FrameType::PoolEnd ||
         (header.type == FrameType::WriteRequest && (header.flags & frame_flags::kCrossMemory) == 0);
     if (carries) at += std::min<std::uint64_t>(header.length, bytes.size() - at);
     if (memwire::detail::is_piece_request(header.type)) {  // the piece list, then a write's bytes
-      std::uint64_t skip = memwire::detail::piece_list_bytes(header);
-      if (header.type == FrameType::WritePiecesRequest &&
-          (header.flags & frame_flags::kCrossMemory) == 0)
+      std::uint64_t skip = memwire::detail::piece_request_inline_bytes(header);
+      if (is_write_request(header.type) && (header.flags & frame_flags::kCrossMemory) == 0)
         skip += header.length;
       at += std::min<std::uint64_t>(skip, bytes.size() - at);
     }

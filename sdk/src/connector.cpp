@@ -12,6 +12,7 @@
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
 #include "memwire/error_codes.hpp"
+#include "peer_name.hpp"
 #include "pool_state.hpp"
 #include "registration.hpp"
 #include "registration_table.hpp"
@@ -84,6 +85,8 @@ std::uint64_t total_bytes(const std::vector<Descriptor>& descriptors) {
 class Connector::Impl {
  public:
   explicit Impl(ConnectorOptions options) {
+    // Peers see it in every Hello: a name they could not store is refused here, not there.
+    if (!options.name.empty()) detail::check_peer_name(options.name);
     context_.connector_name = options.name.empty() ? to_hex(random_id()) : options.name;
     context_.hostname = local_hostname();
     context_.options = std::move(options);

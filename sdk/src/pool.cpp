@@ -1,6 +1,7 @@
 #include "memwire/pool.hpp"
 
 #include "memwire/error.hpp"
+#include "peer_name.hpp"
 #include "pool_state.hpp"
 #include "registration.hpp"
 
@@ -26,6 +27,18 @@ detail::Registration& Pool::registration() const {
 }
 
 PoolMetadata Pool::metadata() const { return registration().pool()->metadata(); }
+
+PoolMetadata Pool::metadata_for(std::string_view peer) {
+  detail::check_peer_name(peer);
+  auto& pool = *registration().pool();
+  const auto shared = pool.metadata();
+  return PoolMetadata(shared.name(), shared.generation(), shared.regions(), shared.key(),
+                      shared.endpoint(), to_hex(pool.grant(std::string(peer))));
+}
+
+bool Pool::revoke(std::string_view peer) { return registration().pool()->revoke(peer); }
+
+std::uint64_t Pool::peer_faults() const { return registration().pool()->faults(); }
 std::uint64_t Pool::block_count() const { return registration().pool()->block_count(); }
 
 void* Pool::block(std::uint64_t index) const {

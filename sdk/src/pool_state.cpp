@@ -14,6 +14,63 @@ void PoolState::check_open() const {
   if (closed_) throw Error(ErrorCode::Cancelled, "the pool was closed by its owner");
 }
 
+PoolState::Peer PoolState::identify(const Id128& token, const Id128& shared_token,
+                                    std::string_view hello) const {
+  std::lock_guard lock(mutex_);
+  if (equal_in_constant_time(token, shared_token)) {
+    // A label of the peer's choosing: it may not pass for a peer the owner granted access.
+    if (grants_.contains(hello))
+      throw Error(ErrorCode::AccessDenied,
+                  "peer '" + std::string(hello) +
+                      "' holds a grant of its own: it must use the metadata made for it");
+    return {std::string(hello), false};
+  }
+  if (auto found = grantee_.find(token); found != grantee_.end()) return {found->second, true};
+  throw Error(ErrorCode::AccessDenied, "wrong access token");
+}
+
+bool PoolState::admits(const Id128& token, const Id128& shared_token) const {
+  if (equal_in_constant_time(token, shared_token)) return true;
+  std::lock_guard lock(mutex_);
+  return grantee_.contains(token);
+}
+
+Id128 PoolState::grant(const std::string& peer) {
+  std::lock_guard lock(mutex_);
+  check_open();
+  if (auto found = grants_.find(peer); found != grants_.end()) return found->second;
+  if (grants_.size() == kMostGrants)
+    throw Error(ErrorCode::InvalidArgument,
+                "a pool grants at most " + std::to_string(kMostGrants) + " peers");
+  const auto token = random_id();
+  grants_.emplace(peer, token);
+  grantee_.emplace(token, peer);
+  return token;
+}
+
+bool PoolState::revoke(std::string_view peer) {
+  std::lock_guard lock(mutex_);
+  auto found = grants_.find(peer);
+  if (found == grants_.end()) return false;
+  grantee_.erase(found->second);
+  grants_.erase(found);
+  return true;
+}
+
+void PoolState::check_blocks(std::uint32_t region, std::uint64_t offset,
+                             std::uint64_t length) const {
+  if (region >= regions_.size())
+    throw Error(ErrorCode::AccessDenied, "region " + std::to_string(region) + " out of range");
+  const auto& blocks = regions_[region];
+  if (blocks.stride == blocks.block_size) return;  // no gaps: the region's bounds are the blocks'
+  // Blocks with gaps between them never coalesce: a piece is one block or part of one.
+  if (length > blocks.block_size || offset % blocks.stride > blocks.block_size - length)
+    throw Error(ErrorCode::AccessDenied,
+                "range [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                    ") of region " + std::to_string(region) +
+                    " is not inside one block: the bytes between blocks are not the pool's");
+}
+
 void PoolState::post(Notification notification, std::unique_lock<std::mutex>& lock) {
   if (callback_) {
     auto callback = callback_;
@@ -21,40 +78,55 @@ void PoolState::post(Notification notification, std::unique_lock<std::mutex>& lo
     callback(notification);
     return;
   }
+  // Failures are bounded on their own (kMostFailuresQueued): a peer's share counts its tags.
+  if (notification.error.empty()) ++queued_by_peer_[notification.peer];
   queue_.push_back(std::move(notification));
   lock.unlock();
   changed_.notify_all();
 }
 
-void PoolState::deliver(std::string peer, std::string tag) {
-  std::unique_lock lock(mutex_);
-  check_open();
-  if (!callback_ && queue_.size() - failures_queued_ >= options_.max_queued_notifications)
-    throw Error(ErrorCode::Transport,
-                "the pool's owner has " + std::to_string(options_.max_queued_notifications) +
-                    " notifications queued and takes no more (max_queued_notifications)");
-  // The peer is back: an earlier loss of it no longer ends waits.
-  std::erase_if(queue_, [&](const Notification& queued) {
-    const bool stale = !queued.error.empty() && queued.tag.empty() && queued.peer == peer;
-    failures_queued_ -= stale ? 1 : 0;
-    return stale;
-  });
-  post({std::move(peer), std::move(tag), ""}, lock);
+void PoolState::forget(const Notification& notification) {
+  if (!notification.error.empty()) {
+    --failures_queued_;
+    return;
+  }
+  auto count = queued_by_peer_.find(notification.peer);
+  if (count != queued_by_peer_.end() && --count->second == 0) queued_by_peer_.erase(count);
 }
 
-void PoolState::fail(std::string peer, std::string tag, const Error& error) {
+void PoolState::deliver(const Peer& peer, std::string tag) {
+  std::unique_lock lock(mutex_);
+  check_open();
+  if (!callback_) {
+    if (queue_.size() - failures_queued_ >= options_.max_queued_notifications)
+      throw Error(ErrorCode::Transport,
+                  "the pool's owner has " + std::to_string(options_.max_queued_notifications) +
+                      " notifications queued and takes no more (max_queued_notifications)");
+    // One peer's untaken tags never crowd out another's.
+    if (auto count = queued_by_peer_.find(peer.name);
+        count != queued_by_peer_.end() && count->second >= options_.max_queued_per_peer)
+      throw Error(ErrorCode::Transport,
+                  "the pool's owner has " + std::to_string(count->second) +
+                      " notifications of this peer queued and takes no more of it "
+                      "(max_queued_per_peer)");
+  }
+  post({peer.name, std::move(tag), "", peer.authenticated}, lock);
+}
+
+void PoolState::fail(const Peer& peer, std::string tag, const Error& error) {
+  if (tag.empty()) return;  // an untagged transfer: no wait is for it
   std::unique_lock lock(mutex_);
   if (closed_) return;
   if (!callback_ && failures_queued_ == kMostFailuresQueued) {
     // The oldest failure goes: a peer failing over and over must not grow the queue.
     auto oldest = std::find_if(queue_.begin(), queue_.end(),
                                [](const Notification& queued) { return !queued.error.empty(); });
+    forget(*oldest);
     queue_.erase(oldest);
-    --failures_queued_;
   }
   if (!callback_) ++failures_queued_;
   try {
-    post({std::move(peer), std::move(tag), error.what()}, lock);
+    post({peer.name, std::move(tag), error.what(), peer.authenticated}, lock);
   } catch (...) {
     // A callback that refuses a failure has nobody to tell: failures come from connections
     // closing, with no sender waiting for an answer.
@@ -79,11 +151,8 @@ Notification PoolState::wait(std::chrono::milliseconds timeout, Found found) {
 
 namespace {
 [[noreturn]] void raise(const Notification& failure) {
-  throw Error(ErrorCode::PeerLost,
-              failure.tag.empty()
-                  ? "peer " + failure.peer + " was lost during a tagged transfer: " + failure.error
-                  : "the transfer tagged '" + failure.tag + "' from " + failure.peer +
-                        " failed: " + failure.error);
+  throw Error(ErrorCode::PeerLost, "the transfer tagged '" + failure.tag + "' from " +
+                                       failure.peer + " failed: " + failure.error);
 }
 }  // namespace
 
@@ -92,10 +161,8 @@ Notification PoolState::next(std::chrono::milliseconds timeout) {
     if (queue_.empty()) return std::nullopt;
     auto first = std::move(queue_.front());
     queue_.pop_front();
-    if (!first.error.empty()) {
-      --failures_queued_;
-      raise(first);
-    }
+    forget(first);
+    if (!first.error.empty()) raise(first);
     return first;
   });
 }
@@ -104,19 +171,12 @@ Notification PoolState::wait_for_tag(std::string_view tag, std::chrono::millisec
                                      std::string_view from) {
   return wait(timeout, [&]() -> std::optional<Notification> {
     for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-      if (!from.empty() && it->peer != from) continue;
-      if (it->error.empty()) {
-        if (it->tag != tag) continue;
-        auto found = std::move(*it);
-        queue_.erase(it);
-        return found;
-      }
-      if (it->tag.empty()) raise(*it);  // a lost peer stays queued: later waits end too
-      if (it->tag != tag) continue;
-      auto failure = std::move(*it);
+      if (it->tag != tag || (!from.empty() && it->peer != from)) continue;
+      auto found = std::move(*it);
       queue_.erase(it);
-      --failures_queued_;
-      raise(failure);
+      forget(found);
+      if (!found.error.empty()) raise(found);
+      return found;
     }
     return std::nullopt;
   });
@@ -130,6 +190,7 @@ void PoolState::on_notification(std::function<void(const Notification&)> callbac
   auto queued = std::move(queue_);
   queue_.clear();
   failures_queued_ = 0;
+  queued_by_peer_.clear();
   lock.unlock();
   for (const auto& notification : queued) callback(notification);
 }
@@ -158,6 +219,9 @@ void PoolState::close(std::chrono::milliseconds grace) {
     transfers.swap(transfers_);
     queue_.clear();
     failures_queued_ = 0;
+    queued_by_peer_.clear();
+    grants_.clear();
+    grantee_.clear();
     callback_ = nullptr;
   }
   changed_.notify_all();

@@ -1,17 +1,21 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
+#include "ids.hpp"
 #include "memwire/error.hpp"
 #include "memwire/pool.hpp"
 
@@ -36,12 +40,35 @@ class PoolState {
   // metadata describes the same regions.
   PoolMetadata::Place locate(std::uint64_t block) const { return metadata_->locate(block); }
 
-  // A peer's tag, after its bytes landed. Throws Error{Transport} when the queue is full and
-  // Error{Cancelled} once closed: the sender's transfer fails with it.
-  void deliver(std::string peer, std::string tag);
-  // A peer's tagged transfer failed (`tag` known) or the peer was lost in the middle of one
-  // (`tag` empty): waits that concern it end with `error`.
-  void fail(std::string peer, std::string tag, const Error& error);
+  // Who a peer is: the name of the grant its token belongs to (authenticated), or, under the
+  // shared token, the name its Hello chose (a label). Throws AccessDenied for any other token,
+  // and for a shared-token peer calling itself by a granted name.
+  struct Peer {
+    std::string name;
+    bool authenticated = false;
+    friend bool operator==(const Peer&, const Peer&) = default;
+  };
+  Peer identify(const Id128& token, const Id128& shared_token, std::string_view hello) const;
+  // Whether `token` is the shared one or a live grant's.
+  bool admits(const Id128& token, const Id128& shared_token) const;
+  // A token of `peer`'s own (the same one while the grant lives); revoke() ends it.
+  Id128 grant(const std::string& peer);
+  bool revoke(std::string_view peer);
+
+  // Bytes of block `region`, [offset, offset + length): throws AccessDenied unless they lie in
+  // the region's blocks (never in the gaps of a strided region).
+  void check_blocks(std::uint32_t region, std::uint64_t offset, std::uint64_t length) const;
+
+  // A peer's tag, after its admitted transfer's bytes landed. Throws Error{Transport} when the
+  // queue, or the peer's share of it, is full, and Error{Cancelled} once closed: the sender's
+  // transfer fails with it.
+  void deliver(const Peer& peer, std::string tag);
+  // A peer's admitted tagged transfer failed or its connection was lost in the middle of it:
+  // waits for that tag end with `error` (a wait naming another peer in `from` does not).
+  void fail(const Peer& peer, std::string tag, const Error& error);
+  // A frame the protocol forbids (a tag with no admitted transfer, a second one, ...).
+  void count_fault() noexcept { ++faults_; }
+  std::uint64_t faults() const noexcept { return faults_; }
 
   Notification next(std::chrono::milliseconds timeout);
   Notification wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
@@ -62,7 +89,11 @@ class PoolState {
   Notification wait(std::chrono::milliseconds timeout, Found found);
   void check_open() const;  // mutex_ held
 
+  // Under the lock: the notification leaves the queue.
+  void forget(const Notification& notification);
+
   static constexpr std::size_t kMostFailuresQueued = 1024;
+  static constexpr std::size_t kMostGrants = 65536;
 
   const PoolOptions options_;
   const std::uint64_t generation_;
@@ -74,6 +105,10 @@ class PoolState {
   // Tags and failures (error set) in arrival order.
   std::deque<Notification> queue_;
   std::size_t failures_queued_ = 0;
+  std::map<std::string, std::size_t, std::less<>> queued_by_peer_;
+  std::unordered_map<Id128, std::string, Id128Hash, Id128Equal> grantee_;  // token -> peer
+  std::map<std::string, Id128, std::less<>> grants_;
+  std::atomic<std::uint64_t> faults_{0};
   std::function<void(const Notification&)> callback_;
   bool closed_ = false;
   std::vector<std::weak_ptr<ActiveTransfer>> transfers_;

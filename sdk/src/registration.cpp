@@ -25,7 +25,7 @@ Registration::Registration(OperationKind kind, std::vector<Descriptor> descripto
 Registration::~Registration() { revoke(); }
 
 void Registration::check_token(const Id128& token) const {
-  if (!equal_in_constant_time(token, token_))
+  if (pool_ ? !pool_->admits(token, token_) : !equal_in_constant_time(token, token_))
     throw Error(ErrorCode::AccessDenied, "wrong access token");
 }
 

@@ -64,7 +64,8 @@ class Registration final : public OperationCore {
   // expiry), locate() every piece (bounds) before any is touched, then one admit() pins the
   // registration for all of them.
   void authorize(const Id128& token, OperationKind kind) const;
-  // Throws AccessDenied unless `token` is this registration's.
+  // Throws AccessDenied unless `token` is this registration's (a pool's: its shared token or a
+  // live grant's; PoolState::identify says whose).
   void check_token(const Id128& token) const;
   std::byte* locate(std::uint32_t index, std::uint64_t offset, std::uint64_t length) const;
   AccessGate::Pin admit(std::string_view transport);

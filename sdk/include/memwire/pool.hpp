@@ -112,16 +112,25 @@ struct MEMWIRE_API PoolOptions {
   bool remote_write = true;  // peers may write blocks
   // Tags received and not yet taken; one more is refused (the sender's transfer fails).
   std::size_t max_queued_notifications = 65536;
+  // Of those, one peer's at most: a peer whose tags nobody takes has its next tagged transfers
+  // refused, while the others' go on. Memory per queued tag is bounded by kMaxTagBytes.
+  std::size_t max_queued_per_peer = 4096;
 };
 
-// A tag a peer sent after its transfer's bytes were in this pool's memory (or, for a read,
-// after it had them all).
+// The tag of a transfer this pool's owner admitted, delivered once, after the transfer's bytes
+// were in this pool's memory (or, for a read, after the peer had them all). A notice that
+// belongs to no admitted transfer is refused as a fault of the peer (Pool::peer_faults()).
 struct MEMWIRE_API Notification {
-  std::string peer;  // the sending connector's name
+  // Who sent it. With `authenticated`, the name of the grant (Pool::metadata_for) whose token
+  // the transfer was admitted with: the owner's own word. Without it, the transfer used the
+  // pool's shared token, and this is the name the peer gave itself: a label that any holder of
+  // the shared token may claim (except a granted name). Filter on it (`from`) only with grants.
+  std::string peer;
   std::string tag;
   // Only given to on_notification's callback: non-empty when the peer's tagged transfer failed
   // (`tag` set) or the peer was lost in the middle of one (`tag` empty).
   std::string error;
+  bool authenticated = false;
   friend bool operator==(const Notification&, const Notification&) = default;
 };
 
@@ -135,17 +144,30 @@ class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API
   Pool& operator=(const Pool&) = delete;
   ~Pool();
 
+  // The metadata with the pool's shared token: every holder is admitted alike, and names
+  // itself (Notification::peer is then unauthenticated).
   PoolMetadata metadata() const;
+  // The metadata with a token of `peer`'s own (the same token while the grant lives): its
+  // transfers' notifications carry `peer`, authenticated, and revoke(peer) ends its access
+  // alone. `peer`: 1 to kMaxTagBytes bytes, no NUL; else Error{InvalidArgument}.
+  PoolMetadata metadata_for(std::string_view peer);
+  // Ends `peer`'s grant: its token is refused from now on, and its transfers open on the stream
+  // transports deliver no tag. False when it had none.
+  bool revoke(std::string_view peer);
+  // Frames that peers sent against the protocol (a tag with no admitted transfer, a second tag
+  // for one, a name not its own): each was refused and its connection closed.
+  std::uint64_t peer_faults() const;
   std::uint64_t block_count() const;
   // Where block `index` lives here.
   void* block(std::uint64_t index) const;
 
-  // The next notification in arrival order. Throws Error{Timeout}, Error{PeerLost} when a peer
-  // was lost in the middle of a tagged transfer into this pool (once per loss), Error{Cancelled}
-  // once the pool is closed.
+  // The next notification in arrival order. Throws Error{Timeout}, Error{PeerLost} when an
+  // admitted tagged transfer failed or its peer was lost in the middle of it (once per
+  // transfer, naming its tag), Error{Cancelled} once the pool is closed.
   Notification next_notification(std::chrono::milliseconds timeout);
-  // Waits for a notification with this tag (others stay queued). Throws like
-  // next_notification; a lost peer ends the wait when `from` is empty or names it.
+  // Waits for a notification with this tag (others stay queued), from `from` when not empty.
+  // Throws like next_notification when that tag's transfer failed. Tags left queued count
+  // against their peer's share (max_queued_per_peer): they never block another peer's.
   Notification wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
                             std::string_view from = {});
   // From now on each notification goes to `callback` instead of the queue (queued ones first),

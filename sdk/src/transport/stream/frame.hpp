@@ -37,9 +37,14 @@ enum class FrameType : std::uint8_t {
   HelloResponse = 8,        // answers a cross-memory Hello; payload: error text when code != 0
   ReadPiecesRequest = 9,    // payload: the piece list; answered by one ReadResponse
   WritePiecesRequest = 10,  // payload: the piece list, then the pieces' bytes (not kCrossMemory)
+  // A transfer between pools has frames of its own, read through PoolFrameHeader (PROTOCOL.md).
+  PoolReadRequest = 11,   // payload: the piece list, the tag; answered by one ReadResponse
+  PoolWriteRequest = 12,  // payload: the piece list, the tag, the bytes; answered by WriteResponse
+  PoolEnd = 13,  // the transfer's last step: code 0 delivers its tag, else it failed (payload:
+                 // error text); answered by NoticeResponse
 };
 // The last type above: a frame of a later one is refused as unknown. Kept next to the list.
-inline constexpr FrameType kLastFrameType = FrameType::WritePiecesRequest;
+inline constexpr FrameType kLastFrameType = FrameType::PoolEnd;
 
 namespace frame_flags {
 inline constexpr std::uint8_t kCrossMemory = 1;
@@ -49,21 +54,13 @@ inline constexpr std::uint8_t kCompletes = 2;
 // of copying". The answer then carries a SharedLocation as payload, the active side copies
 // through its own mapping, and a completion notice always follows.
 inline constexpr std::uint8_t kMapped = 4;
-// A request or notice of a transfer between pools: `offset` (unused by piece requests and
-// notices otherwise) numbers the transfer on its connection, `reserved2` carries the low 32
-// bits of the pool metadata's generation. A pool is never completed: a Notice with code 0
-// delivers the tag, a failure notice tells the pool's waiters; both carry the tag, `index`
-// bytes long, at the start of their payload. An unknown key is stale metadata.
-inline constexpr std::uint8_t kPool = 8;
-// A request of a transfer whose tag follows on the same connection. With kCompletes, a pool
-// write that is one piece request carries the tag itself, after its piece list, `peer_address`
-// bytes long (unused otherwise by piece requests): the owner delivers it once the bytes landed,
-// before it answers, and no notice follows.
-inline constexpr std::uint8_t kTagged = 16;
+// A pool write request that is its transfer's last: the owner delivers the transfer's tag once
+// its bytes landed, before it answers, and no PoolEnd follows.
+inline constexpr std::uint8_t kLastOfTransfer = 2;
 }  // namespace frame_flags
 
-// A tag carried in a request or notice is at most this long (Connector::kMaxTagBytes).
-inline constexpr std::uint64_t kMaxFrameTag = 1024;
+// A tag is at most this long on the wire, as in the API (Connector::kMaxTagBytes).
+inline constexpr std::uint64_t kMaxFrameTag = 160;
 
 struct FrameHeader {
   static constexpr std::uint32_t kMagic = 0x5257'4d4d;  // "MMWR"
@@ -86,6 +83,39 @@ struct FrameHeader {
 };
 static_assert(sizeof(FrameHeader) == 80);
 
+// The same 80 bytes, as the pool frames (PoolReadRequest, PoolWriteRequest, PoolEnd) name them:
+// each field means one thing. Read with as_pool() / written with as_frame().
+struct PoolFrameHeader {
+  std::uint32_t magic = FrameHeader::kMagic;
+  std::uint8_t version = FrameHeader::kVersion;
+  FrameType type{};
+  std::uint8_t code = 0;          // PoolEnd: 0 = done, else ErrorCode + 1
+  std::uint8_t flags = 0;         // kCrossMemory, kLastOfTransfer
+  std::uint32_t piece_count = 0;  // requests: FramePieces after the header
+  std::uint32_t generation = 0;   // low 32 bits of the pool metadata's generation
+  std::uint64_t request_id = 0;
+  std::uint64_t transfer = 0;   // the transfer's number on its connection
+  std::uint64_t length = 0;     // requests: the pieces' bytes; PoolEnd: its error text
+  std::uint32_t tag_bytes = 0;  // requests: the tag after the piece list (0: untagged)
+  std::uint32_t reserved = 0;
+  Id128 key{};
+  Id128 token{};
+};
+static_assert(sizeof(PoolFrameHeader) == sizeof(FrameHeader));
+inline PoolFrameHeader as_pool(const FrameHeader& header) {
+  return std::bit_cast<PoolFrameHeader>(header);
+}
+inline FrameHeader as_frame(const PoolFrameHeader& header) {
+  return std::bit_cast<FrameHeader>(header);
+}
+inline bool is_pool_request(FrameType type) {
+  return type == FrameType::PoolReadRequest || type == FrameType::PoolWriteRequest;
+}
+// A piece request whose bytes go to the passive side.
+inline bool is_write_request(FrameType type) {
+  return type == FrameType::WritePiecesRequest || type == FrameType::PoolWriteRequest;
+}
+
 // One block of a piece request: `length` bytes at `offset` in descriptor `index` of the
 // registration; with kCrossMemory, `peer_address` is the block's place in the active process.
 struct FramePiece {
@@ -102,25 +132,21 @@ static_assert(sizeof(FramePiece) == 32);
 inline constexpr std::uint32_t kMaxFramePieces = 1024;
 
 inline bool is_piece_request(FrameType type) {
-  return type == FrameType::ReadPiecesRequest || type == FrameType::WritePiecesRequest;
+  return type == FrameType::ReadPiecesRequest || type == FrameType::WritePiecesRequest ||
+         is_pool_request(type);
 }
 // The piece list's size on the wire; 0 when the count is out of range (the frame is malformed).
 inline std::uint64_t piece_list_bytes(const FrameHeader& header) {
   if (header.index == 0 || header.index > kMaxFramePieces) return 0;
   return std::uint64_t{header.index} * sizeof(FramePiece);
 }
-// Whether a piece request carries its transfer's tag (see frame_flags::kTagged).
-inline bool carries_tag(const FrameHeader& header) {
-  constexpr std::uint8_t kAll = frame_flags::kPool | frame_flags::kTagged | frame_flags::kCompletes;
-  return header.type == FrameType::WritePiecesRequest && (header.flags & kAll) == kAll;
-}
-// The bytes gathered before a piece request is handled: its list, and a tag it carries. 0 when
-// either is out of range.
+// The bytes gathered before a piece request is handled: its list, and a pool request's tag. 0
+// when either is out of range.
 inline std::uint64_t piece_request_inline_bytes(const FrameHeader& header) {
   const auto list = piece_list_bytes(header);
-  if (list == 0 || !carries_tag(header)) return list;
-  if (header.peer_address == 0 || header.peer_address > kMaxFrameTag) return 0;
-  return list + header.peer_address;
+  if (list == 0 || !is_pool_request(header.type)) return list;
+  const auto tag = as_pool(header).tag_bytes;
+  return tag > kMaxFrameTag ? 0 : list + tag;
 }
 // Whether the pieces' lengths add up to the header's `length` (and no sum wraps around).
 inline bool pieces_add_up(const FrameHeader& header, std::span<const FramePiece> pieces) {
@@ -142,6 +168,8 @@ inline std::uint64_t inline_payload_bytes(const FrameHeader& header) {
       return 0;
     case FrameType::ReadPiecesRequest:
     case FrameType::WritePiecesRequest:
+    case FrameType::PoolReadRequest:
+    case FrameType::PoolWriteRequest:
       return piece_request_inline_bytes(header);
     case FrameType::ReadResponse:
       return header.code != 0 || (header.flags & frame_flags::kMapped) != 0 ? header.length : 0;

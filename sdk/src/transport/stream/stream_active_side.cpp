@@ -29,11 +29,16 @@ std::optional<StreamActiveSide::Pending> StreamActiveSide::take(std::uint64_t re
   return pending;
 }
 
-void mark_pool_frame(FrameHeader& header, std::uint64_t pool_transfer_id, const BlockPlan& blocks) {
-  header.flags |= frame_flags::kPool;
-  if (!blocks.tag.empty()) header.flags |= frame_flags::kTagged;
-  header.offset = pool_transfer_id;
-  header.reserved2 = static_cast<std::uint32_t>(blocks.generation);
+void mark_pool_frame(FrameHeader& header, FrameType type, std::uint64_t pool_transfer_id,
+                     const BlockPlan& blocks) {
+  auto pool = as_pool(header);
+  pool.type = type;
+  pool.transfer = pool_transfer_id;
+  pool.generation = static_cast<std::uint32_t>(blocks.generation);
+  // Every request names its transfer's tag: the owner admits the transfer with it, and
+  // delivers it at the end. The end itself carries none.
+  pool.tag_bytes = type == FrameType::PoolEnd ? 0 : static_cast<std::uint32_t>(blocks.tag.size());
+  header = as_frame(pool);
 }
 
 OutFrame notice_frame(const ActiveTransfer& transfer, std::uint64_t pool_transfer_id) {
@@ -41,11 +46,8 @@ OutFrame notice_frame(const ActiveTransfer& transfer, std::uint64_t pool_transfe
   frame.header.type = FrameType::Notice;
   frame.header.key = transfer.key();
   frame.header.token = transfer.token();
-  if (const auto* blocks = transfer.blocks()) {
-    mark_pool_frame(frame.header, pool_transfer_id, *blocks);
-    frame.header.index = static_cast<std::uint32_t>(blocks->tag.size());
-    frame.text = blocks->tag;
-  }
+  if (const auto* blocks = transfer.blocks())
+    mark_pool_frame(frame.header, FrameType::PoolEnd, pool_transfer_id, *blocks);
   return frame;
 }
 

@@ -36,9 +36,10 @@ struct StreamTransfer {
   PoolNotice pool_notice = PoolNotice::None;
 };
 
-// Marks a request or notice of a transfer between pools (see frame_flags::kPool).
-void mark_pool_frame(FrameHeader& header, std::uint64_t pool_transfer_id, const BlockPlan& blocks);
-// The completion notice of a transfer (a pool's carries its tag), without code or request id.
+// Makes `header` a pool frame of `type` (PoolFrameHeader) of transfer `pool_transfer_id`.
+void mark_pool_frame(FrameHeader& header, FrameType type, std::uint64_t pool_transfer_id,
+                     const BlockPlan& blocks);
+// The completion notice of a transfer (a pool's is its PoolEnd), without code or request id.
 OutFrame notice_frame(const ActiveTransfer& transfer, std::uint64_t pool_transfer_id);
 
 // A read answer's bytes on their way into the caller's buffer (pinned meanwhile): if the

@@ -548,7 +548,16 @@ std::size_t StreamConnection::frame_parts(OutFrame& frame, std::vector<iovec>& p
       if (!frame.pin) {
         frame.header.code = wire_code(ErrorCode::Cancelled);
         frame.header.length = 0;
-        if (is_piece_request(frame.header.type)) {
+        if (is_pool_request(frame.header.type)) {
+          // A pool request without its bytes: its transfer's failure goes instead (same
+          // request id, so the accounting balances), and the owner delivers no tag for it.
+          auto end = as_pool(frame.header);
+          end.type = FrameType::PoolEnd;
+          end.piece_count = 0;
+          end.tag_bytes = 0;
+          frame.header = as_frame(end);
+          frame.text.clear();
+        } else if (is_piece_request(frame.header.type)) {
           // Without its bytes a piece request would break the framing: an empty single write
           // goes instead, refused by the peer, so its request accounting still balances.
           frame.header.type = FrameType::WriteRequest;

@@ -1,55 +1,54 @@
 #include "transport/stream/stream_passive_side.hpp"
 
-#include <set>
-
+#include "peer_name.hpp"
 #include "pool_state.hpp"
 #include "registration.hpp"
 #include "shared_memory_index.hpp"
 #include "transport/stream/cross_memory.hpp"
 
 namespace memwire::detail {
+namespace {
+Error not_a_pool_frame() {
+  return Error(ErrorCode::AccessDenied, "a pool's blocks move only in pool frames");
+}
+}  // namespace
 
 std::shared_ptr<Registration> StreamPassiveSide::find(const FrameHeader& header) const {
   auto registration = registrations_->find(header.key);
   if (registration) return registration;
-  if (header.flags & frame_flags::kPool)
+  if (is_pool_request(header.type) || header.type == FrameType::PoolEnd)
     throw Error(ErrorCode::Expired,
-                "stale pool metadata (generation " + std::to_string(header.reserved2) +
+                "stale pool metadata (generation " + std::to_string(as_pool(header).generation) +
                     "): the owner has no such pool any more (dropped, re-registered, or its "
                     "connector restarted); fetch the pool's metadata again");
   throw Error(ErrorCode::NotFound, "no live operation with that notification key");
 }
 
-void StreamPassiveSide::admit_pool_request(const FrameHeader& header,
-                                           const Registration& registration, bool remember_tag) {
-  const auto& pool = registration.pool();
-  if ((header.flags & frame_flags::kPool) == 0 || !pool)
-    throw Error(ErrorCode::AccessDenied, pool ? "a pool's blocks move only in pool transfers"
-                                              : "a one-shot operation is no pool");
-  if (header.reserved2 != static_cast<std::uint32_t>(pool->generation()))
+void StreamPassiveSide::admit_pool_request(const StreamConnection& connection,
+                                           const PoolFrameHeader& header,
+                                           const std::shared_ptr<Registration>& registration,
+                                           std::span<const FramePiece> pieces,
+                                           const std::string& tag) {
+  const auto& pool = *registration->pool();
+  if (header.generation != static_cast<std::uint32_t>(pool.generation()))
     throw Error(ErrorCode::Expired, "stale pool metadata: generation " +
-                                        std::to_string(header.reserved2) + ", the pool's is " +
-                                        std::to_string(pool->generation()));
-  if (!remember_tag || (header.flags & frame_flags::kTagged) == 0 ||
-      tagged_in_flight_.contains(header.offset))
-    return;
-  if (tagged_in_flight_.size() == kMostTaggedInFlight)
-    throw Error(ErrorCode::Transport, "more than " + std::to_string(kMostTaggedInFlight) +
-                                          " tagged pool transfers in flight on one connection");
-  tagged_in_flight_.emplace(header.offset, header.key);
+                                        std::to_string(header.generation) + ", the pool's is " +
+                                        std::to_string(pool.generation()));
+  for (const auto& piece : pieces) pool.check_blocks(piece.index, piece.offset, piece.length);
+  if (tag.empty()) return;  // untagged: nothing follows it that the owner must vouch for
+  const auto kind =
+      header.type == FrameType::PoolReadRequest ? OperationKind::Read : OperationKind::Write;
+  transfers_.admit(header.transfer,
+                   {header.key, kind, tag,
+                    pool.identify(header.token, registration->token(), peer_name(connection)),
+                    registration, false});
 }
 
-void StreamPassiveSide::pool_request_failed(const FrameHeader& header) {
-  if ((header.flags & (frame_flags::kPool | frame_flags::kTagged)) !=
-      (frame_flags::kPool | frame_flags::kTagged))
-    return;
-  // A peer that never sends the failure notice that clears these must not grow them.
-  if (tagged_failed_.size() == kMostTaggedInFlight) {
-    if (auto connection = connection_.lock())
-      connection->shutdown("protocol error: too many failed tagged transfers left unended");
-    return;
-  }
-  tagged_failed_.insert(header.offset);
+void StreamPassiveSide::fault(StreamConnection& connection, const FrameHeader& header,
+                              FrameType answer_type, const std::string& what) {
+  if (auto registration = registrations_->find(header.key); registration && registration->pool())
+    registration->pool()->count_fault();
+  refuse_malformed(connection, answer_type, header, what);
 }
 
 void StreamPassiveSide::answer(StreamConnection& connection, FrameType type,
@@ -102,7 +101,11 @@ void StreamPassiveSide::on_frame(StreamConnection& connection, const FrameHeader
       return serve_notice(connection, header);
     case FrameType::ReadPiecesRequest:
     case FrameType::WritePiecesRequest:
+    case FrameType::PoolReadRequest:
+    case FrameType::PoolWriteRequest:
       return serve_pieces(connection, header);
+    case FrameType::PoolEnd:
+      return serve_pool_end(connection, header);
     default:
       connection.shutdown("protocol error: unexpected frame for the passive side");
   }
@@ -116,6 +119,12 @@ void StreamPassiveSide::check_cross_memory() const {
 void StreamPassiveSide::serve_hello(StreamConnection& connection, const FrameHeader& header) {
   auto name = connection.receive_text(header.length);
   if (!name) return;
+  if (auto problem = peer_name_problem(*name); !problem.empty())
+    return refuse_malformed(connection, FrameType::HelloResponse, header,
+                            "a Hello with " + std::string(problem));
+  // A name is said once: a peer may not change who it says it is under transfers it opened.
+  if (!peer_name_.empty())
+    return refuse_malformed(connection, FrameType::HelloResponse, header, "a second Hello");
   peer_name_ = std::move(*name);
   if ((header.flags & frame_flags::kCrossMemory) == 0) return;
   // The dialler proves we may copy from it: a word at peer_address must read as `offset`.
@@ -137,7 +146,7 @@ void StreamPassiveSide::serve_hello(StreamConnection& connection, const FrameHea
 void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHeader& header) {
   try {
     auto registration = find(header);
-    if (registration->pool()) admit_pool_request(header, *registration);
+    if (registration->pool()) throw not_a_pool_frame();
     auto access = registration->check_access(header.token, OperationKind::Read, header.index,
                                              header.offset, header.length, transport_);
     touch(registration);
@@ -163,7 +172,6 @@ void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHead
     }
     finish_request(connection, header, registration, std::move(response));
   } catch (const Error& error) {
-    pool_request_failed(header);
     answer(connection, FrameType::ReadResponse, header, &error);
   }
 }
@@ -174,7 +182,7 @@ void StreamPassiveSide::serve_write(StreamConnection& connection, const FrameHea
   std::uint64_t unread = cross ? 0 : header.length;
   try {
     auto registration = find(header);
-    if (registration->pool()) admit_pool_request(header, *registration);
+    if (registration->pool()) throw not_a_pool_frame();
     auto access = registration->check_access(header.token, OperationKind::Write, header.index,
                                              header.offset, header.length, transport_);
     touch(registration);
@@ -199,7 +207,6 @@ void StreamPassiveSide::serve_write(StreamConnection& connection, const FrameHea
     finish_request(connection, header, registration, write_response(header));
   } catch (const Error& error) {
     // Also what a cancelled piece request turns into on the wire (see frame_parts).
-    pool_request_failed(header);
     refuse_after(connection, unread, FrameType::WriteResponse, header, error);
   }
 }
@@ -226,7 +233,8 @@ void StreamPassiveSide::refuse_malformed(StreamConnection& connection, FrameType
 }
 
 void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHeader& header) {
-  const bool writing = header.type == FrameType::WritePiecesRequest;
+  const bool pool_frame = is_pool_request(header.type);
+  const bool writing = is_write_request(header.type);
   const bool cross = (header.flags & frame_flags::kCrossMemory) != 0;
   const auto answer_type = writing ? FrameType::WriteResponse : FrameType::ReadResponse;
   const auto list_bytes = piece_list_bytes(header);
@@ -236,25 +244,32 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
                                 std::to_string(kMaxFramePieces) + ")");
   if (piece_request_inline_bytes(header) == 0)
     return refuse_malformed(connection, answer_type, header,
-                            "a tag of " + std::to_string(header.peer_address) + " bytes (1 to " +
-                                std::to_string(kMaxFrameTag) + ")");
+                            "a tag of " + std::to_string(as_pool(header).tag_bytes) +
+                                " bytes (at most " + std::to_string(kMaxFrameTag) + ")");
   std::vector<FramePiece> pieces(header.index);
   if (!connection.receive(pieces.data(), list_bytes)) return;
   std::string tag;
-  if (carries_tag(header)) {
-    tag.resize(header.peer_address);
+  if (pool_frame) {
+    tag.resize(as_pool(header).tag_bytes);
     if (!connection.receive(tag.data(), tag.size())) return;
   }
   if (!pieces_add_up(header, pieces))
     return refuse_malformed(connection, answer_type, header,
                             "the pieces' lengths do not add up to the request's");
+  if (pool_frame && (header.flags & frame_flags::kLastOfTransfer) != 0 && (!writing || tag.empty()))
+    return refuse_malformed(connection, answer_type, header,
+                            "only a tagged pool write ends its transfer in its request");
+  if (tag.find('\0') != std::string::npos)
+    return refuse_malformed(connection, answer_type, header, "a tag holding a NUL byte");
   // A write's bytes on the socket must be consumed whatever happens, or the framing is lost.
   std::uint64_t unread = writing && !cross ? header.length : 0;
   try {
     auto registration = find(header);
     registration->authorize(header.token, writing ? OperationKind::Write : OperationKind::Read);
-    if (registration->pool() || (header.flags & frame_flags::kPool))
-      admit_pool_request(header, *registration);
+    if (pool_frame != static_cast<bool>(registration->pool()))
+      throw pool_frame ? Error(ErrorCode::AccessDenied, "a one-shot operation is no pool")
+                       : not_a_pool_frame();
+    if (pool_frame) admit_pool_request(connection, as_pool(header), registration, pieces, tag);
     std::vector<iovec> memory;
     memory.reserve(pieces.size());
     for (const auto& piece : pieces)
@@ -272,9 +287,9 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
         // The bytes land straight in the blocks, pinned until the last one has.
         connection.receive_into(
             std::move(memory), [this, &connection, header, registration, pin = std::move(pin),
-                                response = std::move(response), tag = std::move(tag)]() mutable {
+                                response = std::move(response)]() mutable {
               { auto landed = std::move(pin); }
-              finish_request(connection, header, registration, std::move(response), tag);
+              finish_request(connection, header, registration, std::move(response));
             });
         return;
       }
@@ -288,16 +303,25 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
       copy_pieces(header, pieces, memory, response);
       { auto copied = std::move(pin); }  // unpinned: completing revokes, which waits for pins
     }
-    finish_request(connection, header, registration, std::move(response), tag);
+    finish_request(connection, header, registration, std::move(response));
   } catch (const Error& error) {
-    pool_request_failed(header);
+    if (pool_frame) {
+      transfers_.refuse(as_pool(header).transfer);
+      // Asking for what the pool forbids: refused, and counted against the peer.
+      if (error.code() == ErrorCode::AccessDenied)
+        if (auto registration = registrations_->find(header.key);
+            registration && registration->pool())
+          registration->pool()->count_fault();
+    }
+    if (error.code() == ErrorCode::Protocol)
+      return fault(connection, header, answer_type, std::string(error.message()));
     refuse_after(connection, unread, answer_type, header, error);
   }
 }
 
 void StreamPassiveSide::copy_pieces(const FrameHeader& header, std::span<const FramePiece> pieces,
                                     std::vector<iovec>& memory, OutFrame& response) {
-  const bool writing = header.type == FrameType::WritePiecesRequest;
+  const bool writing = is_write_request(header.type);
   check_cross_memory();
   std::vector<iovec> theirs;
   theirs.reserve(pieces.size());
@@ -329,20 +353,16 @@ bool StreamPassiveSide::answer_mapped(StreamConnection& connection, const FrameH
 
 void StreamPassiveSide::finish_request(StreamConnection& connection, const FrameHeader& request,
                                        const std::shared_ptr<Registration>& registration,
-                                       OutFrame response, const std::string& tag) {
+                                       OutFrame response) {
   if (registration->pool()) {
-    // A pool write that carried its tag: delivered now that every byte landed, before the
-    // answer, which then says both.
-    if (carries_tag(request)) {
-      try {
-        registration->pool()->deliver(peer_name(connection), tag);
-      } catch (const Error& error) {
-        pool_request_failed(request);
-        answer(connection, response.header.type, request, &error);
+    // A tagged pool write that ends its transfer: its tag is delivered now that every byte
+    // landed, before the answer, which then says both.
+    if (request.type == FrameType::PoolWriteRequest &&
+        (request.flags & frame_flags::kLastOfTransfer) != 0) {
+      if (auto error = end_transfer(as_pool(request).transfer, std::nullopt)) {
+        answer(connection, response.header.type, request, &*error);
         return;
       }
-      tagged_in_flight_.erase(request.offset);
-      remember_delivered(request.offset);
     }
     connection.send(std::move(response));
     return;
@@ -381,7 +401,6 @@ void StreamPassiveSide::finish_request(StreamConnection& connection, const Frame
 void StreamPassiveSide::serve_notice(StreamConnection& connection, const FrameHeader& header) {
   auto text = connection.receive_text(header.length);
   if (!text) return;
-  if (header.flags & frame_flags::kPool) return serve_pool_notice(connection, header, *text);
   try {
     auto registration = find(header);
     if (header.code == 0) {
@@ -400,51 +419,95 @@ void StreamPassiveSide::serve_notice(StreamConnection& connection, const FrameHe
   answer(connection, FrameType::NoticeResponse, header, nullptr);
 }
 
-void StreamPassiveSide::serve_pool_notice(StreamConnection& connection, const FrameHeader& header,
-                                          const std::string& payload) {
-  if (header.index > payload.size())
-    return refuse_malformed(connection, FrameType::NoticeResponse, header,
-                            "a pool notice's tag is longer than its payload");
-  const bool had_failed = tagged_failed_.erase(header.offset) > 0;
-  tagged_in_flight_.erase(header.offset);
-  try {
-    auto registration = find(header);
-    registration->check_token(header.token);
-    admit_pool_request(header, *registration, /*remember_tag=*/false);
-    const auto& pool = registration->pool();
-    std::string tag = payload.substr(0, header.index);
-    const auto peer = peer_name(connection);
-    if (header.code != 0) {
-      // Cancelled after its tag went out behind all its bytes: delivered, nothing to undo.
-      if (delivered_.contains(header.offset)) throw Error(ErrorCode::Cancelled, "tag delivered");
-      pool->fail(peer, std::move(tag),
-                 Error(error_code_from_wire(header.code),
-                       "the active side reported: " + payload.substr(header.index)));
-    } else if (had_failed) {
-      throw Error(ErrorCode::Transport,
-                  "a request of this transfer failed: its tag was not delivered");
-    } else if (!tag.empty()) {
-      pool->deliver(peer, std::move(tag));
-      remember_delivered(header.offset);
+void StreamPassiveSide::serve_pool_end(StreamConnection& connection, const FrameHeader& header) {
+  auto text = connection.receive_text(header.length);
+  if (!text) return;
+  const auto end = as_pool(header);
+  const auto id = std::to_string(end.transfer);
+  auto transfer = transfers_.take(end.transfer);
+  if (!transfer) {
+    switch (transfers_.outcome(end.transfer)) {
+      case AdmittedTransfers::Outcome::Unknown:
+        // A failure of a transfer never admitted (refused, or cancelled before its first
+        // request left) ends no wait; a tag for one is forged.
+        if (header.code != 0) {
+          transfers_.ended(end.transfer, AdmittedTransfers::Outcome::Failed);
+          return answer(connection, FrameType::NoticeResponse, header, nullptr);
+        }
+        return fault(connection, header, FrameType::NoticeResponse,
+                     "a PoolEnd for transfer " + id +
+                         ", which no tagged request admitted on this connection opened");
+      case AdmittedTransfers::Outcome::Delivered: {
+        if (header.code == 0)
+          return fault(connection, header, FrameType::NoticeResponse,
+                       "a second tag for transfer " + id);
+        // A cancel that came after the tag had left behind all its bytes: nothing to undo.
+        const Error delivered(ErrorCode::Cancelled, "its tag was delivered already");
+        return answer(connection, FrameType::NoticeResponse, header, &delivered);
+      }
+      case AdmittedTransfers::Outcome::Failed: {
+        if (header.code != 0) return answer(connection, FrameType::NoticeResponse, header, nullptr);
+        const Error refused(ErrorCode::Transport,
+                            "a request of this transfer was refused: its tag was not delivered");
+        return answer(connection, FrameType::NoticeResponse, header, &refused);
+      }
     }
-  } catch (const Error& error) {
-    answer(connection, FrameType::NoticeResponse, header, &error);
-    return;
   }
-  answer(connection, FrameType::NoticeResponse, header, nullptr);
+  const auto registration = transfer->pool.lock();
+  const auto peer = transfer->peer;
+  const bool same_pool = end.key == transfer->key;
+  // Back in the table: end_transfer() ends it, with its outcome.
+  transfers_.admit(end.transfer, std::move(*transfer));
+  if (!registration) {
+    end_transfer(end.transfer, Error(ErrorCode::Cancelled, "the pool was closed by its owner"));
+    const Error closed(ErrorCode::Cancelled, "the pool was closed by its owner");
+    return answer(connection, FrameType::NoticeResponse, header, &closed);
+  }
+  std::optional<Error> failure;
+  try {
+    if (!same_pool || registration->pool()->identify(end.token, registration->token(),
+                                                     peer_name(connection)) != peer) {
+      end_transfer(end.transfer, Error(ErrorCode::Protocol, "its PoolEnd was not its own"));
+      return fault(connection, header, FrameType::NoticeResponse,
+                   "the PoolEnd of transfer " + id +
+                       " names another pool or presents another peer's token than its requests");
+    }
+    if (header.code != 0)
+      failure.emplace(error_code_from_wire(header.code), "the active side reported: " + *text);
+  } catch (const Error& error) {
+    failure = error;  // e.g. its grant was revoked meanwhile
+  }
+  auto refused = end_transfer(end.transfer, failure);
+  answer(connection, FrameType::NoticeResponse, header,
+         header.code != 0 || !refused ? nullptr : &*refused);
+}
+
+std::optional<Error> StreamPassiveSide::end_transfer(std::uint64_t id,
+                                                     std::optional<Error> failure) {
+  auto transfer = transfers_.take(id);
+  if (!transfer) return Error(ErrorCode::Protocol, "no such transfer open");
+  auto registration = transfer->pool.lock();
+  if (!registration) return Error(ErrorCode::Cancelled, "the pool was closed by its owner");
+  auto& pool = *registration->pool();
+  if (!failure && transfer->failed)
+    failure.emplace(ErrorCode::Transport,
+                    "a request of this transfer failed: its tag was not delivered");
+  if (!failure) {
+    try {
+      pool.deliver(transfer->peer, transfer->tag);
+      transfers_.ended(id, AdmittedTransfers::Outcome::Delivered);
+      return std::nullopt;
+    } catch (const Error& error) {
+      failure = error;
+    }
+  }
+  transfers_.ended(id, AdmittedTransfers::Outcome::Failed);
+  pool.fail(transfer->peer, transfer->tag, *failure);
+  return failure;
 }
 
 std::string StreamPassiveSide::peer_name(const StreamConnection& connection) const {
   return peer_name_.empty() ? connection.peer() : peer_name_;
-}
-
-void StreamPassiveSide::remember_delivered(std::uint64_t transfer) {
-  if (delivered_order_.size() == kMostRemembered) {
-    delivered_.erase(delivered_order_.front());
-    delivered_order_.pop_front();
-  }
-  delivered_order_.push_back(transfer);
-  delivered_.insert(transfer);
 }
 
 bool StreamPassiveSide::busy() const {
@@ -456,17 +519,12 @@ bool StreamPassiveSide::busy() const {
 
 void StreamPassiveSide::on_closed(StreamConnection& connection, const Error& reason) {
   auto pools = std::move(pools_touched_);
-  const auto peer = peer_name(connection);
-  std::set<Id128> lost;  // once per pool, however many of its transfers were in flight
-  for (const auto& [id, key] : tagged_in_flight_) lost.insert(key);
-  for (const auto& key : lost) {
-    auto found = pools.find(key);
-    if (found == pools.end()) continue;
-    if (auto registration = found->second.lock())
+  // Each transfer open on it ends: its tag's waiters hear why, no one else's.
+  for (auto& [id, transfer] : transfers_.take_all())
+    if (auto registration = transfer.pool.lock())
       registration->pool()->fail(
-          peer, "", Error(ErrorCode::PeerLost, std::string("connection lost: ") + reason.what()));
-  }
-  tagged_in_flight_.clear();
+          transfer.peer, transfer.tag,
+          Error(ErrorCode::PeerLost, std::string("connection lost: ") + reason.what()));
   for (const auto& [key, weak] : pools)
     if (auto registration = weak.lock())
       registration->gate().remove_breaker(reinterpret_cast<std::uintptr_t>(this));

@@ -1,16 +1,15 @@
 #pragma once
 
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "registration_table.hpp"
+#include "transport/stream/admitted_transfers.hpp"
 #include "transport/stream/stream_connection.hpp"
 
 namespace memwire::detail {
@@ -40,17 +39,21 @@ class StreamPassiveSide final : public FrameHandler {
 
  private:
   std::shared_ptr<Registration> find(const FrameHeader& header) const;
-  // A pool request: the metadata's generation must be the pool's; a tagged one is remembered
-  // until its tag arrives (a connection lost before then is a loss for the pool's waiters).
-  void admit_pool_request(const FrameHeader& header, const Registration& registration,
-                          bool remember_tag = true);
-  // A pool request failed: its transfer's tag must not be delivered.
-  void pool_request_failed(const FrameHeader& header);
-  // Tags delivered lately, by transfer: a failure notice that follows one (a cancel that came
-  // after the tag had left) changes nothing.
-  void remember_delivered(std::uint64_t transfer);
-  void serve_pool_notice(StreamConnection& connection, const FrameHeader& header,
-                         const std::string& payload);
+  // A pool request, before any byte moves: the metadata's generation must be the pool's, every
+  // piece inside a block, and a tagged one opens (or continues) its transfer on this
+  // connection, with the peer its token says it is. Throws as the refusal to answer with.
+  void admit_pool_request(const StreamConnection& connection, const PoolFrameHeader& header,
+                          const std::shared_ptr<Registration>& registration,
+                          std::span<const FramePiece> pieces, const std::string& tag);
+  // The transfer's last step (PoolEnd): delivers its tag, or tells its waiters it failed.
+  void serve_pool_end(StreamConnection& connection, const FrameHeader& header);
+  // Ends open transfer `id`: delivers its tag unless `failure` (or a refused request of it),
+  // else fails its waits. Returns why the tag was not delivered.
+  std::optional<Error> end_transfer(std::uint64_t id, std::optional<Error> failure);
+  // A frame the protocol forbids: counted against the pool it names, answered, and the
+  // connection closed.
+  void fault(StreamConnection& connection, const FrameHeader& header, FrameType answer_type,
+             const std::string& what);
   void serve_read(StreamConnection& connection, const FrameHeader& header);
   void serve_write(StreamConnection& connection, const FrameHeader& header);
   void serve_notice(StreamConnection& connection, const FrameHeader& header);
@@ -69,8 +72,7 @@ class StreamPassiveSide final : public FrameHandler {
   void serve_hello(StreamConnection& connection, const FrameHeader& header);
   // Sends the answer to a served request; completes the operation first when it asked to.
   void finish_request(StreamConnection& connection, const FrameHeader& request,
-                      const std::shared_ptr<Registration>& registration, OutFrame response,
-                      const std::string& tag = {});
+                      const std::shared_ptr<Registration>& registration, OutFrame response);
   // Who sent a tag: the connector its Hello named, else the connection's address.
   std::string peer_name(const StreamConnection& connection) const;
   // Answers a kMapped request for memory in a SharedBuffer with its location; false when the
@@ -89,15 +91,9 @@ class StreamPassiveSide final : public FrameHandler {
   std::weak_ptr<StreamConnection> connection_;
   // Registrations this connection accessed and that have not completed yet.
   std::map<Id128, std::weak_ptr<Registration>> touched_;
-  // Pools this connection accessed (they never complete), and its tagged pool transfers:
-  // in flight (transfer number -> pool key), and failed before their tag came.
+  // Pools this connection accessed (they never complete), and its tagged pool transfers.
   std::map<Id128, std::weak_ptr<Registration>> pools_touched_;
-  std::unordered_map<std::uint64_t, Id128> tagged_in_flight_;
-  std::unordered_set<std::uint64_t> tagged_failed_;
-  static constexpr std::size_t kMostTaggedInFlight = 4096;
-  static constexpr std::size_t kMostRemembered = 1024;
-  std::deque<std::uint64_t> delivered_order_;
-  std::unordered_set<std::uint64_t> delivered_;
+  AdmittedTransfers transfers_;
   std::string peer_name_;  // what its Hello said
 };
 

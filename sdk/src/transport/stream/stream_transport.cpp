@@ -195,12 +195,13 @@ class StreamTransport final : public Transport {
     frame.header.token = transfer.token();
     if (state.single_request) frame.header.flags = frame_flags::kCompletes;
     if (const auto* blocks = transfer.blocks()) {
-      mark_pool_frame(frame.header, state.pool_transfer_id, *blocks);
-      if (state.pool_notice == PoolNotice::InRequest) {
-        // The tag rides after the piece list (send_pieces appends it).
-        frame.header.flags |= frame_flags::kCompletes;
-        frame.header.peer_address = blocks->tag.size();
-      }
+      // The tag rides after the piece list (send_pieces appends it).
+      mark_pool_frame(frame.header,
+                      transfer.kind() == OperationKind::Read ? FrameType::PoolReadRequest
+                                                             : FrameType::PoolWriteRequest,
+                      state.pool_transfer_id, *blocks);
+      if (state.pool_notice == PoolNotice::InRequest)
+        frame.header.flags |= frame_flags::kLastOfTransfer;
     }
     return frame;
   }
@@ -264,12 +265,13 @@ class StreamTransport final : public Transport {
                         cross ? reinterpret_cast<std::uintptr_t>(block) : 0});
     }
     auto frame = request_frame(*transfer, *state);
-    frame.header.type = reading ? FrameType::ReadPiecesRequest : FrameType::WritePiecesRequest;
+    if (!transfer->blocks())
+      frame.header.type = reading ? FrameType::ReadPiecesRequest : FrameType::WritePiecesRequest;
     frame.header.index = static_cast<std::uint32_t>(pieces.size());
     frame.header.length = request.length;
     frame.text.assign(reinterpret_cast<const char*>(pieces.data()),
                       pieces.size() * sizeof(FramePiece));
-    if (carries_tag(frame.header)) frame.text += transfer->blocks()->tag;
+    if (const auto* blocks = transfer->blocks()) frame.text += blocks->tag;
     std::uint64_t id = 0;
     auto& active = connection.active();
     if (cross) {

@@ -105,8 +105,13 @@ class Connection {
     std::weak_ptr<Registration> registration;
     std::shared_ptr<AccessGrant> grant;
     // A pool: its grant stays for the connection's life; its transfers under way (Begin
-    // without Done or Abort yet), by seq, with their tags.
-    std::map<std::uint64_t, std::string> pool_transfers;
+    // without Done or Abort yet), by seq, with their tags and whom the token said sent them.
+    struct PoolTransfer {
+      std::string tag;
+      std::string peer;
+      bool authenticated = false;
+    };
+    std::map<std::uint64_t, PoolTransfer> pool_transfers;
   };
   std::map<Id128, Inbound> inbound;
   // Active side: the keys of pools the owner granted this connection, by pool key. Its later

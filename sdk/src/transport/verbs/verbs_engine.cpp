@@ -511,8 +511,7 @@ void Engine::fail_connection(Connection& connection, const Error& error,
   active_.on_connection_lost(connection.rail, std::move(outbound), error, culprit, culprit_error);
   // A registration fails with the last connection that began it: the peer's other rails may
   // still carry its transfer.
-  passive_.on_connection_lost(inbound, error,
-                              connection.peer.empty() ? connection.address : connection.peer);
+  passive_.on_connection_lost(inbound, error);
 }
 
 }  // namespace memwire::detail::verbs

@@ -94,10 +94,8 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
     registration->check_access(notice.token, notice.kind, 0, 0, descriptors.front().size(),
                                "verbs");
   } catch (const Error& error) {
+    // Refused before it was admitted: the sender hears why; no waiter's tag was its to end.
     reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
-    // The token was right: the pool's waiters for this transfer's tag hear why it never came.
-    if (registration->pool() && !notice.text.empty())
-      registration->pool()->fail(peer_of(connection), notice.text, error);
     return;
   }
   if (registration->pool()) return on_pool_begin(connection, notice, registration);
@@ -165,6 +163,16 @@ std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_to(Connection& connection,
 
 void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notice,
                                      const std::shared_ptr<Registration>& registration) {
+  Connection::Inbound::PoolTransfer transfer{notice.text, {}, false};
+  try {
+    const auto peer =
+        registration->pool()->identify(notice.token, registration->token(), peer_of(connection));
+    transfer.peer = peer.name;
+    transfer.authenticated = peer.authenticated;
+  } catch (const Error& error) {
+    reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
+    return;
+  }
   auto found = connection.inbound.find(notice.key);
   if (found != connection.inbound.end()) {
     auto& entry = found->second;
@@ -179,7 +187,7 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
             "the pool was closed by its owner");
       return;
     }
-    entry.pool_transfers[notice.seq] = notice.text;
+    entry.pool_transfers[notice.seq] = std::move(transfer);
     // The keys this connection holds already: no bind, no new region.
     if (!connection.send_grant(notice.seq, entry.grant, /*bind=*/false))
       engine_.fail_connection(
@@ -197,7 +205,7 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
   if (!grant) return;
   auto& entry = connection.inbound[notice.key];
   entry = {registration, grant, {}};
-  entry.pool_transfers[notice.seq] = notice.text;
+  entry.pool_transfers[notice.seq] = std::move(transfer);
   if (!connection.send_grant(notice.seq, grant))
     engine_.fail_connection(
         connection,
@@ -215,15 +223,18 @@ void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice
           "Done for a pool transfer this connection holds no keys for");
     return;
   }
-  std::string tag = notice.text;
+  Connection::Inbound::PoolTransfer transfer{notice.text, {}, false};
   if (begun) {
-    tag = std::move(found->second.pool_transfers[notice.seq]);
+    transfer = std::move(found->second.pool_transfers[notice.seq]);
     found->second.pool_transfers.erase(notice.seq);
   }
   try {
-    registration.check_token(notice.token);
+    const auto peer =
+        registration.pool()->identify(notice.token, registration.token(), peer_of(connection));
+    if (begun && (peer.name != transfer.peer || peer.authenticated != transfer.authenticated))
+      throw Error(ErrorCode::Protocol, "a Done presenting another peer's token than its Begin");
     // The device placed every byte before this SEND, which came after them on the same QP.
-    if (!tag.empty()) registration.pool()->deliver(peer_of(connection), std::move(tag));
+    if (!transfer.tag.empty()) registration.pool()->deliver(peer, std::move(transfer.tag));
   } catch (const Error& error) {
     reply(connection, NoticeType::Result, notice.seq, error.code(), std::string(error.message()));
     return;
@@ -282,19 +293,21 @@ void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
     auto transfer = found->second.pool_transfers.find(notice.seq);
     std::string tag = notice.text;  // one without Begin names its tag
     if (transfer != found->second.pool_transfers.end()) {
-      tag = std::move(transfer->second);
+      tag = std::move(transfer->second.tag);
       found->second.pool_transfers.erase(transfer);
     } else if (notice.first_index != kPoolBegin) {
       return;
     }
+    PoolState::Peer peer;
     try {
-      registration->check_token(notice.token);
+      peer =
+          registration->pool()->identify(notice.token, registration->token(), peer_of(connection));
     } catch (const Error&) {
       return;
     }
     if (!tag.empty())
       registration->pool()->fail(
-          peer_of(connection), tag,
+          peer, tag,
           Error(notice.error.value_or(ErrorCode::Protocol),
                 "the active side failed (" +
                     std::string(error_code_name(notice.error.value_or(ErrorCode::Protocol))) +
@@ -314,15 +327,15 @@ void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
 }
 
 void VerbsPassiveSide::on_connection_lost(const std::map<Id128, Connection::Inbound>& inbound,
-                                          const Error& error, const std::string& peer) {
+                                          const Error& error) {
   const auto& connections = engine_.connections();
   for (const auto& [registration_key, entry] : inbound) {
     if (auto registration = entry.registration.lock(); registration && registration->pool()) {
       // A pool never fails with a connection; the tags of its transfers under way do.
-      for (const auto& [seq, tag] : entry.pool_transfers)
-        if (!tag.empty())
+      for (const auto& [seq, transfer] : entry.pool_transfers)
+        if (!transfer.tag.empty())
           registration->pool()->fail(
-              peer, tag,
+              {transfer.peer, transfer.authenticated}, transfer.tag,
               Error(ErrorCode::PeerLost, "connection lost: " + std::string(error.what())));
       continue;
     }

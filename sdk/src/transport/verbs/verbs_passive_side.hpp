@@ -30,9 +30,8 @@ class VerbsPassiveSide {
   void on_notice(Connection& connection, const Notice& notice);
   // `inbound`: the registrations the closed connection had begun. Each fails unless another
   // live connection (the peer's other rail) still carries its transfer.
-  // `peer`: the closed connection's peer, named to a pool's waiters.
-  void on_connection_lost(const std::map<Id128, Connection::Inbound>& inbound, const Error& error,
-                          const std::string& peer);
+  // A pool's transfers under way end, each named to its waiters with the peer that began it.
+  void on_connection_lost(const std::map<Id128, Connection::Inbound>& inbound, const Error& error);
 
  private:
   void on_begin(Connection& connection, const Notice& notice);

@@ -322,8 +322,10 @@ TEST_P(PoolConformance, APoolRefusesWhatItsOptionsDoNotAllow) {
   auto local = peer.register_pool(here.regions());
   auto write = peer.write_blocks(local, {{0, 0}}, read_only.metadata(), "no");
   EXPECT_EQ(failure_code(write, 10s), ErrorCode::AccessDenied);
-  EXPECT_EQ(error_code_of([&] { read_only.wait_for_tag("no", 10s); }), ErrorCode::PeerLost)
-      << "the refused write's tag was delivered, or its failure never came";
+  // Never admitted: no tag, and no failure either (a failure ends only admitted transfers).
+  EXPECT_EQ(error_code_of([&] { read_only.wait_for_tag("no", 300ms); }), ErrorCode::Timeout)
+      << "the refused write's tag or failure reached the owner's waiters";
+  EXPECT_GE(read_only.peer_faults(), 1u) << "a write to a read-only pool is the peer's fault";
   auto read = peer.read_blocks(read_only.metadata(), {{0, 0}}, local);
   EXPECT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
 }
@@ -428,17 +430,9 @@ TEST_P(PoolConformance, ALostPeerEndsWaitsForTags) {
   waiter = std::thread([&] { ended = error_code_of([&] { remote.wait_for_tag("L0", 20s); }); });
   {
     // A writer that sends a tagged request and vanishes before its tag.
-    const RdmaMetadata as_operation(OperationKind::Write,
-                                    {RemoteDescriptor{Device{}, pool.regions()[0].base, kBlock}},
-                                    pool.key(), pool.endpoint(), pool.token(), 0);
-    memwire::test_support::RawStreamPeer raw(as_operation);
-    std::vector<std::byte> payload(sizeof(detail::FramePiece) + kBlock);
-    detail::FramePiece piece{0, 0, 0, kBlock, 0};
-    std::memcpy(payload.data(), &piece, sizeof piece);
-    auto header = raw.request(detail::FrameType::WritePiecesRequest, 1, 77, kBlock);
-    header.flags = detail::frame_flags::kPool | detail::frame_flags::kTagged;
-    header.reserved2 = static_cast<std::uint32_t>(pool.generation());
-    raw.send(header, payload);
+    memwire::test_support::RawStreamPeer raw(pool);
+    raw.pool_request(detail::FrameType::PoolWriteRequest, 77, {{0, 0, 0, kBlock, 0}}, "L0", 0,
+                     std::vector<std::byte>(kBlock));
     EXPECT_EQ(raw.answer().first, 0);
   }
   waiter.join();

@@ -172,7 +172,7 @@ TEST(FrameLayout, HeaderChecksNameWhatIsWrong) {
   header = {};
   EXPECT_EQ(frame_header_problem(header), "unknown frame type 0");
   header.type = static_cast<FrameType>(static_cast<unsigned>(kLastFrameType) + 1);
-  EXPECT_EQ(frame_header_problem(header), "unknown frame type 11");
+  EXPECT_EQ(frame_header_problem(header), "unknown frame type 14");
   EXPECT_EQ(text_payload_problem(FrameHeader::kMaxText), std::nullopt);
   EXPECT_EQ(text_payload_problem(FrameHeader::kMaxText + 1),
             "text payload of 4097 bytes (at most 4096)");

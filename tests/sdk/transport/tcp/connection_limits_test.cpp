@@ -261,8 +261,10 @@ FileDescriptor said_hello(const std::string& address) {
   if (!socket) return socket;
   detail::FrameHeader hello;
   hello.type = detail::FrameType::Hello;
-  iovec part{&hello, sizeof hello};
-  EXPECT_TRUE(detail::send_all(socket.get(), &part, 1));
+  char name[] = "squatter";
+  hello.length = sizeof name - 1;
+  iovec parts[2] = {{&hello, sizeof hello}, {name, sizeof name - 1}};
+  EXPECT_TRUE(detail::send_all(socket.get(), parts, 2));
   return socket;
 }
 
