@@ -94,34 +94,32 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
     return;
   }
   auto pending = take(header.request_id);
+  if (!pending) return unasked_answer(connection, header);
+  if (auto problem = unasked_in(header, *pending))
+    return break_protocol(connection, std::move(pending), *problem);
   if (header.code == 0 && (header.flags & frame_flags::kMapped))
-    return copy_mapped(connection, header, std::move(pending));
-  if (pending) pending->pin.reset();  // only cross-memory requests hold one: done with it
+    return copy_mapped(connection, header, std::move(*pending));
+  pending->pin.reset();  // only cross-memory requests hold one: done with it
   if (header.code != 0) {
     auto text = connection.receive_text(header.length);
-    if (!text) {
-      if (pending) lost_mid_answer(connection, *pending);
-      return;
-    }
-    if (pending)
-      fail(*pending,
-           Error(error_code_from_wire(header.code),
-                 "the passive side refused: " +
-                     (text->empty() ? "its operation ended during the transfer" : *text)));
-    return;
-  }
-  if (!pending) {  // a response for a request we gave up on (e.g. an error notice)
-    connection.discard(header.length, {});
+    if (!text) return lost_mid_answer(connection, *pending);
+    fail(*pending, Error(error_code_from_wire(header.code),
+                         "the passive side refused: " +
+                             (text->empty() ? "its operation ended during the transfer" : *text)));
     return;
   }
   auto& transfer = *pending->transfer->transfer;
   switch (header.type) {
     case FrameType::ReadResponse: {
-      if (header.flags & frame_flags::kCrossMemory)  // the passive side copied it already
+      if (header.flags & frame_flags::kCrossMemory) {  // the passive side copied it already
+        if (header.length != 0)
+          return break_protocol(connection, std::move(pending),
+                                "cross-memory read response with a payload");
         return chunk_done(connection, pending->transfer);
+      }
       const bool expected = pending->destination != nullptr || !pending->pieces.empty();
       if (!expected || header.length != pending->length)
-        return break_protocol(connection, *pending, "read response of the wrong length");
+        return break_protocol(connection, std::move(pending), "read response of the wrong length");
       // Pinned while the bytes land in the caller's buffer; a cancelled transfer drains them.
       auto pin = transfer.gate().pin();
       std::vector<iovec> into;
@@ -145,6 +143,40 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
   }
 }
 
+std::optional<std::string> StreamActiveSide::unasked_in(const FrameHeader& header,
+                                                        const Pending& pending) {
+  if (header.code != 0) return std::nullopt;  // a refusal: its flags mean nothing
+  // A cross-memory request holds a pin; only one that passed `local` asked for a mapping.
+  const bool cross = pending.pin.has_value();
+  if ((header.flags & frame_flags::kMapped) &&
+      (pending.local == nullptr || header.type == FrameType::NoticeResponse))
+    return "mapped answer to a request that did not ask for one";
+  if ((header.flags & frame_flags::kCrossMemory) && !cross)
+    return "cross-memory answer to a request that was not one";
+  // A read's requests are answered by a ReadResponse, its notice by a NoticeResponse: any
+  // other answer would complete the read with its bytes not here.
+  if (pending.transfer->transfer->kind() == OperationKind::Read) {
+    const bool request = cross || pending.destination != nullptr || !pending.pieces.empty();
+    if (header.type == FrameType::WriteResponse ||
+        (request && header.type == FrameType::NoticeResponse))
+      return "a read request answered by a write or notice response";
+  }
+  return std::nullopt;
+}
+
+void StreamActiveSide::unasked_answer(StreamConnection& connection, const FrameHeader& header) {
+  // Failure notices go out without a request id: their answer, a text at most, is dropped (the
+  // text was gathered with the header and is skipped with the frame). Anything else answers
+  // nothing we asked, and its payload is no reason to read on.
+  constexpr std::uint8_t kAsked = frame_flags::kCrossMemory | frame_flags::kMapped;
+  if (header.request_id == 0 && header.type == FrameType::NoticeResponse &&
+      header.length <= FrameHeader::kMaxText && (header.flags & kAsked) == 0)
+    return;
+  break_protocol(
+      connection, std::nullopt,
+      "answer to request " + std::to_string(header.request_id) + ", which is not waiting for one");
+}
+
 AnswerInFlight::~AnswerInFlight() {
   pin_.reset();  // never hold a pin while failing: fail() closes the gate, which waits
   if (transfer_)
@@ -162,52 +194,44 @@ void StreamActiveSide::fail(Pending& pending, const Error& error) {
   pending.transfer->transfer->fail(error);
 }
 
-// Both below handle a request already taken from the pending table: closing the connection
-// would not fail it, so they do.
-void StreamActiveSide::break_protocol(StreamConnection& connection, Pending& pending,
+void StreamActiveSide::break_protocol(StreamConnection& connection, std::optional<Pending> taken,
                                       const std::string& what) {
-  fail(pending, Error(ErrorCode::Protocol, "protocol error: " + what));
   connection.shutdown("protocol error: " + what);
+  fail_all(std::move(taken),
+           Error(ErrorCode::Protocol, "protocol error from " + connection.peer() + ": " + what));
 }
 
+// Handles a request already taken from the pending table: closing the connection would not
+// fail it, so this does.
 void StreamActiveSide::lost_mid_answer(StreamConnection& connection, Pending& pending) {
   fail(pending,
        Error(ErrorCode::PeerLost, "connection to " + connection.peer() + " lost during an answer"));
 }
 
 void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHeader& header,
-                                   std::optional<Pending> pending) {
+                                   Pending pending) {
   SharedLocation location;
-  if (header.length != sizeof location) {
-    if (pending) return break_protocol(connection, *pending, "mapped answer of the wrong length");
-    connection.shutdown("protocol error: mapped answer of the wrong length");
-    return;
-  }
-  if (!connection.receive(&location, sizeof location)) {
-    if (pending) lost_mid_answer(connection, *pending);
-    return;
-  }
-  if (!pending) return;
+  if (header.length != sizeof location)
+    return break_protocol(connection, std::move(pending), "mapped answer of the wrong length");
+  if (!connection.receive(&location, sizeof location)) return lost_mid_answer(connection, pending);
   const bool reading = header.type == FrameType::ReadResponse;
   try {
-    if (pending->local == nullptr || header.type == FrameType::NoticeResponse)
-      throw Error(ErrorCode::Protocol, "mapped answer to a request that did not ask for one");
     auto mapping = mappings_.map(location, /*writable=*/!reading);
-    if (location.offset > mapping->size() || pending->length > mapping->size() - location.offset)
+    if (location.offset > mapping->size() || pending.length > mapping->size() - location.offset)
       throw Error(ErrorCode::Protocol, "mapped answer points outside the peer's buffer");
     auto* remote = mapping->base() + location.offset;
     // Still pinned: a cancel waits for this copy to end before the caller reuses the buffer.
     if (reading) {
-      copy_bulk(pending->local, remote, pending->length);
+      copy_bulk(pending.local, remote, pending.length);
     } else {
-      copy_bulk(remote, pending->local, pending->length);
+      copy_bulk(remote, pending.local, pending.length);
     }
   } catch (const Error& error) {
-    return fail(*pending, error);
+    return fail(pending, error);
   }
-  pending->pin.reset();
-  pending->transfer->mapped = true;
-  chunk_done(connection, pending->transfer);
+  pending.pin.reset();
+  pending.transfer->mapped = true;
+  chunk_done(connection, pending.transfer);
 }
 
 void StreamActiveSide::refused(StreamConnection& connection, const FrameHeader& header) {
@@ -218,6 +242,10 @@ void StreamActiveSide::refused(StreamConnection& connection, const FrameHeader& 
   // The reason first: a transfer that starts on this connection from now on and finds it
   // closed says why (closed_ below turns new requests away without one).
   connection.shutdown(std::string("refused by the owner: ") + (text ? *text : ""));
+  fail_all(std::nullopt, why);
+}
+
+void StreamActiveSide::fail_all(std::optional<Pending> taken, const Error& why) {
   std::unordered_map<std::uint64_t, Pending> lost;
   {
     std::lock_guard lock(mutex_);
@@ -225,7 +253,10 @@ void StreamActiveSide::refused(StreamConnection& connection, const FrameHeader& 
     lost.swap(pending_);
     waiting_.store(0, std::memory_order_relaxed);
   }
+  // Every pin goes before any transfer fails: fail() closes a gate, which waits for pins.
+  if (taken) taken->pin.reset();
   for (auto& [id, pending] : lost) pending.pin.reset();
+  if (taken) taken->transfer->transfer->fail(why);
   for (auto& [id, pending] : lost) pending.transfer->transfer->fail(why);
 }
 
@@ -235,15 +266,7 @@ bool StreamActiveSide::idle() const {
 }
 
 void StreamActiveSide::on_closed(StreamConnection&, const Error& reason) {
-  std::unordered_map<std::uint64_t, Pending> lost;
-  {
-    std::lock_guard lock(mutex_);
-    closed_ = true;
-    lost.swap(pending_);
-    waiting_.store(0, std::memory_order_relaxed);
-  }
-  for (auto& [id, pending] : lost) pending.pin.reset();
-  for (auto& [id, pending] : lost) pending.transfer->transfer->fail(reason);
+  fail_all(std::nullopt, reason);
 }
 
 }  // namespace memwire::detail

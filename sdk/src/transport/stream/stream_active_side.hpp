@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -104,12 +105,20 @@ class StreamActiveSide final : public FrameHandler {
   void refused(StreamConnection& connection, const FrameHeader& header);
   // Fails a request whose answer the connection lost halfway.
   static void lost_mid_answer(StreamConnection& connection, Pending& pending);
-  // Fails a request whose answer broke the protocol, then closes the connection.
-  static void break_protocol(StreamConnection& connection, Pending& pending,
-                             const std::string& what);
+  // What in a successful answer its request did not ask for (a flag, another answer's type),
+  // or nullopt: success must mean the bytes are here.
+  static std::optional<std::string> unasked_in(const FrameHeader& header, const Pending& pending);
+  // An answer whose request id waits for none: dropped if it may answer a failure notice, else
+  // the connection breaks (its payload, maybe huge, is not read on).
+  void unasked_answer(StreamConnection& connection, const FrameHeader& header);
+  // The owner broke the protocol: the connection closes, and every request on it (`taken` too,
+  // the one already out of the table) fails with a Protocol error that says how.
+  void break_protocol(StreamConnection& connection, std::optional<Pending> taken,
+                      const std::string& what);
+  // No request is pending from now on: each fails with `why`, `taken` too.
+  void fail_all(std::optional<Pending> taken, const Error& why);
   // The passive side answered with where its SharedBuffer holds the bytes: copy them here.
-  void copy_mapped(StreamConnection& connection, const FrameHeader& header,
-                   std::optional<Pending> pending);
+  void copy_mapped(StreamConnection& connection, const FrameHeader& header, Pending pending);
   void chunk_done(StreamConnection& connection, const std::shared_ptr<StreamTransfer>& transfer);
 
   mutable std::mutex mutex_;
