@@ -33,6 +33,11 @@ constexpr const char* kHelp = R"(usage: memwire-registry [options]
                          gets 503; below --max-connections (default 512)
   --max-body-bytes N     largest request body, however framed; more gets 413 (default 16 MiB)
   --request-read-ms N    a request's headers and body must arrive within N ms (default 10000)
+  --max-names-per-grant N  names (operations and pools) one token may hold; one more is
+                         answered 403 with "limit" and "flag" (default 1024; 0 = no limit).
+                         Each grant's token, --token, and without either all callers together
+  --max-bytes-per-grant N  bytes one token may hold (names plus documents); a PUT past it
+                         gets 403; replacing a name counts its new size (default 64 MiB; 0 = none)
   --quiet-requests       no log line per request
 Prints its URL on stdout once listening; logs one JSON object per line on stderr.
 Stops gracefully on SIGTERM or SIGINT.
@@ -55,11 +60,12 @@ int main(int argc, char** argv) {
   using namespace memwire;
   using namespace memwire::services;
   try {
-    Arguments args(argc, argv, 1,
-                   {"--listen", "--token", "--token-file", "--grants", "--ttl-sweep-ms", "--state",
-                    "--tls-cert", "--tls-key", "--threads", "--max-connections", "--max-long-polls",
-                    "--max-body-bytes", "--request-read-ms"},
-                   {"--help", "--quiet-requests"});
+    Arguments args(
+        argc, argv, 1,
+        {"--listen", "--token", "--token-file", "--grants", "--ttl-sweep-ms", "--state",
+         "--tls-cert", "--tls-key", "--threads", "--max-connections", "--max-long-polls",
+         "--max-body-bytes", "--request-read-ms", "--max-names-per-grant", "--max-bytes-per-grant"},
+        {"--help", "--quiet-requests"});
     if (args.has("--help")) {
       std::cout << kHelp;
       return kOk;
@@ -97,6 +103,10 @@ int main(int argc, char** argv) {
     options.request_read_timeout =
         milliseconds_option(args, "--request-read-ms",
                             static_cast<std::uint64_t>(options.request_read_timeout.count()));
+    options.max_names_per_grant =
+        args.get_uint("--max-names-per-grant", options.max_names_per_grant);
+    options.max_bytes_per_grant =
+        args.get_uint("--max-bytes-per-grant", options.max_bytes_per_grant);
     if (options.max_connections == 0 || options.max_long_polls == 0 || options.max_body_size == 0) {
       throw UsageError("--max-connections, --max-long-polls and --max-body-bytes must be > 0");
     }
@@ -132,7 +142,10 @@ int main(int argc, char** argv) {
               {"grants", options.grants.size()},
               {"tls", !options.cert_file.empty()},
               {"state_file", options.state_file},
-              {"names", endpoint.size()}});
+              {"max_names_per_grant", options.max_names_per_grant},
+              {"max_bytes_per_grant", options.max_bytes_per_grant},
+              // A large state file loads in the background: /readyz says when it is done.
+              {"state_loading", !endpoint.ready()}});
     std::cout << endpoint.url() << std::endl;
 
     {

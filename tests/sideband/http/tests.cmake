@@ -13,6 +13,7 @@ add_executable(memwire_sideband_tests
   ${CMAKE_CURRENT_LIST_DIR}/http_process_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/http_authz_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/http_pool_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/http_quota_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/registry_full_disk_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/telemetry_test.cpp)
 target_link_libraries(memwire_sideband_tests

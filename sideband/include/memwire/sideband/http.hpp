@@ -87,6 +87,12 @@ struct MEMWIRE_API HttpEndpointOptions {
   std::chrono::milliseconds keep_alive_timeout = std::chrono::seconds(5);
   // Longest ttl_ms a PUT may ask for; more is answered 400.
   std::chrono::milliseconds max_ttl = std::chrono::days(365);
+  // What one token (each grant's, the plain `token`; without authentication, all callers
+  // together) may hold: names (operations and pools) and bytes (each name's length plus its
+  // document's). A PUT past either is answered 403 {"error", "limit", "flag", "used", "max"};
+  // replacing a name of its own counts the new document only. 0 = no limit.
+  std::size_t max_names_per_grant = 1024;
+  std::size_t max_bytes_per_grant = 64u << 20;
   // Called after each request (on a server thread): keep it short.
   std::function<void(const HttpAccessRecord&)> access_log;
   // More Prometheus text for GET /metrics, e.g. a worker's data-plane telemetry:
@@ -104,7 +110,7 @@ struct MEMWIRE_API HttpEndpointOptions {
 //   GET    /v1/metadata                     {"names": [...]} (operations only)
 //   PUT, GET, DELETE /v1/pools/{name}       the same for pools' metadata (PoolMetadata),
 //                                           a namespace of their own; body <= kMaxJsonBytes
-//   GET    /healthz, GET /metrics (Prometheus text)
+//   GET    /healthz (alive: at once), /readyz (503 while the state file loads), /metrics
 //   Request/reply, see docs in src/http/server/request_broker.hpp:
 //   POST   /v1/servers {"prefix": P} -> {"id": S};  DELETE /v1/servers/{S}
 //   GET    /v1/servers/{S}/requests?wait_ms=N -> {"requests":[{"id","name","metadata"}]}
@@ -128,7 +134,12 @@ class MEMWIRE_API HttpEndpoint {
   std::uint16_t port() const noexcept;
   // "http://127.0.0.1:PORT" (https when TLS is on).
   std::string url() const;
-  std::size_t size() const;  // names currently published
+  // Names currently published; while the state file still loads, waits for it.
+  std::size_t size() const;
+  // False while the state file still loads (in the background, from construction on): requests
+  // that touch names wait for it, GET /readyz answers 503 "loading"; GET /healthz answers
+  // at once either way.
+  bool ready() const noexcept;
 
  private:
   class MEMWIRE_HIDDEN Impl;

@@ -1,4 +1,5 @@
 #include <httplib.h>
+#include <openssl/evp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,6 +29,23 @@ using json = nlohmann::json;
 using namespace http;  // the request rules (request_rules.hpp)
 
 constexpr int kListenBacklog = 1024;  // httplib's compiled-in 5 drops bursts of connects
+
+// Who owns a stored name, as the state file records it: a digest of the token, so that a
+// restart (or a reordered grant file) still knows what each token holds, and the file holds
+// no token. "" = no authentication.
+std::string owner_of_token(const std::string& token) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_Digest(token.data(), token.size(), digest, &length, EVP_sha256(), nullptr) != 1)
+    throw Error(ErrorCode::Transport, "cannot compute SHA-256");
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string owner = "sha256:";
+  for (unsigned int i = 0; i < 16 && i < length; ++i) {
+    owner += kHex[digest[i] >> 4];
+    owner += kHex[digest[i] & 0xf];
+  }
+  return owner;
+}
 
 // httplib keeps the listening socket to itself; this reaches it to widen the backlog and to
 // close it whether or not listen() has started yet (Server::stop() only acts once running).
@@ -67,7 +85,8 @@ class OwnedServer : public Base {
 class HttpEndpoint::Impl {
  public:
   explicit Impl(HttpEndpointOptions options)
-      : options_(std::move(options)), store_(options_.state_file) {
+      : options_(std::move(options)),
+        store_(options_.state_file, http::MetadataStore::Load::Later) {
     if (!options_.token.empty()) {
       authorizations_.emplace_back("Bearer " + options_.token,
                                    HttpGrant{options_.token, HttpGrant::Role::Publish, ""});
@@ -131,6 +150,12 @@ class HttpEndpoint::Impl {
                                             std::to_string(options_.port));
     }
     widen_backlog_();
+    for (const auto& [authorization, grant] : authorizations_) {
+      owners_.push_back(owner_of_token(grant.token));
+    }
+    // Last: nothing after it may throw, or the thread would be left running. Until it is done,
+    // requests that touch names wait for it; /healthz and /readyz answer at once.
+    if (!store_.loaded()) loader_ = std::thread([this] { store_.load(); });
   }
 
   ~Impl() { stop(); }
@@ -161,6 +186,7 @@ class HttpEndpoint::Impl {
     stop_signal_.raise();          // wakes idle connections and unfinished reads and writes
     if (pool_) pool_->shutdown();  // waits for the requests still being served
     if (sweeper_.joinable()) sweeper_.join();
+    if (loader_.joinable()) loader_.join();  // store_.stop() cut it short
   }
 
   std::uint16_t port() const noexcept { return static_cast<std::uint16_t>(port_); }
@@ -169,6 +195,7 @@ class HttpEndpoint::Impl {
     return scheme_ + "://" + host + ":" + std::to_string(port_);
   }
   std::size_t size() { return store_.size(); }
+  bool ready() const noexcept { return store_.loaded(); }
 
  private:
   template <class S>
@@ -257,7 +284,7 @@ class HttpEndpoint::Impl {
         return httplib::Server::HandlerResponse::Handled;
       };
       request_grant = nullptr;
-      if (!authorizations_.empty() && req.path != "/healthz") {
+      if (!authorizations_.empty() && req.path != "/healthz" && req.path != "/readyz") {
         request_grant = grant_of(req.get_header_value("Authorization"));
         if (request_grant == nullptr) {
           res.set_header("WWW-Authenticate", "Bearer");
@@ -326,16 +353,27 @@ class HttpEndpoint::Impl {
     s.Get(R"(/v1/pools/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       get_document(kPools, req, res);
     });
+    // Liveness: the process serves requests. It answers at once, also while the state file
+    // still loads; /readyz says whether names are served yet.
     s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("ok\n", "text/plain");
     });
+    s.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+      if (store_.loaded()) return res.set_content("ready\n", "text/plain");
+      res.status = 503;
+      res.set_header("Retry-After", "1");
+      res.set_content("loading\n", "text/plain");
+    });
     s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       std::map<std::string, double> gauges;
-      if (!options_.metrics_only)
-        gauges = {{"memwire_names", static_cast<double>(store_.size())},
+      if (!options_.metrics_only) {
+        gauges = {{"memwire_state_loading", store_.loaded() ? 0.0 : 1.0},
                   {"memwire_request_servers", double(broker_.servers())},
                   {"memwire_requests_pending", double(broker_.pending())},
                   {"memwire_http_waiting_requests", double(long_polls_.load())}};
+        // Not while loading: counting names would wait for the load.
+        if (store_.loaded()) gauges["memwire_names"] = static_cast<double>(store_.size());
+      }
       auto text = metrics_.render(gauges);
       if (options_.metrics) text += options_.metrics();
       res.set_content(text, "text/plain; version=0.0.4");
@@ -486,7 +524,27 @@ class HttpEndpoint::Impl {
                                                   std::to_string(options_.max_ttl.count()) +
                                                   " (max_ttl)");
     }
-    store_.put(kind.key(name), std::move(body), std::chrono::milliseconds(ttl.value_or(0)));
+    const http::Quota quota{options_.max_names_per_grant, options_.max_bytes_per_grant};
+    try {
+      store_.put(kind.key(name), std::move(body), std::chrono::milliseconds(ttl.value_or(0)),
+                 owner(), quota);
+    } catch (const http::QuotaExceeded& e) {
+      const bool names = e.limit == http::QuotaExceeded::Limit::Names;
+      const char* limit = names ? "max_names_per_grant" : "max_bytes_per_grant";
+      const char* flag = names ? "--max-names-per-grant" : "--max-bytes-per-grant";
+      res.status = 403;
+      res.set_content(
+          safe_dump(json{
+              {"error", std::string("over quota: this token may not store ") + kind.noun + " '" +
+                            name + "': " + e.what() + " (" + limit + " " + std::to_string(e.max) +
+                            ", memwire-registry " + flag + "); withdraw names or raise the limit"},
+              {"limit", limit},
+              {"flag", flag},
+              {"used", e.used},
+              {"max", e.max}}),
+          "application/json");
+      return;
+    }
     res.status = 204;
   }
 
@@ -506,6 +564,7 @@ class HttpEndpoint::Impl {
   // Every accepted token as "Bearer <token>" with its grant (the plain `token` is one for
   // Publish on every name); empty = no authentication.
   std::vector<std::pair<std::string, HttpGrant>> authorizations_;
+  std::vector<std::string> owners_;  // owner_of_token() of each, in the same order
 
   // The broker's name for the grant the request presents: its place among the tokens (so the
   // broker keeps no secret); empty without authentication.
@@ -515,6 +574,15 @@ class HttpEndpoint::Impl {
       if (&authorizations_[i].second == request_grant) return "grant " + std::to_string(i);
     }
     return "unknown";
+  }
+
+  // Whose quota a stored name counts against: the request's token (see owner_of_token).
+  std::string owner() const {
+    if (request_grant == nullptr) return {};
+    for (std::size_t i = 0; i < authorizations_.size(); ++i) {
+      if (&authorizations_[i].second == request_grant) return owners_[i];
+    }
+    return {};
   }
 
   // A request server's id, and the id of a request it took, are no capability: only the grant
@@ -565,6 +633,7 @@ class HttpEndpoint::Impl {
   bool started_ = false;
   std::thread listener_;
   std::thread sweeper_;
+  std::thread loader_;
   std::mutex sweep_mutex_;
   std::condition_variable sweep_wake_;
   bool stopped_ = false;
@@ -578,5 +647,6 @@ void HttpEndpoint::stop() { impl_->stop(); }
 std::uint16_t HttpEndpoint::port() const noexcept { return impl_->port(); }
 std::string HttpEndpoint::url() const { return impl_->url(); }
 std::size_t HttpEndpoint::size() const { return impl_->size(); }
+bool HttpEndpoint::ready() const noexcept { return impl_->ready(); }
 
 }  // namespace memwire::sideband

@@ -30,13 +30,11 @@ std::int64_t unix_expiry(const std::optional<MetadataStore::Clock::time_point>& 
 }
 
 std::string put_line(const std::string& name, const std::string& document,
-                     std::int64_t expires_unix_ms) {
-  return json{{"op", "put"},
-              {"name", name},
-              {"document", document},
-              {"expires_unix_ms", expires_unix_ms}}
-             .dump(-1, ' ', false, json::error_handler_t::replace) +
-         "\n";
+                     std::int64_t expires_unix_ms, const std::string& owner) {
+  json line{
+      {"op", "put"}, {"name", name}, {"document", document}, {"expires_unix_ms", expires_unix_ms}};
+  if (!owner.empty()) line["owner"] = owner;
+  return line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 bool write_all(int fd, const std::string& text) {
@@ -53,8 +51,12 @@ bool write_all(int fd, const std::string& text) {
 
 }  // namespace
 
-MetadataStore::MetadataStore(std::string state_file) : state_file_(std::move(state_file)) {
-  if (state_file_.empty()) return;
+MetadataStore::MetadataStore(std::string state_file, Load when)
+    : state_file_(std::move(state_file)) {
+  if (state_file_.empty()) {
+    loaded_ = true;
+    return;
+  }
   // The operator's own link (the state on another volume) is resolved once, here: its target
   // is what compaction replaces, and the link stays. Nothing later follows a link.
   std::error_code ec;
@@ -62,11 +64,83 @@ MetadataStore::MetadataStore(std::string state_file) : state_file_(std::move(sta
     const auto target = std::filesystem::weakly_canonical(state_file_, ec);
     if (!ec) state_file_ = target.string();
   }
-  std::lock_guard lock(mutex_);
-  const auto [whole_bytes, records] = load();
-  // A clean file to append to: no torn tail, no dead records. Failing that (a full disk), the
-  // log as it is, without its torn tail: changes are saved again as soon as there is room.
-  if (!compact_locked()) reopen_log_locked(whole_bytes, records);
+  if (when == Load::Now) load();
+}
+
+void MetadataStore::load() {
+  if (loaded()) return;
+  auto found = read_state_file();
+  {
+    std::lock_guard lock(mutex_);
+    // Stopped halfway: nothing to serve, and the file stays as it was.
+    if (!found.complete) return;
+    adopt_locked(std::move(found));
+    loaded_.store(true, std::memory_order_release);
+  }
+  changed_.notify_all();
+}
+
+void MetadataStore::adopt_locked(Loaded found) {
+  entries_ = std::move(found.entries);
+  usage_.clear();
+  for (const auto& [name, entry] : entries_) charge_locked(name, entry);
+  // A clean file to append to: no torn tail, no dead records. One that is clean already is
+  // appended to as it is (rewriting and syncing 400 MB took seconds of a restart); an empty or
+  // missing one is written anew (cheap, and it clears a stale FILE.tmp). Failing a rewrite (a
+  // full disk), the log as it is, without its torn tail: changes are saved again as soon as
+  // there is room.
+  const bool clean = found.records > 0 && !found.torn && found.records == entries_.size();
+  if (clean || !compact_locked()) reopen_log_locked(found.whole_bytes, found.records);
+}
+
+void MetadataStore::wait_loaded(std::unique_lock<std::mutex>& lock) {
+  if (loaded()) return;
+  changed_.wait(lock, [&] { return loaded() || stopping_; });
+  if (!loaded())
+    throw Error(ErrorCode::Transport, "stopping before the state file " + state_file_ + " loaded");
+}
+
+void MetadataStore::charge_locked(const std::string& name, const Entry& entry) {
+  auto& held = usage_[entry.owner];
+  ++held.names;
+  held.bytes += cost(name, entry);
+}
+
+void MetadataStore::refund_locked(const std::string& name, const Entry& entry) {
+  auto it = usage_.find(entry.owner);
+  if (it == usage_.end()) return;
+  it->second.names -= std::min<std::size_t>(it->second.names, 1);
+  it->second.bytes -= std::min(it->second.bytes, cost(name, entry));
+  if (it->second.names == 0) usage_.erase(it);
+}
+
+void MetadataStore::check_quota_locked(const std::string& name, const Entry& entry, Quota quota) {
+  if (quota.max_names == 0 && quota.max_bytes == 0) return;
+  for (bool swept = false;; swept = true) {
+    Usage held;
+    if (auto it = usage_.find(entry.owner); it != usage_.end()) held = it->second;
+    // Replacing a name of its own frees what the old document held.
+    Usage after = held;
+    if (auto it = entries_.find(name); it != entries_.end() && it->second.owner == entry.owner) {
+      after.names -= 1;
+      after.bytes -= cost(name, it->second);
+    }
+    after.names += 1;
+    after.bytes += cost(name, entry);
+    const bool names_over = quota.max_names != 0 && after.names > quota.max_names;
+    const bool bytes_over = quota.max_bytes != 0 && after.bytes > quota.max_bytes;
+    if (!names_over && !bytes_over) return;
+    // Expired names not swept yet hold nothing: drop them and count again, once.
+    if (!swept && sweep_locked() > 0) continue;
+    if (names_over) {
+      throw QuotaExceeded(QuotaExceeded::Limit::Names, held.names, quota.max_names,
+                          "it holds " + std::to_string(held.names) + " names, the most it may");
+    }
+    throw QuotaExceeded(QuotaExceeded::Limit::Bytes, held.bytes, quota.max_bytes,
+                        "it holds " + std::to_string(held.bytes) + " bytes and this one needs " +
+                            std::to_string(cost(name, entry)) + " more, past its most of " +
+                            std::to_string(quota.max_bytes));
+  }
 }
 
 MetadataStore::~MetadataStore() {
@@ -78,38 +152,51 @@ bool MetadataStore::live(const Entry& entry, Clock::time_point now) const {
 }
 
 void MetadataStore::put(const std::string& name, std::string document,
-                        std::chrono::milliseconds ttl) {
+                        std::chrono::milliseconds ttl, const std::string& owner, Quota quota) {
   {
-    std::lock_guard lock(mutex_);
-    Entry entry{std::move(document), std::nullopt};
+    std::unique_lock lock(mutex_);
+    wait_loaded(lock);
+    Entry entry{std::move(document), std::nullopt, owner};
     if (ttl.count() > 0) entry.expires = Clock::now() + ttl;
+    check_quota_locked(name, entry, quota);
     log_put_locked(name, entry);  // throws when not saved: the name stays as it was
-    entries_[name] = std::move(entry);
+    auto it = entries_.find(name);
+    if (it != entries_.end()) {
+      refund_locked(it->first, it->second);
+      it->second = std::move(entry);
+    } else {
+      it = entries_.emplace(name, std::move(entry)).first;
+    }
+    charge_locked(it->first, it->second);
     compact_if_due_locked();
   }
   changed_.notify_all();
 }
 
 std::optional<std::string> MetadataStore::get(const std::string& name) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
+  wait_loaded(lock);
   auto it = entries_.find(name);
   if (it == entries_.end() || !live(it->second, Clock::now())) return std::nullopt;
   return it->second.document;
 }
 
 bool MetadataStore::erase(const std::string& name) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
+  wait_loaded(lock);
   auto it = entries_.find(name);
   if (it == entries_.end()) return false;
   bool was_live = live(it->second, Clock::now());
   log_erase_locked(name);  // throws when not saved: the name stays
+  refund_locked(it->first, it->second);
   entries_.erase(it);
   compact_if_due_locked();
   return was_live;
 }
 
 std::vector<std::string> MetadataStore::names() {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
+  wait_loaded(lock);
   std::vector<std::string> out;
   auto now = Clock::now();
   for (const auto& [name, entry] : entries_) {
@@ -120,9 +207,18 @@ std::vector<std::string> MetadataStore::names() {
 
 std::size_t MetadataStore::size() { return names().size(); }
 
+std::pair<std::size_t, std::size_t> MetadataStore::usage(const std::string& owner) {
+  std::unique_lock lock(mutex_);
+  wait_loaded(lock);
+  auto it = usage_.find(owner);
+  if (it == usage_.end()) return {0, 0};
+  return {it->second.names, it->second.bytes};
+}
+
 std::optional<std::string> MetadataStore::wait_for(const std::string& name,
                                                    Clock::time_point deadline) {
   std::unique_lock lock(mutex_);
+  wait_loaded(lock);
   std::optional<std::string> found;
   changed_.wait_until(lock, deadline, [&] {
     auto it = entries_.find(name);
@@ -133,13 +229,23 @@ std::optional<std::string> MetadataStore::wait_for(const std::string& name,
 }
 
 std::size_t MetadataStore::sweep() {
+  if (!loaded()) return 0;
   std::lock_guard lock(mutex_);
+  return sweep_locked();
+}
+
+std::size_t MetadataStore::sweep_locked() {
   auto now = Clock::now();
   // Expired names need no record: their expiry is in the log, and a load skips them.
-  return std::erase_if(entries_, [&](const auto& kv) { return !live(kv.second, now); });
+  return std::erase_if(entries_, [&](const auto& kv) {
+    if (live(kv.second, now)) return false;
+    refund_locked(kv.first, kv.second);
+    return true;
+  });
 }
 
 void MetadataStore::stop() {
+  abandon_load_ = true;
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -192,7 +298,7 @@ void MetadataStore::reopen_log_locked(std::uint64_t whole_bytes, std::size_t rec
 
 void MetadataStore::log_put_locked(const std::string& name, const Entry& entry) {
   if (state_file_.empty()) return;
-  append_locked(put_line(name, entry.document, unix_expiry(entry.expires)));
+  append_locked(put_line(name, entry.document, unix_expiry(entry.expires), entry.owner));
 }
 
 void MetadataStore::log_erase_locked(const std::string& name) {
@@ -220,7 +326,7 @@ bool MetadataStore::compact_locked() {
   std::size_t records = 0;
   for (const auto& [name, entry] : entries_) {
     if (!live(entry, now)) continue;
-    text += put_line(name, entry.document, unix_expiry(entry.expires));
+    text += put_line(name, entry.document, unix_expiry(entry.expires), entry.owner);
     ++records;
   }
   bool ok = write_all(fd, text) && ::fsync(fd) == 0;
@@ -246,21 +352,31 @@ bool MetadataStore::compact_locked() {
   return true;
 }
 
-std::pair<std::uint64_t, std::size_t> MetadataStore::load() {
-  std::uint64_t whole_bytes = 0;
-  std::size_t whole_lines = 0;
+MetadataStore::Loaded MetadataStore::read_state_file() {
+  Loaded found;
   std::ifstream in(state_file_, std::ios::binary);
-  if (!in) return {whole_bytes, whole_lines};
-  // name -> (document, expires_unix_ms), as the log leaves them.
-  std::map<std::string, std::pair<std::string, std::int64_t>> latest;
+  if (!in) {
+    found.complete = true;
+    return found;
+  }
+  // name -> the record the log leaves it with.
+  struct Record {
+    std::string document;
+    std::int64_t expires_unix_ms = 0;
+    std::string owner;
+  };
+  std::map<std::string, Record> latest;
   std::string line;
   std::size_t number = 0;
   while (std::getline(in, line)) {
+    if (abandon_load_.load(std::memory_order_relaxed)) return found;
     ++number;
     bool whole = !in.eof();  // the last line without its newline may be torn
     if (whole) {
-      whole_bytes += line.size() + 1;
-      ++whole_lines;
+      found.whole_bytes += line.size() + 1;
+      ++found.records;
+    } else {
+      found.torn = true;
     }
     auto record = json::parse(line, nullptr, /*allow_exceptions=*/false);
     // The file of the earlier format: one object {"version": 1, "names": {...}}.
@@ -270,7 +386,8 @@ std::pair<std::uint64_t, std::size_t> MetadataStore::load() {
         if (value.is_object() && value.contains("document") && value["document"].is_string() &&
             value.contains("expires_unix_ms") && value["expires_unix_ms"].is_number_integer()) {
           latest[name] = {value["document"].get<std::string>(),
-                          value["expires_unix_ms"].get<std::int64_t>()};
+                          value["expires_unix_ms"].get<std::int64_t>(),
+                          {}};
         }
       }
       continue;
@@ -278,12 +395,14 @@ std::pair<std::uint64_t, std::size_t> MetadataStore::load() {
     bool put = record.is_object() && record.value("op", "") == "put" && record.contains("name") &&
                record["name"].is_string() && record.contains("document") &&
                record["document"].is_string() && record.contains("expires_unix_ms") &&
-               record["expires_unix_ms"].is_number_integer();
+               record["expires_unix_ms"].is_number_integer() &&
+               (!record.contains("owner") || record["owner"].is_string());
     bool erase = record.is_object() && record.value("op", "") == "erase" &&
                  record.contains("name") && record["name"].is_string();
     if (put) {
-      latest[record["name"].get<std::string>()] = {record["document"].get<std::string>(),
-                                                   record["expires_unix_ms"].get<std::int64_t>()};
+      latest[record["name"].get<std::string>()] = {
+          std::move(record["document"].get_ref<std::string&>()),
+          record["expires_unix_ms"].get<std::int64_t>(), record.value("owner", "")};
     } else if (erase) {
       latest.erase(record["name"].get<std::string>());
     } else if (whole) {
@@ -294,27 +413,30 @@ std::pair<std::uint64_t, std::size_t> MetadataStore::load() {
   auto now = Clock::now();
   auto unix_now = unix_now_ms();
   for (auto& [name, value] : latest) {
-    auto& [document, expires] = value;
-    if (expires != 0 && expires <= unix_now) continue;
+    if (abandon_load_.load(std::memory_order_relaxed)) return found;
+    if (value.expires_unix_ms != 0 && value.expires_unix_ms <= unix_now) continue;
     try {
       // Only documents that still parse come back.
       if (name.starts_with(kPoolKeyPrefix))
-        PoolMetadata::from_json(document);
+        PoolMetadata::from_json(value.document);
       else
-        RdmaMetadata::from_json(document);
+        RdmaMetadata::from_json(value.document);
     } catch (const std::exception& e) {
       std::cerr << "memwire: state file " << state_file_ << ": skipping '" << name
                 << "': " << e.what() << "\n";
       continue;
     }
-    Entry entry{std::move(document), std::nullopt};
+    Entry entry{std::move(value.document), std::nullopt, std::move(value.owner)};
     // A file from elsewhere may say anything: past 10 years, now + left would near overflow.
     constexpr std::int64_t kLongestLeftMs = 3650LL * 24 * 3600 * 1000;
-    if (expires != 0)
-      entry.expires = now + std::chrono::milliseconds(std::min(expires - unix_now, kLongestLeftMs));
-    entries_[name] = std::move(entry);
+    if (value.expires_unix_ms != 0) {
+      entry.expires = now + std::chrono::milliseconds(
+                                std::min(value.expires_unix_ms - unix_now, kLongestLeftMs));
+    }
+    found.entries.emplace(name, std::move(entry));
   }
-  return {whole_bytes, whole_lines};
+  found.complete = true;
+  return found;
 }
 
 }  // namespace memwire::sideband::http

@@ -1,16 +1,36 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 namespace memwire::sideband::http {
+
+// What one owner (a grant's token) may hold: names and bytes (each name's length plus its
+// document's). 0 = no limit.
+struct Quota {
+  std::size_t max_names = 0;
+  std::size_t max_bytes = 0;
+};
+
+// A put that would take its owner past its Quota; nothing was stored.
+struct QuotaExceeded : std::runtime_error {
+  enum class Limit { Names, Bytes };
+  QuotaExceeded(Limit limit, std::size_t used, std::size_t max, const std::string& message)
+      : std::runtime_error(message), limit(limit), used(used), max(max) {}
+  Limit limit;
+  std::size_t used;  // before the put
+  std::size_t max;
+};
 
 // Names -> metadata documents (already checked), each with an optional expiry. Waiters block on
 // a condition variable until a name appears; stop() releases them all.
@@ -38,17 +58,35 @@ class MetadataStore {
   // nothing; a crashed machine may lose the last changes (at worst a torn last line). A change
   // the log did not take (a full disk) is not made: put() and erase() throw memwire::Error
   // (Transport), and the log is cut back to its last whole line.
+  //
+  // Each entry records its owner (an opaque id, "" for none), in the log too, so that what an
+  // owner holds is known again after a restart and put() can hold it to a Quota.
+  //
+  // With Load::Later the constructor reads nothing: load() (on a thread of the caller's) reads
+  // the file, and until it is done every call but loaded(), sweep() and stop() waits for it. A
+  // registry restarted over a large file so answers its health check at once.
   static constexpr std::size_t kCompactAfter = 1024;
-  explicit MetadataStore(std::string state_file = {});
+  enum class Load { Now, Later };
+  explicit MetadataStore(std::string state_file = {}, Load when = Load::Now);
   ~MetadataStore();
   MetadataStore(const MetadataStore&) = delete;
   MetadataStore& operator=(const MetadataStore&) = delete;
 
-  void put(const std::string& name, std::string document, std::chrono::milliseconds ttl);
+  // Reads the state file (Load::Later); returns early, loading nothing, when stop() is called
+  // meanwhile. Call it once.
+  void load();
+  bool loaded() const noexcept { return loaded_.load(std::memory_order_acquire); }
+
+  // Stores `document` under `name` for `owner`. Replacing a name counts its new size only, and
+  // moves it to `owner`. Throws QuotaExceeded when the owner would hold more than `quota`.
+  void put(const std::string& name, std::string document, std::chrono::milliseconds ttl,
+           const std::string& owner = {}, Quota quota = {});
   std::optional<std::string> get(const std::string& name);
   bool erase(const std::string& name);
   std::vector<std::string> names();
   std::size_t size();
+  // What `owner` holds now: names and bytes (as Quota counts them).
+  std::pair<std::size_t, std::size_t> usage(const std::string& owner);
 
   // Waits until `name` is present, the deadline passes or stop() is called.
   std::optional<std::string> wait_for(const std::string& name, Clock::time_point deadline);
@@ -61,8 +99,23 @@ class MetadataStore {
   struct Entry {
     std::string document;
     std::optional<Clock::time_point> expires;
+    std::string owner;
   };
+  struct Usage {
+    std::size_t names = 0;
+    std::size_t bytes = 0;
+  };
+  static std::size_t cost(const std::string& name, const Entry& entry) {
+    return name.size() + entry.document.size();
+  }
   bool live(const Entry& entry, Clock::time_point now) const;
+  // Blocks until load() is done; throws Error{Transport} when stop() came first.
+  void wait_loaded(std::unique_lock<std::mutex>& lock);
+  void charge_locked(const std::string& name, const Entry& entry);
+  void refund_locked(const std::string& name, const Entry& entry);
+  // Throws QuotaExceeded when `entry` under `name` would take its owner past `quota`.
+  void check_quota_locked(const std::string& name, const Entry& entry, Quota quota);
+  std::size_t sweep_locked();
   // Appends a change to the state file before it is made; throws when the file did not take
   // it whole (what was written of it is cut off again).
   void append_locked(const std::string& line);
@@ -74,8 +127,17 @@ class MetadataStore {
   bool compact_locked();
   // Opens the existing log for appending, cut to its `whole_bytes` of whole lines.
   void reopen_log_locked(std::uint64_t whole_bytes, std::size_t records);
-  // Loads the file; the length of its whole lines and their count.
-  std::pair<std::uint64_t, std::size_t> load();
+  struct Loaded {
+    std::map<std::string, Entry> entries;
+    std::uint64_t whole_bytes = 0;  // the length of its whole lines
+    std::size_t records = 0;        // their count
+    bool torn = false;              // a last line without its newline
+    bool complete = false;          // false: stop() came first
+  };
+  // Reads the file, without the lock.
+  Loaded read_state_file();
+  // Takes in what read_state_file() found and opens the log.
+  void adopt_locked(Loaded loaded);
 
   std::string state_file_;
   int log_fd_ = -1;              // the state file, open for appending
@@ -84,7 +146,10 @@ class MetadataStore {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::string, Entry> entries_;
+  std::map<std::string, Usage> usage_;  // by owner
   bool stopping_ = false;
+  std::atomic<bool> loaded_{false};
+  std::atomic<bool> abandon_load_{false};
 };
 
 }  // namespace memwire::sideband::http

@@ -89,7 +89,7 @@ std::string allowed_methods(const std::string& path, bool metrics_only) {
     return !s.empty() && s.find('/') == std::string_view::npos;
   };
   std::string_view p = path;
-  if (p == "/healthz" || p == "/metrics") return "GET, HEAD";
+  if (p == "/healthz" || p == "/readyz" || p == "/metrics") return "GET, HEAD";
   if (metrics_only) return "";
   if (p == "/v1/metadata") return "GET, HEAD";
   if (p == "/v1/servers") return "POST";
