@@ -22,7 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (again.type != notice.type || again.seq != notice.seq || again.key != notice.key ||
         again.token != notice.token || again.kind != notice.kind || again.error != notice.error ||
         again.text != notice.text || again.first_index != notice.first_index ||
-        again.rkeys != notice.rkeys)
+        again.rkeys != notice.rkeys || again.bytes != notice.bytes ||
+        again.generation != notice.generation || again.tag != notice.tag)
       std::abort();
   } catch (const memwire::Error& error) {
     if (error.code() != memwire::ErrorCode::Protocol) std::abort();

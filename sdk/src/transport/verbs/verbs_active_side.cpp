@@ -47,12 +47,12 @@ Notice begin_notice(const OutboundTransfer& leg) {
   notice.key = leg.stripe->transfer->key();
   notice.token = leg.stripe->transfer->token();
   notice.kind = leg.stripe->transfer->kind();
-  notice.bytes = leg.stripe->transfer->remote().total_size();
   if (const auto* blocks = leg.stripe->transfer->blocks()) {
-    notice.first_index = kPoolBegin;
-    notice.bytes = blocks->generation;
-    notice.text = blocks->tag;
+    notice.type = NoticeType::PoolBegin;
+    notice.generation = blocks->generation;
+    notice.tag = blocks->tag;
   } else {
+    notice.bytes = leg.stripe->transfer->remote().total_size();
     // The transfer, the same on every rail: the owner grants a one-shot operation to one.
     notice.text = std::to_string(leg.stripe->seq);
   }
@@ -71,13 +71,16 @@ Notice transfer_notice(NoticeType type, std::uint64_t leg_seq, const Stripe& str
 }
 
 Notice abort_notice(std::uint64_t leg_seq, const Stripe& stripe, const Error& error) {
-  auto notice = transfer_notice(NoticeType::Abort, leg_seq, stripe);
+  const auto* blocks = stripe.transfer->blocks();
+  auto notice =
+      transfer_notice(blocks ? NoticeType::PoolAbort : NoticeType::Abort, leg_seq, stripe);
   notice.error = error.code();
-  notice.text = error.what();
-  if (const auto* blocks = stripe.transfer->blocks()) {
+  if (blocks) {
     // The owner may not know this transfer (no Begin: keys cached): the tag tells it which.
-    notice.first_index = kPoolBegin;
-    notice.text = blocks->tag;
+    notice.generation = blocks->generation;
+    notice.tag = blocks->tag;
+  } else {
+    notice.text = error.what();
   }
   return notice;
 }
@@ -461,25 +464,27 @@ void VerbsActiveSide::finish_stripe(Connection& connection, std::uint64_t leg_se
   stripe.pin.reset();
   stripe.done_sent = true;
   stripe.done_leg = leg_seq;
-  auto done = transfer_notice(NoticeType::Done, leg_seq, stripe);
-  done.bytes = stripe.transfer->remote().total_size();
-  if (const auto* blocks = stripe.transfer->blocks()) {
-    done.bytes = blocks->bytes;
+  const auto* blocks = stripe.transfer->blocks();
+  auto done = transfer_notice(blocks ? NoticeType::PoolDone : NoticeType::Done, leg_seq, stripe);
+  if (blocks) {
+    done.generation = blocks->generation;
+    done.tag = blocks->tag;
     const auto* leg = leg_of(leg_seq);
-    if (leg != nullptr && leg->cached_keys) {
-      // No Begin told the owner of it: without a tag it need not hear of it at all (the
-      // completions say the bytes were placed); with one, Done carries the tag.
-      if (blocks->tag.empty()) return end_transfer(leg_seq, std::nullopt);
-      done.first_index = kPoolBegin;
-      done.text = blocks->tag;
+    // No Begin told the owner of it: without a tag it need not hear of it at all (the
+    // completions say the bytes were placed); with one, PoolDone names the tag.
+    if (leg != nullptr && leg->cached_keys && blocks->tag.empty())
+      return end_transfer(leg_seq, std::nullopt);
+  } else {
+    done.bytes = stripe.transfer->remote().total_size();
+    if (stripe.transfer->kind() == OperationKind::Read) {
+      // The READs completed: the bytes are here, and the owner granted this transfer alone
+      // (OfferedAccess::grant), so no other reader can have won. Done lets the owner complete;
+      // no Result needed. A WRITE waits for its Result: it succeeds once the owner has its
+      // bytes.
+      done.first_index = kDoneWithoutResult;
+      engine_.send(connection, done);
+      return end_transfer(leg_seq, std::nullopt);
     }
-  } else if (stripe.transfer->kind() == OperationKind::Read) {
-    // The READs completed: the bytes are here, and the owner granted this transfer alone
-    // (OfferedAccess::grant), so no other reader can have won. Done lets the owner complete;
-    // no Result needed. A WRITE waits for its Result: it succeeds once the owner has its bytes.
-    done.first_index = kDoneWithoutResult;
-    engine_.send(connection, done);
-    return end_transfer(leg_seq, std::nullopt);
   }
   engine_.send(connection, done);
 }

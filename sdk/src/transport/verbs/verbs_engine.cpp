@@ -460,6 +460,9 @@ void Engine::on_notice(Connection& connection, const Notice& notice) {
     case NoticeType::Begin:
     case NoticeType::Done:
     case NoticeType::Abort:
+    case NoticeType::PoolBegin:
+    case NoticeType::PoolDone:
+    case NoticeType::PoolAbort:
       passive_.on_notice(connection, notice);
       return;
     case NoticeType::Accept:

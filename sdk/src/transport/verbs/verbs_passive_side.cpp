@@ -29,12 +29,15 @@ std::string peer_of(const Connection& connection) {
 void VerbsPassiveSide::on_notice(Connection& connection, const Notice& notice) {
   switch (notice.type) {
     case NoticeType::Begin:
+    case NoticeType::PoolBegin:
       on_begin(connection, notice);
       return;
     case NoticeType::Done:
+    case NoticeType::PoolDone:
       on_done(connection, notice);
       return;
     case NoticeType::Abort:
+    case NoticeType::PoolAbort:
       on_abort(connection, notice);
       return;
     case NoticeType::Accept:
@@ -57,11 +60,11 @@ void VerbsPassiveSide::reply(Connection& connection, NoticeType type, std::uint6
 
 void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
   auto registration = registrations_->find(notice.key);
-  const bool pool_transfer = notice.first_index == kPoolBegin;
+  const bool pool_transfer = notice.type == NoticeType::PoolBegin;
   if (!registration) {
     if (pool_transfer)
       reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Expired,
-            "stale pool metadata (generation " + std::to_string(notice.bytes) +
+            "stale pool metadata (generation " + std::to_string(notice.generation) +
                 "): the owner has no such pool any more (dropped, re-registered, or its "
                 "connector restarted); fetch the pool's metadata again");
     else
@@ -75,10 +78,10 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
                         : "a pool's blocks move only in pool transfers");
     return;
   }
-  if (pool_transfer && notice.bytes != registration->pool()->generation()) {
+  if (pool_transfer && notice.generation != registration->pool()->generation()) {
     reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Expired,
-          "stale pool metadata: generation " + std::to_string(notice.bytes) + ", the pool's is " +
-              std::to_string(registration->pool()->generation()));
+          "stale pool metadata: generation " + std::to_string(notice.generation) +
+              ", the pool's is " + std::to_string(registration->pool()->generation()));
     return;
   }
   try {
@@ -166,7 +169,7 @@ std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_to(Connection& connection,
 
 void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notice,
                                      const std::shared_ptr<Registration>& registration) {
-  Connection::Inbound::PoolTransfer transfer{notice.text, {}, false};
+  Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false};
   try {
     const auto peer =
         registration->pool()->identify(notice.token, registration->token(), peer_of(connection));
@@ -218,20 +221,25 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
 void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice,
                                     Registration& registration) {
   auto found = connection.inbound.find(notice.key);
-  // A transfer under keys the connection held already had no Begin: its Done names its tag.
+  // A transfer under keys the connection held already had no PoolBegin: its PoolDone names its
+  // tag; one that began must name the tag its PoolBegin did.
   const bool begun =
       found != connection.inbound.end() && found->second.pool_transfers.contains(notice.seq);
-  if (found == connection.inbound.end() || (!begun && notice.first_index != kPoolBegin)) {
+  if (found == connection.inbound.end()) {
     reply(connection, NoticeType::Result, notice.seq, ErrorCode::Protocol,
-          "Done for a pool transfer this connection holds no keys for");
+          "PoolDone for a pool this connection holds no keys for");
     return;
   }
-  Connection::Inbound::PoolTransfer transfer{notice.text, {}, false};
+  Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false};
   if (begun) {
     transfer = std::move(found->second.pool_transfers[notice.seq]);
     found->second.pool_transfers.erase(notice.seq);
   }
   try {
+    if (transfer.tag != notice.tag)
+      throw Error(ErrorCode::Protocol, "a PoolDone naming another tag than its PoolBegin");
+    if (notice.generation != registration.pool()->generation())
+      throw Error(ErrorCode::Expired, "a PoolDone of another generation of the pool");
     const auto peer =
         registration.pool()->identify(notice.token, registration.token(), peer_of(connection));
     if (begun && (peer.name != transfer.peer || peer.authenticated != transfer.authenticated))
@@ -263,6 +271,12 @@ void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
     end_grant();
     return;
   }
+  if (static_cast<bool>(registration->pool()) != (notice.type == NoticeType::PoolDone)) {
+    reply(connection, NoticeType::Result, notice.seq, ErrorCode::Protocol,
+          registration->pool() ? "a pool's transfers end with PoolDone"
+                               : "PoolDone for a one-shot operation");
+    return;
+  }
   if (registration->pool()) return on_pool_done(connection, notice, *registration);
   // Every grant of the operation (on every rail the transfer began on) ends before the Result
   // is posted: a reader holding its answer holds no working key. The Result is posted before
@@ -291,15 +305,16 @@ void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
   auto found = connection.inbound.find(notice.key);
   if (found == connection.inbound.end()) return;
   auto registration = found->second.registration.lock();
+  if (registration &&
+      static_cast<bool>(registration->pool()) != (notice.type == NoticeType::PoolAbort))
+    return;  // a pool's transfers fail with PoolAbort, an operation's with Abort
   if (registration && registration->pool()) {
     // One transfer of the pool failed: its tag's waiters hear it; the grant stays.
     auto transfer = found->second.pool_transfers.find(notice.seq);
-    std::string tag = notice.text;  // one without Begin names its tag
+    std::string tag = notice.tag;  // one without PoolBegin names its tag
     if (transfer != found->second.pool_transfers.end()) {
       tag = std::move(transfer->second.tag);
       found->second.pool_transfers.erase(transfer);
-    } else if (notice.first_index != kPoolBegin) {
-      return;
     }
     PoolState::Peer peer;
     try {

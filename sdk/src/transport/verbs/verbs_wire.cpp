@@ -12,7 +12,7 @@ constexpr std::uint32_t kNoticeMagic = 0x4e56574d;  // "MWVN"
 constexpr std::uint32_t kHelloMagic = 0x4856574d;   // "MWVH"
 // 2: remote keys are granted per connection (Keys notices), never carried in metadata.
 // 3: every notice returns receive credits; Begin and Done say how many bytes move.
-constexpr std::uint8_t kVersion = 3;
+constexpr std::uint8_t kVersion = 4;  // 4: pool notices of their own
 constexpr std::size_t kCreditsAt = 4 + 1 + 1 + 1 + 1;
 constexpr std::size_t kHeader = kCreditsAt + 2 + 8 + 8 + 16 + 16 + 2;
 constexpr std::size_t kHelloHeader = 4 + 1 + 1;
@@ -73,7 +73,9 @@ class Reader {
 
 std::size_t encode(const Notice& notice, std::span<std::byte, kNoticeBytes> out) {
   Writer writer(out.data());
-  const auto text = std::string_view(notice.text).substr(0, Notice::kMaxText);
+  const bool pool = is_pool_notice(notice.type);
+  const auto text = pool ? std::string_view(notice.tag).substr(0, Notice::kMaxTag)
+                         : std::string_view(notice.text).substr(0, Notice::kMaxText);
   writer.u32(kNoticeMagic);
   writer.u8(kVersion);
   writer.u8(static_cast<std::uint8_t>(notice.type));
@@ -81,7 +83,7 @@ std::size_t encode(const Notice& notice, std::span<std::byte, kNoticeBytes> out)
   writer.u8(notice.error ? wire_code(*notice.error) : 0);  // 0 = success
   writer.u16(notice.credits);
   writer.u64(notice.seq);
-  writer.u64(notice.bytes);
+  writer.u64(pool ? notice.generation : notice.bytes);
   writer.bytes(notice.key.data(), notice.key.size());
   writer.bytes(notice.token.data(), notice.token.size());
   const bool keys = text.empty();
@@ -103,7 +105,7 @@ Notice decode(std::span<const std::byte> in) {
   Notice notice;
   const auto type = reader.u8();
   if (type < static_cast<std::uint8_t>(NoticeType::Begin) ||
-      type > static_cast<std::uint8_t>(NoticeType::Credits))
+      type > static_cast<std::uint8_t>(kLastNoticeType))
     throw Error(ErrorCode::Protocol, "unknown verbs notice type " + std::to_string(type));
   notice.type = static_cast<NoticeType>(type);
   const auto kind = reader.u8();
@@ -116,13 +118,19 @@ Notice decode(std::span<const std::byte> in) {
   if (code != 0) notice.error = error_code_from_wire(code);
   notice.credits = reader.u16();
   notice.seq = reader.u64();
-  notice.bytes = reader.u64();
+  const bool pool = is_pool_notice(notice.type);
+  (pool ? notice.generation : notice.bytes) = reader.u64();
   reader.bytes(notice.key.data(), notice.key.size());
   reader.bytes(notice.token.data(), notice.token.size());
   const auto length = reader.u16();
-  if (length > Notice::kMaxText) throw Error(ErrorCode::Protocol, "verbs notice text too long");
-  notice.text.resize(length);
-  reader.bytes(notice.text.data(), length);
+  if (length > (pool ? Notice::kMaxTag : Notice::kMaxText))
+    throw Error(ErrorCode::Protocol,
+                pool ? "verbs pool notice tag too long" : "verbs notice text too long");
+  auto& text = pool ? notice.tag : notice.text;
+  text.resize(length);
+  reader.bytes(text.data(), length);
+  if (pool && text.find('\0') != std::string::npos)
+    throw Error(ErrorCode::Protocol, "verbs pool notice tag holding a NUL byte");
   notice.first_index = reader.u32();
   const auto count = reader.u16();
   if (count > Notice::kMaxKeys || (count > 0 && length > 0))

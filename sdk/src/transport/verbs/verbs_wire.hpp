@@ -34,8 +34,19 @@ enum class NoticeType : std::uint8_t {
   Result = 4,
   Abort = 5,
   Keys = 6,
-  Credits = 7
+  Credits = 7,
+  // A transfer between pools (docs/PROTOCOL.md): PoolBegin asks for the pool's keys on this
+  // connection (answered by Accept), PoolDone ends the transfer and delivers its tag (answered
+  // by Result), PoolAbort says it failed. Each carries the generation and the tag.
+  PoolBegin = 8,
+  PoolDone = 9,
+  PoolAbort = 10,
 };
+inline constexpr NoticeType kLastNoticeType = NoticeType::PoolAbort;
+inline bool is_pool_notice(NoticeType type) {
+  return type == NoticeType::PoolBegin || type == NoticeType::PoolDone ||
+         type == NoticeType::PoolAbort;
+}
 
 struct Notice {
   NoticeType type = NoticeType::Begin;
@@ -49,14 +60,16 @@ struct Notice {
   std::vector<std::uint32_t> rkeys;                 // Keys, Accept: one per descriptor onwards
   std::uint16_t credits = 0;  // receives the sender posted again since its last notice
   std::uint64_t bytes = 0;    // Begin, Done: what the active side moves (all that is offered?)
-  // A Begin with first_index kPoolBegin is a transfer between pools: `bytes` is then the pool
-  // metadata's generation and `text` the transfer's tag (delivered at Done).
+  // Pool notices. On the wire `generation` takes the place of `bytes` and `tag` that of `text`:
+  // the type says which a notice carries, and decode() fills the field of that name.
+  std::uint64_t generation = 0;  // of the pool metadata the transfer uses
+  std::string tag;               // the transfer's (empty: untagged), at most kMaxTag, no NUL
 
   static constexpr std::size_t kMaxText = 190;
+  static constexpr std::size_t kMaxTag = 160;  // Connector::kMaxTagBytes
   static constexpr std::size_t kMaxKeys = 47;  // per Keys notice (a notice carries no text then)
 };
 
-inline constexpr std::uint32_t kPoolBegin = 1;
 // A Done with first_index kDoneWithoutResult ends a one-shot READ whose reader completed on its
 // own work completions (its bytes are in its memory; the owner's memory was only read): the
 // owner completes the operation and answers no Result, which would cost a round trip and

@@ -90,9 +90,7 @@ TEST_F(VerbsPassiveSideTest, ABeginOfTheOtherKindIsRefused) {
 
 TEST_F(VerbsPassiveSideTest, APoolBeginOfAOneShotOperationIsRefused) {
   auto registration = offer();
-  auto begin = notice(NoticeType::Begin, *registration);
-  begin.first_index = kPoolBegin;
-  side_.on_notice(connection_, begin);
+  side_.on_notice(connection_, notice(NoticeType::PoolBegin, *registration));
   EXPECT_EQ(answer(NoticeType::Accept).error, ErrorCode::AccessDenied);
 }
 

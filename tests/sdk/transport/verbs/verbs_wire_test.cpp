@@ -116,4 +116,39 @@ TEST(VerbsWire, AProtocol1PeerIsNotSpoken) {
   EXPECT_FALSE(decode_hello(hello.data(), hello.size()).has_value());
 }
 
+TEST(VerbsWire, PoolNoticesCarryTheirGenerationAndTagByName) {
+  for (auto type : {NoticeType::PoolBegin, NoticeType::PoolDone, NoticeType::PoolAbort}) {
+    Notice pool;
+    pool.type = type;
+    pool.seq = 5;
+    pool.generation = 0x1234'5678'9abcull;
+    pool.tag = std::string(Notice::kMaxTag, 't');
+    std::array<std::byte, kNoticeBytes> bytes{};
+    const auto back = decode(std::span(bytes).first(encode(pool, bytes)));
+    EXPECT_EQ(back.type, type);
+    EXPECT_EQ(back.generation, pool.generation);
+    EXPECT_EQ(back.tag, pool.tag);
+    EXPECT_EQ(back.bytes, 0u) << "a pool notice has no byte count";
+    EXPECT_TRUE(back.text.empty()) << "nor a text";
+  }
+}
+
+TEST(VerbsWire, APoolTagTooLongOrHoldingANulIsRefused) {
+  Notice pool;
+  pool.type = NoticeType::PoolDone;
+  pool.tag = "a";
+  std::array<std::byte, kNoticeBytes> bytes{};
+  const auto size = encode(pool, bytes);
+  // The tag's length is the u16 before it; its byte is the last but six (first_index, count).
+  auto tag_at = size - 6 - 1;
+  bytes[tag_at] = std::byte{0};
+  EXPECT_THROW(decode(std::span(bytes).first(size)), Error);
+  Notice plain;
+  plain.type = NoticeType::Abort;
+  plain.text = std::string(Notice::kMaxTag + 1, 'x');
+  const auto plain_size = encode(plain, bytes);
+  bytes[5] = static_cast<std::byte>(NoticeType::PoolAbort);  // the same bytes, as a pool notice
+  EXPECT_THROW(decode(std::span(bytes).first(plain_size)), Error);
+}
+
 }  // namespace
