@@ -14,16 +14,39 @@ Id128 id_from(const std::string& text, const char* field) {
   return *id;
 }
 
+// A pool's regions as spans: from the first block to the end of the last.
+std::vector<RemoteDescriptor> spans_of(const PoolMetadata& pool) {
+  std::vector<RemoteDescriptor> spans;
+  spans.reserve(pool.regions().size());
+  for (const auto& region : pool.regions())
+    spans.push_back(
+        {region.device, region.base, (region.count - 1) * region.stride + region.block_size});
+  return spans;
+}
+
 }  // namespace
+
+std::uint64_t RemoteTarget::total_size() const noexcept {
+  std::uint64_t total = 0;
+  for (const auto& span : spans) total += span.size;
+  return total;
+}
 
 ActiveTransfer::ActiveTransfer(OperationKind kind, std::vector<Descriptor> local,
                                const RdmaMetadata& remote, std::chrono::milliseconds grace)
     : OperationCore(kind, OperationStatus::InProgress),
       local_(std::move(local)),
-      remote_(remote.operation_kind(), remote.descriptors(), std::string(),
-              Endpoint{remote.endpoint().connector, std::string(), {}}, std::string(),
-              remote.expires_at_ms()),
+      remote_{remote.descriptors(), remote.endpoint().connector, remote.expires_at_ms()},
       key_(id_from(remote.notification_key(), "notification_key")),
+      token_(id_from(remote.token(), "token")),
+      grace_(grace) {}
+
+ActiveTransfer::ActiveTransfer(OperationKind kind, std::vector<Descriptor> local,
+                               const PoolMetadata& remote, std::chrono::milliseconds grace)
+    : OperationCore(kind, OperationStatus::InProgress),
+      local_(std::move(local)),
+      remote_{spans_of(remote), remote.endpoint().connector, 0},
+      key_(id_from(remote.key(), "key")),
       token_(id_from(remote.token(), "token")),
       grace_(grace) {}
 

@@ -12,6 +12,7 @@
 #include "ids.hpp"
 #include "memwire/descriptor.hpp"
 #include "memwire/metadata.hpp"
+#include "memwire/pool.hpp"
 #include "operation_core.hpp"
 
 namespace memwire::detail {
@@ -38,9 +39,24 @@ struct BlockPlan {
   std::shared_ptr<Registration> local_pool;  // kept alive while the transfer is
 };
 
+// Of the remote side, what transports need once a transfer started: the spans it may touch
+// (a one-shot operation's descriptors, or a pool's regions, each from its first block to the
+// end of its last), the owner's connector, and the metadata's expiry (0: none).
+struct RemoteTarget {
+  std::vector<RemoteDescriptor> spans;
+  std::string connector;
+  std::int64_t expires_at_ms = 0;
+  std::uint64_t total_size() const noexcept;
+};
+
 class ActiveTransfer final : public OperationCore {
  public:
+  // A one-shot operation: `local` pairs by index with the remote descriptors.
   ActiveTransfer(OperationKind kind, std::vector<Descriptor> local, const RdmaMetadata& remote,
+                 std::chrono::milliseconds grace);
+  // A transfer between pools: `local` are the runs of its plan (see move_blocks), moved to and
+  // from the remote pool's regions.
+  ActiveTransfer(OperationKind kind, std::vector<Descriptor> local, const PoolMetadata& remote,
                  std::chrono::milliseconds grace);
   ~ActiveTransfer() override;
 
@@ -51,11 +67,10 @@ class ActiveTransfer final : public OperationCore {
   // CUDA memory: local() are the staging's stand-ins, and a read copies them to the device
   // before it completes. Set before the transfer starts.
   void stage_through(std::shared_ptr<const CudaStaging> staging);
-  // Of the remote metadata, what transports need once started: its descriptors, its kind and
-  // expiry, and its owner's connector name (key and token are key() and token(); the offers
-  // were chosen from at the start). Kept alone: the rest, copied per operation, cost a small
-  // READ several allocations.
-  const RdmaMetadata& remote() const noexcept { return remote_; }
+  // Of the remote metadata, what transports need once started (key and token are key() and
+  // token(); the offers were chosen from at the start). Kept alone: the rest, copied per
+  // operation, cost a small READ several allocations.
+  const RemoteTarget& remote() const noexcept { return remote_; }
   // A transfer between pools (set before it starts), or null for a one-shot operation.
   void move_blocks(BlockPlan plan) { blocks_ = std::make_unique<const BlockPlan>(std::move(plan)); }
   const BlockPlan* blocks() const noexcept { return blocks_.get(); }
@@ -80,7 +95,7 @@ class ActiveTransfer final : public OperationCore {
   void notify_passive_side(const Error& error);
 
   std::vector<Descriptor> local_;
-  const RdmaMetadata remote_;
+  const RemoteTarget remote_;
   const Id128 key_;
   const Id128 token_;
   const std::chrono::milliseconds grace_;

@@ -309,21 +309,14 @@ class Connector::Impl {
       }
       plan.segments.push_back({memory, there.region, there.offset, here.size, here.region});
     }
-    std::vector<RemoteDescriptor> regions;
-    regions.reserve(remote.regions().size());
-    for (const auto& region : remote.regions())
-      regions.push_back(
-          {region.device, region.base, (region.count - 1) * region.stride + region.block_size});
     const auto bytes = plan.bytes;
     // Each run is a local descriptor, paired with its place in a remote region: what verbs
     // moves (the stream transports take the plan itself).
     std::vector<Descriptor> runs;
     runs.reserve(plan.segments.size());
     for (const auto& segment : plan.segments) runs.emplace_back(segment.local, segment.length);
-    auto transfer = std::make_shared<detail::ActiveTransfer>(
-        kind, std::move(runs),
-        RdmaMetadata(kind, std::move(regions), remote.key(), remote.endpoint(), remote.token(), 0),
-        context_.options.connect_timeout);
+    auto transfer = std::make_shared<detail::ActiveTransfer>(kind, std::move(runs), remote,
+                                                             context_.options.connect_timeout);
     plan.local_pool = std::move(local_pool);
     transfer->move_blocks(std::move(plan));
     pool->track(transfer);

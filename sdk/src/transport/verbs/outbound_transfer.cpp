@@ -27,7 +27,7 @@ unsigned OutboundTransfer::next_batch(std::span<ibv_send_wr> wrs, std::span<ibv_
   const auto& transfer = *stripe->transfer;
   const bool reading = transfer.kind() == OperationKind::Read;
   const auto& local = transfer.local();
-  const auto& remote = transfer.remote().descriptors();
+  const auto& remote = transfer.remote().spans;
   std::vector<Slice> batch;
   unsigned count = 0;
   std::uint64_t bytes = 0;

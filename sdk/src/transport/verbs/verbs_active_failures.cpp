@@ -31,7 +31,7 @@ void VerbsActiveSide::resume(const std::shared_ptr<Stripe>& stripe) {
     settle(stripe);
     return;
   }
-  const auto peer = stripe->transfer->remote().endpoint().connector;
+  const auto peer = stripe->transfer->remote().connector;
   if (stripe->done_sent) {
     // The owner may or may not have completed: without its Result there is no telling.
     if (!stripe->legs.contains(stripe->done_leg))

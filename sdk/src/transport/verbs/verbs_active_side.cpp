@@ -87,7 +87,7 @@ Notice abort_notice(std::uint64_t leg_seq, const Stripe& stripe, const Error& er
 
 // The keys a leg needs: one per remote descriptor (a pool's: per region).
 std::size_t keys_wanted(const ActiveTransfer& transfer) {
-  return transfer.blocks() ? transfer.remote().descriptors().size() : transfer.local().size();
+  return transfer.blocks() ? transfer.remote().spans.size() : transfer.local().size();
 }
 
 }  // namespace
@@ -145,7 +145,7 @@ void VerbsActiveSide::begin(const std::shared_ptr<ActiveTransfer>& transfer,
   const bool tell_owner = blocks != nullptr && !blocks->tag.empty();
   if (is_terminal(transfer->status()) && !tell_owner) return;
   const auto& local = transfer->local();
-  const auto& remote = transfer->remote().descriptors();
+  const auto& remote = transfer->remote().spans;
   if (!transfer->blocks() && local.size() != remote.size()) {
     transfer->fail(Error(ErrorCode::InvalidMetadata,
                          "verbs: " + std::to_string(remote.size()) + " remote and " +
@@ -240,8 +240,8 @@ bool VerbsActiveSide::open_leg(const std::shared_ptr<Stripe>& stripe, std::size_
   chosen.tried = true;
   std::shared_ptr<Connection> connection;
   try {
-    connection = engine_.connect(stripe->transfer->remote().endpoint().connector, chosen.address,
-                                 chosen.local_rail);
+    connection =
+        engine_.connect(stripe->transfer->remote().connector, chosen.address, chosen.local_rail);
   } catch (const Error& error) {
     log("verbs: no leg of transfer " + std::to_string(stripe->seq) + " on " +
         engine_.rail(chosen.local_rail).device->name() + ": " + error.what());
