@@ -250,11 +250,23 @@ class Connector::Impl {
     observed.counts_end = false;
     registration->observe(std::move(observed));
     Endpoint endpoint{name(), hostname(), {}};
-    for (const auto& transport : transports_)
-      if (transport->serves_pools()) endpoint.transports.push_back(transport->offer(*registration));
+    std::string declined;
+    for (const auto& transport : transports_) {
+      if (!transport->serves_pools()) continue;
+      if (auto why = transport->cannot_serve(*pool)) {
+        declined += "; " + std::string(transport->name()) + " cannot serve it: " + *why;
+        events_->write(LogLevel::Info, "pool_not_offered",
+                       "transport " + std::string(transport->name()) + " not offered for pool '" +
+                           options.name + "': " + *why,
+                       detail::LogFields().transport(std::string(transport->name())).key(key));
+        continue;
+      }
+      endpoint.transports.push_back(transport->offer(*registration));
+    }
     if (endpoint.transports.empty())
-      throw Error(ErrorCode::Transport, "no transport of this connector moves pool blocks (runs [" +
-                                            join(transport_names()) + "]; tcp and shm do)");
+      throw Error(ErrorCode::Transport,
+                  "no transport of this connector moves this pool's blocks (runs [" +
+                      join(transport_names()) + "]" + declined + ")");
     PoolMetadata handed_out(options.name, generation, described, key, std::move(endpoint),
                             to_hex(registration->token()));
     if (const auto size = handed_out.to_json().size(); size > PoolMetadata::kMaxJsonBytes)

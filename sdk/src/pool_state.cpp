@@ -6,9 +6,53 @@
 
 namespace memwire::detail {
 
+namespace {
+
+using Interval = std::pair<std::uintptr_t, std::uintptr_t>;  // [first, last)
+
+// Sorted, with touching and overlapping intervals joined.
+std::vector<Interval> joined(std::vector<Interval> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  std::vector<Interval> out;
+  for (const auto& interval : intervals) {
+    if (!out.empty() && interval.first <= out.back().second)
+      out.back().second = std::max(out.back().second, interval.second);
+    else
+      out.push_back(interval);
+  }
+  return out;
+}
+
+// Whether the regions' spans hold bytes that are no region's block. Blocks are listed one by
+// one for strided regions, up to kMostListed; past that the answer is "yes", which only costs
+// such a pool the transports that grant whole spans.
+bool blocks_leave_gaps(const std::vector<BlockRegion>& regions) {
+  constexpr std::uint64_t kMostListed = 1u << 20;
+  std::vector<Interval> spans, blocks;
+  std::uint64_t listed = 0;
+  for (const auto& region : regions) {
+    const auto base = reinterpret_cast<std::uintptr_t>(region.base);
+    const auto stride = region.stride == 0 ? region.block_size : region.stride;
+    spans.emplace_back(base, base + (region.count - 1) * stride + region.block_size);
+    if (stride == region.block_size) {
+      blocks.push_back(spans.back());
+      continue;
+    }
+    if ((listed += region.count) > kMostListed) return true;
+    for (std::uint64_t i = 0; i < region.count; ++i)
+      blocks.emplace_back(base + i * stride, base + i * stride + region.block_size);
+  }
+  return joined(std::move(spans)) != joined(std::move(blocks));
+}
+
+}  // namespace
+
 PoolState::PoolState(PoolOptions options, std::uint64_t generation,
                      std::vector<BlockRegion> regions)
-    : options_(std::move(options)), generation_(generation), regions_(std::move(regions)) {}
+    : options_(std::move(options)),
+      generation_(generation),
+      regions_(std::move(regions)),
+      has_gaps_(blocks_leave_gaps(regions_)) {}
 
 void PoolState::check_open() const {
   if (closed_) throw Error(ErrorCode::Cancelled, "the pool was closed by its owner");

@@ -55,6 +55,10 @@ class PoolState {
   Id128 grant(const std::string& peer);
   bool revoke(std::string_view peer);
 
+  // Whether bytes that are no block's lie inside the regions' spans (a strided region whose
+  // gaps no other region's blocks fill): a transport that can only grant whole spans (verbs
+  // keys) must not serve such a pool. Interleaved K/V regions fill each other's gaps.
+  bool has_gaps() const noexcept { return has_gaps_; }
   // Bytes of block `region`, [offset, offset + length): throws AccessDenied unless they lie in
   // the region's blocks (never in the gaps of a strided region).
   void check_blocks(std::uint32_t region, std::uint64_t offset, std::uint64_t length) const;
@@ -98,6 +102,7 @@ class PoolState {
   const PoolOptions options_;
   const std::uint64_t generation_;
   const std::vector<BlockRegion> regions_;
+  const bool has_gaps_;
   std::optional<PoolMetadata> metadata_;
 
   mutable std::mutex mutex_;

@@ -112,9 +112,10 @@ struct MEMWIRE_API PoolOptions {
   bool remote_write = true;  // peers may write blocks
   // Tags received and not yet taken; one more is refused (the sender's transfer fails).
   std::size_t max_queued_notifications = 65536;
-  // Of those, one peer's at most: a peer whose tags nobody takes has its next tagged transfers
-  // refused, while the others' go on. Memory per queued tag is bounded by kMaxTagBytes.
-  std::size_t max_queued_per_peer = 4096;
+  // Of those, one peer's at most (a quarter of the default queue): a peer whose tags nobody
+  // takes has its next tagged transfers refused, while the others' go on. Memory per queued
+  // tag is bounded by kMaxTagBytes.
+  std::size_t max_queued_per_peer = 16384;
 };
 
 // The tag of a transfer this pool's owner admitted, delivered once, after the transfer's bytes

@@ -13,6 +13,7 @@
 namespace memwire::detail {
 
 class ActiveTransfer;
+class PoolState;
 class Registration;
 
 // The seam between the connector and the ways bytes move. One folder per implementation.
@@ -49,6 +50,11 @@ class Transport {
   // Whether it moves blocks between pools (ActiveTransfer::blocks()): offered for pools only
   // when it does.
   virtual bool serves_pools() const { return false; }
+  // Why it must not serve this pool (e.g. it can grant peers only whole spans, and the pool's
+  // spans hold bytes between blocks), or nullopt: then it is offered for the pool.
+  virtual std::optional<std::string> cannot_serve(const PoolState& /*pool*/) const {
+    return std::nullopt;
+  }
   [[nodiscard("unusable: the connector must try the next transport")]] virtual StartResult start(
       const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer) = 0;
 };

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "pool_state.hpp"
 #include "registration.hpp"
 #include "transport/verbs/ipv4_endpoint.hpp"
 #include "transport/verbs/offered_access.hpp"
@@ -69,6 +70,14 @@ class VerbsTransport final : public Transport {
   // the pool goes; each transfer still announces itself (Begin, answered with the keys held),
   // moves its bytes one-sided, and ends with Done, which carries the tag.
   bool serves_pools() const override { return true; }
+  // Keys (windows or regions) cover a region's whole span: a pool whose spans hold bytes that
+  // are no block's would expose them to every peer it grants. Such a pool moves over tcp and
+  // shm, which check every piece against the blocks. (Windows per run of blocks would close
+  // this at one bind per run per connection: 2,000 for one strided 2,000-block region.)
+  std::optional<std::string> cannot_serve(const PoolState& pool) const override {
+    if (!pool.has_gaps()) return std::nullopt;
+    return "its regions leave bytes between blocks that verbs keys (whole spans) would expose";
+  }
 
   bool can_reach(const TransportOffer& offer) const override {
     return verbs::parse_ipv4_endpoint(offer.address).has_value() && offer.keys.empty();

@@ -278,6 +278,35 @@ TEST_P(PoolTrustConformance, OnePeersUntakenTagsNeverBlockAnothers) {
   EXPECT_EQ(again.wait_for_completion(10s), OperationStatus::Complete);
 }
 
+// Finding 5, on every transport: what a peer can reach is the union of the blocks. Verbs
+// grants whole spans, so it is not offered for a pool whose spans hold other bytes; interleaved
+// K/V regions fill each other's gaps and stay one grant each.
+TEST_P(PoolTrustConformance, OnlyTransportsThatExposeJustTheBlocksServeAPoolWithGaps) {
+  Connector owner(options()), peer(options());
+  std::vector<std::byte> spaced(8 * 2 * kBlock, std::byte{'s'});
+  if (transport() == "verbs") {
+    const auto refused = error_code_of([&] {
+      auto pool = owner.register_pool({{spaced.data(), kBlock, 2 * kBlock, 8, {}}});
+    });
+    EXPECT_EQ(refused, ErrorCode::Transport) << "verbs keys would expose the gaps";
+  } else {
+    auto pool = owner.register_pool({{spaced.data(), kBlock, 2 * kBlock, 8, {}}});
+    EXPECT_EQ(pool.metadata().endpoint().transports.at(0).name, transport());
+  }
+  // K and V interleaved block by block: together they leave no gap.
+  std::vector<std::byte> kv(2 * 8 * kBlock), here(2 * 8 * kBlock);
+  auto both = owner.register_pool(
+      {{kv.data(), kBlock, 2 * kBlock, 8, {}}, {kv.data() + kBlock, kBlock, 2 * kBlock, 8, {}}});
+  ASSERT_EQ(both.metadata().endpoint().transports.at(0).name, transport());
+  auto local = peer.register_pool({{here.data(), kBlock, 0, 16, {}}});
+  fill_pattern(std::span(here).subspan(3 * kBlock, kBlock), 31);
+  fill_pattern(std::span(here).subspan(11 * kBlock, kBlock), 32);
+  auto write = peer.write_blocks(local, {{3, 3}, {8 + 5, 11}}, both.metadata(), "kv");
+  ASSERT_EQ(write.wait_for_completion(20s), OperationStatus::Complete);
+  EXPECT_EQ(first_mismatch(std::span(kv).subspan(6 * kBlock, kBlock), 31), kBlock);   // K block 3
+  EXPECT_EQ(first_mismatch(std::span(kv).subspan(11 * kBlock, kBlock), 32), kBlock);  // V block 5
+}
+
 MEMWIRE_CONFORMANCE_SUITE(PoolTrustConformance);
 
 }  // namespace
