@@ -10,9 +10,10 @@
 namespace memwire::detail::verbs {
 namespace {
 
-// How long invalidate() waits for a bind's completion to be read: a progress thread answers in
-// microseconds; a QP stuck this long is about to break, which ends the wait anyway.
-constexpr auto kBindWait = std::chrono::seconds(2);
+// How long invalidate() waits, once it asked for the connection to close, for the progress
+// thread to close it: it answers in microseconds, unless it is blocked on the caller (a
+// callback of the owner's waiting for this thread), which must not hang both.
+constexpr auto kCloseWait = std::chrono::seconds(5);
 
 // Unspecified: a pool that allows both.
 int remote_access(OperationKind kind) {
@@ -105,16 +106,87 @@ void AccessGrant::bind_completed() noexcept {
   binds_done_.notify_all();
 }
 
-void AccessGrant::invalidate() noexcept {
-  std::unique_lock lock(mutex_);
+void AccessGrant::invalidate() noexcept { invalidate_each({this}); }
+
+void AccessGrant::invalidate_all(const std::vector<std::shared_ptr<AccessGrant>>& grants) noexcept {
+  std::vector<AccessGrant*> each;
+  for (const auto& grant : grants)
+    if (grant) each.push_back(grant.get());
+  invalidate_each(std::move(each));
+}
+
+void AccessGrant::invalidate_each(std::vector<AccessGrant*> grants) noexcept {
+  using Clock = std::chrono::steady_clock;
+  std::vector<AccessGrant*> bound;
+  for (auto* grant : grants)
+    if (grant->end()) bound.push_back(grant);
+  if (bound.empty()) return;
+  if (ProgressLoop::on_a_progress_thread()) {
+    // It cannot wait for itself: the close comes later, unless the binds complete first.
+    for (auto* grant : bound) grant->request_close(Clock::now() + kBindWait);
+    return;
+  }
+  // One deadline for every grant: n stalled binds cost one wait, not n.
+  const auto deadline = Clock::now() + kBindWait;
+  std::erase_if(bound, [&](AccessGrant* grant) { return grant->await_binds(deadline); });
+  for (auto* grant : bound) grant->request_close(Clock::now());
+  const auto closed_by = Clock::now() + kCloseWait;
+  for (auto* grant : bound) grant->await_binds(closed_by);
+}
+
+bool AccessGrant::end() noexcept {
+  std::lock_guard lock(mutex_);
+  if (!invalidated_) invalidated_at_ = std::chrono::steady_clock::now();
   invalidated_ = true;
-  if (binds_in_flight_ > 0 && !ProgressLoop::on_a_progress_thread())
-    binds_done_.wait_for(lock, kBindWait, [&] { return binds_in_flight_ == 0; });
   if (binds_in_flight_ == 0) release_locked();
+  return binds_in_flight_ > 0;
+}
+
+bool AccessGrant::await_binds(std::chrono::steady_clock::time_point deadline) noexcept {
+  std::unique_lock lock(mutex_);
+  binds_done_.wait_until(lock, deadline, [&] { return binds_in_flight_ == 0; });
+  if (binds_in_flight_ > 0) return false;
+  release_locked();
+  return true;
+}
+
+void AccessGrant::request_close(std::chrono::steady_clock::time_point deadline) noexcept {
+  std::function<void()> close;
+  {
+    std::lock_guard lock(mutex_);
+    close_deadline_ = deadline;
+    close = close_connection_;
+  }
+  if (!close) return;
+  try {
+    close();  // a no-op once the engine is gone: it closed every connection as it went
+  } catch (...) {
+  }
+}
+
+void AccessGrant::on_stalled_bind(std::function<void()> close) {
+  std::lock_guard lock(mutex_);
+  close_connection_ = std::move(close);
+}
+
+std::chrono::steady_clock::time_point AccessGrant::close_deadline() const noexcept {
+  std::lock_guard lock(mutex_);
+  return close_deadline_;
+}
+
+bool AccessGrant::binding() const noexcept {
+  std::lock_guard lock(mutex_);
+  return binds_in_flight_ > 0;
+}
+
+std::chrono::steady_clock::time_point AccessGrant::invalidated_at() const noexcept {
+  std::lock_guard lock(mutex_);
+  return invalidated_at_;
 }
 
 void AccessGrant::connection_closed() noexcept {
   std::lock_guard lock(mutex_);
+  if (!invalidated_) invalidated_at_ = std::chrono::steady_clock::now();
   invalidated_ = true;
   binds_in_flight_ = 0;
   release_locked();
@@ -130,6 +202,8 @@ void AccessGrant::release_locked() noexcept {
   // Windows first: a region with a window bound to it cannot be deregistered.
   windows_.clear();
   own_.clear();
+  // The bindable regions pin the operation's pages: they go with the last grant over them.
+  bindable_.reset();
 }
 
 }  // namespace memwire::detail::verbs

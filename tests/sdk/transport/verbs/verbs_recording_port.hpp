@@ -42,6 +42,8 @@ class RecordingPort final : public detail::verbs::VerbsPort {
   std::function<void()> later(std::function<void()> work) override { return work; }
   void watch_expiry(const std::shared_ptr<detail::Registration>&,
                     const std::shared_ptr<AccessGrant>&) override {}
+  void close_if_bind_stalls(const std::shared_ptr<Connection>&, const std::shared_ptr<AccessGrant>&,
+                            std::chrono::steady_clock::time_point) override {}
 
   std::vector<Notice> sent;
   std::vector<Error> failures;
