@@ -5,6 +5,7 @@
 
 #include "ids.hpp"
 #include "memwire/error.hpp"
+#include "telemetry/telemetry_recorder.hpp"
 #include "transport/verbs/progress_loop.hpp"
 
 namespace memwire::detail::verbs {
@@ -29,9 +30,45 @@ int remote_access(OperationKind kind) {
 
 }  // namespace
 
+void KeyBudget::take(std::size_t count) {
+  auto held = held_.load();
+  do {
+    if (limit_ != 0 && (count > limit_ || held > limit_ - count)) {
+      if (telemetry_) telemetry_->grant_refused();
+      throw Error(ErrorCode::Transport,
+                  "verbs: this connector holds " + std::to_string(held) +
+                      " remote keys (memory windows or regions) for its peers and " +
+                      std::to_string(count) + " more would pass its limit of " +
+                      std::to_string(limit_) +
+                      " (rdma.max_remote_keys, MEMWIRE_RDMA_MAX_REMOTE_KEYS): finish or close "
+                      "some operations or pools first");
+    }
+  } while (!held_.compare_exchange_weak(held, held + count));
+}
+
+namespace {
+
+// Keys a grant over `descriptors` holds: one per non-empty descriptor.
+template <typename Sized>
+std::size_t keys_for(const std::vector<Sized>& items, bool (*non_empty)(const Sized&)) {
+  std::size_t keys = 0;
+  for (const auto& item : items) keys += non_empty(item) ? 1 : 0;
+  return keys;
+}
+
+}  // namespace
+
 std::shared_ptr<AccessGrant> AccessGrant::windows(std::shared_ptr<const BindableRegions> regions,
-                                                  OperationKind kind) {
+                                                  OperationKind kind,
+                                                  std::shared_ptr<KeyBudget> budget) {
   std::shared_ptr<AccessGrant> grant(new AccessGrant());
+  if (budget) {
+    const auto keys =
+        keys_for<Mr>(regions->regions, [](const Mr& region) { return static_cast<bool>(region); });
+    budget->take(keys);  // given back by the grant's release, whatever happens below
+    grant->budget_ = std::move(budget);
+    grant->keys_ = keys;
+  }
   grant->window_access_ = remote_access(kind);
   // A random 8-bit key in each window's rkey: a peer that saw one window's keys cannot
   // predict the next binding's.
@@ -58,8 +95,16 @@ std::shared_ptr<AccessGrant> AccessGrant::windows(std::shared_ptr<const Bindable
 std::shared_ptr<AccessGrant> AccessGrant::own_regions(std::shared_ptr<const VerbsDevice> device,
                                                       std::shared_ptr<ibv_pd> pd,
                                                       const std::vector<Descriptor>& descriptors,
-                                                      OperationKind kind) {
+                                                      OperationKind kind,
+                                                      std::shared_ptr<KeyBudget> budget) {
   std::shared_ptr<AccessGrant> grant(new AccessGrant());
+  if (budget) {
+    const auto keys = keys_for<Descriptor>(
+        descriptors, [](const Descriptor& descriptor) { return descriptor.size() != 0; });
+    budget->take(keys);
+    grant->budget_ = std::move(budget);
+    grant->keys_ = keys;
+  }
   // A writable region needs local write for the device to write into it.
   const int access = kind == OperationKind::Read ? IBV_ACCESS_REMOTE_READ
                                                  : remote_access(kind) | IBV_ACCESS_LOCAL_WRITE;
@@ -204,6 +249,8 @@ void AccessGrant::release_locked() noexcept {
   own_.clear();
   // The bindable regions pin the operation's pages: they go with the last grant over them.
   bindable_.reset();
+  if (budget_) budget_->give_back(keys_);
+  keys_ = 0;
 }
 
 }  // namespace memwire::detail::verbs

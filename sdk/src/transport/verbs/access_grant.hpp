@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -14,7 +15,29 @@
 #include "transport/verbs/verbs_device.hpp"
 #include "transport/verbs/verbs_handles.hpp"
 
+namespace memwire::detail {
+class TelemetryRecorder;
+}
+
 namespace memwire::detail::verbs {
+
+// The remote keys (memory windows, per-connection regions) one connector holds for its peers,
+// one-shot operations and pools alike: each costs the device's memory, which every peer shares,
+// so their total is capped (ConnectorOptions::rdma.max_remote_keys; 0 = no cap). Any thread.
+class KeyBudget {
+ public:
+  KeyBudget(std::size_t limit, std::shared_ptr<TelemetryRecorder> telemetry)
+      : limit_(limit), telemetry_(std::move(telemetry)) {}
+  // Takes `count` keys, or throws Error{Transport} naming the limit (and counts the refusal).
+  void take(std::size_t count);
+  void give_back(std::size_t count) noexcept { held_.fetch_sub(count); }
+  std::size_t held() const noexcept { return held_.load(); }
+
+ private:
+  const std::size_t limit_;
+  const std::shared_ptr<TelemetryRecorder> telemetry_;
+  std::atomic<std::size_t> held_{0};
+};
 
 // One passive operation's memory regions on one rail, registered for window binds only
 // (IBV_ACCESS_MW_BIND): they carry no usable remote key of their own.
@@ -42,12 +65,15 @@ class AccessGrant {
  public:
   static constexpr std::chrono::seconds kBindWait{2};
 
+  // Each takes its keys from `budget` (null: uncounted) and gives them back once released.
   static std::shared_ptr<AccessGrant> windows(std::shared_ptr<const BindableRegions> regions,
-                                              OperationKind kind);
+                                              OperationKind kind,
+                                              std::shared_ptr<KeyBudget> budget = nullptr);
   static std::shared_ptr<AccessGrant> own_regions(std::shared_ptr<const VerbsDevice> device,
                                                   std::shared_ptr<ibv_pd> pd,
                                                   const std::vector<Descriptor>& descriptors,
-                                                  OperationKind kind);
+                                                  OperationKind kind,
+                                                  std::shared_ptr<KeyBudget> budget = nullptr);
   ~AccessGrant();
   AccessGrant(const AccessGrant&) = delete;
   AccessGrant& operator=(const AccessGrant&) = delete;
@@ -106,6 +132,8 @@ class AccessGrant {
   std::chrono::steady_clock::time_point invalidated_at_{};
   std::function<void()> close_connection_;
   std::chrono::steady_clock::time_point close_deadline_{};
+  std::shared_ptr<KeyBudget> budget_;
+  std::size_t keys_ = 0;  // taken from budget_, until released
 };
 
 }  // namespace memwire::detail::verbs

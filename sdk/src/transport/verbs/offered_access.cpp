@@ -31,9 +31,9 @@ std::shared_ptr<AccessGrant> OfferedAccess::grant(const Registration& registrati
   std::shared_ptr<AccessGrant> granted;
   const auto kind = granted_kind(registration);
   if (own_pd)
-    granted = AccessGrant::own_regions(device, own_pd, registration.descriptors(), kind);
+    granted = AccessGrant::own_regions(device, own_pd, registration.descriptors(), kind, budget_);
   else if (rail < rails_.size() && rails_[rail])
-    granted = AccessGrant::windows(rails_[rail], kind);
+    granted = AccessGrant::windows(rails_[rail], kind, budget_);
   else
     throw Error(ErrorCode::Transport, "verbs: the operation was not offered on " + device->name());
   // Grants of connections that ended are forgotten: the list stays as long as the live ones.

@@ -27,15 +27,16 @@ OperationKind granted_kind(const Registration& registration);
 class OfferedAccess final : public TransportState {
  public:
   // `rails`: per engine rail, its bindable regions, or null where grants register their own.
-  // `forget`: callable on any thread, drops the connections' entries for this operation once
-  // it is revoked.
+  // `budget`: the connector's remote keys, which every grant takes from. `forget`: callable on
+  // any thread, drops the connections' entries for this operation once it is revoked.
   OfferedAccess(std::vector<std::shared_ptr<const BindableRegions>> rails,
-                std::function<void()> forget)
-      : rails_(std::move(rails)), forget_(std::move(forget)) {}
+                std::shared_ptr<KeyBudget> budget, std::function<void()> forget)
+      : rails_(std::move(rails)), budget_(std::move(budget)), forget_(std::move(forget)) {}
 
   // Access to `registration` (the one this is attached to) for the connection on `rail` whose
   // peer presented the token: windows over the rail's bindable regions, or regions in
-  // `own_pd`. Throws Error{Cancelled} once revoked, Error{Transport} when the device refuses.
+  // `own_pd`. Throws Error{Cancelled} once revoked, Error{Transport} when the device refuses
+  // or the connector holds its limit of keys.
   // A one-shot operation (`claimant` non-empty) serves one transfer: on each rail, the first
   // connection granted it (`connection`, a serial never reused) holds it, and any other
   // connection there is refused with Error{Cancelled}, whatever it calls itself. `claimant`
@@ -50,6 +51,7 @@ class OfferedAccess final : public TransportState {
 
  private:
   const std::vector<std::shared_ptr<const BindableRegions>> rails_;
+  const std::shared_ptr<KeyBudget> budget_;
   const std::function<void()> forget_;
   std::mutex mutex_;
   bool revoked_ = false;

@@ -73,6 +73,7 @@ class Engine final : public std::enable_shared_from_this<Engine>, public VerbsPo
   void close_if_bind_stalls(const std::shared_ptr<Connection>& connection,
                             const std::shared_ptr<AccessGrant>& grant,
                             std::chrono::steady_clock::time_point deadline) override;
+  const std::shared_ptr<KeyBudget>& key_budget() const noexcept override { return keys_; }
 
   // A callable for any thread: once the operation `key` is revoked, every connection forgets
   // its grant of it (their entries would otherwise stay until Done, Abort or disconnect).
@@ -147,6 +148,7 @@ class Engine final : public std::enable_shared_from_this<Engine>, public VerbsPo
     std::weak_ptr<AccessGrant> grant;
   };
   std::multimap<std::chrono::steady_clock::time_point, BindWatch> stalled_binds_;
+  const std::shared_ptr<KeyBudget> keys_;
   std::size_t prune_expiries_at_ = 4096;
   std::promise<void>* flushed_ = nullptr;  // set while shutdown() waits for notices to leave
   VerbsActiveSide active_;

@@ -54,6 +54,8 @@ class VerbsPort {
   virtual void close_if_bind_stalls(const std::shared_ptr<Connection>& connection,
                                     const std::shared_ptr<AccessGrant>& grant,
                                     std::chrono::steady_clock::time_point deadline) = 0;
+  // The connector's remote keys, which every grant takes from.
+  virtual const std::shared_ptr<KeyBudget>& key_budget() const noexcept = 0;
 
  protected:
   VerbsPort() = default;

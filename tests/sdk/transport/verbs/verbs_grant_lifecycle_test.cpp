@@ -182,6 +182,43 @@ TEST_P(VerbsGrantLifecycle, AOneShotOperationIsClaimedByAConnectionNotByAName) {
   EXPECT_EQ(readable.wait_for_completion(10s), OperationStatus::Complete);
 }
 
+// Windows and regions are capped per connector, pools included (their grants bypass the
+// per-connection cap of one-shot operations): past rdma.max_remote_keys a Begin is refused,
+// saying which limit, and counted; keys come back when their connection goes.
+TEST_P(VerbsGrantLifecycle, RemoteKeysAreCappedPerConnectorPoolsIncluded) {
+  auto capped = options();
+  capped.rdma.max_remote_keys = 3;
+  Connector owner(capped);
+  std::vector<std::byte> k(8 * 4096), v(8 * 4096);
+  auto pool = owner.register_pool(
+      {BlockRegion{k.data(), 4096, 0, 8, {}}, BlockRegion{v.data(), 4096, 0, 8, {}}});
+  const auto metadata = pool.metadata();
+  const auto address = address_of(metadata.endpoint());
+  auto first = std::make_unique<RawVerbsPeer>(address, "first");
+  ASSERT_TRUE(first->pool_begin(metadata, 1).accepted);  // 2 keys of 3
+  RawVerbsPeer second(address, "second");
+  const auto refused = second.pool_begin(metadata, 1);
+  EXPECT_FALSE(refused.accepted) << "a pool grant past the connector's cap";
+  EXPECT_EQ(refused.error, ErrorCode::Transport);
+  EXPECT_NE(refused.text.find("rdma.max_remote_keys"), std::string::npos) << refused.text;
+  EXPECT_EQ(owner.telemetry().refused_grants, 1u);
+  EXPECT_NE(to_prometheus(owner.telemetry()).find("memwire_refused_grants_total 1"),
+            std::string::npos);
+  // A one-shot operation's key fits (3 of 3).
+  std::vector<std::byte> memory(4096);
+  auto readable = owner.create_readable({Descriptor(std::span(memory))});
+  EXPECT_TRUE(second.begin(readable.metadata(), 2).accepted);
+  // The first peer leaves: its keys come back, and the pool is granted again.
+  first.reset();
+  bool granted = false;
+  for (std::uint64_t seq = 3; seq < 40 && !granted; ++seq) {
+    RawVerbsPeer third(address, "third");
+    granted = third.pool_begin(metadata, seq).accepted;
+    if (!granted) std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_TRUE(granted) << "the keys of a closed connection never came back";
+}
+
 INSTANTIATE_TEST_SUITE_P(Access, VerbsGrantLifecycle, ::testing::Values("windows", "connection_pd"),
                          [](const auto& info) { return std::string(info.param); });
 
