@@ -8,6 +8,7 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -20,6 +21,7 @@
 
 #include "ids.hpp"
 #include "memwire/metadata.hpp"
+#include "memwire/pool.hpp"
 #include "transport/verbs/verbs_wire.hpp"
 
 namespace memwire::test_support {
@@ -41,8 +43,11 @@ class RawVerbsPeer {
   static constexpr std::size_t kReceives = detail::verbs::kNoticeReceives;
 
   // Connects to `address` ("ip:port"), calling itself `name` in its hello. Throws
-  // std::runtime_error when the listener refuses (or is not there).
-  explicit RawVerbsPeer(const std::string& address, const std::string& name = "raw-test-peer") {
+  // std::runtime_error when the listener refuses (or is not there). `receives`: how many
+  // receives it posts; fewer than kReceives makes a peer that stalls the owner's sends (the
+  // owner counts on kReceives, and RC retries receiver-not-ready forever).
+  explicit RawVerbsPeer(const std::string& address, const std::string& name = "raw-test-peer",
+                        std::size_t receives = kReceives) {
     const auto colon = address.rfind(':');
     const auto host = address.substr(0, colon), port = address.substr(colon + 1);
     rdma_addrinfo hints{};
@@ -64,7 +69,7 @@ class RawVerbsPeer {
       rdma_destroy_ep(id_);
       throw std::runtime_error("rdma_reg_msgs");
     }
-    for (std::size_t slot = 0; slot < kReceives; ++slot) post_receive(slot);
+    for (std::size_t slot = 0; slot < std::min(receives, kReceives); ++slot) post_receive(slot);
     const auto hello = detail::verbs::encode_hello(name, detail::verbs::kConnectPrivateData);
     rdma_conn_param parameters{};
     parameters.private_data = hello.data();
@@ -141,6 +146,7 @@ class RawVerbsPeer {
   struct Grant {
     bool accepted = false;
     std::optional<ErrorCode> error;
+    std::string text;  // the refusal's reason
     std::vector<std::uint32_t> rkeys;
   };
   // Begins the operation `metadata` describes as memwire's active side would (its key and
@@ -151,6 +157,27 @@ class RawVerbsPeer {
       return {};
     return await_grant(seq, metadata.descriptors().size(), timeout);
   }
+  // A pool transfer's Begin (tag `tag`) under the pool's token, as memwire's active side sends
+  // it; pool_begin() also collects the owner's answer (one key per region).
+  ibv_wc_status send_pool_begin(const PoolMetadata& metadata, std::uint64_t seq,
+                                const std::string& tag = "") {
+    detail::verbs::Notice notice;
+    notice.type = detail::verbs::NoticeType::Begin;
+    notice.seq = seq;
+    notice.key = parse_id(metadata.key()).value_or(Id128{});
+    notice.token = parse_id(metadata.token()).value_or(Id128{});
+    notice.kind = OperationKind::Read;
+    notice.first_index = detail::verbs::kPoolBegin;
+    notice.bytes = metadata.generation();
+    notice.text = tag;
+    return send(notice);
+  }
+  Grant pool_begin(const PoolMetadata& metadata, std::uint64_t seq,
+                   std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    if (send_pool_begin(metadata, seq) != IBV_WC_SUCCESS) return {};
+    return await_grant(seq, metadata.regions().size(), timeout);
+  }
+
   // Done for transfer `seq` of `metadata`'s operation; the owner's Result (empty = success),
   // or nothing when it did not answer.
   // `first_index`: the Done's flag (kDoneWithoutResult: a reader that asks for no Result).
@@ -247,6 +274,7 @@ class RawVerbsPeer {
       if (notice->type == detail::verbs::NoticeType::Accept) {
         grant.accepted = !notice->error;
         grant.error = notice->error;
+        grant.text = notice->text;
         return grant;
       }
     }

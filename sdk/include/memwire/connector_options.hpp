@@ -28,6 +28,14 @@ namespace memwire {
 // access error, a flushed QP or garbage is a fault of its source address: a source with
 // `max_access_faults` of them within `access_fault_window` is refused until the oldest
 // leaves the window (0 = never refused).
+//
+// `max_remote_keys` caps the remote keys (memory windows, or regions in a connection's own
+// protection domain) this connector holds for all its peers at once, pools included: one per
+// non-empty descriptor or pool region granted to a connection. A Begin past it is refused
+// with Error{Transport} naming the limit (memwire_refused_grants_total counts them); keys come
+// back as operations end and connections close. 0 = no cap. Default 262,144 (four connections'
+// worth of the 65,536 one connection may hold for one-shot operations); the device's own limit
+// (ibv_devinfo -v: max_mw, max_mr) applies as well.
 struct MEMWIRE_API RdmaOptions {
   std::vector<std::string> devices;
   std::string device;
@@ -36,6 +44,7 @@ struct MEMWIRE_API RdmaOptions {
   std::string access = "auto";
   unsigned max_access_faults = 8;
   std::chrono::milliseconds access_fault_window = std::chrono::seconds(60);
+  std::size_t max_remote_keys = 262144;
 };
 
 // The TCP transport's settings: bytes per request, and connections per peer that one

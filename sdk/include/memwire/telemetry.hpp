@@ -51,6 +51,9 @@ struct MEMWIRE_API TelemetrySnapshot {
   // Device memory registrations (ibv_reg_mr) made, ever: what registering once saves.
   std::uint64_t memory_regions = 0;
   std::uint64_t refused_connections = 0;
+  // Requests for remote keys (verbs windows or regions) refused because the connector held
+  // its limit of them (ConnectorOptions::rdma.max_remote_keys).
+  std::uint64_t refused_grants = 0;
 };
 
 // Prometheus text exposition (version 0.0.4): memwire_operations_total,
@@ -58,7 +61,8 @@ struct MEMWIRE_API TelemetrySnapshot {
 // memwire_registered_bytes, memwire_registrations_total, memwire_memory_regions_total,
 // memwire_connections,
 // memwire_connections_opened_total, memwire_peer_faults_total,
-// memwire_refused_connections_total. Every family has its HELP and TYPE lines.
+// memwire_refused_connections_total, memwire_refused_grants_total. Every family has its HELP and
+// TYPE lines.
 MEMWIRE_API std::string to_prometheus(const TelemetrySnapshot& snapshot);
 
 }  // namespace memwire

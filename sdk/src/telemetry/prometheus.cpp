@@ -113,6 +113,9 @@ std::string to_prometheus(const TelemetrySnapshot& snapshot) {
          "Connections refused because their source had too many faults.");
   Sample("memwire_refused_connections_total")
       .value(out, std::to_string(snapshot.refused_connections));
+  family(out, "memwire_refused_grants_total", "counter",
+         "Requests for remote keys refused: the connector held its limit of them.");
+  Sample("memwire_refused_grants_total").value(out, std::to_string(snapshot.refused_grants));
 
   family(out, "memwire_connections", "gauge", "Data-plane connections open now.");
   for (const auto& connections : snapshot.connections)

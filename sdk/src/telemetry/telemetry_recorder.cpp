@@ -142,6 +142,7 @@ TelemetrySnapshot TelemetryRecorder::snapshot(const std::string& connector,
   snapshot.peer_faults = peer_faults_.load(std::memory_order_relaxed);
   snapshot.memory_regions = memory_regions_.load(std::memory_order_relaxed);
   snapshot.refused_connections = refused_connections_.load(std::memory_order_relaxed);
+  snapshot.refused_grants = refused_grants_.load(std::memory_order_relaxed);
   return snapshot;
 }
 

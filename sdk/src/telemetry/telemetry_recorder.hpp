@@ -44,6 +44,8 @@ class TelemetryRecorder {
   void connection_refused() noexcept {
     refused_connections_.fetch_add(1, std::memory_order_relaxed);
   }
+  // A peer's request for remote keys refused: the connector held as many as it may.
+  void grant_refused() noexcept { refused_grants_.fetch_add(1, std::memory_order_relaxed); }
 
   // `transports`: the ones that started; their connection gauges are listed even at zero.
   TelemetrySnapshot snapshot(const std::string& connector,
@@ -80,6 +82,7 @@ class TelemetryRecorder {
   std::atomic<std::uint64_t> peer_faults_{0};
   std::atomic<std::uint64_t> memory_regions_{0};
   std::atomic<std::uint64_t> refused_connections_{0};
+  std::atomic<std::uint64_t> refused_grants_{0};
 };
 
 }  // namespace memwire::detail

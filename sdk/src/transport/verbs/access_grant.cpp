@@ -5,14 +5,16 @@
 
 #include "ids.hpp"
 #include "memwire/error.hpp"
+#include "telemetry/telemetry_recorder.hpp"
 #include "transport/verbs/progress_loop.hpp"
 
 namespace memwire::detail::verbs {
 namespace {
 
-// How long invalidate() waits for a bind's completion to be read: a progress thread answers in
-// microseconds; a QP stuck this long is about to break, which ends the wait anyway.
-constexpr auto kBindWait = std::chrono::seconds(2);
+// How long invalidate() waits, once it asked for the connection to close, for the progress
+// thread to close it: it answers in microseconds, unless it is blocked on the caller (a
+// callback of the owner's waiting for this thread), which must not hang both.
+constexpr auto kCloseWait = std::chrono::seconds(5);
 
 // Unspecified: a pool that allows both.
 int remote_access(OperationKind kind) {
@@ -28,9 +30,45 @@ int remote_access(OperationKind kind) {
 
 }  // namespace
 
+void KeyBudget::take(std::size_t count) {
+  auto held = held_.load();
+  do {
+    if (limit_ != 0 && (count > limit_ || held > limit_ - count)) {
+      if (telemetry_) telemetry_->grant_refused();
+      throw Error(ErrorCode::Transport,
+                  "verbs: this connector holds " + std::to_string(held) +
+                      " remote keys (memory windows or regions) for its peers and " +
+                      std::to_string(count) + " more would pass its limit of " +
+                      std::to_string(limit_) +
+                      " (rdma.max_remote_keys, MEMWIRE_RDMA_MAX_REMOTE_KEYS): finish or close "
+                      "some operations or pools first");
+    }
+  } while (!held_.compare_exchange_weak(held, held + count));
+}
+
+namespace {
+
+// Keys a grant over `descriptors` holds: one per non-empty descriptor.
+template <typename Sized>
+std::size_t keys_for(const std::vector<Sized>& items, bool (*non_empty)(const Sized&)) {
+  std::size_t keys = 0;
+  for (const auto& item : items) keys += non_empty(item) ? 1 : 0;
+  return keys;
+}
+
+}  // namespace
+
 std::shared_ptr<AccessGrant> AccessGrant::windows(std::shared_ptr<const BindableRegions> regions,
-                                                  OperationKind kind) {
+                                                  OperationKind kind,
+                                                  std::shared_ptr<KeyBudget> budget) {
   std::shared_ptr<AccessGrant> grant(new AccessGrant());
+  if (budget) {
+    const auto keys =
+        keys_for<Mr>(regions->regions, [](const Mr& region) { return static_cast<bool>(region); });
+    budget->take(keys);  // given back by the grant's release, whatever happens below
+    grant->budget_ = std::move(budget);
+    grant->keys_ = keys;
+  }
   grant->window_access_ = remote_access(kind);
   // A random 8-bit key in each window's rkey: a peer that saw one window's keys cannot
   // predict the next binding's.
@@ -57,8 +95,16 @@ std::shared_ptr<AccessGrant> AccessGrant::windows(std::shared_ptr<const Bindable
 std::shared_ptr<AccessGrant> AccessGrant::own_regions(std::shared_ptr<const VerbsDevice> device,
                                                       std::shared_ptr<ibv_pd> pd,
                                                       const std::vector<Descriptor>& descriptors,
-                                                      OperationKind kind) {
+                                                      OperationKind kind,
+                                                      std::shared_ptr<KeyBudget> budget) {
   std::shared_ptr<AccessGrant> grant(new AccessGrant());
+  if (budget) {
+    const auto keys = keys_for<Descriptor>(
+        descriptors, [](const Descriptor& descriptor) { return descriptor.size() != 0; });
+    budget->take(keys);
+    grant->budget_ = std::move(budget);
+    grant->keys_ = keys;
+  }
   // A writable region needs local write for the device to write into it.
   const int access = kind == OperationKind::Read ? IBV_ACCESS_REMOTE_READ
                                                  : remote_access(kind) | IBV_ACCESS_LOCAL_WRITE;
@@ -105,16 +151,87 @@ void AccessGrant::bind_completed() noexcept {
   binds_done_.notify_all();
 }
 
-void AccessGrant::invalidate() noexcept {
-  std::unique_lock lock(mutex_);
+void AccessGrant::invalidate() noexcept { invalidate_each({this}); }
+
+void AccessGrant::invalidate_all(const std::vector<std::shared_ptr<AccessGrant>>& grants) noexcept {
+  std::vector<AccessGrant*> each;
+  for (const auto& grant : grants)
+    if (grant) each.push_back(grant.get());
+  invalidate_each(std::move(each));
+}
+
+void AccessGrant::invalidate_each(std::vector<AccessGrant*> grants) noexcept {
+  using Clock = std::chrono::steady_clock;
+  std::vector<AccessGrant*> bound;
+  for (auto* grant : grants)
+    if (grant->end()) bound.push_back(grant);
+  if (bound.empty()) return;
+  if (ProgressLoop::on_a_progress_thread()) {
+    // It cannot wait for itself: the close comes later, unless the binds complete first.
+    for (auto* grant : bound) grant->request_close(Clock::now() + kBindWait);
+    return;
+  }
+  // One deadline for every grant: n stalled binds cost one wait, not n.
+  const auto deadline = Clock::now() + kBindWait;
+  std::erase_if(bound, [&](AccessGrant* grant) { return grant->await_binds(deadline); });
+  for (auto* grant : bound) grant->request_close(Clock::now());
+  const auto closed_by = Clock::now() + kCloseWait;
+  for (auto* grant : bound) grant->await_binds(closed_by);
+}
+
+bool AccessGrant::end() noexcept {
+  std::lock_guard lock(mutex_);
+  if (!invalidated_) invalidated_at_ = std::chrono::steady_clock::now();
   invalidated_ = true;
-  if (binds_in_flight_ > 0 && !ProgressLoop::on_a_progress_thread())
-    binds_done_.wait_for(lock, kBindWait, [&] { return binds_in_flight_ == 0; });
   if (binds_in_flight_ == 0) release_locked();
+  return binds_in_flight_ > 0;
+}
+
+bool AccessGrant::await_binds(std::chrono::steady_clock::time_point deadline) noexcept {
+  std::unique_lock lock(mutex_);
+  binds_done_.wait_until(lock, deadline, [&] { return binds_in_flight_ == 0; });
+  if (binds_in_flight_ > 0) return false;
+  release_locked();
+  return true;
+}
+
+void AccessGrant::request_close(std::chrono::steady_clock::time_point deadline) noexcept {
+  std::function<void()> close;
+  {
+    std::lock_guard lock(mutex_);
+    close_deadline_ = deadline;
+    close = close_connection_;
+  }
+  if (!close) return;
+  try {
+    close();  // a no-op once the engine is gone: it closed every connection as it went
+  } catch (...) {
+  }
+}
+
+void AccessGrant::on_stalled_bind(std::function<void()> close) {
+  std::lock_guard lock(mutex_);
+  close_connection_ = std::move(close);
+}
+
+std::chrono::steady_clock::time_point AccessGrant::close_deadline() const noexcept {
+  std::lock_guard lock(mutex_);
+  return close_deadline_;
+}
+
+bool AccessGrant::binding() const noexcept {
+  std::lock_guard lock(mutex_);
+  return binds_in_flight_ > 0;
+}
+
+std::chrono::steady_clock::time_point AccessGrant::invalidated_at() const noexcept {
+  std::lock_guard lock(mutex_);
+  return invalidated_at_;
 }
 
 void AccessGrant::connection_closed() noexcept {
   std::lock_guard lock(mutex_);
+  if (!invalidated_) invalidated_at_ = std::chrono::steady_clock::now();
   invalidated_ = true;
   binds_in_flight_ = 0;
   release_locked();
@@ -130,6 +247,10 @@ void AccessGrant::release_locked() noexcept {
   // Windows first: a region with a window bound to it cannot be deregistered.
   windows_.clear();
   own_.clear();
+  // The bindable regions pin the operation's pages: they go with the last grant over them.
+  bindable_.reset();
+  if (budget_) budget_->give_back(keys_);
+  keys_ = 0;
 }
 
 }  // namespace memwire::detail::verbs

@@ -1,8 +1,11 @@
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -12,7 +15,29 @@
 #include "transport/verbs/verbs_device.hpp"
 #include "transport/verbs/verbs_handles.hpp"
 
+namespace memwire::detail {
+class TelemetryRecorder;
+}
+
 namespace memwire::detail::verbs {
+
+// The remote keys (memory windows, per-connection regions) one connector holds for its peers,
+// one-shot operations and pools alike: each costs the device's memory, which every peer shares,
+// so their total is capped (ConnectorOptions::rdma.max_remote_keys; 0 = no cap). Any thread.
+class KeyBudget {
+ public:
+  KeyBudget(std::size_t limit, std::shared_ptr<TelemetryRecorder> telemetry)
+      : limit_(limit), telemetry_(std::move(telemetry)) {}
+  // Takes `count` keys, or throws Error{Transport} naming the limit (and counts the refusal).
+  void take(std::size_t count);
+  void give_back(std::size_t count) noexcept { held_.fetch_sub(count); }
+  std::size_t held() const noexcept { return held_.load(); }
+
+ private:
+  const std::size_t limit_;
+  const std::shared_ptr<TelemetryRecorder> telemetry_;
+  std::atomic<std::size_t> held_{0};
+};
 
 // One passive operation's memory regions on one rail, registered for window binds only
 // (IBV_ACCESS_MW_BIND): they carry no usable remote key of their own.
@@ -29,18 +54,26 @@ struct BindableRegions {
 //   protection domain, which no other QP shares (devices without type-2 windows).
 // invalidate() ends the access on any thread: at once, or, for a window whose bind is still in
 // the device's queue (deallocating it then would break the QP), when that bind completes. Off
-// the progress thread it waits for that completion (bounded): the device has usually run the
-// bind already (the peer holds its keys), only the progress thread has not read it yet, and
-// the window must not outlive the call. On the progress thread the CQ is read in order, so a
-// bind posted before the notice being handled has been read already.
+// the progress thread it waits for that completion: the device has usually run the bind
+// already (the peer holds its keys), only the progress thread has not read it yet. A bind that
+// does not complete within kBindWait sits behind work the peer stalls (a SEND it posts no
+// receive for: RC retries that forever), and the window may be bound all the same: the
+// connection is closed (destroying its QP destroys its windows) before invalidate() returns,
+// so an ended grant never leaves a key that works. On the progress thread, which cannot wait
+// for itself, the same close happens kBindWait later unless the bind completed by then.
 class AccessGrant {
  public:
+  static constexpr std::chrono::seconds kBindWait{2};
+
+  // Each takes its keys from `budget` (null: uncounted) and gives them back once released.
   static std::shared_ptr<AccessGrant> windows(std::shared_ptr<const BindableRegions> regions,
-                                              OperationKind kind);
+                                              OperationKind kind,
+                                              std::shared_ptr<KeyBudget> budget = nullptr);
   static std::shared_ptr<AccessGrant> own_regions(std::shared_ptr<const VerbsDevice> device,
                                                   std::shared_ptr<ibv_pd> pd,
                                                   const std::vector<Descriptor>& descriptors,
-                                                  OperationKind kind);
+                                                  OperationKind kind,
+                                                  std::shared_ptr<KeyBudget> budget = nullptr);
   ~AccessGrant();
   AccessGrant(const AccessGrant&) = delete;
   AccessGrant& operator=(const AccessGrant&) = delete;
@@ -56,13 +89,33 @@ class AccessGrant {
   void bind_completed() noexcept;
   // Ends remote access (see above). Idempotent.
   void invalidate() noexcept;
+  // invalidate() for many at once: every grant ends first, then all wait for their binds
+  // under one deadline, then the connections of those still bound close together.
+  static void invalidate_all(const std::vector<std::shared_ptr<AccessGrant>>& grants) noexcept;
   // The QP is destroyed: no bind of it will run, every window may go now.
   void connection_closed() noexcept;
   bool invalidated() const noexcept;
+  // When invalidate() first ran (the epoch while it has not).
+  std::chrono::steady_clock::time_point invalidated_at() const noexcept;
+
+  // How to close this grant's connection if its binds stall: `close`, callable on any thread,
+  // closes it on the progress thread at close_deadline() unless the binds completed by then.
+  // Set once, before any bind is posted.
+  void on_stalled_bind(std::function<void()> close);
+  std::chrono::steady_clock::time_point close_deadline() const noexcept;
+  // Whether a bind is posted and not yet completed (nor its connection closed).
+  bool binding() const noexcept;
 
  private:
   AccessGrant() = default;
   void release_locked() noexcept;
+  // invalidate()'s first step: ends the grant; true when a bind still holds a window.
+  bool end() noexcept;
+  // Waits for the binds in flight until `deadline`; true when none is left.
+  bool await_binds(std::chrono::steady_clock::time_point deadline) noexcept;
+  // Asks for the connection to close at `deadline` if a bind is still in flight then.
+  void request_close(std::chrono::steady_clock::time_point deadline) noexcept;
+  static void invalidate_each(std::vector<AccessGrant*> grants) noexcept;
 
   mutable std::mutex mutex_;
   std::condition_variable binds_done_;
@@ -76,6 +129,11 @@ class AccessGrant {
   std::vector<std::uint32_t> rkeys_;
   unsigned binds_in_flight_ = 0;
   bool invalidated_ = false;
+  std::chrono::steady_clock::time_point invalidated_at_{};
+  std::function<void()> close_connection_;
+  std::chrono::steady_clock::time_point close_deadline_{};
+  std::shared_ptr<KeyBudget> budget_;
+  std::size_t keys_ = 0;  // taken from budget_, until released
 };
 
 }  // namespace memwire::detail::verbs

@@ -18,37 +18,46 @@ std::shared_ptr<AccessGrant> OfferedAccess::grant(const Registration& registrati
                                                   std::size_t rail,
                                                   const std::shared_ptr<const VerbsDevice>& device,
                                                   const std::shared_ptr<ibv_pd>& own_pd,
-                                                  const std::string& claimant) {
+                                                  const std::string& claimant,
+                                                  std::uint64_t connection) {
   std::lock_guard lock(mutex_);
   if (revoked_) throw Error(ErrorCode::Cancelled, "the operation ended on the owner's side");
-  if (!claimant.empty() && !claimant_.empty() && claimant != claimant_)
+  const auto claimed = claim_.find(rail);
+  if (!claimant.empty() && ((!claimant_.empty() && claimant != claimant_) ||
+                            (claimed != claim_.end() && claimed->second != connection)))
     throw Error(ErrorCode::Cancelled,
                 "another transfer is reading or writing this operation (a one-shot operation "
                 "serves one peer's transfer)");
   std::shared_ptr<AccessGrant> granted;
   const auto kind = granted_kind(registration);
   if (own_pd)
-    granted = AccessGrant::own_regions(device, own_pd, registration.descriptors(), kind);
+    granted = AccessGrant::own_regions(device, own_pd, registration.descriptors(), kind, budget_);
   else if (rail < rails_.size() && rails_[rail])
-    granted = AccessGrant::windows(rails_[rail], kind);
+    granted = AccessGrant::windows(rails_[rail], kind, budget_);
   else
     throw Error(ErrorCode::Transport, "verbs: the operation was not offered on " + device->name());
   // Grants of connections that ended are forgotten: the list stays as long as the live ones.
   std::erase_if(grants_, [](const auto& weak) { return weak.expired(); });
   grants_.push_back(granted);
-  if (!claimant.empty()) claimant_ = claimant;
+  if (!claimant.empty()) {
+    claimant_ = claimant;
+    claim_[rail] = connection;
+  }
   return granted;
 }
 
 void OfferedAccess::revoke() noexcept {
-  std::vector<std::weak_ptr<AccessGrant>> grants;
+  std::vector<std::shared_ptr<AccessGrant>> grants;
   {
     std::lock_guard lock(mutex_);
     revoked_ = true;
-    grants.swap(grants_);
+    for (const auto& weak : grants_)
+      if (auto granted = weak.lock()) grants.push_back(std::move(granted));
+    grants_.clear();
   }
-  for (const auto& weak : grants)
-    if (auto granted = weak.lock()) granted->invalidate();
+  // All at once: n connections stalling their binds cost one deadline, not n.
+  AccessGrant::invalidate_all(grants);
+  if (forget_) forget_();
 }
 
 }  // namespace memwire::detail::verbs

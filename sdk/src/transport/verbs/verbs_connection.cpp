@@ -1,6 +1,7 @@
 #include "transport/verbs/verbs_connection.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -40,6 +41,11 @@ Connection::Connection(std::shared_ptr<const VerbsDevice> device, ibv_comp_chann
       reserved_(std::min(kReservedForNotices, send_depth_ / 2)),
       credits_(send_depth_),
       id_(std::move(id)) {}
+
+std::uint64_t Connection::next_serial() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1);
+}
 
 Connection::~Connection() {
   // The QP goes before its CQ: close() first, then the members in reverse order.

@@ -92,6 +92,7 @@ class Connection {
   bool return_credits();
 
   // Book-keeping of the transport (progress thread only).
+  const std::uint64_t serial = next_serial();  // never reused: what a one-shot claim holds
   State state = State::Resolving;
   const bool outgoing;
   std::string peer;           // the peer connector's name, as it said in its hello
@@ -114,11 +115,15 @@ class Connection {
     std::map<std::uint64_t, PoolTransfer> pool_transfers;
   };
   std::map<Id128, Inbound> inbound;
+  // When the owner last ended a grant of this connection (its operation revoked): an access
+  // error just after is a reader that was in flight, not a fault of the peer.
+  std::chrono::steady_clock::time_point grant_ended_at{};
   // Active side: the keys of pools the owner granted this connection, by pool key. Its later
   // transfers of the pool move at once, one-sided; they die with the connection.
   std::map<Id128, std::vector<std::uint32_t>> pool_keys;
 
  private:
+  static std::uint64_t next_serial() noexcept;
   struct Waiting;
   bool post_receive(std::uint64_t id);
   bool post_control(const Waiting& message);

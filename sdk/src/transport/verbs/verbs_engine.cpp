@@ -125,6 +125,7 @@ Engine::Engine(const TransportContext& context)
       events_(rdma_create_event_channel()),
       timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)),
       faults_(context.options.rdma.max_access_faults, context.options.rdma.access_fault_window),
+      keys_(std::make_shared<KeyBudget>(context.options.rdma.max_remote_keys, context.telemetry)),
       active_(*this, context.options.rdma.slice_size, log_),
       passive_(*this, context.registrations) {
   const auto& access = context.options.rdma.access;

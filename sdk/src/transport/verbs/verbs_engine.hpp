@@ -70,6 +70,14 @@ class Engine final : public std::enable_shared_from_this<Engine>, public VerbsPo
   std::function<void()> later(std::function<void()> work) override;
   void watch_expiry(const std::shared_ptr<Registration>& registration,
                     const std::shared_ptr<AccessGrant>& grant) override;
+  void close_if_bind_stalls(const std::shared_ptr<Connection>& connection,
+                            const std::shared_ptr<AccessGrant>& grant,
+                            std::chrono::steady_clock::time_point deadline) override;
+  const std::shared_ptr<KeyBudget>& key_budget() const noexcept override { return keys_; }
+
+  // A callable for any thread: once the operation `key` is revoked, every connection forgets
+  // its grant of it (their entries would otherwise stay until Done, Abort or disconnect).
+  std::function<void()> forget_grants_of(const Id128& key);
 
  private:
   explicit Engine(const TransportContext& context);
@@ -104,6 +112,8 @@ class Engine final : public std::enable_shared_from_this<Engine>, public VerbsPo
   void count_fault(const Connection& connection, std::string_view why);
   // Grants of expired registrations end.
   void end_expired_grants();
+  // Connections whose ended grants' binds are still in flight past their deadline close.
+  void close_stalled_binds();
   std::optional<std::chrono::steady_clock::time_point> next_expiry() const;
 
   // A notice from the peer: to the side it concerns.
@@ -133,6 +143,12 @@ class Engine final : public std::enable_shared_from_this<Engine>, public VerbsPo
     std::weak_ptr<AccessGrant> grant;
   };
   std::multimap<std::int64_t, ExpiryWatch> expiries_;  // by unix ms
+  struct BindWatch {
+    std::weak_ptr<Connection> connection;
+    std::weak_ptr<AccessGrant> grant;
+  };
+  std::multimap<std::chrono::steady_clock::time_point, BindWatch> stalled_binds_;
+  const std::shared_ptr<KeyBudget> keys_;
   std::size_t prune_expiries_at_ = 4096;
   std::promise<void>* flushed_ = nullptr;  // set while shutdown() waits for notices to leave
   VerbsActiveSide active_;

@@ -12,6 +12,13 @@
 #include "transport/verbs/verbs_engine.hpp"
 
 namespace memwire::detail::verbs {
+namespace {
+
+// How long after the owner ended a grant an access error on its connection is a reader that
+// was in flight (it hears of the end with its next request, a round trip), not a fault.
+constexpr std::chrono::seconds kEndedGrantExcuses{2};
+
+}  // namespace
 
 void Engine::on_completions(Rail& rail) {
   for (;;) {
@@ -165,6 +172,8 @@ void Engine::arm_timer() {
       if (!next || connection->deadline < *next) next = connection->deadline;
   if (auto stall = active_.next_stall_check(); stall && (!next || *stall < *next)) next = stall;
   if (auto expiry = next_expiry(); expiry && (!next || *expiry < *next)) next = expiry;
+  if (!stalled_binds_.empty() && (!next || stalled_binds_.begin()->first < *next))
+    next = stalled_binds_.begin()->first;
   itimerspec spec{};
   if (next) {
     // steady_clock is CLOCK_MONOTONIC; an all-zero it_value would disarm instead.
@@ -193,7 +202,43 @@ void Engine::on_timer() {
                               std::to_string(connect_timeout_.count()) + " ms"));
   active_.check_stalls();
   end_expired_grants();
+  close_stalled_binds();
   arm_timer();
+}
+
+void Engine::close_if_bind_stalls(const std::shared_ptr<Connection>& connection,
+                                  const std::shared_ptr<AccessGrant>& grant,
+                                  std::chrono::steady_clock::time_point deadline) {
+  if (connection->state == Connection::State::Closed || !grant->binding()) return;
+  stalled_binds_.emplace(deadline, BindWatch{connection, grant});
+  close_stalled_binds();
+  arm_timer();
+}
+
+void Engine::close_stalled_binds() {
+  const auto now = std::chrono::steady_clock::now();
+  while (!stalled_binds_.empty() && stalled_binds_.begin()->first <= now) {
+    auto watch = stalled_binds_.extract(stalled_binds_.begin()).mapped();
+    const auto connection = watch.connection.lock();
+    const auto grant = watch.grant.lock();
+    if (!connection || !grant || !grant->binding()) continue;
+    // Destroying the QP destroys its windows: no key of the ended grant can work after this.
+    fail_connection(
+        *connection,
+        Error(ErrorCode::Timeout,
+              "verbs: a window bind on the QP of " + describe(*connection) +
+                  " did not complete within " + std::to_string(AccessGrant::kBindWait.count()) +
+                  " s of its grant ending (the peer stalls the QP, receiving none of "
+                  "our notices?): connection closed so that the grant's keys end"));
+  }
+}
+
+std::function<void()> Engine::forget_grants_of(const Id128& key) {
+  return later([this, key] {
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& [id, connection] : connections_)
+      if (connection->inbound.erase(key) != 0) connection->grant_ended_at = now;
+  });
 }
 
 void Engine::watch_expiry(const std::shared_ptr<Registration>& registration,
@@ -234,13 +279,20 @@ void Engine::end_expired_grants() {
 }
 
 void Engine::count_fault(const Connection& connection, std::string_view why) {
-  // A grant the owner ended (a cancel, an expiry) under a reader in flight: an honest peer.
-  // Not one the peer ended itself (Done, Abort: its entry is gone), or a guesser could begin
-  // and abort an operation it holds before every guess to go uncounted.
+  // A grant the owner ended (a cancel, an expiry) under a reader in flight: an honest peer,
+  // for as long as a reader needs to hear of it. Not one the peer ended itself (Done, Abort:
+  // its entry is gone), or a guesser could begin and abort an operation it holds before every
+  // guess to go uncounted; and not for the connection's life, or one cancel would excuse every
+  // later guess.
+  const auto now = std::chrono::steady_clock::now();
+  const auto recent = [&](std::chrono::steady_clock::time_point ended) {
+    return ended != std::chrono::steady_clock::time_point{} && now - ended < kEndedGrantExcuses;
+  };
+  if (recent(connection.grant_ended_at)) return;
   for (const auto& [key, entry] : connection.inbound)
-    if (entry.grant->invalidated()) return;
+    if (entry.grant->invalidated() && recent(entry.grant->invalidated_at())) return;
   const auto host = connection.address.substr(0, connection.address.rfind(':'));
-  const auto faults = faults_.record(host, std::chrono::steady_clock::now());
+  const auto faults = faults_.record(host, now);
   if (telemetry_) telemetry_->peer_fault();
   events_log_->write(LogLevel::Warn, "peer_fault",
                      "verbs: connection from " + connection.address + " (calling itself " +

@@ -20,6 +20,9 @@ void read_verbs_environment(ConnectorOptions& options) {
   if (const char* text = std::getenv("MEMWIRE_RDMA_ACCESS_FAULT_WINDOW_MS"))
     rdma.access_fault_window = std::chrono::milliseconds(
         number_from_environment<std::int64_t>("MEMWIRE_RDMA_ACCESS_FAULT_WINDOW_MS", text));
+  if (const char* text = std::getenv("MEMWIRE_RDMA_MAX_REMOTE_KEYS"))
+    rdma.max_remote_keys =
+        number_from_environment<std::size_t>("MEMWIRE_RDMA_MAX_REMOTE_KEYS", text);
   if (const char* text = std::getenv("MEMWIRE_RDMA_SLICE_SIZE"))
     rdma.slice_size = number_from_environment<std::size_t>("MEMWIRE_RDMA_SLICE_SIZE", text);
   if (const char* text = std::getenv("MEMWIRE_GID_INDEX"))

@@ -156,11 +156,23 @@ std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_to(Connection& connection,
   try {
     auto access = registration.attachment<OfferedAccess>();
     if (!access) throw Error(ErrorCode::Cancelled, "the operation ended on the owner's side");
-    // A one-shot Begin names its transfer, the same on each of its rails.
+    // A one-shot Begin names its transfer, the same on each of its rails; the claim on this
+    // rail is this connection's.
     const auto claimant =
         registration.pool() ? std::string() : peer_of(connection) + "/" + notice.text;
-    return access->grant(registration, connection.rail, engine_.rail(connection.rail).device,
-                         connection.own_protection_domain(), claimant);
+    auto grant = access->grant(registration, connection.rail, engine_.rail(connection.rail).device,
+                               connection.own_protection_domain(), claimant, connection.serial);
+    // A bind that stalls when the grant ends closes this connection (AccessGrant::invalidate).
+    if (const auto found = engine_.connections().find(connection.id());
+        found != engine_.connections().end())
+      grant->on_stalled_bind(
+          engine_.later([this, weak = std::weak_ptr(found->second), held = std::weak_ptr(grant)] {
+            const auto connection = weak.lock();
+            const auto grant = held.lock();
+            if (connection && grant)
+              engine_.close_if_bind_stalls(connection, grant, grant->close_deadline());
+          }));
+    return grant;
   } catch (const Error& error) {
     reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
     return nullptr;

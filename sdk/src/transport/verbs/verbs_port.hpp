@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <map>
@@ -48,6 +49,13 @@ class VerbsPort {
   // Ends `grant` when `registration` expires (unless renewed by then).
   virtual void watch_expiry(const std::shared_ptr<Registration>& registration,
                             const std::shared_ptr<AccessGrant>& grant) = 0;
+  // Closes `connection` at `deadline` (at once if past) if `grant` still has a window bind in
+  // flight then: the bind waits behind work the peer stalls, and the window may be bound.
+  virtual void close_if_bind_stalls(const std::shared_ptr<Connection>& connection,
+                                    const std::shared_ptr<AccessGrant>& grant,
+                                    std::chrono::steady_clock::time_point deadline) = 0;
+  // The connector's remote keys, which every grant takes from.
+  virtual const std::shared_ptr<KeyBudget>& key_budget() const noexcept = 0;
 
  protected:
   VerbsPort() = default;

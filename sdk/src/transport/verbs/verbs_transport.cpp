@@ -54,7 +54,8 @@ class VerbsTransport final : public Transport {
                 : regions->device->register_memory(descriptor.ptr(), descriptor.size(), access));
       rails.push_back(std::move(regions));
     }
-    registration.attach(std::make_unique<verbs::OfferedAccess>(std::move(rails)));
+    registration.attach(std::make_unique<verbs::OfferedAccess>(
+        std::move(rails), engine_->key_budget(), engine_->forget_grants_of(registration.key())));
     if (registration.pool()) {
       auto local = std::make_unique<PoolLocalRegions>();
       for (std::size_t rail = 0; rail < engine_->rail_count(); ++rail)

@@ -42,12 +42,18 @@ class RecordingPort final : public detail::verbs::VerbsPort {
   std::function<void()> later(std::function<void()> work) override { return work; }
   void watch_expiry(const std::shared_ptr<detail::Registration>&,
                     const std::shared_ptr<AccessGrant>&) override {}
+  void close_if_bind_stalls(const std::shared_ptr<Connection>&, const std::shared_ptr<AccessGrant>&,
+                            std::chrono::steady_clock::time_point) override {}
+  const std::shared_ptr<detail::verbs::KeyBudget>& key_budget() const noexcept override {
+    return budget_;
+  }
 
   std::vector<Notice> sent;
   std::vector<Error> failures;
 
  private:
   std::map<rdma_cm_id*, std::shared_ptr<Connection>> connections_;
+  std::shared_ptr<detail::verbs::KeyBudget> budget_;
 };
 
 }  // namespace memwire::test_support
