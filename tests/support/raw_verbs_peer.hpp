@@ -162,14 +162,13 @@ class RawVerbsPeer {
   ibv_wc_status send_pool_begin(const PoolMetadata& metadata, std::uint64_t seq,
                                 const std::string& tag = "") {
     detail::verbs::Notice notice;
-    notice.type = detail::verbs::NoticeType::Begin;
+    notice.type = detail::verbs::NoticeType::PoolBegin;
     notice.seq = seq;
     notice.key = parse_id(metadata.key()).value_or(Id128{});
     notice.token = parse_id(metadata.token()).value_or(Id128{});
     notice.kind = OperationKind::Read;
-    notice.first_index = detail::verbs::kPoolBegin;
-    notice.bytes = metadata.generation();
-    notice.text = tag;
+    notice.generation = metadata.generation();
+    notice.tag = tag;
     return send(notice);
   }
   Grant pool_begin(const PoolMetadata& metadata, std::uint64_t seq,
