@@ -161,6 +161,9 @@ void Registration::fail(Error error) {
   // The completion notice was accepted and acknowledged: a reader that leaves at once (its
   // other connections closing) must not turn that into a failure before it lands.
   if (completing_) return;
+  // The owner is cancelling: the peer's failure that its revocation provokes (a READ meeting
+  // an invalidated key, its Abort) must not end it as Errored first.
+  if (cancelling_) return;
   revoke();
   finish(OperationStatus::Errored, std::move(error));
 }
@@ -193,6 +196,7 @@ void Registration::revoke() {
 
 void Registration::cancel() {
   if (!cancel_applies()) return;
+  cancelling_ = true;
   revoke();
   finish(OperationStatus::Cancelled, Error(ErrorCode::Cancelled, "cancelled by its owner"));
 }

@@ -129,6 +129,7 @@ class Registration final : public OperationCore {
   std::optional<RdmaMetadata> metadata_;
   AccessGate gate_;
   std::atomic<bool> completing_{false};  // a completion notice was accepted
+  std::atomic<bool> cancelling_{false};  // the owner's cancel() began
   std::atomic<bool> counted_registered_{false};
   // Out of the table already: a completed operation's drop revokes again (twice, with the
   // destructor), and each lookup of 16 random bytes among thousands is a cache miss.
