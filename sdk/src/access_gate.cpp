@@ -33,6 +33,16 @@ void AccessGate::remove_breaker(std::uintptr_t holder) {
   breakers_.erase(holder);
 }
 
+void AccessGate::add_releaser(std::uintptr_t holder, std::function<void()> releaser) {
+  std::lock_guard lock(mutex_);
+  if (open_) releasers_.insert_or_assign(holder, std::move(releaser));
+}
+
+void AccessGate::remove_releaser(std::uintptr_t holder) {
+  std::lock_guard lock(mutex_);
+  releasers_.erase(holder);
+}
+
 void AccessGate::refuse() {
   std::lock_guard lock(mutex_);
   open_ = false;
@@ -48,6 +58,14 @@ void AccessGate::close(std::chrono::milliseconds grace) {
   if (break_at_once) grace = std::chrono::milliseconds(0);
   std::unique_lock lock(mutex_);
   open_ = false;
+  if (!releasers_.empty()) {
+    // Outside the lock: a releaser takes its holder's lock, and a holder may call in here.
+    auto releasers = std::move(releasers_);
+    releasers_.clear();
+    lock.unlock();
+    for (auto& [holder, releaser] : releasers) releaser();
+    lock.lock();
+  }
   // No pin held (the usual case, and every close after the first): no deadline to compute.
   if (pins_ != 0 && !released_.wait_for(lock, grace, [&] { return pins_ == 0; })) {
     // A copy: a second closer (an event loop whose own connections hold the rest) runs them

@@ -43,6 +43,11 @@ class AccessGate {
   void add_breaker(std::uintptr_t holder, std::function<void()> breaker);
   // The holder is gone (a connection that closed): its breaker goes too.
   void remove_breaker(std::uintptr_t holder);
+  // Something that lets go of its pin at once when the gate closes, without waiting for a peer
+  // (a read answer landing in the memory turns to discarding the rest): run on the closing
+  // thread before close() waits for pins. remove_releaser() once the pin is let go otherwise.
+  void add_releaser(std::uintptr_t holder, std::function<void()> releaser);
+  void remove_releaser(std::uintptr_t holder);
 
   void close(std::chrono::milliseconds grace);
   // On a thread that serves many peers (an event loop), close() breaks the holders at once
@@ -58,6 +63,7 @@ class AccessGate {
   bool open_ = true;
   std::size_t pins_ = 0;
   std::map<std::uintptr_t, std::function<void()>> breakers_;
+  std::map<std::uintptr_t, std::function<void()>> releasers_;
 };
 
 }  // namespace memwire

@@ -129,12 +129,15 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
                                          static_cast<std::size_t>(header.length)}}
                    : std::move(pending->pieces);
       }
-      AnswerInFlight answer(pending->transfer, connection.peer(), std::move(pin));
+      // The pin goes with the bytes' destination: should the transfer end before they have
+      // all landed (cancelled, dropped), the rest is discarded at once, not waited for.
+      AnswerInFlight answer(pending->transfer, connection.peer(), std::nullopt);
       auto landed = [this, &connection, answer = std::move(answer)]() mutable {
         chunk_done(connection, answer.landed());
       };
       if (into.empty()) return connection.discard(header.length, std::move(landed));
-      return connection.receive_into(std::move(into), std::move(landed));
+      return connection.receive_into(std::move(into), std::move(landed), std::move(pin),
+                                     &transfer.gate());
     }
     case FrameType::WriteResponse:
       return chunk_done(connection, pending->transfer);

@@ -142,7 +142,7 @@ void StreamConnection::let_go_of_reading() {
   std::vector<OutFrame> dropped;  // outside the reading: their on_dropped may send or close
   if (broken) {
     // What close_on_loop() would let go of, now: a gate closing may be waiting for its pin.
-    sink_.reset();
+    drop_sink();
     dropped = std::move(held_back_);
     held_back_.clear();
   }
@@ -194,7 +194,7 @@ void StreamConnection::shutdown(const std::string& reason) {
   // loop closes that one once its handler returns.
   // A waiter reading it lets go of it itself, once it sees the connection closing.
   if (loop_.in_loop_thread() && reading_connection_ != this)
-    with_reading_on_loop(kMissedClose, [&] { sink_.reset(); });
+    with_reading_on_loop(kMissedClose, [&] { drop_sink(); });
   std::deque<OutFrame> dropped;
   {
     std::lock_guard lock(mutex_);
@@ -656,7 +656,7 @@ void StreamConnection::close_with_reading() {
   if (closed_on_loop_) return;
   closed_on_loop_ = true;
   held_back_.clear();  // the connection is closing: they would not arrive
-  sink_.reset();
+  drop_sink();
   loop_.cancel(first_frame_timer_);
   loop_.cancel(drain_timer_);
   loop_.cancel(idle_timer_);

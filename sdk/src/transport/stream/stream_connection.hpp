@@ -151,7 +151,11 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   std::optional<std::string> receive_text(std::uint64_t length);
   // In on_frame: the frame's streamed payload fills `pieces`, then `then` runs on the loop.
   // If the connection breaks first, `then` is dropped uncalled (with what it holds).
-  void receive_into(std::vector<iovec> pieces, OnceTask then);
+  // `pin`, when given, keeps the memory of `pieces` alive (a caller's buffer) and `gate` is
+  // whose: should it close before the payload has landed, the rest is discarded at once and
+  // the pin let go, so the closer waits for no peer (see divert_sink).
+  void receive_into(std::vector<iovec> pieces, OnceTask then,
+                    std::optional<AccessGate::Pin> pin = std::nullopt, AccessGate* gate = nullptr);
   // The same, skipping `length` bytes.
   void discard(std::uint64_t length, OnceTask then);
 
@@ -303,8 +307,19 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
     std::vector<iovec> pieces;  // empty: discarding
     std::uint64_t left = 0;
     OnceTask then;
+    std::optional<AccessGate::Pin> pin;  // of the memory `pieces` name
+    AccessGate* gate = nullptr;          // the pin's, whose close diverts the rest
   };
+  // Any thread: the memory's gate is closing: the rest of the payload is discarded, the pin
+  // let go. Takes sink_mutex_, which the reader holds while it writes into the memory.
+  void divert_sink();
+  // The reader's: the connection closes with a payload under way. What the sink holds goes
+  // outside sink_mutex_ (dropping `then` may fail a transfer, whose closing gate diverts).
+  void drop_sink();
+  // Whose sink_ the reader (loop or waiter) owns; sink_mutex_ guards its memory and pin against
+  // divert_sink() on another thread.
   std::optional<Sink> sink_;
+  std::mutex sink_mutex_;
   std::atomic<bool> broken_{false};  // mirrors closing_ for the loop, without the lock
   // False once a read came back short: the socket was empty then, and whatever arrives later
   // raises a new edge. Saves the recv that would only say EAGAIN.

@@ -79,22 +79,56 @@ std::optional<std::string> StreamConnection::receive_text(std::uint64_t length) 
   return text;
 }
 
-void StreamConnection::receive_into(std::vector<iovec> pieces, OnceTask then) {
+void StreamConnection::receive_into(std::vector<iovec> pieces, OnceTask then,
+                                    std::optional<AccessGate::Pin> pin, AccessGate* gate) {
   std::uint64_t total = 0;
   for (const auto& piece : pieces) total += piece.iov_len;
   if (total == 0) return then();
   std::erase_if(pieces, [](const iovec& piece) { return piece.iov_len == 0; });
-  sink_ = Sink{std::move(pieces), total, std::move(then)};
+  {
+    std::lock_guard lock(sink_mutex_);
+    sink_ = Sink{std::move(pieces), total, std::move(then), std::move(pin), gate};
+  }
+  if (gate != nullptr)
+    gate->add_releaser(reinterpret_cast<std::uintptr_t>(this), [weak = weak_from_this()] {
+      if (auto connection = weak.lock()) connection->divert_sink();
+    });
 }
 
 void StreamConnection::discard(std::uint64_t length, OnceTask then) {
   if (length == 0) return then();
-  sink_ = Sink{{}, length, std::move(then)};
+  std::lock_guard lock(sink_mutex_);
+  sink_ = Sink{{}, length, std::move(then), std::nullopt, nullptr};
+}
+
+void StreamConnection::drop_sink() {
+  std::optional<Sink> dropped;
+  {
+    std::lock_guard lock(sink_mutex_);
+    dropped.swap(sink_);
+  }
+  if (dropped && dropped->gate != nullptr)
+    dropped->gate->remove_releaser(reinterpret_cast<std::uintptr_t>(this));
+}
+
+void StreamConnection::divert_sink() {
+  std::lock_guard lock(sink_mutex_);
+  if (!sink_ || !sink_->pin) return;
+  sink_->pieces.clear();  // the rest goes through the inbox, read and dropped
+  sink_->pin.reset();
 }
 
 bool StreamConnection::fill_sink() {
   auto& sink = *sink_;
   std::size_t first = 0;  // the piece being filled
+  // Held while bytes go into the memory; let go between steps, so that divert_sink() waits for
+  // one step at most. A diverted sink has no pieces left.
+  std::unique_lock lock(sink_mutex_);
+  const auto let_diverter_in = [&] {
+    lock.unlock();
+    lock.lock();
+    if (sink.pieces.empty()) first = 0;
+  };
   auto fill_from_inbox = [&] {
     while (sink.left > 0 && buffered() > 0) {
       if (sink.pieces.empty()) {
@@ -111,6 +145,7 @@ bool StreamConnection::fill_sink() {
   };
   fill_from_inbox();
   while (sink.left > 0) {
+    let_diverter_in();
     if (sink.left < kDirectReceive) {  // a short rest: with the frames behind it, in one recv
       if (refill_inbox() != Refill::Got) {
         sink.pieces.erase(sink.pieces.begin(), sink.pieces.begin() + first);
@@ -149,8 +184,10 @@ bool StreamConnection::fill_sink() {
     sink.left -= static_cast<std::uint64_t>(received);
     if (!sink.pieces.empty()) advance(sink.pieces, first, static_cast<std::size_t>(received));
   }
+  if (sink.gate != nullptr) sink.gate->remove_releaser(reinterpret_cast<std::uintptr_t>(this));
   auto then = std::move(sink.then);
-  sink_.reset();
+  sink_.reset();  // its pin too: every byte landed
+  lock.unlock();
   then();
   return true;
 }

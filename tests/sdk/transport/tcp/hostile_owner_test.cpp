@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -114,6 +115,11 @@ FrameHeader answer_header(FrameType type, std::uint64_t request_id, std::uint64_
   header.request_id = request_id;
   header.length = length;
   return header;
+}
+
+void send_all_bytes(int socket, std::span<const std::byte> bytes) {
+  iovec part{const_cast<std::byte*>(bytes.data()), bytes.size()};
+  send_all(socket, &part, 1);
 }
 
 // The honest answer to `request`: its bytes, all `fill`.
@@ -283,4 +289,52 @@ TEST_F(HostileOwner, OnlyAShortNoticeAnswerMayComeWithoutARequest) {
   EXPECT_TRUE(filled_with(targets[0], std::byte{0x31}));
   auto second = begin_read(fake);
   EXPECT_EQ(failure_code(second, 5s), ErrorCode::Protocol);
+}
+
+// Issue 36, item 8: an owner that stalls in the middle of a read's answer. Cancelling the read
+// stops the bytes at once: cancel() does not wait for the owner, nothing lands in the buffer
+// after it returns, and the connection, its framing intact, serves the next read.
+TEST_F(HostileOwner, ACancelledReadTakesNoMoreBytesAndWaitsForNoStalledOwner) {
+  constexpr std::size_t kBig = 1u << 20, kFirst = 64u << 10;
+  std::promise<void> go;
+  auto went = go.get_future().share();
+  FakeTcpOwner fake([&, went](int connection, int socket) {
+    if (connection != 0) return;
+    auto request = read_request(socket);
+    const std::vector<std::byte> first(kFirst, std::byte{0xAA}),
+        rest(kBig - kFirst, std::byte{0xBB});
+    send_frame(socket, answer_header(FrameType::ReadResponse, request.request_id, kBig), first);
+    if (went.wait_for(20s) != std::future_status::ready) return;
+    send_all_bytes(socket, rest);
+    // The cancelled read's failure notice comes first: taken and left unanswered.
+    auto next = read_request(socket);
+    while (next.type == FrameType::Notice) {
+      std::string text(next.length, '\0');
+      if (next.length > FrameHeader::kMaxText || !receive_all(socket, text.data(), text.size()))
+        return;
+      next = read_request(socket);
+    }
+    answer(socket, next, std::byte{0x22});
+  });
+  std::vector<std::byte> big_source(kBig, std::byte{1}), big(kBig, std::byte{0});
+  auto readable = owner.create_readable({Descriptor(std::span(big_source))});
+  auto read = reader.begin_read(pointed_at(readable.metadata(), fake.address()),
+                                {Descriptor(std::span(big))});
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::atomic_ref(big[kFirst - 1]).load() != std::byte{0xAA} &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  ASSERT_EQ(std::atomic_ref(big[kFirst - 1]).load(), std::byte{0xAA})
+      << "the first part never came";
+  const auto began = std::chrono::steady_clock::now();
+  read.cancel();
+  const auto took = std::chrono::steady_clock::now() - began;
+  EXPECT_LT(took, 1s) << "cancel waited for the stalled owner";
+  go.set_value();
+  targets.reserve(1);
+  auto next = begin_read(fake);  // the same connection: connections_per_peer is 1
+  EXPECT_EQ(settled(next, 10s), OperationStatus::Complete) << next.error_message();
+  EXPECT_TRUE(filled_with(targets.back(), std::byte{0x22}));
+  EXPECT_EQ(std::count(big.begin(), big.end(), std::byte{0xBB}), 0)
+      << "bytes landed in the buffer of a cancelled read";
 }
