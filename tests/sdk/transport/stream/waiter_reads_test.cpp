@@ -12,6 +12,7 @@
 #include "file_descriptor.hpp"
 #include "memwire/memwire.hpp"
 #include "support/error_code_of.hpp"
+#include "support/fake_tcp_owner.hpp"
 #include "support/operation_waits.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
@@ -20,96 +21,13 @@ using namespace memwire;
 using namespace memwire::detail;
 using namespace std::chrono_literals;
 using memwire::test_support::error_code_of;
+using namespace memwire::test_support;
 
 namespace {
 
-constexpr std::size_t kSize = 4096;
+constexpr std::size_t kSize = FakeOwnerReads::kSize;
 
-ConnectorOptions one_connection(const std::string& transport) {
-  ConnectorOptions options;
-  options.transports = {transport};
-  options.tcp.connections_per_peer = 1;  // every operation on the same connection
-  return options;
-}
-
-// Plays a tcp owner: accepts one connection, takes its Hello, then hands the socket to
-// `serve`, which reads the requests and answers as the test wants.
-class FakeTcpOwner {
- public:
-  using Serve = std::function<void(int socket)>;
-  explicit FakeTcpOwner(Serve serve) : listener_(listen_tcp("127.0.0.1", 0)) {
-    thread_ = std::thread([this, serve = std::move(serve)] {
-      FileDescriptor connection(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (!connection) return;
-      connected_ = connection.get();       // for the destructor to shut
-      tune_data_socket(connection.get());  // no Nagle: answers leave when sent
-      FrameHeader hello;
-      if (!receive_all(connection.get(), &hello, sizeof hello)) return;
-      std::string name(hello.length, '\0');
-      if (hello.length > FrameHeader::kMaxText ||
-          !receive_all(connection.get(), name.data(), name.size()))
-        return;
-      serve(connection.get());
-      // Open until the destructor shuts it: the reader decides when the connection ends.
-      char sink[256];
-      while (::recv(connection.get(), sink, sizeof sink, 0) > 0) {
-      }
-    });
-  }
-  ~FakeTcpOwner() {
-    stopping_ = true;
-    ::shutdown(listener_.get(), SHUT_RDWR);
-    if (const int connection = connected_.load(); connection >= 0)
-      ::shutdown(connection, SHUT_RDWR);
-    thread_.join();
-  }
-  std::string address() const { return "127.0.0.1:" + std::to_string(local_port(listener_.get())); }
-
- private:
-  FileDescriptor listener_;
-  std::atomic<int> connected_{-1};  // the accepted connection, owned by the thread
-  std::atomic<bool> stopping_{false};
-  std::thread thread_;
-};
-
-FrameHeader read_request(int socket) {
-  FrameHeader request{};
-  if (!receive_all(socket, &request, sizeof request)) request.request_id = 0;
-  return request;
-}
-
-// The answer to `request`, its payload `fill` bytes, sent as one piece or as the given parts.
-void answer(int socket, const FrameHeader& request, std::byte fill) {
-  FrameHeader header;
-  header.type = FrameType::ReadResponse;
-  header.request_id = request.request_id;
-  header.length = request.length;
-  std::vector<std::byte> payload(request.length, fill);
-  iovec parts[2] = {{&header, sizeof header}, {payload.data(), payload.size()}};
-  send_all(socket, parts, 2);
-}
-
-// A real owner's metadata (so the reader has a key and a token), pointed at the fake owner.
-RdmaMetadata pointed_at(const RdmaMetadata& metadata, const std::string& address) {
-  auto json = metadata.to_json();
-  const auto& real = metadata.endpoint().transports.at(0).address;
-  json.replace(json.find(real), real.size(), address);
-  return RdmaMetadata::from_json(json);
-}
-
-struct FakeOwnerReads : ::testing::Test {
-  Connector owner{one_connection("tcp")};
-  Connector reader{one_connection("tcp")};
-  std::vector<std::byte> source = std::vector<std::byte>(kSize, std::byte{1});
-  std::vector<std::vector<std::byte>> targets;
-
-  // A read through `fake` into a fresh target.
-  ReadOperation begin_read(const FakeTcpOwner& fake) {
-    auto readable = owner.create_readable({Descriptor(std::span(source))});
-    targets.emplace_back(kSize, std::byte{0});
-    return reader.begin_read(pointed_at(readable.metadata(), fake.address()),
-                             {Descriptor(std::span(targets.back()))});
-  }
+struct WaiterReads : FakeOwnerReads {
   // Waits (without driving anything) until `operation` is final, at most `timeout`.
   static OperationStatus settled_status(const Operation& operation,
                                         std::chrono::milliseconds timeout) {
@@ -136,12 +54,12 @@ struct FakeOwnerReads : ::testing::Test {
 
 }  // namespace
 
-TEST_F(FakeOwnerReads, TheWaiterReadsItsOwnAnswerAndRunsItsCompletion) {
+TEST_F(WaiterReads, TheWaiterReadsItsOwnAnswerAndRunsItsCompletion) {
   // Answered 0.5 ms after the request: the waiter is usually reading by then (it reads for a
   // few ms before it sleeps), but a loaded machine may run it late, and then the loop reads the
   // answer: at least one round of many must have run the completion on the waiting thread.
   constexpr int kRounds = 20;
-  FakeTcpOwner fake([](int socket) {
+  FakeTcpOwner fake([](int, int socket) {
     for (int round = 0; round < kRounds; ++round) {
       auto request = read_request(socket);
       if (request.request_id == 0) return;
@@ -162,9 +80,9 @@ TEST_F(FakeOwnerReads, TheWaiterReadsItsOwnAnswerAndRunsItsCompletion) {
   EXPECT_GT(on_this_thread, 0);
 }
 
-TEST_F(FakeOwnerReads, ADeadlineThatPassesWhileTheWaiterReadsEndsTheWaitOnTime) {
+TEST_F(WaiterReads, ADeadlineThatPassesWhileTheWaiterReadsEndsTheWaitOnTime) {
   std::atomic<bool> go{false};
-  FakeTcpOwner fake([&](int socket) {
+  FakeTcpOwner fake([&](int, int socket) {
     auto request = read_request(socket);
     while (!go) std::this_thread::sleep_for(1ms);
     answer(socket, request, std::byte{0x43});
@@ -183,9 +101,9 @@ TEST_F(FakeOwnerReads, ADeadlineThatPassesWhileTheWaiterReadsEndsTheWaitOnTime) 
   EXPECT_EQ(targets.back(), std::vector<std::byte>(kSize, std::byte{0x43}));
 }
 
-TEST_F(FakeOwnerReads, AnAnswerHalfReadWhenTheDeadlinePassesIsFinishedByTheLoop) {
+TEST_F(WaiterReads, AnAnswerHalfReadWhenTheDeadlinePassesIsFinishedByTheLoop) {
   std::atomic<bool> rest{false};
-  FakeTcpOwner fake([&](int socket) {
+  FakeTcpOwner fake([&](int, int socket) {
     auto request = read_request(socket);
     FrameHeader header;
     header.type = FrameType::ReadResponse;
@@ -206,8 +124,8 @@ TEST_F(FakeOwnerReads, AnAnswerHalfReadWhenTheDeadlinePassesIsFinishedByTheLoop)
   EXPECT_EQ(targets.back(), std::vector<std::byte>(kSize, std::byte{0x44}));
 }
 
-TEST_F(FakeOwnerReads, APeerLostWhileTheWaiterReadsFailsTheReadAtOnce) {
-  FakeTcpOwner fake([](int socket) {
+TEST_F(WaiterReads, APeerLostWhileTheWaiterReadsFailsTheReadAtOnce) {
+  FakeTcpOwner fake([](int, int socket) {
     read_request(socket);
     std::this_thread::sleep_for(20ms);
     ::shutdown(socket, SHUT_RDWR);
@@ -218,12 +136,12 @@ TEST_F(FakeOwnerReads, APeerLostWhileTheWaiterReadsFailsTheReadAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
 }
 
-TEST_F(FakeOwnerReads, AnotherOperationsAnswerLeftByTheWaiterStillCompletesIt) {
+TEST_F(WaiterReads, AnotherOperationsAnswerLeftByTheWaiterStillCompletesIt) {
   // Both answers come in one send, the waiter's first: it stops at the other's, which the loop
   // must then handle though no edge will announce it (its bytes are read already). 0.5 ms
   // after the requests, while the waiter reads (in most rounds: see the test above).
   constexpr int kRounds = 20;
-  FakeTcpOwner fake([](int socket) {
+  FakeTcpOwner fake([](int, int socket) {
     for (int round = 0; round < kRounds; ++round) {
       auto first = read_request(socket);
       auto second = read_request(socket);
@@ -246,12 +164,12 @@ TEST_F(FakeOwnerReads, AnotherOperationsAnswerLeftByTheWaiterStillCompletesIt) {
   read_pairs(fake, kRounds, std::byte{0x51}, std::byte{0x52});
 }
 
-TEST_F(FakeOwnerReads, AnAnswerArrivingAsTheWaiterLetsGoStillCompletes) {
+TEST_F(WaiterReads, AnAnswerArrivingAsTheWaiterLetsGoStillCompletes) {
   // The other operation's answer follows the waiter's by 0-100 us: before, while and after
   // the waiter lets go of the reading (and the loop watches the socket again). Its edge must
   // not be lost whichever way the race goes.
   constexpr int kRounds = 200;
-  FakeTcpOwner fake([&](int socket) {
+  FakeTcpOwner fake([&](int, int socket) {
     for (int round = 0; round < kRounds; ++round) {
       auto first = read_request(socket);
       auto second = read_request(socket);
