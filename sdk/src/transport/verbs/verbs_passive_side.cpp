@@ -252,6 +252,8 @@ void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice
       throw Error(ErrorCode::Protocol, "a PoolDone naming another tag than its PoolBegin");
     if (notice.generation != registration.pool()->generation())
       throw Error(ErrorCode::Expired, "a PoolDone of another generation of the pool");
+    // A transfer under held keys had no PoolBegin to check its kind: the pool must allow it.
+    registration.authorize(notice.token, notice.kind);
     const auto peer =
         registration.pool()->identify(notice.token, registration.token(), peer_of(connection));
     if (begun && (peer.name != transfer.peer || peer.authenticated != transfer.authenticated))

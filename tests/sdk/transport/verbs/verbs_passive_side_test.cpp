@@ -13,6 +13,7 @@
 
 #include "ids.hpp"
 #include "memwire/descriptor.hpp"
+#include "pool_state.hpp"
 #include "registration.hpp"
 #include "registration_table.hpp"
 #include "verbs_recording_port.hpp"
@@ -154,6 +155,34 @@ TEST_F(VerbsPassiveSideTest, AnAbortFromAConnectionThatBeganNothingChangesNothin
   side_.on_notice(connection_, abort);
   EXPECT_TRUE(port_.sent.empty());
   EXPECT_FALSE(is_terminal(registration->status()));
+}
+
+// A connection that holds a pool's keys moves later transfers without a PoolBegin: their
+// PoolDone is all the owner sees of them, and is checked as a PoolBegin would be.
+TEST_F(VerbsPassiveSideTest, APoolDoneUnderHeldKeysIsCheckedAsABeginWouldBe) {
+  PoolOptions read_only;
+  read_only.remote_write = false;
+  auto registration = offer();
+  auto pool = std::make_shared<PoolState>(
+      read_only, 3, std::vector<BlockRegion>{{memory_.data(), 1024, 1024, 4, {}}});
+  registration->make_pool(pool);
+  connection_.inbound[registration->key()] = {registration, nullptr, {}};
+  auto done = notice(NoticeType::PoolDone, *registration, OperationKind::Write);
+  done.generation = 3;
+  done.tag = "written?";
+  side_.on_notice(connection_, done);
+  EXPECT_EQ(answer(NoticeType::Result).error, ErrorCode::AccessDenied);
+  port_.sent.clear();
+  done.kind = OperationKind::Read;
+  done.generation = 2;
+  side_.on_notice(connection_, done);
+  EXPECT_EQ(answer(NoticeType::Result).error, ErrorCode::Expired);
+  EXPECT_EQ(pool->queued(), 0u) << "no tag of a refused PoolDone is delivered";
+  port_.sent.clear();
+  done.generation = 3;
+  side_.on_notice(connection_, done);
+  EXPECT_FALSE(answer(NoticeType::Result).error.has_value());
+  EXPECT_EQ(pool->queued(), 1u);
 }
 
 TEST_F(VerbsPassiveSideTest, NoticesOfTheActiveSideAreIgnored) {
