@@ -85,9 +85,12 @@ TEST(NatsHostileParts, NoPieceIsReadPastTheCallersTimeout) {
   plant_entry(server, "slow", pieces, pieces * reader.max_payload());
   for (auto timeout : {50ms, 200ms}) {
     const auto started = Clock::now();
-    EXPECT_EQ(test_support::error_code_of([&] { reader.fetch("slow", timeout); }),
-              ErrorCode::Timeout);
+    const auto code = test_support::error_code_of([&] { reader.fetch("slow", timeout); });
     const auto took = Clock::now() - started;
+    // What is under test is the time bound. A fast machine may read every (missing) piece
+    // before the timeout: then the entry is refused as the hostile one it is, in time.
+    EXPECT_EQ(code, took < timeout ? ErrorCode::InvalidMetadata : ErrorCode::Timeout)
+        << "after " << std::chrono::duration<double>(took).count() << " s";
     std::cout << "fetch with a " << timeout.count() << " ms timeout of an entry of " << pieces
               << " pieces: " << std::chrono::duration<double>(took).count() << " s\n";
     EXPECT_LT(took, timeout + 250ms);
