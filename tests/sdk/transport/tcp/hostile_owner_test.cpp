@@ -24,7 +24,6 @@ using namespace memwire::test_support;
 namespace {
 
 using HostileOwner = FakeOwnerReads;
-constexpr std::size_t kSize = HostileOwner::kSize;
 
 }  // namespace
 
