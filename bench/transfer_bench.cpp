@@ -40,6 +40,7 @@
 #include "memwire/memwire.hpp"
 #include "support/child_process.hpp"
 #include "support/pattern.hpp"
+#include "transfer_bench_args.hpp"
 
 namespace {
 
@@ -51,30 +52,6 @@ using std::chrono::milliseconds;
 constexpr std::uint64_t kPeerSeed = 1;    // what READs fetch
 constexpr std::uint64_t kDriverSeed = 2;  // what WRITEs deliver
 constexpr milliseconds kReply{120000};    // bounds every wait on the peer
-
-struct Args {
-  std::string mode;
-  std::string transport = "tcp";
-  std::string peer;
-  std::vector<std::string> ops = {"read", "write"};
-  std::vector<std::size_t> sizes;
-  std::vector<unsigned> descs = {1, 16};
-  std::vector<unsigned> concurrency = {1, 64};
-  // Buffers per configuration, at least CONC: c=1 over 64 buffers touches as much memory as
-  // c=64, so comparing the two shows what concurrency itself costs, apart from the caches.
-  unsigned slots = 1;
-  // Descriptors GAP x their size apart (1: contiguous): a KV cache's blocks, scattered.
-  unsigned gap = 1;
-  int trials = 5;
-  int large_trials = 3;
-  std::size_t max_inflight = 1ull << 30;
-  std::size_t target_bytes = 256ull << 20;
-  std::size_t max_ops = 2048;
-  std::size_t samples = 3000;
-  std::size_t warmup = 300;
-  std::string memory = "plain";  // the peer's buffers: plain pages or a SharedBuffer
-  std::vector<unsigned> owners = {1, 8, 32, 64};  // fanin: owner processes
-};
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
 
@@ -573,73 +550,12 @@ json connections(const Args& args, Connector& connector, Peer& first) {
                        {"rounds", rounds}}});
 }
 
-Args parse(int argc, char** argv) {
-  if (argc < 2) fail("usage: transfer_bench throughput|latency --transport NAME [options]");
-  Args args;
-  args.mode = argv[1];
-  args.sizes = parse_sizes(args.mode == "latency" ? "64,4K"
-                           : args.mode == "fanin" ? "1M"
-                                                  : "4K,64K,1M,16M,64M,256M,1G");
-  if (args.mode == "fanin") args.samples = 30, args.warmup = 3;
-  if (args.mode == "connections")
-    args.sizes = parse_sizes("4K"), args.owners = {16}, args.concurrency = {64};
-  args.peer = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "transfer_peer");
-  auto unsigned_list = [](const std::string& text) {
-    std::vector<unsigned> values;
-    for (const auto& item : split(text)) values.push_back(std::stoul(item));
-    return values;
-  };
-  for (int i = 2; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--transport")
-      args.transport = value;
-    else if (key == "--memory")
-      args.memory = value;
-    else if (key == "--peer")
-      args.peer = value;
-    else if (key == "--ops")
-      args.ops = split(value);
-    else if (key == "--sizes")
-      args.sizes = parse_sizes(value);
-    else if (key == "--descs")
-      args.descs = unsigned_list(value);
-    else if (key == "--conc")
-      args.concurrency = unsigned_list(value);
-    else if (key == "--slots")
-      args.slots = std::stoul(value);
-    else if (key == "--gap")
-      args.gap = std::max(1u, static_cast<unsigned>(std::stoul(value)));
-    else if (key == "--trials")
-      args.trials = std::stoi(value);
-    else if (key == "--large-trials")
-      args.large_trials = std::stoi(value);
-    else if (key == "--max-inflight")
-      args.max_inflight = parse_sizes(value).at(0);
-    else if (key == "--target-bytes")
-      args.target_bytes = parse_sizes(value).at(0);
-    else if (key == "--max-ops")
-      args.max_ops = std::stoul(value);
-    else if (key == "--owners")
-      args.owners = unsigned_list(value);
-    else if (key == "--samples")
-      args.samples = std::stoul(value);
-    else if (key == "--warmup")
-      args.warmup = std::stoul(value);
-    else
-      fail("unknown option " + key);
-  }
-  if (args.mode != "throughput" && args.mode != "latency" && args.mode != "fanin" &&
-      args.mode != "connections")
-    fail("mode is throughput, latency, fanin or connections");
-  return args;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   json report;
   try {
-    const Args args = parse(argc, argv);
+    const Args args = parse_transfer_bench_args(argc, argv);
     report = {{"mode", args.mode}, {"transport", args.transport}, {"memory", args.memory}};
     Peer peer(args.peer, args.transport, args.memory);
     std::unique_ptr<Connector> connector;

@@ -336,4 +336,23 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   static thread_local const StreamConnection* reading_connection_;
 };
 
+// Runs `read` with the reading held by this (loop) thread; when a waiter has it, records `missed`
+// for the waiter to hand back instead (see drive()).
+template <class Read>
+void StreamConnection::with_reading_on_loop(std::uint32_t missed, Read read) {
+  if (loop_reads_) return read();
+  auto state = reader_.load(std::memory_order_acquire);
+  for (;;) {
+    if (state & kReading) {
+      if (reader_.compare_exchange_weak(state, state | missed, std::memory_order_acq_rel)) return;
+    } else if (reader_.compare_exchange_weak(state, kReading, std::memory_order_acq_rel)) {
+      break;
+    }
+  }
+  loop_reads_ = true;
+  read();
+  loop_reads_ = false;
+  reader_.store(0, std::memory_order_release);
+}
+
 }  // namespace memwire::detail

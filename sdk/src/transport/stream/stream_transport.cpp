@@ -19,6 +19,7 @@
 
 #include "registration.hpp"
 #include "transport/stream/event_loop.hpp"
+#include "transport/stream/request_plan.hpp"
 #include "transport/stream/stream_active_side.hpp"
 #include "transport/stream/stream_passive_side.hpp"
 
@@ -138,57 +139,6 @@ class StreamTransport final : public Transport {
   }
 
  private:
-  // One run of bytes: local memory and where it goes in (or comes from) the remote.
-  struct Piece {
-    std::byte* local;
-    std::uint32_t index;  // the remote descriptor (region)
-    std::uint64_t offset, length;
-  };
-  // One request: a chunk of a large run, or small runs gathered together.
-  struct Request {
-    std::vector<Piece> pieces;
-    std::uint64_t length = 0;
-  };
-
-  // A one-shot operation's local descriptors pair by index with the remote ones.
-  static std::vector<BlockSegment> one_shot_segments(const ActiveTransfer& transfer) {
-    std::vector<BlockSegment> segments;
-    segments.reserve(transfer.local().size());
-    for (std::uint32_t i = 0; i < transfer.local().size(); ++i) {
-      const auto& descriptor = transfer.local()[i];
-      segments.push_back({static_cast<std::byte*>(descriptor.ptr()), i, 0, descriptor.size(), 0});
-    }
-    return segments;
-  }
-
-  // Runs of at least `chunk_size` go in chunks of that size, one request each, spread over the
-  // pooled connections; smaller ones are gathered into piece requests of up to `chunk_size`
-  // bytes and kMaxFramePieces pieces, so many small blocks cost a few requests.
-  static std::vector<Request> plan_requests(const std::vector<BlockSegment>& segments,
-                                            std::uint64_t chunk_size) {
-    std::vector<Request> requests;
-    Request gathering;
-    for (const auto& segment : segments) {
-      const std::uint64_t size = segment.length;
-      if (size >= chunk_size) {
-        for (std::uint64_t offset = 0; offset < size; offset += chunk_size) {
-          const auto length = std::min(chunk_size, size - offset);
-          requests.push_back({{{segment.local + offset, segment.remote_region,
-                                segment.remote_offset + offset, length}},
-                              length});
-        }
-        continue;
-      }
-      if (gathering.pieces.size() == kMaxFramePieces || gathering.length + size > chunk_size)
-        requests.push_back(std::exchange(gathering, {}));
-      gathering.pieces.push_back(
-          {segment.local, segment.remote_region, segment.remote_offset, size});
-      gathering.length += size;
-    }
-    if (!gathering.pieces.empty()) requests.push_back(std::move(gathering));
-    return requests;
-  }
-
   OutFrame request_frame(const ActiveTransfer& transfer, const StreamTransfer& state) const {
     OutFrame frame;
     frame.header.key = transfer.key();

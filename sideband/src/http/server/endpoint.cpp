@@ -1,7 +1,4 @@
 #include <httplib.h>
-#include <openssl/evp.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -15,8 +12,10 @@
 #include "http/server/connection.hpp"
 #include "http/server/metadata_store.hpp"
 #include "http/server/metrics.hpp"
+#include "http/server/owned_server.hpp"
 #include "http/server/request_broker.hpp"
 #include "http/server/request_rules.hpp"
+#include "http/server/token_owner.hpp"
 #include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/pool.hpp"
@@ -27,58 +26,6 @@ namespace {
 
 using json = nlohmann::json;
 using namespace http;  // the request rules (request_rules.hpp)
-
-constexpr int kListenBacklog = 1024;  // httplib's compiled-in 5 drops bursts of connects
-
-// Who owns a stored name, as the state file records it: a digest of the token, so that a
-// restart (or a reordered grant file) still knows what each token holds, and the file holds
-// no token. "" = no authentication.
-std::string owner_of_token(const std::string& token) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  if (EVP_Digest(token.data(), token.size(), digest, &length, EVP_sha256(), nullptr) != 1)
-    throw Error(ErrorCode::Transport, "cannot compute SHA-256");
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string owner = "sha256:";
-  for (unsigned int i = 0; i < 16 && i < length; ++i) {
-    owner += kHex[digest[i] >> 4];
-    owner += kHex[digest[i] & 0xf];
-  }
-  return owner;
-}
-
-// httplib keeps the listening socket to itself; this reaches it to widen the backlog and to
-// close it whether or not listen() has started yet (Server::stop() only acts once running).
-// It also takes over each accepted connection (see http/server/connection.hpp): `serve_connection`
-// runs on the connection's thread and calls process() for each request.
-template <class Base>
-class OwnedServer : public Base {
- public:
-  using Base::Base;
-  void widen_backlog() { ::listen(this->svr_sock_, kListenBacklog); }
-  void close_listener() {
-    auto sock = this->svr_sock_.exchange(INVALID_SOCKET);
-    if (sock != INVALID_SOCKET) {
-      ::shutdown(sock, SHUT_RDWR);
-      ::close(sock);
-    }
-  }
-  bool process(httplib::Stream& stream, bool close_connection, bool& connection_closed, SSL* ssl) {
-    return this->process_request(stream, close_connection, connection_closed,
-                                 [ssl](httplib::Request& req) {
-                                   if (ssl != nullptr) req.ssl = ssl;
-                                 });
-  }
-  std::function<bool(int fd, const ProcessRequest&)> serve_connection;
-
- private:
-  bool process_and_close_socket(socket_t sock) override {
-    return serve_connection(sock, [this](httplib::Stream& stream, bool close_connection,
-                                         bool& connection_closed, SSL* ssl) {
-      return process(stream, close_connection, connection_closed, ssl);
-    });
-  }
-};
 
 }  // namespace
 
