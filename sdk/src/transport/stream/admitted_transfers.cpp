@@ -31,6 +31,11 @@ void AdmittedTransfers::refuse(std::uint64_t id) {
   if (!ended_.contains(id)) ended(id, Outcome::Failed);
 }
 
+const AdmittedTransfers::Transfer* AdmittedTransfers::find(std::uint64_t id) const {
+  auto found = open_.find(id);
+  return found == open_.end() ? nullptr : &found->second;
+}
+
 std::optional<AdmittedTransfers::Transfer> AdmittedTransfers::take(std::uint64_t id) {
   auto found = open_.find(id);
   if (found == open_.end()) return std::nullopt;

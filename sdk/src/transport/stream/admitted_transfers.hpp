@@ -38,6 +38,8 @@ class AdmittedTransfers {
   // A request of transfer `id` was refused: an open transfer delivers no tag now, one never
   // opened is remembered as failed (its PoolEnd may be on its way already).
   void refuse(std::uint64_t id);
+  // Open transfer `id`, or null; valid until the table changes.
+  const Transfer* find(std::uint64_t id) const;
   // Takes transfer `id` to end it; nullopt when it is not open.
   std::optional<Transfer> take(std::uint64_t id);
   // Remembers how a taken (or never opened) transfer ended, for a PoolEnd that follows.

@@ -424,8 +424,8 @@ void StreamPassiveSide::serve_pool_end(StreamConnection& connection, const Frame
   if (!text) return;
   const auto end = as_pool(header);
   const auto id = std::to_string(end.transfer);
-  auto transfer = transfers_.take(end.transfer);
-  if (!transfer) {
+  const auto* transfer = transfers_.find(end.transfer);
+  if (transfer == nullptr) {
     switch (transfers_.outcome(end.transfer)) {
       case AdmittedTransfers::Outcome::Unknown:
         // A failure of a transfer never admitted (refused, or cancelled before its first
@@ -456,8 +456,6 @@ void StreamPassiveSide::serve_pool_end(StreamConnection& connection, const Frame
   const auto registration = transfer->pool.lock();
   const auto peer = transfer->peer;
   const bool same_pool = end.key == transfer->key;
-  // Back in the table: end_transfer() ends it, with its outcome.
-  transfers_.admit(end.transfer, std::move(*transfer));
   if (!registration) {
     end_transfer(end.transfer, Error(ErrorCode::Cancelled, "the pool was closed by its owner"));
     const Error closed(ErrorCode::Cancelled, "the pool was closed by its owner");
@@ -487,7 +485,10 @@ std::optional<Error> StreamPassiveSide::end_transfer(std::uint64_t id,
   auto transfer = transfers_.take(id);
   if (!transfer) return Error(ErrorCode::Protocol, "no such transfer open");
   auto registration = transfer->pool.lock();
-  if (!registration) return Error(ErrorCode::Cancelled, "the pool was closed by its owner");
+  if (!registration) {
+    transfers_.ended(id, AdmittedTransfers::Outcome::Failed);
+    return Error(ErrorCode::Cancelled, "the pool was closed by its owner");
+  }
   auto& pool = *registration->pool();
   if (!failure && transfer->failed)
     failure.emplace(ErrorCode::Transport,
