@@ -1,6 +1,7 @@
 """Builds memwire._memwire with the project's CMake and ships libmemwire beside it.
 
-Environment: MEMWIRE_CMAKE_ARGS (extra configure arguments), MEMWIRE_BUILD_JOBS (default: CPUs).
+Environment: MEMWIRE_CMAKE_ARGS (extra configure arguments), MEMWIRE_BUILD_JOBS (default: CPUs),
+MEMWIRE_CMAKE_BUILD_DIR (the CMake build folder; default: under setuptools' build_temp).
 """
 
 import os
@@ -22,7 +23,10 @@ class CMakeExtension(Extension):
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
-        build_dir = os.path.abspath(os.path.join(self.build_temp, "cmake"))
+        # python/test names a folder beside build/: at the same depth, the compile lines match
+        # the Release build's and a compiler cache serves them.
+        build_dir = os.path.abspath(
+            os.environ.get("MEMWIRE_CMAKE_BUILD_DIR") or os.path.join(self.build_temp, "cmake"))
         os.makedirs(build_dir, exist_ok=True)
         configure = [
             "cmake",

@@ -10,6 +10,7 @@
 #include <regex>
 #include <thread>
 
+#include "support/built_programs.hpp"
 #include "support/channels.hpp"
 #include "support/child_process.hpp"
 #include "support/nats_server.hpp"
@@ -25,7 +26,7 @@ using memwire::test_support::RegistryProcess;
 using memwire::test_support::TempDir;
 namespace fs = std::filesystem;
 
-const std::string kCli = MEMWIRE_CLI_BINARY;
+const std::string kCli = memwire::test::cli_program();
 
 struct Outcome {
   int status = -1;  // -1: still running at the limit (then killed)

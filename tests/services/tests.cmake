@@ -9,8 +9,6 @@ add_executable(memwire_services_tests
   ${CMAKE_CURRENT_LIST_DIR}/parts_test.cpp)
 target_link_libraries(memwire_services_tests
   PRIVATE memwire-cli-parts memwire_test_support GTest::gtest_main Threads::Threads)
-target_compile_definitions(memwire_services_tests PRIVATE
-  MEMWIRE_REGISTRY_BINARY="$<TARGET_FILE:memwire-registry>"
-  MEMWIRE_CLI_BINARY="$<TARGET_FILE:memwire-cli>")
-add_dependencies(memwire_services_tests memwire-registry memwire-cli)
+memwire_test_programs(memwire_services_tests registry_program=memwire-registry
+  cli_program=memwire-cli)
 gtest_discover_tests(memwire_services_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300)

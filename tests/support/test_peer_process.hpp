@@ -7,14 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "support/built_programs.hpp"
 #include "support/child_process.hpp"
 
 namespace memwire::test_support {
 
-// Starts tests/support/test_peer.cpp (MEMWIRE_PEER_BINARY) with `arguments`.
+// Starts tests/support/test_peer.cpp (memwire::test::peer_program()) with `arguments`.
 inline ChildProcess start_test_peer(std::initializer_list<std::string> arguments,
                                     const std::vector<std::string>& environment = {}) {
-  std::vector<std::string> argv{MEMWIRE_PEER_BINARY};
+  std::vector<std::string> argv{memwire::test::peer_program()};
   argv.insert(argv.end(), arguments);
   return ChildProcess(argv, environment);
 }

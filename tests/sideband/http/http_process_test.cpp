@@ -10,6 +10,7 @@
 
 #include "memwire/error.hpp"
 #include "memwire/sideband/http.hpp"
+#include "support/built_programs.hpp"
 #include "support/child_process.hpp"
 #include "support/loopback.hpp"
 #include "support/metadata_samples.hpp"
@@ -27,7 +28,7 @@ using test_support::sample_metadata;
 class RegistryProcess {
  public:
   explicit RegistryProcess(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv{MEMWIRE_REGISTRY_BINARY, "--quiet-requests"};
+    std::vector<std::string> argv{memwire::test::registry_program(), "--quiet-requests"};
     // A free port unless the test names one (the default 8470 may be taken).
     if (std::find(extra.begin(), extra.end(), "--listen") == extra.end()) {
       argv.insert(argv.end(), {"--listen", "127.0.0.1:0"});
@@ -71,13 +72,13 @@ TEST(HttpProcesses, CliServeAndGetBetweenProcesses) {
   test_support::TempDir dir;
   auto in = dir.file("in.bin");
   write_bytes(in, 3 << 20, 7);
-  ChildProcess server(
-      {MEMWIRE_CLI_BINARY, "serve", "blob.one", in, "--count", "2", "--http", registry.url()});
+  ChildProcess server({memwire::test::cli_program(), "serve", "blob.one", in, "--count", "2",
+                       "--http", registry.url()});
   auto published = server.read_line(10s);
   ASSERT_TRUE(published && published->starts_with("published blob.one")) << published.value_or("");
   for (const char* out : {"out1.bin", "out2.bin"}) {
-    EXPECT_EQ(run({MEMWIRE_CLI_BINARY, "get", "blob.one", dir.file(out), "--http", registry.url(),
-                   "--timeout", "10"}),
+    EXPECT_EQ(run({memwire::test::cli_program(), "get", "blob.one", dir.file(out), "--http",
+                   registry.url(), "--timeout", "10"}),
               0);
     EXPECT_TRUE(read_all(dir.file(out)) == read_all(in)) << out;  // no dump of 3 MiB on failure
   }
@@ -86,16 +87,16 @@ TEST(HttpProcesses, CliServeAndGetBetweenProcesses) {
   while (auto line = server.read_line(100ms)) said += *line + "\n";
   EXPECT_EQ(served, 0) << said;
   // Served twice, then withdrawn.
-  EXPECT_EQ(
-      run({MEMWIRE_CLI_BINARY, "get", "blob.one", dir.file("out3.bin"), "--http", registry.url()}),
-      3);
+  EXPECT_EQ(run({memwire::test::cli_program(), "get", "blob.one", dir.file("out3.bin"), "--http",
+                 registry.url()}),
+            3);
 }
 
 TEST(HttpProcesses, CliExitCodes) {
   RegistryProcess registry({"--token", "s3cret"});
   test_support::TempDir dir;
   auto out = dir.file("out.bin");
-  const std::string cli = MEMWIRE_CLI_BINARY;
+  const std::string cli = memwire::test::cli_program();
   EXPECT_EQ(run({cli}), 2);
   EXPECT_EQ(run({cli, "frobnicate"}), 2);
   EXPECT_EQ(run({cli, "get", "x"}), 2);
@@ -119,10 +120,10 @@ TEST(HttpProcesses, CliExitCodes) {
 
 TEST(HttpProcesses, GraphWorkersConsumerReadsProducersReadable) {
   RegistryProcess registry;
-  ChildProcess producer({MEMWIRE_PRODUCER_BINARY, "--http", registry.url(), "--mode", "readable",
-                         "--requests", "5", "--dim", "4096"});
-  ChildProcess consumer({MEMWIRE_CONSUMER_BINARY, "--http", registry.url(), "--mode", "read",
-                         "--requests", "5", "--dim", "4096"});
+  ChildProcess producer({memwire::test::producer_program(), "--http", registry.url(), "--mode",
+                         "readable", "--requests", "5", "--dim", "4096"});
+  ChildProcess consumer({memwire::test::consumer_program(), "--http", registry.url(), "--mode",
+                         "read", "--requests", "5", "--dim", "4096"});
   std::string last;
   while (auto line = consumer.read_line(30s)) last = *line;
   EXPECT_EQ(consumer.wait(30s), 0);
@@ -133,10 +134,10 @@ TEST(HttpProcesses, GraphWorkersConsumerReadsProducersReadable) {
 TEST(HttpProcesses, GraphWorkersProducerWritesIntoConsumersWritable) {
   RegistryProcess registry;
   // The consumer may ask before the producer serves: it retries "not found" until then.
-  ChildProcess consumer({MEMWIRE_CONSUMER_BINARY, "--http", registry.url(), "--mode", "request",
-                         "--requests", "5", "--dim", "4096"});
-  ChildProcess producer({MEMWIRE_PRODUCER_BINARY, "--http", registry.url(), "--mode", "writable",
-                         "--requests", "5", "--dim", "4096"});
+  ChildProcess consumer({memwire::test::consumer_program(), "--http", registry.url(), "--mode",
+                         "request", "--requests", "5", "--dim", "4096"});
+  ChildProcess producer({memwire::test::producer_program(), "--http", registry.url(), "--mode",
+                         "writable", "--requests", "5", "--dim", "4096"});
   std::string last;
   while (auto line = consumer.read_line(30s)) last = *line;
   EXPECT_EQ(consumer.wait(30s), 0);
@@ -186,10 +187,11 @@ TEST(HttpProcesses, RegistryRestartedKeepsNamesAndServers) {
 }
 
 TEST(HttpProcesses, RegistryFlagsAreChecked) {
-  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--listen", "nonsense"}), 2);
-  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--bogus"}), 2);
-  EXPECT_EQ(
-      run({MEMWIRE_REGISTRY_BINARY, "--tls-cert", "/nonexistent", "--tls-key", "/nonexistent"}), 1);
+  EXPECT_EQ(run({memwire::test::registry_program(), "--listen", "nonsense"}), 2);
+  EXPECT_EQ(run({memwire::test::registry_program(), "--bogus"}), 2);
+  EXPECT_EQ(run({memwire::test::registry_program(), "--tls-cert", "/nonexistent", "--tls-key",
+                 "/nonexistent"}),
+            1);
 }
 
 }  // namespace
@@ -214,8 +216,9 @@ TEST(HttpProcesses, RegistryTokenFileIsCheckedAndTrimmed) {
              "s3\x01"
              "cret");
   for (const char* bad : {"empty", "newline-only", "two-lines", "control"}) {
-    EXPECT_EQ(
-        run({MEMWIRE_REGISTRY_BINARY, "--listen", "127.0.0.1:0", "--token-file", dir.file(bad)}), 2)
+    EXPECT_EQ(run({memwire::test::registry_program(), "--listen", "127.0.0.1:0", "--token-file",
+                   dir.file(bad)}),
+              2)
         << bad;
   }
   for (const char* text : {"s3cret\r\n", "s3cret\n", "s3cret"}) {
@@ -231,12 +234,15 @@ TEST(HttpProcesses, RegistryTokenFileIsCheckedAndTrimmed) {
 
 // The limits are options of the registry, checked at start.
 TEST(HttpProcesses, RegistryLimitFlagsAreChecked) {
-  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--max-connections", "0"}), 2);
-  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--max-connections", "8", "--max-long-polls", "8"}), 2);
-  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--max-body-bytes", "0"}), 2);
+  EXPECT_EQ(run({memwire::test::registry_program(), "--max-connections", "0"}), 2);
+  EXPECT_EQ(
+      run({memwire::test::registry_program(), "--max-connections", "8", "--max-long-polls", "8"}),
+      2);
+  EXPECT_EQ(run({memwire::test::registry_program(), "--max-body-bytes", "0"}), 2);
   // Durations that would overflow a deadline (they wrapped to negative before).
-  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--request-read-ms", "18446744073709551615"}), 2);
-  EXPECT_EQ(run({MEMWIRE_REGISTRY_BINARY, "--ttl-sweep-ms", "9223372036854775808"}), 2);
+  EXPECT_EQ(run({memwire::test::registry_program(), "--request-read-ms", "18446744073709551615"}),
+            2);
+  EXPECT_EQ(run({memwire::test::registry_program(), "--ttl-sweep-ms", "9223372036854775808"}), 2);
   RegistryProcess registry({"--max-body-bytes", "100", "--max-connections", "64",
                             "--max-long-polls", "16", "--request-read-ms", "500"});
   httplib::Client client("127.0.0.1", std::stoi(registry.port()));

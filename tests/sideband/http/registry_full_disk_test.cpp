@@ -12,6 +12,7 @@
 #include <set>
 
 #include "http/server/metadata_store.hpp"
+#include "support/built_programs.hpp"
 #include "support/child_process.hpp"
 #include "support/metadata_samples.hpp"
 #include "support/temp_dir.hpp"
@@ -37,8 +38,8 @@ class RegistryOnSmallDisk {
     process_ = std::make_unique<ChildProcess>(std::vector<std::string>{
         kUnshare, "-rm", "/bin/sh", "-c",
         "mount -t tmpfs -o size=" + size + " tmpfs \"$0\" || exit 3; " + prepare + "; exec \"$@\"",
-        disk, MEMWIRE_REGISTRY_BINARY, "--quiet-requests", "--listen", "127.0.0.1:0", "--state",
-        disk + "/state"});
+        disk, memwire::test::registry_program(), "--quiet-requests", "--listen", "127.0.0.1:0",
+        "--state", disk + "/state"});
     auto line = process_->read_line(10s);
     if (line && line->starts_with("http")) url_ = *line;
     disk_in_namespace_ = "/proc/" + std::to_string(process_->pid()) + "/root" + disk;

@@ -19,15 +19,11 @@ add_executable(memwire_sideband_tests
 target_link_libraries(memwire_sideband_tests
   PRIVATE memwire-sideband-internal memwire_test_support PkgConfig::CPP_HTTPLIB
           nlohmann_json::nlohmann_json GTest::gtest_main Threads::Threads)
-target_compile_definitions(memwire_sideband_tests PRIVATE
-  MEMWIRE_REGISTRY_BINARY="$<TARGET_FILE:memwire-registry>"
-  MEMWIRE_CLI_BINARY="$<TARGET_FILE:memwire-cli>"
-  MEMWIRE_PRODUCER_BINARY="$<TARGET_FILE:memwire-producer>"
-  MEMWIRE_CONSUMER_BINARY="$<TARGET_FILE:memwire-consumer>")
-add_dependencies(memwire_sideband_tests memwire-registry memwire-cli memwire-producer memwire-consumer)
-# worker/worker_test kills a writing owner (tests/support/test_peer.cpp) in the middle of a request.
-target_compile_definitions(memwire_sideband_tests PRIVATE MEMWIRE_PEER_BINARY="$<TARGET_FILE:memwire_test_peer>")
-add_dependencies(memwire_sideband_tests memwire_test_peer)
+# The services as processes; worker/worker_test kills a writing owner (tests/support/test_peer.cpp)
+# in the middle of a request.
+memwire_test_programs(memwire_sideband_tests registry_program=memwire-registry
+  cli_program=memwire-cli producer_program=memwire-producer consumer_program=memwire-consumer
+  peer_program=memwire_test_peer)
 gtest_discover_tests(memwire_sideband_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
 # Hostile-input tests reach two internals (the metrics text and the state file) directly; the
 # endpoint's store and request broker have unit tests of their own.

@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include "support/built_programs.hpp"
 #include "support/channels.hpp"
 #include "support/child_process.hpp"
 #include "support/nats_server.hpp"
@@ -32,9 +33,9 @@ class GraphWorkers : public ::testing::TestWithParam<std::string> {
   }
   // Runs producer and consumer side by side; returns the consumer's last line.
   std::string pair(const std::string& producer_mode, const std::string& consumer_mode) {
-    ChildProcess consumer({MEMWIRE_CONSUMER_BINARY, flag_, url_, "--mode", consumer_mode,
+    ChildProcess consumer({memwire::test::consumer_program(), flag_, url_, "--mode", consumer_mode,
                            "--requests", "4", "--dim", "65536", "--prefix", "t." + GetParam()});
-    ChildProcess producer({MEMWIRE_PRODUCER_BINARY, flag_, url_, "--mode", producer_mode,
+    ChildProcess producer({memwire::test::producer_program(), flag_, url_, "--mode", producer_mode,
                            "--requests", "4", "--dim", "65536", "--prefix", "t." + GetParam()});
     std::string last;
     while (auto line = consumer.read_line(60s)) last = *line;
@@ -43,7 +44,7 @@ class GraphWorkers : public ::testing::TestWithParam<std::string> {
     return last;
   }
   int cli(std::vector<std::string> args) {
-    args.insert(args.begin(), MEMWIRE_CLI_BINARY);
+    args.insert(args.begin(), memwire::test::cli_program());
     args.insert(args.end(), {flag_, url_});
     ChildProcess process(args);
     return process.wait(30s).value_or(-1);
@@ -74,7 +75,7 @@ TEST_P(GraphWorkers, CliServeGetLsAndExitCodes) {
     std::ofstream file(in, std::ios::binary);
     for (int i = 0; i < 100000; ++i) file.put(static_cast<char>(i * 7));
   }
-  ChildProcess server({MEMWIRE_CLI_BINARY, "serve", "cli.file", in, flag_, url_});
+  ChildProcess server({memwire::test::cli_program(), "serve", "cli.file", in, flag_, url_});
   auto published = server.read_line(20s);
   ASSERT_TRUE(published && published->starts_with("published cli.file")) << published.value_or("");
   EXPECT_EQ(cli({"ls"}), 0);

@@ -6,6 +6,7 @@
 
 #include <fstream>
 
+#include "support/built_programs.hpp"
 #include "support/child_process.hpp"
 #include "support/loopback.hpp"
 #include "support/prometheus_text.hpp"
@@ -51,11 +52,11 @@ TEST(WorkerMetrics, ProducerAndConsumerServeTheirCountsWhileLingering) {
   RegistryProcess registry;
   const auto producer_port = free_loopback_port(), consumer_port = free_loopback_port();
   // The producer takes its address from the environment, the consumer from the flag.
-  ChildProcess producer(
-      {MEMWIRE_PRODUCER_BINARY, "--http", registry.url(), "--requests", std::to_string(kRequests),
-       "--dim", std::to_string(kDim), "--prefix", "metrics", "--linger", "60"},
-      {"MEMWIRE_METRICS_LISTEN=127.0.0.1:" + std::to_string(producer_port)});
-  ChildProcess consumer({MEMWIRE_CONSUMER_BINARY, "--http", registry.url(), "--requests",
+  ChildProcess producer({memwire::test::producer_program(), "--http", registry.url(), "--requests",
+                         std::to_string(kRequests), "--dim", std::to_string(kDim), "--prefix",
+                         "metrics", "--linger", "60"},
+                        {"MEMWIRE_METRICS_LISTEN=127.0.0.1:" + std::to_string(producer_port)});
+  ChildProcess consumer({memwire::test::consumer_program(), "--http", registry.url(), "--requests",
                          std::to_string(kRequests), "--dim", std::to_string(kDim), "--prefix",
                          "metrics", "--linger", "60", "--metrics-listen",
                          "127.0.0.1:" + std::to_string(consumer_port)});
@@ -105,12 +106,14 @@ TEST(WorkerMetrics, CliServeServesItsCounts) {
     for (std::size_t i = 0; i < kSize; ++i) file.put(static_cast<char>(i * 13));
   }
   const auto port = free_loopback_port();
-  ChildProcess server({MEMWIRE_CLI_BINARY, "serve", "metrics.file", in, "--http", registry.url(),
-                       "--count", "2", "--metrics-listen", "127.0.0.1:" + std::to_string(port)});
+  ChildProcess server({memwire::test::cli_program(), "serve", "metrics.file", in, "--http",
+                       registry.url(), "--count", "2", "--metrics-listen",
+                       "127.0.0.1:" + std::to_string(port)});
   std::string seen;
   ASSERT_TRUE(wait_for_line(server, "published metrics.file", seen)) << seen;
   auto get = [&] {
-    ChildProcess cli({MEMWIRE_CLI_BINARY, "get", "metrics.file", out, "--http", registry.url()});
+    ChildProcess cli(
+        {memwire::test::cli_program(), "get", "metrics.file", out, "--http", registry.url()});
     return cli.wait(30s).value_or(-1);
   };
   ASSERT_EQ(get(), 0);
@@ -129,10 +132,11 @@ TEST(WorkerMetrics, CliServeServesItsCounts) {
 
 TEST(WorkerMetrics, AMalformedListenAddressIsAUsageError) {
   RegistryProcess registry;
-  ChildProcess consumer({MEMWIRE_CONSUMER_BINARY, "--http", registry.url(), "--metrics-listen",
-                         "127.0.0.1:notaport"});
+  ChildProcess consumer({memwire::test::consumer_program(), "--http", registry.url(),
+                         "--metrics-listen", "127.0.0.1:notaport"});
   EXPECT_EQ(consumer.wait(10s), 2);
-  ChildProcess producer({MEMWIRE_PRODUCER_BINARY, "--http", registry.url(), "--linger", "-1"});
+  ChildProcess producer(
+      {memwire::test::producer_program(), "--http", registry.url(), "--linger", "-1"});
   EXPECT_EQ(producer.wait(10s), 2);
 }
 
