@@ -8,9 +8,9 @@
     # the owner, once the tag's bytes are in its memory:
     await pool.tag("layer-0")
 
-Notifications (the tags peers send) reach the pool on memwire's I/O thread, which queues them in
-native code without the GIL; blocking waits release the GIL, and asyncio waits watch an eventfd
-from their loop, taking a notification only on the loop's thread (a cancelled wait takes none).
+Notifications (the tags peers send) are queued by the pool itself, in C++ (memwire::Pool), without
+the GIL; blocking waits release the GIL, and asyncio waits watch the pool's notification fd from
+their loop, taking a notification only on the loop's thread (a cancelled wait takes none).
 """
 
 import asyncio
@@ -24,8 +24,11 @@ from .types import Device
 from ._support import timeout_seconds
 
 #: A tag a peer sent once its transfer's bytes were in the pool (or, for a read, once it had
-#: them all). ``peer`` is the sending connector's name.
-Notification = collections.namedtuple("Notification", ["peer", "tag"])
+#: them all). With ``authenticated``, ``peer`` is the name of the grant (``Pool.metadata_for``)
+#: whose token the transfer used: the owner's own word. Without it, the transfer used the
+#: pool's shared metadata and ``peer`` is the name the sender gave itself: a label.
+Notification = collections.namedtuple("Notification", ["peer", "tag", "authenticated"],
+                                      defaults=[False])
 
 _NO_DEADLINE = None
 
@@ -39,8 +42,8 @@ def _text(raw):
 
 
 def _notification(raw):
-    peer, tag = raw
-    return Notification(_text(peer), _text(tag))
+    peer, tag, authenticated = raw
+    return Notification(_text(peer), _text(tag), authenticated)
 
 
 def _encode(value, what):
@@ -261,6 +264,21 @@ class Pool:
     def name(self):
         return self.metadata.name
 
+    def metadata_for(self, peer):
+        """PoolMetadata with a token of ``peer``'s own (the same while the grant lives): its
+        transfers' notifications carry ``peer``, authenticated, and ``revoke(peer)`` ends its
+        access alone. ``peer``: 1 to 160 bytes, no NUL."""
+        return PoolMetadata(self._native.metadata_for(_encode(peer, "peer")))
+
+    def revoke(self, peer):
+        """Ends ``peer``'s grant: its token is refused from now on. False when it had none."""
+        return self._native.revoke(_encode(peer, "peer"))
+
+    @property
+    def peer_faults(self):
+        """Frames peers sent against the protocol (each refused, its connection closed)."""
+        return self._native.peer_faults()
+
     @property
     def block_count(self):
         return self._native.block_count()
@@ -335,8 +353,9 @@ class Pool:
 
     def next_notification(self, timeout=None):
         """The next notification in arrival order, waiting at most ``timeout`` seconds (GIL
-        released). Raises TimeoutError, PeerLostError (a peer was lost in the middle of a tagged
-        transfer into this pool, or its tagged transfer failed), CancelledError once closed."""
+        released). Raises TimeoutError, PeerLostError (an admitted tagged transfer failed, or its
+        peer was lost in the middle of it: once per transfer, naming its tag), CancelledError
+        once closed."""
         seconds = _seconds(timeout)
         if self._returned:
             return self._returned.popleft()
@@ -344,8 +363,8 @@ class Pool:
 
     def wait_for_tag(self, tag, timeout=None, from_peer=""):
         """Waits for the notification with this tag (others stay queued), from ``from_peer``
-        when given. Raises like next_notification; a lost peer ends the wait when ``from_peer``
-        is empty or names it."""
+        when given (C++'s ``from``, a keyword in Python). Raises like next_notification when
+        that tag's transfer failed; another transfer's failure leaves this wait alone."""
         seconds = _seconds(timeout)
         raw_tag, raw_from = as_tag(tag), _encode(from_peer, "from_peer")
         if self._returned:

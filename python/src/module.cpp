@@ -12,9 +12,9 @@
 //   (atexit), callbacks no longer touch Python at all: see PythonGate.
 // - A Python object held by a C++ callback is always released with the GIL held: Signal hands
 //   it over exactly once, either to the callback or to the owning wrapper's destructor.
-// - A pool's notifications (tags) go to a native PoolInbox on memwire's I/O thread, which never
-//   takes the GIL: blocking waits sleep on its condition variable (GIL released), an event loop
-//   watches its eventfd and takes notifications on the loop's own thread.
+// - A pool's notifications (tags) stay in memwire::Pool's own queue, which never takes the GIL:
+//   blocking waits sleep in Pool::wait_for_tag and friends (GIL released), an event loop
+//   watches Pool::notification_fd and takes notifications (try_...) on the loop's own thread.
 #include <pybind11/pybind11.h>
 
 #include <exception>

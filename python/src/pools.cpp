@@ -1,5 +1,7 @@
-// Pools: registration with block geometry, block transfers, and notifications through the
-// pool's PoolInbox.
+// Pools: registration with block geometry, block transfers, and the pool's own notification
+// queue (blocking waits without the GIL; an event loop watches the pool's notification fd).
+#include <unistd.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -10,7 +12,6 @@
 
 #include "bindings.hpp"
 #include "operation.hpp"
-#include "pool_inbox.hpp"
 
 namespace memwire_python {
 namespace {
@@ -47,9 +48,10 @@ py::dict pool_metadata_fields(const memwire::PoolMetadata& metadata) {
   return fields;
 }
 
-// (peer, tag) as bytes: both come from a peer and need not be UTF-8 (Python decodes them).
+// (peer, tag, authenticated); peer and tag as bytes: they come from a peer and need not be
+// UTF-8 (Python decodes them).
 py::tuple notification_tuple(const memwire::Notification& n) {
-  return py::make_tuple(py::bytes(n.peer), py::bytes(n.tag));
+  return py::make_tuple(py::bytes(n.peer), py::bytes(n.tag), n.authenticated);
 }
 
 py::object optional_notification(const std::optional<memwire::Notification>& n) {
@@ -62,16 +64,17 @@ using RegionSpec =
     std::tuple<std::uintptr_t, std::uint64_t, std::uint64_t, std::uint64_t, std::string>;
 
 // A registered pool, the connector it belongs to and the Python owners of its memory (released
-// only after the pool let go of it), and its inbox.
+// only after the pool let go of it). Notifications stay in the pool's own queue.
 class PyPool {
  public:
-  PyPool(memwire::Pool pool, std::shared_ptr<PoolInbox> inbox,
-         std::shared_ptr<memwire::Connector> connector, py::object owners)
+  PyPool(memwire::Pool pool, std::shared_ptr<memwire::Connector> connector, py::object owners)
       : pool_(std::make_shared<memwire::Pool>(std::move(pool))),
-        inbox_(std::move(inbox)),
         connector_(std::move(connector)),
         owners_(std::move(owners)) {}
-  ~PyPool() { close(); }
+  ~PyPool() {
+    close();
+    if (fd_ >= 0) ::close(fd_);
+  }
   PyPool(const PyPool&) = delete;
   PyPool& operator=(const PyPool&) = delete;
 
@@ -81,13 +84,24 @@ class PyPool {
     if (!pool_) throw memwire::Error(memwire::ErrorCode::InvalidArgument, "the pool was closed");
     return pool_;
   }
+  // For waits: a closed pool's waits end with Cancelled, as the ones in flight do.
+  std::shared_ptr<memwire::Pool> waitable() {
+    if (!pool_) throw memwire::Error(memwire::ErrorCode::Cancelled, "the pool was closed");
+    return pool_;
+  }
   const memwire::Connector* connector() const { return connector_.get(); }
 
   // Revokes remote access, fails the transfers that use it here and waits for them (GIL
-  // released), ends every wait with Cancelled.
+  // released), ends every wait with Cancelled (an event loop's through its fd).
   void close() {
-    if (inbox_) inbox_->close();
     auto pool = std::move(pool_);  // other threads (holding the GIL) see it closed at once
+    // Closed here, not when the last reference goes: a wait in another thread holds one, and
+    // must end now (Cancelled), as must an event loop's (the fd turns readable).
+    if (pool && !birth_.inherited())
+      without_gil([&] {
+        pool->close();
+        return 0;
+      });
     end_native(pool, birth_);
     end_native(connector_, birth_);
     owners_ = py::none();
@@ -95,31 +109,50 @@ class PyPool {
   bool closed() const { return !pool_; }
 
   PoolMeta metadata() { return {get().metadata()}; }
+  PoolMeta metadata_for(const std::string& peer) { return {get().metadata_for(peer)}; }
+  bool revoke(const std::string& peer) { return get().revoke(peer); }
+  std::uint64_t peer_faults() { return get().peer_faults(); }
   std::uint64_t block_count() { return get().block_count(); }
-  std::size_t queued() { return inbox_->queued(); }
-  int fd() const { return inbox_->fd(); }
-  void drain() { inbox_->drain(); }
+  std::size_t queued() { return pool_ ? pool_->queued_notifications() : 0; }
+
+  // The pool's notification fd, duplicated: the loop may still watch it after close() (which
+  // makes it readable, so that the loop's next try ends its waits) until this object goes.
+  int fd() {
+    if (fd_ < 0) {
+      fd_ = ::dup(waitable()->notification_fd());
+      if (fd_ < 0) throw memwire::Error(memwire::ErrorCode::Transport, "dup failed");
+    }
+    return fd_;
+  }
+  // Empties the eventfd's counter; the loop then tries its waits.
+  void drain() noexcept {
+    std::uint64_t count = 0;
+    if (fd_ >= 0 && ::read(fd_, &count, sizeof count) < 0) {
+      // EAGAIN: nothing signalled since the last drain.
+    }
+  }
 
   py::tuple next(std::int64_t timeout_ms) {
-    auto inbox = inbox_;
-    return notification_tuple(without_gil([&] { return inbox->next(milliseconds(timeout_ms)); }));
+    auto pool = waitable();
+    return notification_tuple(
+        without_gil([&] { return pool->next_notification(milliseconds(timeout_ms)); }));
   }
   py::tuple wait_for_tag(const std::string& tag, std::int64_t timeout_ms, const std::string& from) {
-    auto inbox = inbox_;
+    auto pool = waitable();
     return notification_tuple(
-        without_gil([&] { return inbox->wait_for_tag(tag, milliseconds(timeout_ms), from); }));
+        without_gil([&] { return pool->wait_for_tag(tag, milliseconds(timeout_ms), from); }));
   }
-  py::object try_next() { return optional_notification(inbox_->try_next()); }
+  py::object try_next() { return optional_notification(waitable()->try_next_notification()); }
   py::object try_tag(const std::string& tag, const std::string& from) {
-    return optional_notification(inbox_->try_tag(tag, from));
+    return optional_notification(waitable()->try_wait_for_tag(tag, from));
   }
 
  private:
   ForkBirth birth_;
   std::shared_ptr<memwire::Pool> pool_;
-  std::shared_ptr<PoolInbox> inbox_;
   std::shared_ptr<memwire::Connector> connector_;
   py::object owners_;
+  int fd_ = -1;
 };
 
 std::vector<memwire::BlockPair> block_pairs(
@@ -166,16 +199,9 @@ void bind_pools(py::module_& m, py::class_<PyConnector>& connector) {
             options.remote_read = remote_read;
             options.remote_write = remote_write;
             options.max_queued_notifications = max_queued;
-            auto inbox = std::make_shared<PoolInbox>(max_queued);
-            auto pool = without_gil([&] {
-              auto registered = c.get().register_pool(std::move(regions), std::move(options));
-              // Before the metadata leaves this process: every notification reaches the inbox.
-              registered.on_notification([inbox](const memwire::Notification& notification) {
-                inbox->post(notification);
-              });
-              return registered;
-            });
-            return new PyPool(std::move(pool), std::move(inbox), c.shared(), std::move(owners));
+            auto pool = without_gil(
+                [&] { return c.get().register_pool(std::move(regions), std::move(options)); });
+            return new PyPool(std::move(pool), c.shared(), std::move(owners));
           },
           py::arg("regions"), py::arg("name") = "", py::arg("remote_read") = true,
           py::arg("remote_write") = true, py::arg("max_queued") = 65536,
@@ -217,6 +243,9 @@ void bind_pools(py::module_& m, py::class_<PyConnector>& connector) {
 
   py::class_<PyPool>(m, "Pool")
       .def("metadata", &PyPool::metadata)
+      .def("metadata_for", &PyPool::metadata_for)
+      .def("revoke", &PyPool::revoke)
+      .def("peer_faults", &PyPool::peer_faults)
       .def("block_count", &PyPool::block_count)
       .def("queued", &PyPool::queued)
       .def_property_readonly("fd", &PyPool::fd)

@@ -22,7 +22,9 @@ Pool& Pool::operator=(Pool&& other) noexcept {
 Pool::~Pool() { close(); }
 
 detail::Registration& Pool::registration() const {
-  if (!registration_) throw Error(ErrorCode::InvalidArgument, "pool was moved from or closed");
+  // Only its owner ends a pool's registration: ended means closed.
+  if (!registration_ || is_terminal(registration_->status()))
+    throw Error(ErrorCode::InvalidArgument, "pool was moved from or closed");
   return *registration_;
 }
 
@@ -47,14 +49,29 @@ void* Pool::block(std::uint64_t index) const {
   return static_cast<std::byte*>(pool.regions()[place.region].base) + place.offset;
 }
 
+detail::PoolState& Pool::waitable() const {
+  // A wait that begins after close() ends as those in flight did.
+  if (registration_ && is_terminal(registration_->status()))
+    throw Error(ErrorCode::Cancelled, "the pool was closed by its owner");
+  return *registration().pool();
+}
+
 Notification Pool::next_notification(std::chrono::milliseconds timeout) {
-  return registration().pool()->next(timeout);
+  return waitable().next(timeout);
 }
 
 Notification Pool::wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
                                 std::string_view from) {
-  return registration().pool()->wait_for_tag(tag, timeout, from);
+  return waitable().wait_for_tag(tag, timeout, from);
 }
+
+std::optional<Notification> Pool::try_next_notification() { return waitable().try_next(); }
+
+std::optional<Notification> Pool::try_wait_for_tag(std::string_view tag, std::string_view from) {
+  return waitable().try_wait_for_tag(tag, from);
+}
+
+int Pool::notification_fd() { return waitable().readiness_fd(); }
 
 void Pool::on_notification(std::function<void(const Notification&)> callback) {
   registration().pool()->on_notification(std::move(callback));
@@ -64,8 +81,9 @@ std::size_t Pool::queued_notifications() const { return registration().pool()->q
 
 void Pool::close() {
   // Revoked (peers refused, its own transfers failed and waited for) before the memory is the
-  // caller's again.
-  if (auto registration = std::move(registration_)) registration->abandon();
+  // caller's again. The registration itself stays until the Pool goes: a wait in another
+  // thread still stands on it, and hears Cancelled.
+  if (registration_) registration_->abandon();
 }
 
 }  // namespace memwire

@@ -126,7 +126,13 @@ void PoolState::post(Notification notification, std::unique_lock<std::mutex>& lo
   if (notification.error.empty()) ++queued_by_peer_[notification.peer];
   queue_.push_back(std::move(notification));
   lock.unlock();
+  announce_change();
+}
+
+void PoolState::announce_change() {
   changed_.notify_all();
+  std::lock_guard lock(mutex_);
+  if (readiness_) readiness_->raise();
 }
 
 void PoolState::forget(const Notification& notification) {
@@ -200,30 +206,57 @@ namespace {
 }
 }  // namespace
 
+std::optional<Notification> PoolState::take_next() {
+  if (queue_.empty()) return std::nullopt;
+  auto first = std::move(queue_.front());
+  queue_.pop_front();
+  forget(first);
+  if (!first.error.empty()) raise(first);
+  return first;
+}
+
+std::optional<Notification> PoolState::take_tag(std::string_view tag, std::string_view from) {
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    if (it->tag != tag || (!from.empty() && it->peer != from)) continue;
+    auto found = std::move(*it);
+    queue_.erase(it);
+    forget(found);
+    if (!found.error.empty()) raise(found);
+    return found;
+  }
+  return std::nullopt;
+}
+
 Notification PoolState::next(std::chrono::milliseconds timeout) {
-  return wait(timeout, [this]() -> std::optional<Notification> {
-    if (queue_.empty()) return std::nullopt;
-    auto first = std::move(queue_.front());
-    queue_.pop_front();
-    forget(first);
-    if (!first.error.empty()) raise(first);
-    return first;
-  });
+  return wait(timeout, [this] { return take_next(); });
 }
 
 Notification PoolState::wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
                                      std::string_view from) {
-  return wait(timeout, [&]() -> std::optional<Notification> {
-    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-      if (it->tag != tag || (!from.empty() && it->peer != from)) continue;
-      auto found = std::move(*it);
-      queue_.erase(it);
-      forget(found);
-      if (!found.error.empty()) raise(found);
-      return found;
-    }
-    return std::nullopt;
-  });
+  return wait(timeout, [&] { return take_tag(tag, from); });
+}
+
+std::optional<Notification> PoolState::try_next() {
+  std::lock_guard lock(mutex_);
+  check_open();
+  return take_next();
+}
+
+std::optional<Notification> PoolState::try_wait_for_tag(std::string_view tag,
+                                                        std::string_view from) {
+  std::lock_guard lock(mutex_);
+  check_open();
+  return take_tag(tag, from);
+}
+
+int PoolState::readiness_fd() {
+  std::lock_guard lock(mutex_);
+  if (!readiness_) {
+    readiness_.emplace();
+    // Whatever is queued (or a close) already counts as a change the caller has not seen.
+    if (!queue_.empty() || closed_) readiness_->raise();
+  }
+  return readiness_->fd();
 }
 
 void PoolState::on_notification(std::function<void(const Notification&)> callback) {
@@ -268,7 +301,7 @@ void PoolState::close(std::chrono::milliseconds grace) {
     grantee_.clear();
     callback_ = nullptr;
   }
-  changed_.notify_all();
+  announce_change();
   for (const auto& weak : transfers) {
     auto transfer = weak.lock();
     if (!transfer) continue;

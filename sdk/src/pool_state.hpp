@@ -18,6 +18,7 @@
 #include "ids.hpp"
 #include "memwire/error.hpp"
 #include "memwire/pool.hpp"
+#include "readiness_signal.hpp"
 
 namespace memwire::detail {
 
@@ -77,6 +78,12 @@ class PoolState {
   Notification next(std::chrono::milliseconds timeout);
   Notification wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
                             std::string_view from);
+  // The same without waiting: nothing when none is queued yet (an event loop calls these once
+  // readiness_fd() was readable).
+  std::optional<Notification> try_next();
+  std::optional<Notification> try_wait_for_tag(std::string_view tag, std::string_view from);
+  // Readable whenever the queue changed or the pool closed since the caller last read it.
+  int readiness_fd();
   void on_notification(std::function<void(const Notification&)> callback);
   std::size_t queued() const;
 
@@ -92,6 +99,12 @@ class PoolState {
   template <class Found>
   Notification wait(std::chrono::milliseconds timeout, Found found);
   void check_open() const;  // mutex_ held
+  // mutex_ held: the first queued notification (with this tag and from this peer), taken out of
+  // the queue; throws PeerLost when it is a failure.
+  std::optional<Notification> take_next();
+  std::optional<Notification> take_tag(std::string_view tag, std::string_view from);
+  // After the queue changed or the pool closed, without the lock: wakes both kinds of waiter.
+  void announce_change();
 
   // Under the lock: the notification leaves the queue.
   void forget(const Notification& notification);
@@ -115,6 +128,7 @@ class PoolState {
   std::map<std::string, Id128, std::less<>> grants_;
   std::atomic<std::uint64_t> faults_{0};
   std::function<void(const Notification&)> callback_;
+  std::optional<ReadinessSignal> readiness_;  // made at the first readiness_fd()
   bool closed_ = false;
   std::vector<std::weak_ptr<ActiveTransfer>> transfers_;
 };

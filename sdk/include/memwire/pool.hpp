@@ -171,6 +171,14 @@ class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API
   // against their peer's share (max_queued_per_peer): they never block another peer's.
   Notification wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
                             std::string_view from = {});
+  // For event loops: the same two without waiting, empty when nothing fits yet; they throw as
+  // the waits do (PeerLost for a failed transfer, Cancelled once closed).
+  std::optional<Notification> try_next_notification();
+  std::optional<Notification> try_wait_for_tag(std::string_view tag, std::string_view from = {});
+  // An eventfd that is readable whenever notifications arrived (or the pool closed) since it
+  // was last read: watch it (epoll, asyncio's add_reader), read its 8 bytes, then try_... until
+  // they come back empty. Owned by the pool; valid until the pool is closed or dropped.
+  int notification_fd();
   // From now on each notification goes to `callback` instead of the queue (queued ones first),
   // on memwire's I/O thread: keep it short and never block in it. Failures come with `error`.
   // An empty callback queues them again. max_queued_notifications is the queue's: a callback
@@ -180,12 +188,15 @@ class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API
   // Notifications queued now.
   std::size_t queued_notifications() const;
 
+  // Safe while other threads wait on this pool (their waits end with Cancelled); not while
+  // another thread moves or destroys it.
   void close();
 
  private:
   friend class Connector;
   explicit Pool(std::shared_ptr<detail::Registration> registration);
   detail::Registration& registration() const;
+  detail::PoolState& waitable() const;
   std::shared_ptr<detail::Registration> registration_;
 };
 

@@ -2,6 +2,8 @@
 // the same limits where it is made (register_pool) and where it is read (from_json).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
 #include <nlohmann/json.hpp>
 
 #include "memwire/memwire.hpp"
@@ -148,6 +150,33 @@ TEST(PoolMetadata, APoolKnowsItsBlocksUntilClosed) {
   EXPECT_EQ(pool.block(3), memory.data() + 3072);
   EXPECT_EQ(error_code_of([&] { (void)pool.block(4); }), ErrorCode::InvalidArgument);
   pool.close();
+  EXPECT_EQ(error_code_of([&] { (void)pool.metadata(); }), ErrorCode::InvalidArgument);
+}
+
+// A wait in another thread stands on the pool while its owner closes it: it ends with
+// Cancelled, and nothing it uses goes away under it (TSan and ASan builds run this).
+TEST(PoolMetadata, ClosingAPoolEndsTheWaitsOfOtherThreads) {
+  using namespace std::chrono_literals;
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  Connector connector(options);
+  std::vector<std::byte> memory(4096);
+  auto pool = connector.register_pool({{memory.data(), 1024, 0, 4, {}}});
+  const int fd = pool.notification_fd();
+  EXPECT_GE(fd, 0);
+  auto next = std::async(std::launch::async,
+                         [&] { return error_code_of([&] { (void)pool.next_notification(30s); }); });
+  auto tagged = std::async(std::launch::async, [&] {
+    return error_code_of([&] { (void)pool.wait_for_tag("t", 30s); });
+  });
+  std::this_thread::sleep_for(
+      50ms);  // most likely both inside their waits (a later one ends alike)
+  const auto began = std::chrono::steady_clock::now();
+  pool.close();
+  EXPECT_EQ(next.get(), ErrorCode::Cancelled);
+  EXPECT_EQ(tagged.get(), ErrorCode::Cancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - began, 5s);
+  EXPECT_EQ(error_code_of([&] { (void)pool.try_next_notification(); }), ErrorCode::Cancelled);
   EXPECT_EQ(error_code_of([&] { (void)pool.metadata(); }), ErrorCode::InvalidArgument);
 }
 

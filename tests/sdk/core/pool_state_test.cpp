@@ -3,6 +3,8 @@
 #include "pool_state.hpp"
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include <vector>
 
@@ -90,6 +92,38 @@ TEST(PoolQueue, EachPeerHasItsShareAndFailuresStayOutOfIt) {
   pool.deliver(a, "a4");
   pool.fail(a, "", Error(ErrorCode::PeerLost, "untagged"));  // no wait is for it: not queued
   EXPECT_EQ(pool.queued(), 3u);
+}
+
+// Whether `fd` is readable now; reads it (an eventfd's 8 bytes) when it is.
+bool readable(int fd) {
+  pollfd watched{fd, POLLIN, 0};
+  if (::poll(&watched, 1, 0) != 1) return false;
+  std::uint64_t count = 0;
+  return ::read(fd, &count, sizeof count) == sizeof count;
+}
+
+TEST(PoolQueue, AnEventLoopIsWokenByItsFdAndTakesWithoutWaiting) {
+  auto pool = pool_of({{at(0x10000), 4096, 0, 4, {}}});
+  const PoolState::Peer a{"a", true}, b{"b", false};
+  pool.deliver(a, "early");
+  const int fd = pool.readiness_fd();
+  EXPECT_TRUE(readable(fd)) << "what was queued before the fd existed counts as news";
+  EXPECT_FALSE(readable(fd));
+  EXPECT_FALSE(pool.try_wait_for_tag("late", "").has_value());
+  pool.deliver(b, "late");
+  EXPECT_TRUE(readable(fd));
+  EXPECT_FALSE(pool.try_wait_for_tag("late", "a").has_value()) << "from another peer";
+  const auto late = pool.try_wait_for_tag("late", "b");
+  ASSERT_TRUE(late.has_value());
+  EXPECT_EQ(*late, (Notification{"b", "late", "", false}));
+  EXPECT_EQ(pool.try_next()->tag, "early");
+  EXPECT_FALSE(pool.try_next().has_value());
+  pool.fail(a, "broken", Error(ErrorCode::Transport, "connection lost"));
+  EXPECT_TRUE(readable(fd));
+  EXPECT_EQ(error_code_of([&] { (void)pool.try_next(); }), ErrorCode::PeerLost);
+  pool.close(std::chrono::milliseconds(0));
+  EXPECT_TRUE(readable(fd)) << "a close wakes the loop, whose next try ends its waits";
+  EXPECT_EQ(error_code_of([&] { (void)pool.try_next(); }), ErrorCode::Cancelled);
 }
 
 }  // namespace
