@@ -3,13 +3,15 @@
 // awaits tags). Pool metadata crosses a pipe once, as a sideband would carry it.
 //
 //   pool_bench --transport tcp|shm [--samples 2000] [--rounds 20] [--layers 64]
-//              [--only metadata|scattered|tagged|layers]
+//              [--only metadata|scattered|sliced|tagged|layers]
 //
 // Figures (medians; the last line is everything as JSON):
 // - metadata: an 80 x 2 x 2,000-block pool's JSON size, and made + parsed against a
 //   one-descriptor RdmaMetadata made + parsed;
 // - scattered: 128 random 16 KiB blocks READ and WRITE against 128 consecutive ones (one 2 MiB
 //   run);
+// - sliced: TP 2 -> 1, 128 random 8 KiB halves of 16 KiB blocks READ and WRITE (a BlockSlice)
+//   against the same pairs unsliced (8 KiB whole blocks) and 128 random whole 16 KiB blocks;
 // - tagged: one 4 KiB block WRITE with a tag, begun to completed (the owner had the tag by
 //   then: its acknowledgement answers the tag), p50; bench/run divides it by a raw 64 B -> 4 KiB
 //   request/reply of the same run;
@@ -29,6 +31,7 @@
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -50,11 +53,18 @@ constexpr std::uint64_t kBlocksPerLayer = 2 * 16;  // K and V
 constexpr std::uint64_t kSmall = 4096;
 constexpr std::uint64_t kSmallBlocks = 256;
 
+// A third of 8 KiB blocks, for the sliced figure: a TP 2 rank's half of a 16 KiB block, blocks
+// kBlocks + kSmallBlocks and up.
+constexpr std::uint64_t kHalf = kBlock / 2;
+constexpr std::uint64_t kHalfBlocks = 4096;  // 32 MiB, as the 16 KiB blocks: alike in cache
+constexpr std::uint64_t kFirstHalf = kBlocks + kSmallBlocks;
+
 std::vector<BlockRegion> pool_regions(std::vector<std::byte>& memory) {
   return {{memory.data(), kBlock, 0, kBlocks, {}},
-          {memory.data() + kBlocks * kBlock, kSmall, 0, kSmallBlocks, {}}};
+          {memory.data() + kBlocks * kBlock, kSmall, 0, kSmallBlocks, {}},
+          {memory.data() + kBlocks * kBlock + kSmallBlocks * kSmall, kHalf, 0, kHalfBlocks, {}}};
 }
-constexpr std::size_t kPoolBytes = kBlocks * kBlock + kSmallBlocks * kSmall;
+constexpr std::size_t kPoolBytes = kBlocks * kBlock + kSmallBlocks * kSmall + kHalfBlocks * kHalf;
 
 double now_seconds() {
   timespec spec{};
@@ -254,6 +264,66 @@ json scattered_figures(Prefill& prefill, unsigned rounds) {
   return out;
 }
 
+// TP 2 -> 1: 128 random pairs of a TP 2 rank's 8 KiB blocks and halves of a TP 1 rank's 16 KiB
+// blocks (rank 1's: the second half). Decode (TP 1) reads them; prefill (a TP 2 rank) writes
+// them. Against the same 128 random pairs unsliced, 8 KiB whole blocks both sides (the same
+// bytes, the same number of pieces: what slicing itself costs), and against 128 random whole
+// 16 KiB blocks (the scattered figure's), in alternating rounds. GB/s of the bytes moved.
+json sliced_figures(Prefill& prefill, unsigned rounds) {
+  std::mt19937_64 random(7);
+  json out;
+  for (const char* op : {"read", "write"}) {
+    const bool reading = std::string(op) == "read";
+    std::vector<double> sliced, unsliced, whole;
+    for (unsigned round = 0; round < rounds; ++round) {
+      std::vector<std::uint64_t> large(kBlocks), half(kHalfBlocks), other_half(kHalfBlocks),
+          other_large(kBlocks);
+      for (std::uint64_t b = 0; b < kBlocks; ++b) large[b] = other_large[b] = b;
+      for (std::uint64_t b = 0; b < kHalfBlocks; ++b) half[b] = other_half[b] = kFirstHalf + b;
+      for (auto* order : {&large, &half, &other_half, &other_large})
+        std::shuffle(order->begin(), order->end(), random);
+      std::vector<BlockPair> sliced_pairs, half_pairs, whole_pairs;
+      for (std::uint64_t b = 0; b < 128; ++b) {
+        // Reading, the remote block is the TP 2 rank's; writing, the local one.
+        sliced_pairs.push_back(reading ? BlockPair{half[b], large[b]}
+                                       : BlockPair{large[b], half[b]});
+        half_pairs.push_back({half[b], other_half[b]});
+        whole_pairs.push_back({large[b], other_large[b]});
+      }
+      const BlockSlice rank1 = reading ? BlockSlice{.local_offset = kHalf, .length = kHalf}
+                                       : BlockSlice{.remote_offset = kHalf, .length = kHalf};
+      auto move = [&](const std::vector<BlockPair>& pairs, std::optional<BlockSlice> slice) {
+        return [&, pairs, slice] {
+          if (slice)
+            return reading
+                       ? prefill.connector.read_blocks(prefill.remote, pairs, prefill.pool, *slice)
+                       : prefill.connector.write_blocks(prefill.pool, pairs, prefill.remote,
+                                                        *slice);
+          return reading ? prefill.connector.read_blocks(prefill.remote, pairs, prefill.pool)
+                         : prefill.connector.write_blocks(prefill.pool, pairs, prefill.remote);
+        };
+      };
+      sliced.push_back(timed_transfer(move(sliced_pairs, rank1)));
+      unsliced.push_back(timed_transfer(move(half_pairs, std::nullopt)));
+      whole.push_back(timed_transfer(move(whole_pairs, std::nullopt)));
+    }
+    const double gbps_sliced = 128.0 * kHalf / summarize(sliced).median / 1e9;
+    const double gbps_unsliced = 128.0 * kHalf / summarize(unsliced).median / 1e9;
+    const double gbps_whole = 128.0 * kBlock / summarize(whole).median / 1e9;
+    std::printf(
+        "TP 2 -> 1, 128 random 8 KiB halves of 16 KiB blocks %s: %.2f GB/s; unsliced 128 x 8 KiB "
+        "%.2f GB/s (%.2fx); 128 x 16 KiB whole blocks %.2f GB/s (%.2fx)\n",
+        op, gbps_sliced, gbps_unsliced, gbps_sliced / gbps_unsliced, gbps_whole,
+        gbps_sliced / gbps_whole);
+    out[op] = {{"sliced_gbps", gbps_sliced},
+               {"unsliced_gbps", gbps_unsliced},
+               {"ratio", gbps_sliced / gbps_unsliced},
+               {"whole_block_gbps", gbps_whole},
+               {"ratio_to_whole_blocks", gbps_sliced / gbps_whole}};
+  }
+  return out;
+}
+
 json tagged_figures(Prefill& prefill, unsigned samples, int commands, int answers) {
   std::vector<double> tagged, untagged_read;
   for (unsigned n = 0; n < samples + samples / 10; ++n) {
@@ -378,7 +448,8 @@ int main(int argc, char** argv) {
     if (flag == "--samples") samples = static_cast<unsigned>(std::stoul(value));
     if (flag == "--rounds") rounds = static_cast<unsigned>(std::stoul(value));
     if (flag == "--layers") layers = std::min<unsigned>(64, std::stoul(value));
-    if (flag == "--only") only = value;  // one figure: metadata, scattered, tagged or layers
+    // One figure: metadata, scattered, sliced, tagged or layers.
+    if (flag == "--only") only = value;
   }
   int to_decode[2], from_decode[2];
   if (::pipe(to_decode) != 0 || ::pipe(from_decode) != 0) return 1;
@@ -407,6 +478,7 @@ int main(int argc, char** argv) {
     auto wanted = [&](const char* figure) { return only.empty() || only == figure; };
     if (wanted("metadata")) report["metadata"] = metadata_figures(rounds);
     if (wanted("scattered")) report["scattered"] = scattered_figures(prefill, rounds * 5);
+    if (wanted("sliced")) report["sliced"] = sliced_figures(prefill, rounds * 5);
     if (wanted("tagged"))
       report["tagged"] = tagged_figures(prefill, samples, to_decode[1], from_decode[0]);
     if (wanted("layers"))

@@ -5,8 +5,10 @@
 #include <atomic>
 #include <climits>
 #include <mutex>
+#include <optional>
 
 #include "active_transfer.hpp"
+#include "block_plan.hpp"
 #include "cuda/cuda_staging.hpp"
 #include "fork_generation.hpp"
 #include "memwire/clock.hpp"
@@ -280,11 +282,10 @@ class Connector::Impl {
     return registration;
   }
 
-  std::shared_ptr<detail::ActiveTransfer> begin_blocks(OperationKind kind,
-                                                       const detail::Registration& local,
-                                                       const std::vector<BlockPair>& pairs,
-                                                       const PoolMetadata& remote,
-                                                       std::string tag) {
+  std::shared_ptr<detail::ActiveTransfer> begin_blocks(
+      OperationKind kind, const detail::Registration& local, const std::vector<BlockPair>& pairs,
+      const PoolMetadata& remote, std::string tag,
+      const std::optional<BlockSlice>& slice = std::nullopt) {
     const auto& pool = local.pool();
     // One lookup: the pool is this connector's (and still open), and the transfer keeps it.
     auto local_pool = context_.registrations->find(local.key());
@@ -296,31 +297,9 @@ class Connector::Impl {
       throw Error(ErrorCode::InvalidArgument, "a tag of " + std::to_string(tag.size()) +
                                                   " bytes (at most " +
                                                   std::to_string(Connector::kMaxTagBytes) + ")");
-    detail::BlockPlan plan;
+    auto plan = detail::plan_blocks(pairs, remote, *pool, slice);
     plan.tag = std::move(tag);
     plan.generation = remote.generation();
-    for (const auto& pair : pairs) {
-      const auto there = remote.locate(pair.remote);
-      const auto here = pool->locate(pair.local);
-      if (there.size != here.size)
-        throw Error(ErrorCode::SizeMismatch,
-                    "remote block " + std::to_string(pair.remote) + " has " +
-                        std::to_string(there.size) + " bytes, local block " +
-                        std::to_string(pair.local) + " " + std::to_string(here.size));
-      auto* memory = static_cast<std::byte*>(pool->regions()[here.region].base) + here.offset;
-      plan.bytes += here.size;
-      // Consecutive blocks, here and there, move as one run.
-      if (!plan.segments.empty()) {
-        auto& last = plan.segments.back();
-        if (last.remote_region == there.region &&
-            last.remote_offset + last.length == there.offset &&
-            last.local + last.length == memory && last.local_region == here.region) {
-          last.length += here.size;
-          continue;
-        }
-      }
-      plan.segments.push_back({memory, there.region, there.offset, here.size, here.region});
-    }
     const auto bytes = plan.bytes;
     // Each run is a local descriptor, paired with its place in a remote region: what verbs
     // moves (the stream transports take the plan itself).
@@ -505,6 +484,20 @@ BlockTransfer Connector::write_blocks(const Pool& local, const std::vector<Block
                                       const PoolMetadata& remote, std::string tag) {
   return BlockTransfer(usable().begin_blocks(OperationKind::Write, local.registration(), blocks,
                                              remote, std::move(tag)));
+}
+
+BlockTransfer Connector::read_blocks(const PoolMetadata& remote,
+                                     const std::vector<BlockPair>& blocks, const Pool& local,
+                                     const BlockSlice& slice, std::string tag) {
+  return BlockTransfer(usable().begin_blocks(OperationKind::Read, local.registration(), blocks,
+                                             remote, std::move(tag), slice));
+}
+
+BlockTransfer Connector::write_blocks(const Pool& local, const std::vector<BlockPair>& blocks,
+                                      const PoolMetadata& remote, const BlockSlice& slice,
+                                      std::string tag) {
+  return BlockTransfer(usable().begin_blocks(OperationKind::Write, local.registration(), blocks,
+                                             remote, std::move(tag), slice));
 }
 
 }  // namespace memwire

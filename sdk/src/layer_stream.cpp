@@ -22,6 +22,12 @@ void LayerSender::send(std::uint32_t layer, const std::vector<BlockPair>& blocks
   transfers_.push_back(connector_.write_blocks(local_, blocks, remote_, layer_tag(stream_, layer)));
 }
 
+void LayerSender::send(std::uint32_t layer, const std::vector<BlockPair>& blocks,
+                       const BlockSlice& slice) {
+  transfers_.push_back(
+      connector_.write_blocks(local_, blocks, remote_, slice, layer_tag(stream_, layer)));
+}
+
 void LayerSender::finish(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (auto& transfer : transfers_) {

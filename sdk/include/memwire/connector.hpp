@@ -55,8 +55,9 @@ class MEMWIRE_API Connector {
   Pool register_pool(std::vector<BlockRegion> regions, PoolOptions options = {});
   // Reads remote blocks into local ones (pairs: remote block -> local block), then, when `tag`
   // is not empty, tells the owner `tag` (after every byte is here). Block sizes must match
-  // (Error{SizeMismatch}); indexes past a pool's end are Error{InvalidArgument}; runs of
-  // consecutive blocks move as one piece. Tags are at most kMaxTagBytes.
+  // (Error{SizeMismatch}; a BlockSlice moves part of blocks of any sizes, below); indexes past a
+  // pool's end are Error{InvalidArgument}; runs of consecutive blocks move as one piece. Tags are
+  // at most kMaxTagBytes.
   static constexpr std::size_t kMaxTagBytes = 160;  // fits a verbs notice
   [[nodiscard("dropping it cancels the transfer")]] BlockTransfer read_blocks(
       const PoolMetadata& remote, const std::vector<BlockPair>& blocks, const Pool& local,
@@ -66,6 +67,16 @@ class MEMWIRE_API Connector {
   [[nodiscard("dropping it cancels the transfer")]] BlockTransfer write_blocks(
       const Pool& local, const std::vector<BlockPair>& blocks, const PoolMetadata& remote,
       std::string tag = {});
+  // The same, moving only `slice` of each pair's blocks (memwire/pool.hpp): pools of different
+  // block sizes pair when the slice fits both blocks of every pair. A zero length, or offsets
+  // that overflow, are Error{InvalidArgument}; a slice past a block's end is
+  // Error{SizeMismatch}, naming the pair and the block. Checked before any byte moves.
+  [[nodiscard("dropping it cancels the transfer")]] BlockTransfer read_blocks(
+      const PoolMetadata& remote, const std::vector<BlockPair>& blocks, const Pool& local,
+      const BlockSlice& slice, std::string tag = {});
+  [[nodiscard("dropping it cancels the transfer")]] BlockTransfer write_blocks(
+      const Pool& local, const std::vector<BlockPair>& blocks, const PoolMetadata& remote,
+      const BlockSlice& slice, std::string tag = {});
 
   friend bool operator==(const Connector& a, const Connector& b) { return a.name() == b.name(); }
 

@@ -39,6 +39,9 @@ class MEMWIRE_API LayerSender {
 
   // Begins writing `blocks` (remote <- local pairs) of `layer`; returns at once.
   void send(std::uint32_t layer, const std::vector<BlockPair>& blocks);
+  // The same, moving only `slice` of each pair's blocks (a prefill rank's share of decode's
+  // blocks when the two run different tensor parallelism; see BlockSlice).
+  void send(std::uint32_t layer, const std::vector<BlockPair>& blocks, const BlockSlice& slice);
   // Waits until every layer sent so far is in decode's pool; throws the first failure, or
   // Error{Timeout}.
   void finish(std::chrono::milliseconds timeout);

@@ -41,7 +41,27 @@ struct MEMWIRE_API BlockRegion {
 struct MEMWIRE_API BlockPair {
   std::uint64_t remote = 0;
   std::uint64_t local = 0;
+  // Only in a sliced transfer (BlockSlice): added to the slice's offsets in this pair's blocks,
+  // so that several small blocks fill one larger block, e.g. four prefill blocks of b bytes into
+  // one decode block: {.remote = r + i, .local = l, .local_offset = i * b} for i in 0..3.
+  std::uint64_t remote_offset = 0;
+  std::uint64_t local_offset = 0;
   friend bool operator==(const BlockPair&, const BlockPair&) = default;
+};
+
+// Part of every pair's blocks, for pools whose blocks hold different shares of a KV cache
+// (tensor parallelism of different sizes on the two sides): bytes [remote_offset + the pair's,
+// + length) of each remote block move to (or from) [local_offset + the pair's, + length) of its
+// local block. The blocks need not be the same size; the slice must fit both, for every pair:
+//   decode TP 2 rank k reading prefill TP 1 blocks of B bytes into its blocks of B/2:
+//     {.remote_offset = k * B / 2, .length = B / 2}
+//   decode TP 1 gathering its blocks of B bytes from prefill TP 2 ranks (blocks of B/2), one
+//   transfer per rank k: {.local_offset = k * B / 2, .length = B / 2}
+struct MEMWIRE_API BlockSlice {
+  std::uint64_t remote_offset = 0;
+  std::uint64_t local_offset = 0;
+  std::uint64_t length = 0;  // at least 1
+  friend bool operator==(const BlockSlice&, const BlockSlice&) = default;
 };
 
 // One region as its owner describes it to peers.

@@ -302,10 +302,18 @@ bool VerbsActiveSide::start_moving(Connection& connection, OutboundTransfer& leg
     auto& cache = engine_.rail(connection.rail).local_regions;
     if (const auto* blocks = stripe->transfer->blocks()) {
       // The local pool's regions, registered once with the pool (held there): found, not made.
+      // A sliced transfer has a run per slice, mostly of one region: looked up once per
+      // change of region, not per run.
       const auto& regions = blocks->local_pool->descriptors();
+      std::shared_ptr<const ibv_mr> current;
+      std::uint32_t current_region = 0;
       for (const auto& segment : blocks->segments) {
-        const auto& region = regions[segment.local_region];
-        leg.regions.push_back(cache.acquire(region.ptr(), region.size(), access));
+        if (!current || segment.local_region != current_region) {
+          const auto& region = regions[segment.local_region];
+          current = cache.acquire(region.ptr(), region.size(), access);
+          current_region = segment.local_region;
+        }
+        leg.regions.push_back(current);
       }
     } else {
       for (const auto& descriptor : stripe->transfer->local())
