@@ -1,6 +1,7 @@
 #include "cuda/cuda_copies.hpp"
 
 #include <map>
+#include <vector>
 
 #include "cuda/cuda_driver.hpp"
 
@@ -38,6 +39,22 @@ void copy_runs(const CudaDriver& driver, int ordinal, std::span<const CopyRun> r
   if (runs.empty()) return;
   driver.use_device(ordinal);
   const auto stream = thread_stream(driver, ordinal);
+  if (runs.size() > 1) {
+    std::vector<CudaDriver::DevicePointer> to, from;
+    std::vector<std::size_t> sizes;
+    to.reserve(runs.size());
+    from.reserve(runs.size());
+    sizes.reserve(runs.size());
+    for (const auto& run : runs) {
+      to.push_back(reinterpret_cast<CudaDriver::DevicePointer>(run.to));
+      from.push_back(reinterpret_cast<CudaDriver::DevicePointer>(run.from));
+      sizes.push_back(run.length);
+    }
+    if (driver.copy_batch_async(to.data(), from.data(), sizes.data(), runs.size(), stream))
+      return driver.wait(stream);
+  }
+  // One by one (no batches here, or the driver refused this one: the runs are copied again,
+  // whole, so a partly queued batch leaves nothing wrong behind).
   for (const auto& run : runs) driver.copy_async(run.to, run.from, run.length, stream);
   driver.wait(stream);
 }

@@ -72,6 +72,9 @@ CudaDriver* CudaDriver::load(std::string& reason) noexcept {
       resolve(library, "cuMemcpyAsync", driver->copy_async_, reason) &&
       resolve(library, "cuGetErrorName", driver->error_name_, reason) &&
       resolve(library, "cuGetErrorString", driver->error_string_, reason);
+  // Optional: drivers before CUDA 12.8 have no batches (copies then go one by one).
+  driver->copy_batch_ =
+      reinterpret_cast<decltype(driver->copy_batch_)>(::dlsym(library, "cuMemcpyBatchAsync_v2"));
   if (!resolved) {
     delete driver;
     return nullptr;
@@ -184,6 +187,21 @@ void CudaDriver::destroy_stream(Stream stream) const noexcept { stream_destroy_(
 
 void CudaDriver::copy_async(void* to, const void* from, std::size_t size, Stream stream) const {
   check(copy_async_(address(to), address(from), size, stream), "cuMemcpyAsync");
+}
+
+bool CudaDriver::copy_batch_async(DevicePointer* to, DevicePointer* from, std::size_t* sizes,
+                                  std::size_t count, Stream stream) const noexcept {
+  if (copy_batch_ == nullptr) return false;
+  // CUmemcpyAttributes: source read in stream order, no location hints, no flags.
+  struct {
+    int source_access_order = 1;  // CU_MEMCPY_SRC_ACCESS_ORDER_STREAM
+    int source_hint[2] = {0, 0};
+    int destination_hint[2] = {0, 0};
+    unsigned flags = 0;
+  } attributes;
+  static_assert(sizeof attributes == 24);
+  std::size_t first = 0;
+  return copy_batch_(to, from, sizes, count, &attributes, &first, 1, stream) == 0;
 }
 
 void CudaDriver::wait(Stream stream) const {

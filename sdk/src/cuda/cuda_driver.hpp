@@ -61,6 +61,10 @@ class CudaDriver {
   void destroy_stream(Stream stream) const noexcept;
   // Any two unified addresses (device, pinned or plain host memory), queued on `stream`.
   void copy_async(void* to, const void* from, std::size_t size, Stream stream) const;
+  // Many copies queued at once (cuMemcpyBatchAsync, CUDA 12.8+): a block run costs no launch of
+  // its own. False when this driver has no batches or refused this one: queue them one by one.
+  bool copy_batch_async(DevicePointer* to, DevicePointer* from, std::size_t* sizes,
+                        std::size_t count, Stream stream) const noexcept;
   void wait(Stream stream) const;
 
   // Synchronous copies (the calling thread waits until the bytes arrived).
@@ -110,6 +114,8 @@ class CudaDriver {
   Result (*stream_destroy_)(Stream) = nullptr;
   Result (*stream_synchronize_)(Stream) = nullptr;
   Result (*copy_async_)(DevicePointer, DevicePointer, std::size_t, Stream) = nullptr;
+  Result (*copy_batch_)(DevicePointer*, DevicePointer*, std::size_t*, std::size_t, void*,
+                        std::size_t*, std::size_t, Stream) = nullptr;  // optional
   Result (*error_name_)(Result, const char**) = nullptr;
   Result (*error_string_)(Result, const char**) = nullptr;
 };

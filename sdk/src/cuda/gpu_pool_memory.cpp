@@ -52,6 +52,7 @@ const GpuPoolMemory::Allocation* GpuPoolMemory::allocation_holding(
 }
 
 std::shared_ptr<std::byte> GpuPoolMemory::bounce(std::size_t size) const {
+  driver_.use_device(ordinal_);  // pinned in this pool's context, from any thread
   auto buffer = bounces_->acquire(size);
   return std::shared_ptr<std::byte>(
       static_cast<std::byte*>(buffer.data),

@@ -88,10 +88,18 @@ void StreamPassiveSide::serve_gpu_pieces(StreamConnection& connection, const Fra
   if (!cross) {
     // Copied out of the blocks now: what is sent is the bounce buffer, kept until it is out.
     gpu->gather(bounce.get(), memory);
-    { auto copied = std::move(pin); }
+    // The connection sends registered bytes under a pin of their gate (the pool's, as for host
+    // memory); the answer keeps the pool and the bounce buffer until its last byte is out.
+    struct BouncedAnswer {
+      std::shared_ptr<Registration> pool;
+      std::shared_ptr<std::byte> bounce;
+    };
     response.header.length = header.length;
     response.data = bounce.get();
-    response.keep_alive = bounce;
+    response.gate = &registration->gate();
+    response.pin = std::move(pin);
+    response.keep_alive =
+        std::make_shared<const BouncedAnswer>(BouncedAnswer{registration, bounce});
     return finish_request(connection, header, registration, std::move(response));
   }
   // A peer's host memory on this host: the kernel copies between it and the bounce buffer.

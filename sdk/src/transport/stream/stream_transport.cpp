@@ -111,8 +111,12 @@ class StreamTransport final : public Transport {
     install_failure_notifier(*transfer, state);
 
     const auto chunk_size = std::max<std::uint64_t>(context_.options.tcp.chunk_size, 4096);
-    const auto requests = blocks ? plan_requests(blocks->segments, chunk_size)
-                                 : plan_requests(one_shot_segments(*transfer), chunk_size);
+    // Through CUDA IPC the owner copies a request device to device at once: chunks would only
+    // add round trips, so requests are cut only by their piece count.
+    constexpr auto kWhole = std::uint64_t{1} << 62;
+    const auto requests =
+        blocks ? plan_requests(blocks->segments, blocks->cuda_ipc ? kWhole : chunk_size)
+               : plan_requests(one_shot_segments(*transfer), chunk_size);
     add_breaker(*transfer, *state, connections, first, requests.size());
     state->chunks_left = requests.size();
     state->single_request = requests.size() == 1 && !blocks;
