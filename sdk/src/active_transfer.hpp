@@ -20,6 +20,7 @@ namespace memwire::detail {
 // The core of an active operation: local descriptors paired by index with the remote ones.
 // A transport moves the bytes from its own threads, then calls succeed() or fail().
 class CudaStaging;
+class GpuPoolMemory;
 class Registration;
 
 // A transfer between two pools: runs of bytes between local memory and a remote region,
@@ -37,6 +38,10 @@ struct BlockPlan {
   std::string tag;                           // empty: no notification
   std::uint64_t generation = 0;              // of the remote pool's metadata
   std::shared_ptr<Registration> local_pool;  // kept alive while the transfer is
+  // The local pool's GPU memory when the owner (a same-host pool in GPU memory) copies it
+  // through CUDA IPC: the segments are device addresses, and requests carry their allocations'
+  // handles. Null otherwise (GPU memory is then staged through pinned host memory).
+  std::shared_ptr<const GpuPoolMemory> cuda_ipc;
 };
 
 // Of the remote side, what transports need once a transfer started: the spans it may touch

@@ -10,6 +10,7 @@
 #include "active_transfer.hpp"
 #include "block_plan.hpp"
 #include "cuda/cuda_staging.hpp"
+#include "cuda/gpu_pool_memory.hpp"
 #include "fork_generation.hpp"
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
@@ -222,10 +223,6 @@ class Connector::Impl {
     for (std::size_t i = 0; i < regions.size(); ++i) {
       auto& region = regions[i];
       if (region.stride == 0) region.stride = region.block_size;
-      if (region.device.kind() != DeviceKind::Host)
-        throw Error(ErrorCode::InvalidArgument, "region " + std::to_string(i) + ": pools of " +
-                                                    region.device.to_string() +
-                                                    " memory are not supported yet");
       described.push_back({region.device, reinterpret_cast<std::uintptr_t>(region.base),
                            region.block_size, region.stride, region.count});
     }
@@ -241,11 +238,23 @@ class Connector::Impl {
     for (const auto& region : metadata->regions())
       memory.emplace_back(reinterpret_cast<void*>(region.base),
                           (region.count - 1) * region.stride + region.block_size, region.device);
+    // GPU memory is checked against the driver (cuda/gpu_pool_memory.hpp).
+    std::shared_ptr<const detail::GpuPoolMemory> gpu;
+    if (regions.front().device.kind() == DeviceKind::Cuda ||
+        regions.back().device.kind() == DeviceKind::Cuda)
+      gpu = std::make_shared<detail::GpuPoolMemory>(regions, context_.options.cuda_staging_limit);
+    for (std::size_t i = 0; i < regions.size(); ++i)
+      if (!gpu && regions[i].device.kind() != DeviceKind::Host)
+        throw Error(ErrorCode::InvalidArgument, "region " + std::to_string(i) +
+                                                    ": a pool's regions are all in GPU memory or "
+                                                    "none is (" +
+                                                    regions[i].device.to_string() + " after cpu)");
     const auto generation = ++pool_generations_;
     auto registration = std::make_shared<detail::Registration>(
         OperationKind::Read, std::move(memory), 0, context_.registrations,
         context_.options.connect_timeout);
     auto pool = std::make_shared<detail::PoolState>(options, generation, std::move(regions));
+    pool->set_gpu(std::move(gpu));
     registration->make_pool(pool);
     const auto key = to_hex(registration->key());
     auto observed = observation(detail::Side::Passive, registration->registered_bytes(), key, "");
@@ -305,9 +314,25 @@ class Connector::Impl {
     // moves (the stream transports take the plan itself).
     std::vector<Descriptor> runs;
     runs.reserve(plan.segments.size());
-    for (const auto& segment : plan.segments) runs.emplace_back(segment.local, segment.length);
+    const auto local_device = pool->regions().front().device;
+    for (const auto& segment : plan.segments)
+      runs.emplace_back(segment.local, segment.length, local_device);
+    // GPU memory: copied by a same-host owner through CUDA IPC, else staged (pinned host
+    // stand-ins that every transport moves; a write's are filled now).
+    std::shared_ptr<detail::CudaStaging> staging;
+    if (pool->gpu()) {
+      if (through_cuda_ipc(*pool->gpu(), remote)) {
+        plan.cuda_ipc = pool->gpu();
+      } else {
+        staging = stage(runs);
+        for (std::size_t i = 0; i < plan.segments.size(); ++i)
+          plan.segments[i].local = static_cast<std::byte*>(staging->host()[i].ptr());
+        if (kind == OperationKind::Write) staging->copy_to_host();
+      }
+    }
     auto transfer = std::make_shared<detail::ActiveTransfer>(kind, std::move(runs), remote,
                                                              context_.options.connect_timeout);
+    if (staging) transfer->stage_through(staging);
     plan.local_pool = std::move(local_pool);
     transfer->move_blocks(std::move(plan));
     pool->track(transfer);
@@ -367,6 +392,18 @@ class Connector::Impl {
     transfer->set_transport("");  // counted under transport "none": no transport took it
     transfer->fail(failure);
     throw failure;
+  }
+
+  // Whether a transfer of this GPU pool goes through CUDA IPC: the owner's pool is in GPU
+  // memory too (an owner that predates GPU pools has none), the best transport both serve is
+  // shm (the same host), and every local allocation has an IPC handle.
+  bool through_cuda_ipc(const detail::GpuPoolMemory& local, const PoolMetadata& remote) {
+    if (!local.ipc_ready()) return false;
+    for (const auto& region : remote.regions())
+      if (region.device.kind() != DeviceKind::Cuda) return false;
+    for (auto [transport, offer] : candidates(remote.endpoint()))
+      if (transport->serves_pools()) return transport->name() == "shm";
+    return false;
   }
 
   // Pinned host stand-ins for CUDA descriptors (null for host memory), logged so that the

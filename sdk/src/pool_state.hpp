@@ -23,6 +23,7 @@
 namespace memwire::detail {
 
 class ActiveTransfer;
+class GpuPoolMemory;
 
 // What makes a registration a pool: its geometry, what peers may do, the tags they send, and
 // the transfers that use it as their local side (failed and waited for when it closes).
@@ -37,6 +38,10 @@ class PoolState {
   // What peers get; set once, before the pool is shared.
   void set_metadata(PoolMetadata metadata) { metadata_.emplace(std::move(metadata)); }
   const PoolMetadata& metadata() const { return *metadata_; }
+  // A pool in GPU memory (cuda/gpu_pool_memory.hpp), or null for host memory; set once, before
+  // the pool is shared.
+  void set_gpu(std::shared_ptr<const GpuPoolMemory> gpu) { gpu_ = std::move(gpu); }
+  const std::shared_ptr<const GpuPoolMemory>& gpu() const noexcept { return gpu_; }
   // (region, offset, size) of a local block; throws InvalidArgument past the last one. The
   // metadata describes the same regions.
   PoolMetadata::Place locate(std::uint64_t block) const { return metadata_->locate(block); }
@@ -117,6 +122,7 @@ class PoolState {
   const std::vector<BlockRegion> regions_;
   const bool has_gaps_;
   std::optional<PoolMetadata> metadata_;
+  std::shared_ptr<const GpuPoolMemory> gpu_;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;

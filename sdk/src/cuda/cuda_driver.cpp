@@ -15,6 +15,8 @@ constexpr int kPointerAttributeRangeStart = 11;    // CU_POINTER_ATTRIBUTE_RANGE
 constexpr int kPointerAttributeRangeSize = 12;     // CU_POINTER_ATTRIBUTE_RANGE_SIZE
 constexpr unsigned kMemoryTypeDevice = 2;          // CU_MEMORYTYPE_DEVICE
 constexpr unsigned kHostRegisterPortable = 1;      // CU_MEMHOSTREGISTER_PORTABLE
+constexpr unsigned kStreamNonBlocking = 1;         // CU_STREAM_NON_BLOCKING
+constexpr unsigned kIpcLazyPeerAccess = 1;         // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
 
 template <class Function>
 bool resolve(void* library, const char* name, Function& function, std::string& reason) {
@@ -60,8 +62,19 @@ CudaDriver* CudaDriver::load(std::string& reason) noexcept {
       resolve(library, "cuMemHostUnregister", driver->host_unregister_, reason) &&
       resolve(library, "cuMemAlloc_v2", driver->mem_alloc_, reason) &&
       resolve(library, "cuMemFree_v2", driver->mem_free_, reason) &&
+      resolve(library, "cuMemGetAddressRange_v2", driver->address_range_, reason) &&
+      resolve(library, "cuIpcGetMemHandle", driver->ipc_get_, reason) &&
+      resolve(library, "cuIpcOpenMemHandle_v2", driver->ipc_open_, reason) &&
+      resolve(library, "cuIpcCloseMemHandle", driver->ipc_close_, reason) &&
+      resolve(library, "cuStreamCreate", driver->stream_create_, reason) &&
+      resolve(library, "cuStreamDestroy_v2", driver->stream_destroy_, reason) &&
+      resolve(library, "cuStreamSynchronize", driver->stream_synchronize_, reason) &&
+      resolve(library, "cuMemcpyAsync", driver->copy_async_, reason) &&
       resolve(library, "cuGetErrorName", driver->error_name_, reason) &&
       resolve(library, "cuGetErrorString", driver->error_string_, reason);
+  // Optional: drivers before CUDA 12.8 have no batches (copies then go one by one).
+  driver->copy_batch_ =
+      reinterpret_cast<decltype(driver->copy_batch_)>(::dlsym(library, "cuMemcpyBatchAsync_v2"));
   if (!resolved) {
     delete driver;
     return nullptr;
@@ -143,6 +156,56 @@ int CudaDriver::device_of(const void* pointer, std::size_t size) const {
                 std::to_string(size) + " bytes run past the end of their CUDA allocation (" +
                     std::to_string(length - offset) + " bytes left in it)");
   return ordinal;
+}
+
+CudaDriver::Allocation CudaDriver::allocation_of(const void* pointer) const {
+  Allocation allocation;
+  if (address_range_(&allocation.base, &allocation.size, address(pointer)) != 0)
+    throw Error(ErrorCode::InvalidArgument, "not CUDA device memory");
+  return allocation;
+}
+
+bool CudaDriver::ipc_handle_of(DevicePointer base, IpcHandle& handle) const noexcept {
+  return ipc_get_(&handle, base) == 0;
+}
+
+CudaDriver::DevicePointer CudaDriver::open_ipc(const IpcHandle& handle) const {
+  DevicePointer mapped = 0;
+  check(ipc_open_(&mapped, handle, kIpcLazyPeerAccess), "cuIpcOpenMemHandle");
+  return mapped;
+}
+
+void CudaDriver::close_ipc(DevicePointer mapped) const noexcept { ipc_close_(mapped); }
+
+CudaDriver::Stream CudaDriver::create_stream() const {
+  Stream stream = nullptr;
+  check(stream_create_(&stream, kStreamNonBlocking), "cuStreamCreate");
+  return stream;
+}
+
+void CudaDriver::destroy_stream(Stream stream) const noexcept { stream_destroy_(stream); }
+
+void CudaDriver::copy_async(void* to, const void* from, std::size_t size, Stream stream) const {
+  check(copy_async_(address(to), address(from), size, stream), "cuMemcpyAsync");
+}
+
+bool CudaDriver::copy_batch_async(DevicePointer* to, DevicePointer* from, std::size_t* sizes,
+                                  std::size_t count, Stream stream) const noexcept {
+  if (copy_batch_ == nullptr) return false;
+  // CUmemcpyAttributes: source read in stream order, no location hints, no flags.
+  struct {
+    int source_access_order = 1;  // CU_MEMCPY_SRC_ACCESS_ORDER_STREAM
+    int source_hint[2] = {0, 0};
+    int destination_hint[2] = {0, 0};
+    unsigned flags = 0;
+  } attributes;
+  static_assert(sizeof attributes == 24);
+  std::size_t first = 0;
+  return copy_batch_(to, from, sizes, count, &attributes, &first, 1, stream) == 0;
+}
+
+void CudaDriver::wait(Stream stream) const {
+  check(stream_synchronize_(stream), "cuStreamSynchronize");
 }
 
 void CudaDriver::copy_to_host(void* host, const void* device, std::size_t size) const {

@@ -18,6 +18,16 @@ class CudaDriver {
   using DevicePointer = unsigned long long;  // CUdeviceptr
   using Context = void*;                     // CUcontext
   using Stream = void*;                      // CUstream
+  // CUipcMemHandle: 64 opaque bytes, passed by value as the driver's struct is.
+  struct IpcHandle {
+    unsigned char bytes[64];
+  };
+  static_assert(sizeof(IpcHandle) == 64);
+  // The CUDA allocation that holds an address: its first byte and its size.
+  struct Allocation {
+    DevicePointer base = 0;
+    std::size_t size = 0;
+  };
 
   // The process's driver, loaded and initialized once; null when there is none (no
   // libcuda.so.1, cuInit failed, no device). unavailable_reason() then says why.
@@ -34,6 +44,28 @@ class CudaDriver {
   // inside one allocation that holds [pointer, pointer + size), else throws
   // Error{InvalidArgument} saying what is wrong (host memory, range past the allocation).
   int device_of(const void* pointer, std::size_t size) const;
+
+  // The allocation holding device memory `pointer` (of the current context's device); throws
+  // Error{InvalidArgument} when it is none.
+  Allocation allocation_of(const void* pointer) const;
+  // An IPC handle for the allocation at `base` (cuIpcGetMemHandle); false when the driver
+  // refuses (memory from cuMemCreate or a stream-ordered pool has none).
+  bool ipc_handle_of(DevicePointer base, IpcHandle& handle) const noexcept;
+  // Opens another process's allocation in the current context; throws Error{Transport} with
+  // the driver's reason. close_ipc undoes it.
+  DevicePointer open_ipc(const IpcHandle& handle) const;
+  void close_ipc(DevicePointer mapped) const noexcept;
+  // A non-blocking stream of the current context; copies on it are ordered, and wait() on the
+  // calling thread ends when all of them have landed.
+  Stream create_stream() const;
+  void destroy_stream(Stream stream) const noexcept;
+  // Any two unified addresses (device, pinned or plain host memory), queued on `stream`.
+  void copy_async(void* to, const void* from, std::size_t size, Stream stream) const;
+  // Many copies queued at once (cuMemcpyBatchAsync, CUDA 12.8+): a block run costs no launch of
+  // its own. False when this driver has no batches or refused this one: queue them one by one.
+  bool copy_batch_async(DevicePointer* to, DevicePointer* from, std::size_t* sizes,
+                        std::size_t count, Stream stream) const noexcept;
+  void wait(Stream stream) const;
 
   // Synchronous copies (the calling thread waits until the bytes arrived).
   void copy_to_host(void* host, const void* device, std::size_t size) const;
@@ -74,6 +106,16 @@ class CudaDriver {
   Result (*host_unregister_)(void*) = nullptr;
   Result (*mem_alloc_)(DevicePointer*, std::size_t) = nullptr;
   Result (*mem_free_)(DevicePointer) = nullptr;
+  Result (*address_range_)(DevicePointer*, std::size_t*, DevicePointer) = nullptr;
+  Result (*ipc_get_)(IpcHandle*, DevicePointer) = nullptr;
+  Result (*ipc_open_)(DevicePointer*, IpcHandle, unsigned) = nullptr;
+  Result (*ipc_close_)(DevicePointer) = nullptr;
+  Result (*stream_create_)(Stream*, unsigned) = nullptr;
+  Result (*stream_destroy_)(Stream) = nullptr;
+  Result (*stream_synchronize_)(Stream) = nullptr;
+  Result (*copy_async_)(DevicePointer, DevicePointer, std::size_t, Stream) = nullptr;
+  Result (*copy_batch_)(DevicePointer*, DevicePointer*, std::size_t*, std::size_t, void*,
+                        std::size_t*, std::size_t, Stream) = nullptr;  // optional
   Result (*error_name_)(Result, const char**) = nullptr;
   Result (*error_string_)(Result, const char**) = nullptr;
 };

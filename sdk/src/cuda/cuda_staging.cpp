@@ -1,5 +1,6 @@
 #include "cuda/cuda_staging.hpp"
 
+#include "cuda/cuda_copies.hpp"
 #include "cuda/cuda_driver.hpp"
 #include "memwire/error.hpp"
 
@@ -32,35 +33,43 @@ CudaStaging::CudaStaging(std::vector<Descriptor> device, std::shared_ptr<PinnedP
                   where + ": the memory is on cuda:" + std::to_string(ordinal));
     bytes_ += descriptor.size();
   }
-  try {
-    buffers_.reserve(device_.size());
-    host_.reserve(device_.size());
-    for (const auto& descriptor : device_) {
-      buffers_.push_back(pool_->acquire(descriptor.size()));
-      host_.emplace_back(buffers_.back().data, descriptor.size());
+  // Stand-ins start 256 bytes apart at least, as device allocations do: copies stay aligned.
+  constexpr std::uint64_t kAlign = 256;
+  std::uint64_t laid_out = 0;
+  for (const auto& descriptor : device_)
+    laid_out += (descriptor.size() + kAlign - 1) / kAlign * kAlign;
+  buffer_ = pool_->acquire(laid_out);
+  host_.reserve(device_.size());
+  auto* next = static_cast<std::byte*>(buffer_.data);
+  for (const auto& descriptor : device_) {
+    host_.emplace_back(next, descriptor.size());
+    next += (descriptor.size() + kAlign - 1) / kAlign * kAlign;
+  }
+}
+
+CudaStaging::~CudaStaging() { pool_->release(buffer_); }
+
+void CudaStaging::copy(bool to_device) const {
+  std::vector<CopyRun> runs;
+  runs.reserve(device_.size());
+  std::size_t first = 0;
+  while (first < device_.size()) {
+    const int ordinal = device_[first].device().id();
+    runs.clear();
+    std::size_t i = first;
+    for (; i < device_.size() && device_[i].device().id() == ordinal; ++i) {
+      if (to_device)
+        runs.push_back({device_[i].ptr(), host_[i].ptr(), device_[i].size()});
+      else
+        runs.push_back({host_[i].ptr(), device_[i].ptr(), device_[i].size()});
     }
-  } catch (...) {
-    for (const auto& buffer : buffers_) pool_->release(buffer);
-    throw;
+    copy_runs(driver_, ordinal, runs);
+    first = i;
   }
 }
 
-CudaStaging::~CudaStaging() {
-  for (const auto& buffer : buffers_) pool_->release(buffer);
-}
+void CudaStaging::copy_to_host() const { copy(false); }
 
-void CudaStaging::copy_to_host() const {
-  for (std::size_t i = 0; i < device_.size(); ++i) {
-    driver_.use_device(device_[i].device().id());
-    driver_.copy_to_host(host_[i].ptr(), device_[i].ptr(), device_[i].size());
-  }
-}
-
-void CudaStaging::copy_to_device() const {
-  for (std::size_t i = 0; i < device_.size(); ++i) {
-    driver_.use_device(device_[i].device().id());
-    driver_.copy_to_device(device_[i].ptr(), host_[i].ptr(), device_[i].size());
-  }
-}
+void CudaStaging::copy_to_device() const { copy(true); }
 
 }  // namespace memwire::detail

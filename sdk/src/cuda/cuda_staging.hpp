@@ -41,7 +41,11 @@ class CudaStaging {
   const CudaDriver& driver_;
   std::vector<Descriptor> device_;
   std::vector<Descriptor> host_;
-  std::vector<PinnedPool::Buffer> buffers_;
+  // One pinned buffer for all stand-ins, back to back: a transfer of many small runs pins
+  // and copies once, not once per run.
+  PinnedPool::Buffer buffer_;
+  // Copies each device's runs on one stream, then waits once.
+  void copy(bool to_device) const;
   std::uint64_t bytes_ = 0;
   std::shared_ptr<PinnedPool> pool_;
 };

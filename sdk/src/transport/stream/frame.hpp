@@ -57,7 +57,15 @@ inline constexpr std::uint8_t kMapped = 4;
 // A pool write request that is its transfer's last: the owner delivers the transfer's tag once
 // its bytes landed, before it answers, and no PoolEnd follows.
 inline constexpr std::uint8_t kLastOfTransfer = 2;
+// A cross-memory pool request whose pieces name the peer's GPU memory: after the tag come
+// `ipc_allocations` FrameIpcAllocations, each piece's `reserved` names one, and the owner copies
+// through the opened allocation (CUDA IPC). Only in frames of version kCudaIpcVersion.
+inline constexpr std::uint8_t kCudaIpc = 8;
 }  // namespace frame_flags
+
+// The frame version of pool requests that carry kCudaIpc: a build that predates it refuses the
+// frame by its version ("frame version 2") instead of misreading its payload.
+inline constexpr std::uint8_t kCudaIpcVersion = 2;
 
 // A tag is at most this long on the wire, as in the API (Connector::kMaxTagBytes).
 inline constexpr std::uint64_t kMaxFrameTag = 160;
@@ -94,10 +102,10 @@ struct PoolFrameHeader {
   std::uint32_t piece_count = 0;  // requests: FramePieces after the header
   std::uint32_t generation = 0;   // low 32 bits of the pool metadata's generation
   std::uint64_t request_id = 0;
-  std::uint64_t transfer = 0;   // the transfer's number on its connection
-  std::uint64_t length = 0;     // requests: the pieces' bytes; PoolEnd: its error text
-  std::uint32_t tag_bytes = 0;  // requests: the tag after the piece list (0: untagged)
-  std::uint32_t reserved = 0;
+  std::uint64_t transfer = 0;         // the transfer's number on its connection
+  std::uint64_t length = 0;           // requests: the pieces' bytes; PoolEnd: its error text
+  std::uint32_t tag_bytes = 0;        // requests: the tag after the piece list (0: untagged)
+  std::uint32_t ipc_allocations = 0;  // kCudaIpc requests: FrameIpcAllocations after the tag
   Id128 key{};
   Id128 token{};
 };
@@ -127,6 +135,17 @@ struct FramePiece {
 };
 static_assert(sizeof(FramePiece) == 32);
 
+// One of the peer's GPU allocations that a kCudaIpc request's pieces lie in: its IPC handle
+// (cuIpcGetMemHandle), and where and how large the peer says it is. The owner believes none of
+// it: the handle must open, the opened allocation must have this size, and every piece must lie
+// inside [base, base + size).
+struct FrameIpcAllocation {
+  unsigned char handle[64] = {};
+  std::uint64_t base = 0;
+  std::uint64_t size = 0;
+};
+static_assert(sizeof(FrameIpcAllocation) == 80);
+
 // Pieces per request, at most: IOV_MAX, so that one readv/writev or process_vm_readv/writev
 // call moves a whole request, and a hostile count costs the passive side at most 32 KiB.
 inline constexpr std::uint32_t kMaxFramePieces = 1024;
@@ -145,8 +164,12 @@ inline std::uint64_t piece_list_bytes(const FrameHeader& header) {
 inline std::uint64_t piece_request_inline_bytes(const FrameHeader& header) {
   const auto list = piece_list_bytes(header);
   if (list == 0 || !is_pool_request(header.type)) return list;
-  const auto tag = as_pool(header).tag_bytes;
-  return tag > kMaxFrameTag ? 0 : list + tag;
+  const auto pool = as_pool(header);
+  if (pool.tag_bytes > kMaxFrameTag) return 0;
+  if ((pool.flags & frame_flags::kCudaIpc) == 0) return list + pool.tag_bytes;
+  // At most one allocation per piece: a hostile count costs the owner at most 80 KiB.
+  if (pool.ipc_allocations == 0 || pool.ipc_allocations > pool.piece_count) return 0;
+  return list + pool.tag_bytes + std::uint64_t{pool.ipc_allocations} * sizeof(FrameIpcAllocation);
 }
 // Whether the pieces' lengths add up to the header's `length` (and no sum wraps around).
 inline bool pieces_add_up(const FrameHeader& header, std::span<const FramePiece> pieces) {

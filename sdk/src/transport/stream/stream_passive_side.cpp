@@ -261,6 +261,12 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
                             "only a tagged pool write ends its transfer in its request");
   if (tag.find('\0') != std::string::npos)
     return refuse_malformed(connection, answer_type, header, "a tag holding a NUL byte");
+  const bool ipc = pool_frame && (header.flags & frame_flags::kCudaIpc) != 0;
+  std::vector<FrameIpcAllocation> table(ipc ? as_pool(header).ipc_allocations : 0);
+  if (ipc && !connection.receive(table.data(), table.size() * sizeof(FrameIpcAllocation))) return;
+  if (ipc && !cross)
+    return refuse_malformed(connection, answer_type, header,
+                            "a CUDA IPC request that is not cross-memory");
   // A write's bytes on the socket must be consumed whatever happens, or the framing is lost.
   std::uint64_t unread = writing && !cross ? header.length : 0;
   try {
@@ -275,6 +281,9 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
     for (const auto& piece : pieces)
       memory.push_back({registration->locate(piece.index, piece.offset, piece.length),
                         static_cast<std::size_t>(piece.length)});
+    if (ipc || (pool_frame && registration->pool()->gpu()))
+      return serve_gpu_pieces(connection, header, registration, pieces, table, std::move(memory),
+                              unread);
     OutFrame response;
     response.header.type = answer_type;
     response.header.request_id = header.request_id;
@@ -519,6 +528,7 @@ bool StreamPassiveSide::busy() const {
 }
 
 void StreamPassiveSide::on_closed(StreamConnection& connection, const Error& reason) {
+  ipc_mappings_ = {};  // the peer's allocations opened for it close with it
   auto pools = std::move(pools_touched_);
   // Each transfer open on it ends: its tag's waiters hear why, no one else's.
   for (auto& [id, transfer] : transfers_.take_all())

@@ -8,13 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "cuda/ipc_mappings.hpp"
 #include "registration_table.hpp"
 #include "transport/stream/admitted_transfers.hpp"
+#include "transport/stream/cuda_ipc_pieces.hpp"
 #include "transport/stream/stream_connection.hpp"
 
 namespace memwire::detail {
 
 class Registration;
+class GpuPoolMemory;
 
 // Serves one accepted connection: checks every request against the live registration before
 // touching memory, answers errors as frames, and fails the registrations it touched when the
@@ -59,6 +62,18 @@ class StreamPassiveSide final : public FrameHandler {
   void serve_notice(StreamConnection& connection, const FrameHeader& header);
   // A read or write of many blocks in one request: every piece is checked before any is touched.
   void serve_pieces(StreamConnection& connection, const FrameHeader& header);
+  // A checked piece request of a pool in GPU memory, or one through CUDA IPC (in
+  // stream_passive_gpu.cpp): bytes on the socket or in a peer's host memory pass through a
+  // pinned bounce buffer; a peer's GPU memory is opened and copied device to device, after the
+  // pieces were checked against what the driver says of it. `unread` is set to 0 once the
+  // payload on the socket is taken care of. Throws as the refusal to answer with.
+  void serve_gpu_pieces(StreamConnection& connection, const FrameHeader& header,
+                        const std::shared_ptr<Registration>& registration,
+                        std::span<const FramePiece> pieces,
+                        std::span<const FrameIpcAllocation> table, std::vector<iovec> memory,
+                        std::uint64_t& unread);
+  // The peer's allocation a table entry names, opened here once per connection.
+  OpenedAllocation open_peer_allocation(const GpuPoolMemory& gpu, const FrameIpcAllocation& entry);
   // Copies a checked cross-memory piece request's bytes; throws when the kernel refuses.
   void copy_pieces(const FrameHeader& header, std::span<const FramePiece> pieces,
                    std::vector<iovec>& memory, OutFrame& response);
@@ -94,7 +109,8 @@ class StreamPassiveSide final : public FrameHandler {
   // Pools this connection accessed (they never complete), and its tagged pool transfers.
   std::map<Id128, std::weak_ptr<Registration>> pools_touched_;
   AdmittedTransfers transfers_;
-  std::string peer_name_;  // what its Hello said
+  std::string peer_name_;     // what its Hello said
+  IpcMappings ipc_mappings_;  // the peer's GPU allocations opened for this connection
 };
 
 }  // namespace memwire::detail

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "registration.hpp"
+#include "transport/stream/cuda_ipc_request.hpp"
 #include "transport/stream/event_loop.hpp"
 #include "transport/stream/request_plan.hpp"
 #include "transport/stream/stream_active_side.hpp"
@@ -83,10 +84,14 @@ class StreamTransport final : public Transport {
 
   StartResult start(const std::shared_ptr<ActiveTransfer>& transfer,
                     const TransportOffer& offer) override {
+    const auto* blocks = transfer->blocks();
+    // Planned for CUDA IPC (the same host over shm): no other path reaches its device memory.
+    if (blocks && blocks->cuda_ipc && !settings_.cross_memory)
+      return StartResult::cannot(
+          "a GPU pool transfer planned for CUDA IPC needs shm; move it again to stage it");
     std::string unusable;
     auto connections = connections_to(offer.address, unusable);
     if (connections.empty()) return StartResult::cannot(unusable);
-    const auto* blocks = transfer->blocks();
     // Each transfer starts on the next connection: many one-chunk transfers in flight spread
     // over all of them instead of queueing on the first. A pool's transfers all take the
     // first: its tags then reach the owner in the order they were sent, after their bytes, and
@@ -106,8 +111,12 @@ class StreamTransport final : public Transport {
     install_failure_notifier(*transfer, state);
 
     const auto chunk_size = std::max<std::uint64_t>(context_.options.tcp.chunk_size, 4096);
-    const auto requests = blocks ? plan_requests(blocks->segments, chunk_size)
-                                 : plan_requests(one_shot_segments(*transfer), chunk_size);
+    // Through CUDA IPC the owner copies a request device to device at once: chunks would only
+    // add round trips, so requests are cut only by their piece count.
+    constexpr auto kWhole = std::uint64_t{1} << 62;
+    const auto requests =
+        blocks ? plan_requests(blocks->segments, blocks->cuda_ipc ? kWhole : chunk_size)
+               : plan_requests(one_shot_segments(*transfer), chunk_size);
     add_breaker(*transfer, *state, connections, first, requests.size());
     state->chunks_left = requests.size();
     state->single_request = requests.size() == 1 && !blocks;
@@ -203,7 +212,9 @@ class StreamTransport final : public Transport {
   bool send_pieces(OutboundConnection& connection, const std::shared_ptr<StreamTransfer>& state,
                    const Request& request, bool reading) {
     const auto& transfer = state->transfer;
-    const bool cross = cross_memory(request.length);
+    const auto* gpu = transfer->blocks() ? transfer->blocks()->cuda_ipc.get() : nullptr;
+    // Through CUDA IPC, the owner copies however small the request: no other path exists.
+    const bool cross = gpu != nullptr || cross_memory(request.length);
     std::vector<FramePiece> pieces;
     std::vector<iovec> memory;
     pieces.reserve(request.pieces.size());
@@ -214,6 +225,8 @@ class StreamTransport final : public Transport {
       pieces.push_back({piece.index, 0, piece.offset, piece.length,
                         cross ? reinterpret_cast<std::uintptr_t>(block) : 0});
     }
+    const auto ipc_table =
+        gpu != nullptr ? ipc_allocations_for(*gpu, pieces) : std::vector<FrameIpcAllocation>{};
     auto frame = request_frame(*transfer, *state);
     if (!transfer->blocks())
       frame.header.type = reading ? FrameType::ReadPiecesRequest : FrameType::WritePiecesRequest;
@@ -222,6 +235,7 @@ class StreamTransport final : public Transport {
     frame.text.assign(reinterpret_cast<const char*>(pieces.data()),
                       pieces.size() * sizeof(FramePiece));
     if (const auto* blocks = transfer->blocks()) frame.text += blocks->tag;
+    if (gpu != nullptr) mark_cuda_ipc(frame, ipc_table);
     std::uint64_t id = 0;
     auto& active = connection.active();
     if (cross) {

@@ -1,0 +1,127 @@
+// The owner's side of pools in GPU memory: StreamPassiveSide's GPU members (the rest is in
+// stream_passive_side.cpp).
+#include <unistd.h>
+
+#include <cstring>
+
+#include "cuda/cuda_copies.hpp"
+#include "cuda/gpu_pool_memory.hpp"
+#include "pool_state.hpp"
+#include "registration.hpp"
+#include "transport/stream/cross_memory.hpp"
+#include "transport/stream/stream_passive_side.hpp"
+
+namespace memwire::detail {
+
+OpenedAllocation StreamPassiveSide::open_peer_allocation(const GpuPoolMemory& gpu,
+                                                         const FrameIpcAllocation& entry) {
+  const auto& driver = gpu.driver();
+  if (peer_process_ == ::getpid()) {
+    // A peer in this very process: the driver opens no handle of its own process, and the
+    // peer's addresses are ours. What the driver says of the allocation is still what counts.
+    driver.use_device(gpu.ordinal());
+    const auto allocation = driver.allocation_of(reinterpret_cast<const void*>(entry.base));
+    if (allocation.base != entry.base)
+      throw Error(ErrorCode::AccessDenied, "the address is not the start of an allocation");
+    return {reinterpret_cast<std::byte*>(allocation.base), allocation.size};
+  }
+  CudaDriver::IpcHandle handle;
+  std::memcpy(handle.bytes, entry.handle, sizeof handle.bytes);
+  const auto mapping = ipc_mappings_.open(driver, gpu.ordinal(), handle);
+  return {mapping->base(), mapping->size()};
+}
+
+void StreamPassiveSide::serve_gpu_pieces(StreamConnection& connection, const FrameHeader& header,
+                                         const std::shared_ptr<Registration>& registration,
+                                         std::span<const FramePiece> pieces,
+                                         std::span<const FrameIpcAllocation> table,
+                                         std::vector<iovec> memory, std::uint64_t& unread) {
+  const bool writing = is_write_request(header.type);
+  const bool cross = (header.flags & frame_flags::kCrossMemory) != 0;
+  const auto gpu = registration->pool()->gpu();
+  OutFrame response;
+  response.header.type = writing ? FrameType::WriteResponse : FrameType::ReadResponse;
+  response.header.request_id = header.request_id;
+  if (!table.empty()) {
+    if (!gpu) throw Error(ErrorCode::Protocol, "a CUDA IPC request for a pool in host memory");
+    check_cross_memory();
+    // Every piece checked, and every allocation opened, before a byte moves.
+    const auto places = place_ipc_pieces(pieces, table, [&](const FrameIpcAllocation& entry) {
+      return open_peer_allocation(*gpu, entry);
+    });
+    auto pin = registration->admit(transport_);
+    touch(registration);
+    registration->note_moved(header.length);
+    std::vector<CopyRun> runs;
+    runs.reserve(pieces.size());
+    for (std::size_t i = 0; i < pieces.size(); ++i)
+      runs.push_back(writing ? CopyRun{memory[i].iov_base, places[i], memory[i].iov_len}
+                             : CopyRun{places[i], memory[i].iov_base, memory[i].iov_len});
+    // Waited for here: the answer (and a tag behind it) says the bytes are in place.
+    copy_runs(gpu->driver(), gpu->ordinal(), runs);
+    { auto copied = std::move(pin); }
+    if (!writing) response.header.flags = frame_flags::kCrossMemory;
+    return finish_request(connection, header, registration, std::move(response));
+  }
+  auto bounce = gpu->bounce(header.length);
+  auto pin = registration->admit(transport_);
+  touch(registration);
+  registration->note_moved(header.length);
+  if (!cross && writing) {
+    unread = 0;
+    connection.receive_into(
+        {{bounce.get(), static_cast<std::size_t>(header.length)}},
+        [this, &connection, header, registration, gpu, bounce, memory = std::move(memory),
+         pin = std::move(pin), response = std::move(response)]() mutable {
+          try {
+            gpu->scatter(memory, bounce.get());
+          } catch (const Error& error) {
+            { auto failed = std::move(pin); }
+            transfers_.refuse(as_pool(header).transfer);
+            return answer(connection, FrameType::WriteResponse, header, &error);
+          }
+          { auto landed = std::move(pin); }
+          finish_request(connection, header, registration, std::move(response));
+        });
+    return;
+  }
+  if (!cross) {
+    // Copied out of the blocks now: what is sent is the bounce buffer, kept until it is out.
+    gpu->gather(bounce.get(), memory);
+    // The connection sends registered bytes under a pin of their gate (the pool's, as for host
+    // memory); the answer keeps the pool and the bounce buffer until its last byte is out.
+    struct BouncedAnswer {
+      std::shared_ptr<Registration> pool;
+      std::shared_ptr<std::byte> bounce;
+    };
+    response.header.length = header.length;
+    response.data = bounce.get();
+    response.gate = &registration->gate();
+    response.pin = std::move(pin);
+    response.keep_alive =
+        std::make_shared<const BouncedAnswer>(BouncedAnswer{registration, bounce});
+    return finish_request(connection, header, registration, std::move(response));
+  }
+  // A peer's host memory on this host: the kernel copies between it and the bounce buffer.
+  check_cross_memory();
+  std::vector<iovec> theirs;
+  theirs.reserve(pieces.size());
+  for (const auto& piece : pieces)
+    theirs.push_back(
+        {reinterpret_cast<void*>(piece.peer_address), static_cast<std::size_t>(piece.length)});
+  const iovec ours{bounce.get(), static_cast<std::size_t>(header.length)};
+  if (writing) {
+    if (auto failure = copy_from_process(peer_process_, theirs, std::span(&ours, 1)))
+      throw Error(ErrorCode::Transport, *failure);
+    gpu->scatter(memory, bounce.get());
+  } else {
+    gpu->gather(bounce.get(), memory);
+    if (auto failure = copy_to_process(peer_process_, theirs, std::span(&ours, 1)))
+      throw Error(ErrorCode::Transport, *failure);
+    response.header.flags = frame_flags::kCrossMemory;
+  }
+  { auto copied = std::move(pin); }
+  finish_request(connection, header, registration, std::move(response));
+}
+
+}  // namespace memwire::detail
