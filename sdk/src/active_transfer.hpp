@@ -88,6 +88,8 @@ class ActiveTransfer final : public OperationCore {
   void fail(Error error);
 
   void cancel() override;
+  // cancel(), with the reason the passive side hears.
+  void cancel(std::string reason);
   void abandon() override;
 
  private:

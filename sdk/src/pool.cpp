@@ -1,5 +1,6 @@
 #include "memwire/pool.hpp"
 
+#include "active_transfer.hpp"
 #include "memwire/error.hpp"
 #include "peer_name.hpp"
 #include "pool_state.hpp"
@@ -66,6 +67,11 @@ void Pool::close() {
   // Revoked (peers refused, its own transfers failed and waited for) before the memory is the
   // caller's again.
   if (auto registration = std::move(registration_)) registration->abandon();
+}
+
+void BlockTransfer::cancel(std::string_view reason) {
+  core();
+  static_cast<detail::ActiveTransfer&>(*core_).cancel(std::string(reason));
 }
 
 }  // namespace memwire

@@ -181,7 +181,7 @@ std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_to(Connection& connection,
 
 void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notice,
                                      const std::shared_ptr<Registration>& registration) {
-  Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false};
+  Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false, {}};
   try {
     const auto peer =
         registration->pool()->identify(notice.token, registration->token(), peer_of(connection));
@@ -242,7 +242,7 @@ void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice
           "PoolDone for a pool this connection holds no keys for");
     return;
   }
-  Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false};
+  Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false, {}};
   if (begun) {
     transfer = std::move(found->second.pool_transfers[notice.seq]);
     found->second.pool_transfers.erase(notice.seq);
@@ -367,7 +367,7 @@ void VerbsPassiveSide::on_connection_lost(const std::map<Id128, Connection::Inbo
       for (const auto& [seq, transfer] : entry.pool_transfers)
         if (!transfer.tag.empty())
           registration->pool()->fail(
-              {transfer.peer, transfer.authenticated}, transfer.tag,
+              {transfer.peer, transfer.authenticated, transfer.request}, transfer.tag,
               Error(ErrorCode::PeerLost, "connection lost: " + std::string(error.what())));
       continue;
     }
