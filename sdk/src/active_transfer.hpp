@@ -37,6 +37,11 @@ struct BlockPlan {
   std::string tag;                           // empty: no notification
   std::uint64_t generation = 0;              // of the remote pool's metadata
   std::shared_ptr<Registration> local_pool;  // kept alive while the transfer is
+  // Under a request grant's metadata (verbs): the owner's windows, and per segment the one that
+  // holds it (kNoWindow: none, the transfer is refused before it begins). Empty otherwise.
+  static constexpr std::uint32_t kNoWindow = UINT32_MAX;
+  std::size_t grant_windows = 0;
+  std::vector<std::uint32_t> segment_windows;
 };
 
 // Of the remote side, what transports need once a transfer started: the spans it may touch

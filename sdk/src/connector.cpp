@@ -1,5 +1,7 @@
 #include "memwire/connector.hpp"
 
+#include "grant_windows.hpp"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -321,6 +323,7 @@ class Connector::Impl {
       }
       plan.segments.push_back({memory, there.region, there.offset, here.size, here.region});
     }
+    detail::plan_grant_windows(plan, remote);  // verbs keys under a request grant
     const auto bytes = plan.bytes;
     // Each run is a local descriptor, paired with its place in a remote region: what verbs
     // moves (the stream transports take the plan itself).

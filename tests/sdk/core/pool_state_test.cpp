@@ -58,8 +58,8 @@ TEST(PoolPeers, ATokenSaysWhoThePeerIs) {
   const Id128 shared = random_id();
   const auto granted = pool.grant("prefill-A");
   EXPECT_EQ(pool.grant("prefill-A"), granted);
-  EXPECT_EQ(pool.identify(granted, shared, "whatever"), (PoolState::Peer{"prefill-A", true}));
-  EXPECT_EQ(pool.identify(shared, shared, "prefill-B"), (PoolState::Peer{"prefill-B", false}));
+  EXPECT_EQ(pool.identify(granted, shared, "whatever"), (PoolState::Peer{"prefill-A", true, {}}));
+  EXPECT_EQ(pool.identify(shared, shared, "prefill-B"), (PoolState::Peer{"prefill-B", false, {}}));
   EXPECT_EQ(error_code_of([&] { (void)pool.identify(shared, shared, "prefill-A"); }),
             ErrorCode::AccessDenied)
       << "a granted name is not for anyone holding the shared token";
@@ -75,7 +75,7 @@ TEST(PoolQueue, EachPeerHasItsShareAndFailuresStayOutOfIt) {
   options.max_queued_per_peer = 2;
   options.max_queued_notifications = 3;
   auto pool = pool_of({{at(0x10000), 4096, 0, 4, {}}}, options);
-  const PoolState::Peer a{"a", true}, b{"b", true}, c{"c", true};
+  const PoolState::Peer a{"a", true, {}}, b{"b", true, {}}, c{"c", true, {}};
   pool.deliver(a, "a0");
   pool.deliver(a, "a1");
   EXPECT_EQ(error_code_of([&] { pool.deliver(a, "a2"); }), ErrorCode::Transport);
