@@ -62,7 +62,7 @@ class RequestGrantOnTheNic : public ::testing::Test {
 // Type-2 windows (the default where the device has them) bound over a run are the same on
 // hardware, but rxe (Linux 6.1, rxe_resp.c check_rkey) checks a window's accesses against its
 // MR's range, not the window's: under rxe the run's bounds hold in connection_pd mode only.
-void refuses_the_rest(const std::string& access, const std::vector<std::byte>& bytes) {
+void refuses_the_rest(const std::string& access, std::vector<std::byte> bytes) {
   Fixture f(16, access);
   auto grant = f.pool->grant("raw-test-peer", "req-1", {2, 3, 7}, Access::Write, 60s);
   ASSERT_EQ(f.windows(grant), 2u);
