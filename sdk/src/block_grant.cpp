@@ -49,9 +49,10 @@ BlockGrant Pool::grant(std::string_view peer, std::string_view request,
   RequestScope scope{std::string(request), access,
                      RequestScope::runs_of(blocks, pool.block_count())};
   auto metadata_scope = scope;
-  auto granted = pool.grant_request(std::string(peer), std::move(scope), lease, registration.grace());
-  BlockGrant handle(granted, pool.metadata().for_request(to_hex(granted->token()),
-                                                         std::move(metadata_scope)));
+  auto granted =
+      pool.grant_request(std::string(peer), std::move(scope), lease, registration.grace());
+  BlockGrant handle(
+      granted, pool.metadata().for_request(to_hex(granted->token()), std::move(metadata_scope)));
   handle.pool_ = registration_;
   return handle;
 }

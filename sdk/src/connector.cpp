@@ -1,7 +1,5 @@
 #include "memwire/connector.hpp"
 
-#include "grant_windows.hpp"
-
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +9,7 @@
 #include "active_transfer.hpp"
 #include "cuda/cuda_staging.hpp"
 #include "fork_generation.hpp"
+#include "grant_windows.hpp"
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
 #include "memwire/error_codes.hpp"

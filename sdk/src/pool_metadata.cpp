@@ -196,8 +196,9 @@ std::string PoolMetadata::to_json() const {
     // A reader without request grants refuses the field by name ("unknown field").
     json runs = json::array();
     for (const auto& run : scope_->runs) runs.push_back({run.first, run.count});
-    document["request"] = {
-        {"id", scope_->request}, {"access", access_name(scope_->access)}, {"runs", std::move(runs)}};
+    document["request"] = {{"id", scope_->request},
+                           {"access", access_name(scope_->access)},
+                           {"runs", std::move(runs)}};
   }
   return document.dump();
 }
@@ -220,10 +221,9 @@ PoolMetadata PoolMetadata::from_json(std::string_view text) {
     throw Error(ErrorCode::InvalidMetadata,
                 std::string("pool metadata is not JSON: ") + error.what());
   }
-  only_fields(document,
-              {"memwire_pool", "name", "generation", "regions", "key", "token", "endpoint",
-               "request"},
-              "");
+  only_fields(
+      document,
+      {"memwire_pool", "name", "generation", "regions", "key", "token", "endpoint", "request"}, "");
   const auto version = unsigned_member(document, "memwire_pool", "");
   if (version != kVersion)
     invalid("memwire_pool", "version " + std::to_string(version) + ", this build reads " +
@@ -289,8 +289,8 @@ PoolMetadata PoolMetadata::from_json(std::string_view text) {
   else
     invalid("request.access", "read, write or read_write");
   if (!runs.is_array() || runs.size() > RequestScope::kMaxRuns)
-    invalid("request.runs", "must be an array of at most " +
-                                std::to_string(RequestScope::kMaxRuns) + " runs");
+    invalid("request.runs",
+            "must be an array of at most " + std::to_string(RequestScope::kMaxRuns) + " runs");
   for (const auto& run : runs) {
     if (!run.is_array() || run.size() != 2 || !run[0].is_number_unsigned() ||
         !run[1].is_number_unsigned())

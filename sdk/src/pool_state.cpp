@@ -97,8 +97,7 @@ void PoolState::check_token(const Id128& token, const Id128& shared_token) const
   throw Error(ErrorCode::AccessDenied, "wrong access token");
 }
 
-void PoolState::authorize(const Id128& token, const Id128& shared_token,
-                          OperationKind kind) const {
+void PoolState::authorize(const Id128& token, const Id128& shared_token, OperationKind kind) const {
   check_token(token, shared_token);
   const bool allowed = kind == OperationKind::Read ? options_.remote_read : options_.remote_write;
   if (!allowed)
@@ -117,9 +116,8 @@ std::shared_ptr<RequestGrant> PoolState::grant_request(std::string peer, Request
     throw Error(ErrorCode::InvalidArgument,
                 "the pool has " + std::to_string(requests_.size()) +
                     " request grants live (max_request_grants): release some first");
-  auto grant = std::make_shared<RequestGrant>(
-      random_id(), std::move(peer), std::move(scope), std::chrono::steady_clock::now() + lease,
-      grace);
+  auto grant = std::make_shared<RequestGrant>(random_id(), std::move(peer), std::move(scope),
+                                              std::chrono::steady_clock::now() + lease, grace);
   requests_.emplace(grant->token(), grant);
   return grant;
 }
@@ -153,8 +151,8 @@ bool PoolState::release(const std::shared_ptr<RequestGrant>& grant, std::string_
   return true;
 }
 
-void PoolState::check_granted(const RequestGrant& grant, std::uint32_t region,
-                              std::uint64_t offset, std::uint64_t length) const {
+void PoolState::check_granted(const RequestGrant& grant, std::uint32_t region, std::uint64_t offset,
+                              std::uint64_t length) const {
   if (region >= regions_.size() || length == 0)
     throw Error(ErrorCode::AccessDenied, "region " + std::to_string(region) + " out of range");
   const auto& blocks = regions_[region];

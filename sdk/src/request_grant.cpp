@@ -21,9 +21,9 @@ void RequestGrant::check(OperationKind kind) const {
 
 void RequestGrant::check_blocks(std::uint64_t first, std::uint64_t count) const {
   if (scope_.run_holding(first, count) < 0)
-    throw Error(ErrorCode::AccessDenied,
-                "blocks " + std::to_string(first) + " to " + std::to_string(first + count - 1) +
-                    " are not granted for request " + scope_.request);
+    throw Error(ErrorCode::AccessDenied, "blocks " + std::to_string(first) + " to " +
+                                             std::to_string(first + count - 1) +
+                                             " are not granted for request " + scope_.request);
 }
 
 void RequestGrant::opened(const std::string& tag) {
@@ -80,8 +80,7 @@ bool RequestGrant::released() const {
 
 Error RequestGrant::released_error() const {
   // mutex_ may be held by the caller: reason_ is written once, before released_ is seen.
-  return Error(ErrorCode::Cancelled, "blocks released by the owner for request " +
-                                         scope_.request +
+  return Error(ErrorCode::Cancelled, "blocks released by the owner for request " + scope_.request +
                                          (reason_.empty() ? std::string() : ": " + reason_));
 }
 

@@ -32,8 +32,9 @@ std::vector<BlockRun> RequestScope::runs_of(std::vector<std::uint64_t> blocks,
 std::int64_t RequestScope::run_holding(std::uint64_t first, std::uint64_t count) const noexcept {
   if (count == 0) return -1;
   // The last run that starts at or before `first`.
-  auto after = std::upper_bound(runs.begin(), runs.end(), first,
-                                [](std::uint64_t block, const BlockRun& run) { return block < run.first; });
+  auto after =
+      std::upper_bound(runs.begin(), runs.end(), first,
+                       [](std::uint64_t block, const BlockRun& run) { return block < run.first; });
   if (after == runs.begin()) return -1;
   const auto& run = *(after - 1);
   if (first - run.first >= run.count || count > run.count - (first - run.first)) return -1;

@@ -22,7 +22,7 @@ class RequestGrant;
 // byte lands. Move-only; dropping it releases it.
 class [[nodiscard("dropping it releases the blocks at once")]] MEMWIRE_API BlockGrant {
  public:
-  BlockGrant(BlockGrant&&) noexcept;
+  BlockGrant(BlockGrant &&) noexcept;
   BlockGrant& operator=(BlockGrant&&) noexcept;
   BlockGrant(const BlockGrant&) = delete;
   BlockGrant& operator=(const BlockGrant&) = delete;

@@ -85,7 +85,7 @@ TEST(PoolQueue, EachPeerHasItsShareAndFailuresStayOutOfIt) {
       << "the pool's own bound still holds";
   EXPECT_EQ(
       error_code_of([&] { (void)pool.wait_for_tag("a3", std::chrono::milliseconds(0), "a"); }),
-      ErrorCode::PeerLost);
+      ErrorCode::Cancelled);
   EXPECT_EQ(pool.wait_for_tag("a1", std::chrono::milliseconds(0), "a").tag, "a1");
   pool.deliver(a, "a4");
   pool.fail(a, "", Error(ErrorCode::PeerLost, "untagged"));  // no wait is for it: not queued

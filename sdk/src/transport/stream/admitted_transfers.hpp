@@ -26,7 +26,7 @@ class AdmittedTransfers {
     std::string tag;
     PoolState::Peer peer;
     std::weak_ptr<Registration> pool;
-    bool failed = false;  // a request of it was refused: its tag is not delivered
+    bool failed = false;                  // a request of it was refused: its tag is not delivered
     std::shared_ptr<RequestGrant> grant;  // the request grant it was admitted under, if any
   };
   // How a transfer that is no longer open ended.

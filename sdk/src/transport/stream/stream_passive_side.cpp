@@ -57,23 +57,6 @@ std::shared_ptr<RequestGrant> StreamPassiveSide::admit_pool_request(
   return grant;
 }
 
-AccessGate::Pin StreamPassiveSide::pin_grant(const std::shared_ptr<RequestGrant>& grant) {
-  auto pin = grant->pin();
-  if (!pin) throw grant->released_error();
-  if (grants_touched_.size() >= 256)
-    std::erase_if(grants_touched_, [this](const auto& entry) {
-      auto live = entry.second.lock();
-      if (live && !live->released() && !live->lease_over()) return false;
-      if (live) live->gate().remove_breaker(reinterpret_cast<std::uintptr_t>(this));
-      return true;
-    });
-  if (grants_touched_.try_emplace(grant->token(), grant).second)
-    grant->gate().add_breaker(reinterpret_cast<std::uintptr_t>(this), [weak = connection_] {
-      if (auto connection = weak.lock()) connection->shutdown("blocks released by their owner");
-    });
-  return std::move(*pin);
-}
-
 void StreamPassiveSide::fault(StreamConnection& connection, const FrameHeader& header,
                               FrameType answer_type, const std::string& what) {
   if (auto registration = registrations_->find(header.key); registration && registration->pool())

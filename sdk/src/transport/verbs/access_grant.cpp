@@ -123,13 +123,10 @@ std::shared_ptr<AccessGrant> AccessGrant::own_regions(std::shared_ptr<const Verb
   return grant;
 }
 
-std::shared_ptr<AccessGrant> AccessGrant::ranges(std::shared_ptr<const BindableRegions> regions,
-                                                 std::shared_ptr<const VerbsDevice> device,
-                                                 std::shared_ptr<ibv_pd> own_pd,
-                                                 const std::vector<Descriptor>& descriptors,
-                                                 const std::vector<Range>& ranges,
-                                                 OperationKind kind,
-                                                 std::shared_ptr<KeyBudget> budget) {
+std::shared_ptr<AccessGrant> AccessGrant::ranges(
+    std::shared_ptr<const BindableRegions> regions, std::shared_ptr<const VerbsDevice> device,
+    std::shared_ptr<ibv_pd> own_pd, const std::vector<Descriptor>& descriptors,
+    const std::vector<Range>& ranges, OperationKind kind, std::shared_ptr<KeyBudget> budget) {
   if (own_pd) {
     // A region per range, registered in the connection's own PD.
     std::vector<Descriptor> parts;

@@ -44,8 +44,7 @@ int common_prefix(const std::string& a, const std::string& b) {
 // The keys a leg needs: one per remote descriptor (a pool's: per region).
 std::size_t keys_wanted(const ActiveTransfer& transfer) {
   if (const auto* blocks = transfer.blocks())
-    return blocks->segment_windows.empty() ? transfer.remote().spans.size()
-                                           : blocks->grant_windows;
+    return blocks->segment_windows.empty() ? transfer.remote().spans.size() : blocks->grant_windows;
   return transfer.local().size();
 }
 

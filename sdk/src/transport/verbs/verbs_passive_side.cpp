@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "memwire/error_codes.hpp"
 #include "grant_windows.hpp"
 #include "memwire/clock.hpp"
+#include "memwire/error_codes.hpp"
 #include "pool_state.hpp"
 #include "registration.hpp"
 #include "transport/verbs/offered_access.hpp"
@@ -194,9 +194,9 @@ std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_request(
     const auto kind = request->scope().access == Access::Read    ? OperationKind::Read
                       : request->scope().access == Access::Write ? OperationKind::Write
                                                                  : OperationKind::Unspecified;
-    auto grant = access->grant_ranges(registration, connection.rail,
-                                      engine_.rail(connection.rail).device,
-                                      connection.own_protection_domain(), ranges, kind);
+    auto grant =
+        access->grant_ranges(registration, connection.rail, engine_.rail(connection.rail).device,
+                             connection.own_protection_domain(), ranges, kind);
     if (const auto found = engine_.connections().find(connection.id());
         found != engine_.connections().end())
       grant->on_stalled_bind(

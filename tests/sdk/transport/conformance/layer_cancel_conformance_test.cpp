@@ -69,7 +69,8 @@ TEST_P(LayerCancel, AbortReleasesTheGrantAndTheSendersTransfersFailAtOnce) {
   EXPECT_NE(std::string(failure.what()).find("blocks released by the owner for request req-7"),
             std::string::npos)
       << failure.what();
-  EXPECT_LT(std::chrono::steady_clock::now() - started, 10s) << "failed at its deadline, not at once";
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 10s)
+      << "failed at its deadline, not at once";
   EXPECT_TRUE(there.block_is(1, 0)) << "a byte landed after the abort";
   const auto waited = error_of([&] { receive.wait(1, 5s); });
   EXPECT_EQ(waited.code(), ErrorCode::Cancelled) << waited.what();
@@ -81,7 +82,8 @@ TEST_P(LayerCancel, AbortEndsTheReceiversWaitsOnOtherThreads) {
   Blocks there(0);
   auto pool = decode.register_pool(there.regions());
   LayerReceiver receive(pool, pool.grant("prefill", "req-5", {0}, Access::Write, 30s), "req-5");
-  auto waiting = std::async(std::launch::async, [&] { return error_of([&] { receive.wait(5, 30s); }); });
+  auto waiting =
+      std::async(std::launch::async, [&] { return error_of([&] { receive.wait(5, 30s); }); });
   std::this_thread::sleep_for(100ms);
   receive.abort("client went away");
   ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);

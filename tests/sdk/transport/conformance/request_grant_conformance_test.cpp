@@ -163,8 +163,9 @@ TEST_P(RequestGrants, LiveGrantsPerPoolAreCapped) {
 TEST_P(RequestGrants, BadGrantsAreRefused) {
   EXPECT_EQ(error_code_of([&] { (void)pool_->grant("prefill", "r", {}, Access::Write, 1s); }),
             ErrorCode::InvalidArgument);
-  EXPECT_EQ(error_code_of([&] { (void)pool_->grant("prefill", "r", {kBlocks}, Access::Write, 1s); }),
-            ErrorCode::InvalidArgument);
+  EXPECT_EQ(
+      error_code_of([&] { (void)pool_->grant("prefill", "r", {kBlocks}, Access::Write, 1s); }),
+      ErrorCode::InvalidArgument);
   EXPECT_EQ(error_code_of([&] { (void)pool_->grant("prefill", "", {0}, Access::Write, 1s); }),
             ErrorCode::InvalidArgument);
   EXPECT_EQ(error_code_of([&] { (void)pool_->grant("prefill", "r", {0}, Access::Write, 0ms); }),

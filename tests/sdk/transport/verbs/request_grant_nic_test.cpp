@@ -79,8 +79,7 @@ void refuses_the_rest(const std::string& access, std::vector<std::byte> bytes) {
       RawVerbsPeer raw(f.address());
       const auto keys = raw.grant_begin(grant.metadata(), 1, OperationKind::Write, 2);
       ASSERT_TRUE(keys.accepted) << keys.text;
-      EXPECT_NE(raw.access(false, bytes, f.block_address(block), keys.rkeys[key]),
-                IBV_WC_SUCCESS)
+      EXPECT_NE(raw.access(false, bytes, f.block_address(block), keys.rkeys[key]), IBV_WC_SUCCESS)
           << "block " << block << " key " << key;
       EXPECT_TRUE(f.untouched(block)) << "block " << block << " was written by the NIC";
     }
@@ -149,13 +148,13 @@ TEST_F(RequestGrantOnTheNic, BindCostPerBlockAndPerRequest) {
       RawVerbsPeer raw(f.address());
       const auto started = std::chrono::steady_clock::now();
       const auto keys = raw.grant_begin(grant.metadata(), 1, OperationKind::Write, windows, 300s);
-      const auto took = std::chrono::duration<double, std::micro>(
-          std::chrono::steady_clock::now() - started);
+      const auto took =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started);
       ASSERT_TRUE(keys.accepted) << keys.text;
       const auto released_at = std::chrono::steady_clock::now();
       grant.release();
-      const auto release = std::chrono::duration<double, std::micro>(
-          std::chrono::steady_clock::now() - released_at);
+      const auto release =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - released_at);
       std::printf(
           "bind-cost blocks=%zu layout=%s windows=%zu grant_us=%.0f per_block_us=%.1f "
           "release_us=%.0f\n",
