@@ -113,6 +113,12 @@ void ActiveTransfer::cancel() {
   stop(OperationStatus::Cancelled, Error(ErrorCode::Cancelled, "cancelled by the active side"));
 }
 
+void ActiveTransfer::cancel(std::string reason) {
+  if (!cancel_applies()) return;
+  stop(OperationStatus::Cancelled,
+       Error(ErrorCode::Cancelled, reason.empty() ? "cancelled by the active side" : reason));
+}
+
 void ActiveTransfer::abandon() {
   // Ended already (the usual drop): only the wait for the last pin is left to do.
   if (is_terminal(status())) return gate_.close(grace_);

@@ -42,6 +42,11 @@ struct BlockPlan {
   // through CUDA IPC: the segments are device addresses, and requests carry their allocations'
   // handles. Null otherwise (GPU memory is then staged through pinned host memory).
   std::shared_ptr<const GpuPoolMemory> cuda_ipc;
+  // Under a request grant's metadata (verbs): the owner's windows, and per segment the one that
+  // holds it (kNoWindow: none, the transfer is refused before it begins). Empty otherwise.
+  static constexpr std::uint32_t kNoWindow = UINT32_MAX;
+  std::size_t grant_windows = 0;
+  std::vector<std::uint32_t> segment_windows;
 };
 
 // Of the remote side, what transports need once a transfer started: the spans it may touch
@@ -93,6 +98,8 @@ class ActiveTransfer final : public OperationCore {
   void fail(Error error);
 
   void cancel() override;
+  // cancel(), with the reason the passive side hears.
+  void cancel(std::string reason);
   void abandon() override;
 
  private:

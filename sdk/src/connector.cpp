@@ -12,6 +12,7 @@
 #include "cuda/cuda_staging.hpp"
 #include "cuda/gpu_pool_memory.hpp"
 #include "fork_generation.hpp"
+#include "grant_windows.hpp"
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
 #include "memwire/error_codes.hpp"
@@ -309,6 +310,7 @@ class Connector::Impl {
     auto plan = detail::plan_blocks(pairs, remote, *pool, slice);
     plan.tag = std::move(tag);
     plan.generation = remote.generation();
+    detail::plan_grant_windows(plan, remote);  // verbs keys under a request grant
     const auto bytes = plan.bytes;
     // Each run is a local descriptor, paired with its place in a remote region: what verbs
     // moves (the stream transports take the plan itself).

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "memwire/error.hpp"
+#include "pool_state.hpp"
+#include "registration.hpp"
 
 namespace memwire {
 
@@ -19,6 +21,8 @@ LayerSender::LayerSender(Connector& connector, const Pool& local, PoolMetadata r
 }
 
 void LayerSender::send(std::uint32_t layer, const std::vector<BlockPair>& blocks) {
+  if (!cancelled_.empty())
+    throw Error(ErrorCode::Cancelled, "stream " + stream_ + " was cancelled: " + cancelled_);
   transfers_.push_back(connector_.write_blocks(local_, blocks, remote_, layer_tag(stream_, layer)));
 }
 
@@ -29,6 +33,8 @@ void LayerSender::send(std::uint32_t layer, const std::vector<BlockPair>& blocks
 }
 
 void LayerSender::finish(std::chrono::milliseconds timeout) {
+  if (!cancelled_.empty())
+    throw Error(ErrorCode::Cancelled, "stream " + stream_ + " was cancelled: " + cancelled_);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (auto& transfer : transfers_) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -37,11 +43,41 @@ void LayerSender::finish(std::chrono::milliseconds timeout) {
   }
 }
 
+void LayerSender::cancel(std::string_view reason) {
+  if (!cancelled_.empty()) return;
+  cancelled_ = reason.empty() ? std::string("cancelled by the sender") : std::string(reason);
+  // Each unfinished layer's PoolEnd (PoolAbort on verbs) carries Cancelled and the reason.
+  for (auto& transfer : transfers_)
+    if (!is_terminal(transfer.status())) transfer.cancel(cancelled_);
+}
+
 LayerReceiver::LayerReceiver(Pool& pool, std::string stream, std::string from)
     : pool_(pool), stream_(std::move(stream)), from_(std::move(from)) {}
 
+LayerReceiver::LayerReceiver(Pool& pool, BlockGrant grant, std::string stream)
+    : pool_(pool),
+      stream_(std::move(stream)),
+      from_(grant.peer()),
+      grant_(std::make_unique<BlockGrant>(std::move(grant))) {}
+
 void LayerReceiver::wait(std::uint32_t layer, std::chrono::milliseconds timeout) {
-  (void)pool_.wait_for_tag(layer_tag(stream_, layer), timeout, from_);
+  // A cancellation of any layer of the stream ends the wait for this one.
+  (void)pool_.registration().pool()->wait_for_tag(layer_tag(stream_, layer), timeout, from_,
+                                                  stream_ + "/");
+}
+
+void LayerReceiver::abort(std::string_view reason) {
+  const auto why = reason.empty() ? std::string("aborted by the receiver") : std::string(reason);
+  if (grant_) grant_->release(why);
+  // Every wait of the stream, on any thread, ends with it: a failure no layer has as its tag.
+  auto& pool = *pool_.registration().pool();
+  pool.fail({from_, grant_ != nullptr, grant_ ? grant_->request() : std::string()},
+            stream_ + "/aborted", Error(ErrorCode::Cancelled, "aborted by the owner: " + why));
+}
+
+const PoolMetadata& LayerReceiver::grant_metadata() const {
+  if (!grant_) throw Error(ErrorCode::InvalidArgument, "this receiver holds no grant");
+  return grant_->metadata();
 }
 
 }  // namespace memwire

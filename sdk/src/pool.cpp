@@ -1,5 +1,6 @@
 #include "memwire/pool.hpp"
 
+#include "active_transfer.hpp"
 #include "memwire/error.hpp"
 #include "peer_name.hpp"
 #include "pool_state.hpp"
@@ -84,6 +85,11 @@ void Pool::close() {
   // caller's again. The registration itself stays until the Pool goes: a wait in another
   // thread still stands on it, and hears Cancelled.
   if (registration_) registration_->abandon();
+}
+
+void BlockTransfer::cancel(std::string_view reason) {
+  core();
+  static_cast<detail::ActiveTransfer&>(*core_).cancel(std::string(reason));
 }
 
 }  // namespace memwire

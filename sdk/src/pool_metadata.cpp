@@ -65,7 +65,48 @@ Endpoint checked_endpoint(const json& document) {
   }
 }
 
+const char* access_name(Access access) {
+  switch (access) {
+    case Access::Read:
+      return "read";
+    case Access::Write:
+      return "write";
+    default:
+      return "read_write";
+  }
+}
+
+// A request scope's rules, the same for the owner's grant and a peer's parse.
+void check_scope(const RequestScope& scope, std::uint64_t block_count) {
+  if (scope.request.empty() || scope.request.size() > 160 ||
+      scope.request.find('\0') != std::string::npos)
+    invalid("request.id", "1 to 160 bytes, no NUL");
+  if (scope.access != Access::Read && scope.access != Access::Write &&
+      scope.access != Access::ReadWrite)
+    invalid("request.access", "read, write or read_write");
+  if (scope.runs.empty() || scope.runs.size() > RequestScope::kMaxRuns)
+    invalid("request.runs", "1 to " + std::to_string(RequestScope::kMaxRuns) + " runs");
+  std::uint64_t next = 0;
+  for (std::size_t i = 0; i < scope.runs.size(); ++i) {
+    const auto& run = scope.runs[i];
+    const auto where = "request.runs[" + std::to_string(i) + "]";
+    if (run.count == 0 || run.first > block_count || run.count > block_count - run.first)
+      invalid(where, "empty, or past the pool's " + std::to_string(block_count) + " blocks");
+    // Sorted and apart: consecutive blocks are one run (one verbs window).
+    if (i > 0 && run.first <= next) invalid(where, "unsorted, overlapping or touching");
+    next = run.first + run.count;
+  }
+}
+
 }  // namespace
+
+PoolMetadata PoolMetadata::for_request(std::string token, RequestScope scope) const {
+  check_scope(scope, block_count_);
+  PoolMetadata granted = *this;
+  granted.token_ = std::move(token);
+  granted.scope_.emplace(std::move(scope));
+  return granted;
+}
 
 PoolMetadata::PoolMetadata(std::string name, std::uint64_t generation,
                            std::vector<RemoteRegion> regions, std::string key, Endpoint endpoint,
@@ -144,14 +185,22 @@ std::string PoolMetadata::to_json() const {
     groups.push_back(std::move(group));
     i += repeat;
   }
-  return json{{"memwire_pool", kVersion},
-              {"name", name_},
-              {"generation", generation_},
-              {"regions", std::move(groups)},
-              {"key", key_},
-              {"token", token_},
-              {"endpoint", detail::endpoint_json(endpoint_)}}
-      .dump();
+  json document{{"memwire_pool", kVersion},
+                {"name", name_},
+                {"generation", generation_},
+                {"regions", std::move(groups)},
+                {"key", key_},
+                {"token", token_},
+                {"endpoint", detail::endpoint_json(endpoint_)}};
+  if (scope_) {
+    // A reader without request grants refuses the field by name ("unknown field").
+    json runs = json::array();
+    for (const auto& run : scope_->runs) runs.push_back({run.first, run.count});
+    document["request"] = {{"id", scope_->request},
+                           {"access", access_name(scope_->access)},
+                           {"runs", std::move(runs)}};
+  }
+  return document.dump();
 }
 
 PoolMetadata PoolMetadata::from_json(std::string_view text) {
@@ -172,8 +221,9 @@ PoolMetadata PoolMetadata::from_json(std::string_view text) {
     throw Error(ErrorCode::InvalidMetadata,
                 std::string("pool metadata is not JSON: ") + error.what());
   }
-  only_fields(document,
-              {"memwire_pool", "name", "generation", "regions", "key", "token", "endpoint"}, "");
+  only_fields(
+      document,
+      {"memwire_pool", "name", "generation", "regions", "key", "token", "endpoint", "request"}, "");
   const auto version = unsigned_member(document, "memwire_pool", "");
   if (version != kVersion)
     invalid("memwire_pool", "version " + std::to_string(version) + ", this build reads " +
@@ -218,9 +268,37 @@ PoolMetadata PoolMetadata::from_json(std::string_view text) {
     }
   }
   auto endpoint = checked_endpoint(document);
-  return PoolMetadata(name.get<std::string>(), generation, std::move(regions),
+  PoolMetadata parsed(name.get<std::string>(), generation, std::move(regions),
                       member(document, "key", "").get<std::string>(), std::move(endpoint),
                       member(document, "token", "").get<std::string>());
+  if (!document.contains("request")) return parsed;
+  const auto& request = document["request"];
+  only_fields(request, {"id", "access", "runs"}, "request.");
+  RequestScope scope;
+  const auto& id = member(request, "id", "request.");
+  const auto& access = member(request, "access", "request.");
+  const auto& runs = member(request, "runs", "request.");
+  if (!id.is_string()) invalid("request.id", "must be a string");
+  scope.request = id.get<std::string>();
+  if (access == "read")
+    scope.access = Access::Read;
+  else if (access == "write")
+    scope.access = Access::Write;
+  else if (access == "read_write")
+    scope.access = Access::ReadWrite;
+  else
+    invalid("request.access", "read, write or read_write");
+  if (!runs.is_array() || runs.size() > RequestScope::kMaxRuns)
+    invalid("request.runs",
+            "must be an array of at most " + std::to_string(RequestScope::kMaxRuns) + " runs");
+  for (const auto& run : runs) {
+    if (!run.is_array() || run.size() != 2 || !run[0].is_number_unsigned() ||
+        !run[1].is_number_unsigned())
+      invalid("request.runs", "each run is [first block, count]");
+    scope.runs.push_back({run[0].get<std::uint64_t>(), run[1].get<std::uint64_t>()});
+  }
+  auto token = parsed.token();
+  return parsed.for_request(std::move(token), std::move(scope));
 }
 
 }  // namespace memwire

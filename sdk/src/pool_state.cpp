@@ -52,7 +52,13 @@ PoolState::PoolState(PoolOptions options, std::uint64_t generation,
     : options_(std::move(options)),
       generation_(generation),
       regions_(std::move(regions)),
-      has_gaps_(blocks_leave_gaps(regions_)) {}
+      has_gaps_(blocks_leave_gaps(regions_)) {
+  std::uint64_t first = 0;
+  for (const auto& region : regions_) {
+    first_block_.push_back(first);
+    first += region.count;
+  }
+}
 
 void PoolState::check_open() const {
   if (closed_) throw Error(ErrorCode::Cancelled, "the pool was closed by its owner");
@@ -67,16 +73,94 @@ PoolState::Peer PoolState::identify(const Id128& token, const Id128& shared_toke
       throw Error(ErrorCode::AccessDenied,
                   "peer '" + std::string(hello) +
                       "' holds a grant of its own: it must use the metadata made for it");
-    return {std::string(hello), false};
+    return {std::string(hello), false, {}};
   }
-  if (auto found = grantee_.find(token); found != grantee_.end()) return {found->second, true};
+  if (auto found = grantee_.find(token); found != grantee_.end()) return {found->second, true, {}};
+  if (auto found = requests_.find(token); found != requests_.end())
+    return {found->second->peer(), true, found->second->request()};
+  if (auto found = released_.find(token); found != released_.end())
+    throw Error(ErrorCode::Cancelled, "blocks released by the owner for request " + found->second);
   throw Error(ErrorCode::AccessDenied, "wrong access token");
 }
 
 bool PoolState::admits(const Id128& token, const Id128& shared_token) const {
   if (equal_in_constant_time(token, shared_token)) return true;
   std::lock_guard lock(mutex_);
-  return grantee_.contains(token);
+  return grantee_.contains(token) || requests_.contains(token);
+}
+
+void PoolState::check_token(const Id128& token, const Id128& shared_token) const {
+  if (admits(token, shared_token)) return;
+  std::lock_guard lock(mutex_);
+  if (auto found = released_.find(token); found != released_.end())
+    throw Error(ErrorCode::Cancelled, "blocks released by the owner for request " + found->second);
+  throw Error(ErrorCode::AccessDenied, "wrong access token");
+}
+
+void PoolState::authorize(const Id128& token, const Id128& shared_token, OperationKind kind) const {
+  check_token(token, shared_token);
+  const bool allowed = kind == OperationKind::Read ? options_.remote_read : options_.remote_write;
+  if (!allowed)
+    throw Error(ErrorCode::AccessDenied, "pool allows no remote " + std::string(to_string(kind)));
+  if (auto grant = request_grant(token)) grant->check(kind);
+}
+
+std::shared_ptr<RequestGrant> PoolState::grant_request(std::string peer, RequestScope scope,
+                                                       std::chrono::milliseconds lease,
+                                                       std::chrono::milliseconds grace) {
+  if (lease.count() <= 0) throw Error(ErrorCode::InvalidArgument, "a lease of at least 1 ms");
+  std::lock_guard lock(mutex_);
+  check_open();
+  if (requests_.size() >= options_.max_request_grants) drop_expired_requests();
+  if (requests_.size() >= options_.max_request_grants)
+    throw Error(ErrorCode::InvalidArgument,
+                "the pool has " + std::to_string(requests_.size()) +
+                    " request grants live (max_request_grants): release some first");
+  auto grant = std::make_shared<RequestGrant>(random_id(), std::move(peer), std::move(scope),
+                                              std::chrono::steady_clock::now() + lease, grace);
+  requests_.emplace(grant->token(), grant);
+  return grant;
+}
+
+std::shared_ptr<RequestGrant> PoolState::request_grant(const Id128& token) const {
+  std::lock_guard lock(mutex_);
+  auto found = requests_.find(token);
+  return found == requests_.end() ? nullptr : found->second;
+}
+
+void PoolState::drop_expired_requests() {
+  std::erase_if(requests_, [](const auto& entry) { return entry.second->lease_over(); });
+}
+
+bool PoolState::release(const std::shared_ptr<RequestGrant>& grant, std::string_view reason) {
+  {
+    std::lock_guard lock(mutex_);
+    if (requests_.erase(grant->token()) != 0) {
+      released_.emplace(grant->token(), grant->request());
+      released_order_.push_back(grant->token());
+      if (released_order_.size() > kMostReleasedRemembered) {
+        released_.erase(released_order_.front());
+        released_order_.pop_front();
+      }
+    }
+  }
+  auto open = grant->release(reason);
+  if (!open) return false;
+  const auto error = grant->released_error();
+  for (auto& tag : *open) fail({grant->peer(), true, grant->request()}, std::move(tag), error);
+  return true;
+}
+
+void PoolState::check_granted(const RequestGrant& grant, std::uint32_t region, std::uint64_t offset,
+                              std::uint64_t length) const {
+  if (region >= regions_.size() || length == 0)
+    throw Error(ErrorCode::AccessDenied, "region " + std::to_string(region) + " out of range");
+  const auto& blocks = regions_[region];
+  const auto stride = blocks.stride == 0 ? blocks.block_size : blocks.stride;
+  const auto first = offset / stride, last = (offset + length - 1) / stride;
+  if (last >= blocks.count)
+    throw Error(ErrorCode::AccessDenied, "past the last block of region " + std::to_string(region));
+  grant.check_blocks(first_block_[region] + first, last - first + 1);
 }
 
 Id128 PoolState::grant(const std::string& peer) {
@@ -115,7 +199,8 @@ void PoolState::check_blocks(std::uint32_t region, std::uint64_t offset,
                     " is not inside one block: the bytes between blocks are not the pool's");
 }
 
-void PoolState::post(Notification notification, std::unique_lock<std::mutex>& lock) {
+void PoolState::post(Notification notification, std::unique_lock<std::mutex>& lock,
+                     ErrorCode code) {
   if (callback_) {
     auto callback = callback_;
     lock.unlock();
@@ -124,7 +209,7 @@ void PoolState::post(Notification notification, std::unique_lock<std::mutex>& lo
   }
   // Failures are bounded on their own (kMostFailuresQueued): a peer's share counts its tags.
   if (notification.error.empty()) ++queued_by_peer_[notification.peer];
-  queue_.push_back(std::move(notification));
+  queue_.push_back({std::move(notification), code});
   lock.unlock();
   announce_change();
 }
@@ -160,7 +245,7 @@ void PoolState::deliver(const Peer& peer, std::string tag) {
                       " notifications of this peer queued and takes no more of it "
                       "(max_queued_per_peer)");
   }
-  post({peer.name, std::move(tag), "", peer.authenticated}, lock);
+  post({peer.name, std::move(tag), "", peer.authenticated, peer.request}, lock);
 }
 
 void PoolState::fail(const Peer& peer, std::string tag, const Error& error) {
@@ -169,14 +254,16 @@ void PoolState::fail(const Peer& peer, std::string tag, const Error& error) {
   if (closed_) return;
   if (!callback_ && failures_queued_ == kMostFailuresQueued) {
     // The oldest failure goes: a peer failing over and over must not grow the queue.
-    auto oldest = std::find_if(queue_.begin(), queue_.end(),
-                               [](const Notification& queued) { return !queued.error.empty(); });
-    forget(*oldest);
+    auto oldest = std::find_if(queue_.begin(), queue_.end(), [](const Queued& queued) {
+      return !queued.notification.error.empty();
+    });
+    forget(oldest->notification);
     queue_.erase(oldest);
   }
   if (!callback_) ++failures_queued_;
   try {
-    post({peer.name, std::move(tag), error.what(), peer.authenticated}, lock);
+    post({peer.name, std::move(tag), error.what(), peer.authenticated, peer.request}, lock,
+         error.code() == ErrorCode::Cancelled ? ErrorCode::Cancelled : ErrorCode::PeerLost);
   } catch (...) {
     // A callback that refuses a failure has nobody to tell: failures come from connections
     // closing, with no sender waiting for an answer.
@@ -200,9 +287,10 @@ Notification PoolState::wait(std::chrono::milliseconds timeout, Found found) {
 }
 
 namespace {
-[[noreturn]] void raise(const Notification& failure) {
-  throw Error(ErrorCode::PeerLost, "the transfer tagged '" + failure.tag + "' from " +
-                                       failure.peer + " failed: " + failure.error);
+[[noreturn]] void raise(const Notification& failure, ErrorCode code) {
+  throw Error(code, "the transfer tagged '" + failure.tag + "' from " + failure.peer +
+                        (code == ErrorCode::Cancelled ? " was cancelled: " : " failed: ") +
+                        failure.error);
 }
 }  // namespace
 
@@ -210,19 +298,31 @@ std::optional<Notification> PoolState::take_next() {
   if (queue_.empty()) return std::nullopt;
   auto first = std::move(queue_.front());
   queue_.pop_front();
-  forget(first);
-  if (!first.error.empty()) raise(first);
-  return first;
+  forget(first.notification);
+  if (!first.notification.error.empty()) raise(first.notification, first.code);
+  return std::move(first.notification);
 }
 
-std::optional<Notification> PoolState::take_tag(std::string_view tag, std::string_view from) {
+std::optional<Notification> PoolState::take_tag(std::string_view tag, std::string_view from,
+                                                std::string_view cancelled_prefix) {
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-    if (it->tag != tag || (!from.empty() && it->peer != from)) continue;
+    const auto& queued = it->notification;
+    if (!from.empty() && queued.peer != from) continue;
+    if (queued.tag != tag) {
+      // The stream was cancelled: every wait of it ends, the failure stays for the others.
+      if (!cancelled_prefix.empty() && it->code == ErrorCode::Cancelled && !queued.error.empty() &&
+          queued.tag.starts_with(cancelled_prefix))
+        raise(queued, it->code);
+      continue;
+    }
+    // A stream's cancellation stays queued: it ends the stream's other waits too.
+    if (!cancelled_prefix.empty() && it->code == ErrorCode::Cancelled && !queued.error.empty())
+      raise(queued, it->code);
     auto found = std::move(*it);
     queue_.erase(it);
-    forget(found);
-    if (!found.error.empty()) raise(found);
-    return found;
+    forget(found.notification);
+    if (!found.notification.error.empty()) raise(found.notification, found.code);
+    return std::move(found.notification);
   }
   return std::nullopt;
 }
@@ -232,8 +332,8 @@ Notification PoolState::next(std::chrono::milliseconds timeout) {
 }
 
 Notification PoolState::wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
-                                     std::string_view from) {
-  return wait(timeout, [&] { return take_tag(tag, from); });
+                                     std::string_view from, std::string_view cancelled_prefix) {
+  return wait(timeout, [&] { return take_tag(tag, from, cancelled_prefix); });
 }
 
 std::optional<Notification> PoolState::try_next() {
@@ -246,7 +346,7 @@ std::optional<Notification> PoolState::try_wait_for_tag(std::string_view tag,
                                                         std::string_view from) {
   std::lock_guard lock(mutex_);
   check_open();
-  return take_tag(tag, from);
+  return take_tag(tag, from, {});
 }
 
 int PoolState::readiness_fd() {
@@ -269,7 +369,7 @@ void PoolState::on_notification(std::function<void(const Notification&)> callbac
   failures_queued_ = 0;
   queued_by_peer_.clear();
   lock.unlock();
-  for (const auto& notification : queued) callback(notification);
+  for (const auto& entry : queued) callback(entry.notification);
 }
 
 std::size_t PoolState::queued() const {
@@ -299,6 +399,7 @@ void PoolState::close(std::chrono::milliseconds grace) {
     queued_by_peer_.clear();
     grants_.clear();
     grantee_.clear();
+    requests_.clear();
     callback_ = nullptr;
   }
   announce_change();

@@ -25,7 +25,8 @@ Registration::Registration(OperationKind kind, std::vector<Descriptor> descripto
 Registration::~Registration() { revoke(); }
 
 void Registration::check_token(const Id128& token) const {
-  if (pool_ ? !pool_->admits(token, token_) : !equal_in_constant_time(token, token_))
+  if (pool_) return pool_->check_token(token, token_);
+  if (!equal_in_constant_time(token, token_))
     throw Error(ErrorCode::AccessDenied, "wrong access token");
 }
 
@@ -38,14 +39,8 @@ Registration::Access Registration::check_access(const Id128& token, OperationKin
 }
 
 void Registration::authorize(const Id128& token, OperationKind kind) const {
+  if (pool_) return pool_->authorize(token, token_, kind);
   check_token(token);
-  if (pool_) {
-    const bool allowed =
-        kind == OperationKind::Read ? pool_->options().remote_read : pool_->options().remote_write;
-    if (!allowed)
-      throw Error(ErrorCode::AccessDenied, "pool allows no remote " + std::string(to_string(kind)));
-    return;
-  }
   if (kind != this->kind())
     throw Error(ErrorCode::AccessDenied,
                 "operation allows remote " + std::string(to_string(this->kind())) + " only");

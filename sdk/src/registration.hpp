@@ -96,6 +96,7 @@ class Registration final : public OperationCore {
   // A pool (set before it is shared): lives until revoked, serves any number of transfers of
   // the kinds its options allow, and is never completed or failed by a remote.
   void make_pool(std::shared_ptr<PoolState> pool) { pool_ = std::move(pool); }
+  std::chrono::milliseconds grace() const noexcept { return grace_; }
   const std::shared_ptr<PoolState>& pool() const noexcept { return pool_; }
 
   // Counts its bytes as registered (memwire_registered_bytes) until it is revoked.

@@ -177,6 +177,22 @@ class RawVerbsPeer {
     return await_grant(seq, metadata.regions().size(), timeout);
   }
 
+  // A PoolBegin of `kind` under a request grant's metadata: `windows` keys come back, one per
+  // window (detail::grant_windows).
+  Grant grant_begin(const PoolMetadata& metadata, std::uint64_t seq, OperationKind kind,
+                    std::size_t windows,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+    detail::verbs::Notice notice;
+    notice.type = detail::verbs::NoticeType::PoolBegin;
+    notice.seq = seq;
+    notice.key = parse_id(metadata.key()).value_or(Id128{});
+    notice.token = parse_id(metadata.token()).value_or(Id128{});
+    notice.kind = kind;
+    notice.generation = metadata.generation();
+    if (send(notice) != IBV_WC_SUCCESS) return {};
+    return await_grant(seq, windows, timeout);
+  }
+
   // Done for transfer `seq` of `metadata`'s operation; the owner's Result (empty = success),
   // or nothing when it did not answer.
   // `first_index`: the Done's flag (kDoneWithoutResult: a reader that asks for no Result).

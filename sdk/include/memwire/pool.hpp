@@ -13,10 +13,13 @@
 #include "memwire/export.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/operation.hpp"
+#include "memwire/request_scope.hpp"
 
 namespace memwire {
 
+class BlockGrant;
 class Connector;
+class LayerReceiver;
 namespace detail {
 class Registration;
 class PoolState;
@@ -103,6 +106,12 @@ class MEMWIRE_API PoolMetadata {
   const Endpoint& endpoint() const noexcept { return endpoint_; }
   const std::string& token() const noexcept { return token_; }
   std::uint64_t block_count() const noexcept { return block_count_; }
+  // Set in a request grant's metadata (Pool::grant): the request and the blocks it may reach.
+  const RequestScope* scope() const noexcept { return scope_ ? &*scope_ : nullptr; }
+  // This metadata with another token and a request's scope: what Pool::grant hands out.
+  // Throws Error{InvalidMetadata} for runs that are unsorted, touch, overlap or pass the
+  // last block, or a request id that is empty, longer than 160 bytes or holds a NUL.
+  PoolMetadata for_request(std::string token, RequestScope scope) const;
   // (region, offset in it, size) of a block; throws InvalidArgument past the last block.
   struct Place {
     std::uint32_t region;
@@ -124,6 +133,7 @@ class MEMWIRE_API PoolMetadata {
   std::string key_;
   Endpoint endpoint_;
   std::string token_;
+  std::optional<RequestScope> scope_;
 };
 
 struct MEMWIRE_API PoolOptions {
@@ -136,6 +146,8 @@ struct MEMWIRE_API PoolOptions {
   // takes has its next tagged transfers refused, while the others' go on. Memory per queued
   // tag is bounded by kMaxTagBytes.
   std::size_t max_queued_per_peer = 16384;
+  // Request grants (Pool::grant) live at once, released and expired ones not counted.
+  std::size_t max_request_grants = 4096;
 };
 
 // The tag of a transfer this pool's owner admitted, delivered once, after the transfer's bytes
@@ -152,6 +164,8 @@ struct MEMWIRE_API Notification {
   // (`tag` set) or the peer was lost in the middle of one (`tag` empty).
   std::string error;
   bool authenticated = false;
+  // The request whose grant (Pool::grant) admitted the transfer; empty under other tokens.
+  std::string request;
   friend bool operator==(const Notification&, const Notification&) = default;
 };
 
@@ -175,6 +189,15 @@ class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API
   // Ends `peer`'s grant: its token is refused from now on, and its transfers open on the stream
   // transports deliver no tag. False when it had none.
   bool revoke(std::string_view peer);
+  // Request-scoped access (a lease): `peer` may move `blocks` of this pool, with `access`, for
+  // request `request`, for `lease` from now, through the returned grant's metadata and nothing
+  // else; see BlockGrant. Notifications of its transfers carry `peer` (authenticated) and
+  // `request`. Throws Error{InvalidArgument} for a bad peer or request name (1 to
+  // kMaxTagBytes bytes, no NUL), no blocks, a block past the last, lease <= 0, or more than
+  // PoolOptions::max_request_grants grants live; Error{Cancelled} once closed.
+  BlockGrant grant(std::string_view peer, std::string_view request,
+                   const std::vector<std::uint64_t>& blocks, Access access,
+                   std::chrono::milliseconds lease);
   // Frames that peers sent against the protocol (a tag with no admitted transfer, a second tag
   // for one, a name not its own): each was refused and its connection closed.
   std::uint64_t peer_faults() const;
@@ -214,6 +237,7 @@ class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API
 
  private:
   friend class Connector;
+  friend class LayerReceiver;
   explicit Pool(std::shared_ptr<detail::Registration> registration);
   detail::Registration& registration() const;
   detail::PoolState& waitable() const;
@@ -224,6 +248,12 @@ class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API
 // status, waiting, cancelling and callbacks.
 class [[nodiscard("dropping it cancels the transfer")]] MEMWIRE_API BlockTransfer
     : public Operation {
+ public:
+  using Operation::cancel;
+  // cancel(), telling the owner why: its waits for this transfer's tag end with
+  // Error{Cancelled} carrying `reason` (tcp, shm; verbs carries the code alone).
+  void cancel(std::string_view reason);
+
  private:
   friend class Connector;
   using Operation::Operation;

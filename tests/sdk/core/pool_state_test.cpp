@@ -60,8 +60,8 @@ TEST(PoolPeers, ATokenSaysWhoThePeerIs) {
   const Id128 shared = random_id();
   const auto granted = pool.grant("prefill-A");
   EXPECT_EQ(pool.grant("prefill-A"), granted);
-  EXPECT_EQ(pool.identify(granted, shared, "whatever"), (PoolState::Peer{"prefill-A", true}));
-  EXPECT_EQ(pool.identify(shared, shared, "prefill-B"), (PoolState::Peer{"prefill-B", false}));
+  EXPECT_EQ(pool.identify(granted, shared, "whatever"), (PoolState::Peer{"prefill-A", true, {}}));
+  EXPECT_EQ(pool.identify(shared, shared, "prefill-B"), (PoolState::Peer{"prefill-B", false, {}}));
   EXPECT_EQ(error_code_of([&] { (void)pool.identify(shared, shared, "prefill-A"); }),
             ErrorCode::AccessDenied)
       << "a granted name is not for anyone holding the shared token";
@@ -77,7 +77,7 @@ TEST(PoolQueue, EachPeerHasItsShareAndFailuresStayOutOfIt) {
   options.max_queued_per_peer = 2;
   options.max_queued_notifications = 3;
   auto pool = pool_of({{at(0x10000), 4096, 0, 4, {}}}, options);
-  const PoolState::Peer a{"a", true}, b{"b", true}, c{"c", true};
+  const PoolState::Peer a{"a", true, {}}, b{"b", true, {}}, c{"c", true, {}};
   pool.deliver(a, "a0");
   pool.deliver(a, "a1");
   EXPECT_EQ(error_code_of([&] { pool.deliver(a, "a2"); }), ErrorCode::Transport);
@@ -87,7 +87,7 @@ TEST(PoolQueue, EachPeerHasItsShareAndFailuresStayOutOfIt) {
       << "the pool's own bound still holds";
   EXPECT_EQ(
       error_code_of([&] { (void)pool.wait_for_tag("a3", std::chrono::milliseconds(0), "a"); }),
-      ErrorCode::PeerLost);
+      ErrorCode::Cancelled);
   EXPECT_EQ(pool.wait_for_tag("a1", std::chrono::milliseconds(0), "a").tag, "a1");
   pool.deliver(a, "a4");
   pool.fail(a, "", Error(ErrorCode::PeerLost, "untagged"));  // no wait is for it: not queued
@@ -104,7 +104,7 @@ bool readable(int fd) {
 
 TEST(PoolQueue, AnEventLoopIsWokenByItsFdAndTakesWithoutWaiting) {
   auto pool = pool_of({{at(0x10000), 4096, 0, 4, {}}});
-  const PoolState::Peer a{"a", true}, b{"b", false};
+  const PoolState::Peer a{"a", true, {}}, b{"b", false, {}};
   pool.deliver(a, "early");
   const int fd = pool.readiness_fd();
   EXPECT_TRUE(readable(fd)) << "what was queued before the fd existed counts as news";
@@ -115,7 +115,7 @@ TEST(PoolQueue, AnEventLoopIsWokenByItsFdAndTakesWithoutWaiting) {
   EXPECT_FALSE(pool.try_wait_for_tag("late", "a").has_value()) << "from another peer";
   const auto late = pool.try_wait_for_tag("late", "b");
   ASSERT_TRUE(late.has_value());
-  EXPECT_EQ(*late, (Notification{"b", "late", "", false}));
+  EXPECT_EQ(*late, (Notification{"b", "late", "", false, {}}));
   EXPECT_EQ(pool.try_next()->tag, "early");
   EXPECT_FALSE(pool.try_next().has_value());
   pool.fail(a, "broken", Error(ErrorCode::Transport, "connection lost"));

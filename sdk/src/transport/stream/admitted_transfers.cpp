@@ -4,7 +4,7 @@
 
 namespace memwire::detail {
 
-void AdmittedTransfers::admit(std::uint64_t id, Transfer request) {
+bool AdmittedTransfers::admit(std::uint64_t id, Transfer request) {
   if (auto found = open_.find(id); found != open_.end()) {
     const auto& first = found->second;
     if (first.key != request.key || first.kind != request.kind || first.tag != request.tag ||
@@ -12,7 +12,7 @@ void AdmittedTransfers::admit(std::uint64_t id, Transfer request) {
       throw Error(ErrorCode::Protocol, "protocol error: a request of transfer " +
                                            std::to_string(id) +
                                            " names another pool, kind, tag or peer than its first");
-    return;
+    return false;
   }
   if (ended_.contains(id))
     throw Error(ErrorCode::Protocol,
@@ -21,6 +21,7 @@ void AdmittedTransfers::admit(std::uint64_t id, Transfer request) {
     throw Error(ErrorCode::Transport, "more than " + std::to_string(kMostOpen) +
                                           " tagged pool transfers open on one connection");
   open_.emplace(id, std::move(request));
+  return true;
 }
 
 void AdmittedTransfers::refuse(std::uint64_t id) {

@@ -26,15 +26,16 @@ class AdmittedTransfers {
     std::string tag;
     PoolState::Peer peer;
     std::weak_ptr<Registration> pool;
-    bool failed = false;  // a request of it was refused: its tag is not delivered
+    bool failed = false;                  // a request of it was refused: its tag is not delivered
+    std::shared_ptr<RequestGrant> grant;  // the request grant it was admitted under, if any
   };
   // How a transfer that is no longer open ended.
   enum class Outcome { Unknown, Delivered, Failed };
 
   // A request of tagged transfer `id`, checked by the owner: opens the transfer, or must agree
   // with its first request (pool, kind, tag, peer). Throws Protocol when it does not, Transport
-  // when the connection has kMostOpen open already.
-  void admit(std::uint64_t id, Transfer request);
+  // when the connection has kMostOpen open already. True when it opened the transfer.
+  bool admit(std::uint64_t id, Transfer request);
   // A request of transfer `id` was refused: an open transfer delivers no tag now, one never
   // opened is remembered as failed (its PoolEnd may be on its way already).
   void refuse(std::uint64_t id);

@@ -24,24 +24,37 @@ std::shared_ptr<Registration> StreamPassiveSide::find(const FrameHeader& header)
   throw Error(ErrorCode::NotFound, "no live operation with that notification key");
 }
 
-void StreamPassiveSide::admit_pool_request(const StreamConnection& connection,
-                                           const PoolFrameHeader& header,
-                                           const std::shared_ptr<Registration>& registration,
-                                           std::span<const FramePiece> pieces,
-                                           const std::string& tag) {
+std::shared_ptr<RequestGrant> StreamPassiveSide::admit_pool_request(
+    const StreamConnection& connection, const PoolFrameHeader& header,
+    const std::shared_ptr<Registration>& registration, std::span<const FramePiece> pieces,
+    const std::string& tag) {
   const auto& pool = *registration->pool();
   if (header.generation != static_cast<std::uint32_t>(pool.generation()))
     throw Error(ErrorCode::Expired, "stale pool metadata: generation " +
                                         std::to_string(header.generation) + ", the pool's is " +
                                         std::to_string(pool.generation()));
   for (const auto& piece : pieces) pool.check_blocks(piece.index, piece.offset, piece.length);
-  if (tag.empty()) return;  // untagged: nothing follows it that the owner must vouch for
+  auto grant = pool.request_grant(header.token);
+  if (grant)
+    for (const auto& piece : pieces)
+      pool.check_granted(*grant, piece.index, piece.offset, piece.length);
+  if (tag.empty()) return grant;  // untagged: nothing follows it that the owner must vouch for
   const auto kind =
       header.type == FrameType::PoolReadRequest ? OperationKind::Read : OperationKind::Write;
-  transfers_.admit(header.transfer,
-                   {header.key, kind, tag,
-                    pool.identify(header.token, registration->token(), peer_name(connection)),
-                    registration, false});
+  if (transfers_.admit(header.transfer,
+                       {header.key, kind, tag,
+                        pool.identify(header.token, registration->token(), peer_name(connection)),
+                        registration, false, grant}) &&
+      grant) {
+    try {
+      grant->opened(tag);  // its release ends this transfer's waits
+    } catch (const Error&) {
+      transfers_.take(header.transfer);
+      transfers_.ended(header.transfer, AdmittedTransfers::Outcome::Failed);
+      throw;
+    }
+  }
+  return grant;
 }
 
 void StreamPassiveSide::fault(StreamConnection& connection, const FrameHeader& header,
@@ -275,7 +288,9 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
     if (pool_frame != static_cast<bool>(registration->pool()))
       throw pool_frame ? Error(ErrorCode::AccessDenied, "a one-shot operation is no pool")
                        : not_a_pool_frame();
-    if (pool_frame) admit_pool_request(connection, as_pool(header), registration, pieces, tag);
+    std::shared_ptr<RequestGrant> grant;
+    if (pool_frame)
+      grant = admit_pool_request(connection, as_pool(header), registration, pieces, tag);
     std::vector<iovec> memory;
     memory.reserve(pieces.size());
     for (const auto& piece : pieces)
@@ -288,6 +303,9 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
     response.header.type = answer_type;
     response.header.request_id = header.request_id;
     auto pin = registration->admit(transport_);
+    // Under a request grant, its release waits for these bytes (or cuts them off).
+    std::optional<AccessGate::Pin> grant_pin;
+    if (grant) grant_pin = pin_grant(grant);
     touch(registration);
     registration->note_moved(header.length);
     unread = 0;
@@ -295,9 +313,13 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
       if (writing) {
         // The bytes land straight in the blocks, pinned until the last one has.
         connection.receive_into(
-            std::move(memory), [this, &connection, header, registration, pin = std::move(pin),
-                                response = std::move(response)]() mutable {
-              { auto landed = std::move(pin); }
+            std::move(memory),
+            [this, &connection, header, registration, pin = std::move(pin),
+             grant_pin = std::move(grant_pin), response = std::move(response)]() mutable {
+              {
+                auto landed = std::move(pin);
+                auto granted = std::move(grant_pin);
+              }
               finish_request(connection, header, registration, std::move(response));
             });
         return;
@@ -307,10 +329,23 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
       response.pieces = std::move(memory);
       response.gate = &registration->gate();
       response.pin = std::move(pin);
-      response.keep_alive = registration;
+      if (grant_pin) {
+        // The grant's pin goes with the answer, once its last byte left.
+        struct Held {
+          std::shared_ptr<Registration> registration;
+          std::shared_ptr<RequestGrant> grant;
+          std::optional<AccessGate::Pin> pin;
+        };
+        response.keep_alive = std::make_shared<Held>(registration, grant, std::move(grant_pin));
+      } else {
+        response.keep_alive = registration;
+      }
     } else {
       copy_pieces(header, pieces, memory, response);
-      { auto copied = std::move(pin); }  // unpinned: completing revokes, which waits for pins
+      {  // unpinned: completing revokes, which waits for pins
+        auto copied = std::move(pin);
+        auto granted = std::move(grant_pin);
+      }
     }
     finish_request(connection, header, registration, std::move(response));
   } catch (const Error& error) {
@@ -504,7 +539,14 @@ std::optional<Error> StreamPassiveSide::end_transfer(std::uint64_t id,
                     "a request of this transfer failed: its tag was not delivered");
   if (!failure) {
     try {
-      pool.deliver(transfer->peer, transfer->tag);
+      const auto deliver = [&] { pool.deliver(transfer->peer, transfer->tag); };
+      if (!transfer->grant) {
+        deliver();
+      } else if (auto released = transfer->grant->finish(transfer->tag, deliver)) {
+        // Released under it: the release ended its waits already.
+        transfers_.ended(id, AdmittedTransfers::Outcome::Failed);
+        return released;
+      }
       transfers_.ended(id, AdmittedTransfers::Outcome::Delivered);
       return std::nullopt;
     } catch (const Error& error) {
@@ -512,7 +554,8 @@ std::optional<Error> StreamPassiveSide::end_transfer(std::uint64_t id,
     }
   }
   transfers_.ended(id, AdmittedTransfers::Outcome::Failed);
-  pool.fail(transfer->peer, transfer->tag, *failure);
+  if (!transfer->grant || transfer->grant->closed(transfer->tag))
+    pool.fail(transfer->peer, transfer->tag, *failure);
   return failure;
 }
 
@@ -532,13 +575,17 @@ void StreamPassiveSide::on_closed(StreamConnection& connection, const Error& rea
   auto pools = std::move(pools_touched_);
   // Each transfer open on it ends: its tag's waiters hear why, no one else's.
   for (auto& [id, transfer] : transfers_.take_all())
-    if (auto registration = transfer.pool.lock())
+    if (auto registration = transfer.pool.lock();
+        registration && (!transfer.grant || transfer.grant->closed(transfer.tag)))
       registration->pool()->fail(
           transfer.peer, transfer.tag,
           Error(ErrorCode::PeerLost, std::string("connection lost: ") + reason.what()));
   for (const auto& [key, weak] : pools)
     if (auto registration = weak.lock())
       registration->gate().remove_breaker(reinterpret_cast<std::uintptr_t>(this));
+  for (const auto& [token, weak] : std::exchange(grants_touched_, {}))
+    if (auto grant = weak.lock())
+      grant->gate().remove_breaker(reinterpret_cast<std::uintptr_t>(this));
   auto touched = std::move(touched_);
   // The owner's own memory failed under a send: its fault, said as such.
   const Error failure = connection.closed_on_local_memory_fault()

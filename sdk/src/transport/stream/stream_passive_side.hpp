@@ -45,9 +45,15 @@ class StreamPassiveSide final : public FrameHandler {
   // A pool request, before any byte moves: the metadata's generation must be the pool's, every
   // piece inside a block, and a tagged one opens (or continues) its transfer on this
   // connection, with the peer its token says it is. Throws as the refusal to answer with.
-  void admit_pool_request(const StreamConnection& connection, const PoolFrameHeader& header,
-                          const std::shared_ptr<Registration>& registration,
-                          std::span<const FramePiece> pieces, const std::string& tag);
+  // Returns the request grant its token belongs to (null for any other token): every piece
+  // must lie in the grant's blocks.
+  std::shared_ptr<RequestGrant> admit_pool_request(
+      const StreamConnection& connection, const PoolFrameHeader& header,
+      const std::shared_ptr<Registration>& registration, std::span<const FramePiece> pieces,
+      const std::string& tag);
+  // A request under `grant` lands now: pinned, and its release breaks this connection if the
+  // pin outlives the grace.
+  AccessGate::Pin pin_grant(const std::shared_ptr<RequestGrant>& grant);
   // The transfer's last step (PoolEnd): delivers its tag, or tells its waiters it failed.
   void serve_pool_end(StreamConnection& connection, const FrameHeader& header);
   // Ends open transfer `id`: delivers its tag unless `failure` (or a refused request of it),
@@ -109,6 +115,8 @@ class StreamPassiveSide final : public FrameHandler {
   // Pools this connection accessed (they never complete), and its tagged pool transfers.
   std::map<Id128, std::weak_ptr<Registration>> pools_touched_;
   AdmittedTransfers transfers_;
+  // Request grants this connection landed bytes under: their release may break it.
+  std::map<Id128, std::weak_ptr<RequestGrant>> grants_touched_;
   std::string peer_name_;     // what its Hello said
   IpcMappings ipc_mappings_;  // the peer's GPU allocations opened for this connection
 };

@@ -123,6 +123,45 @@ std::shared_ptr<AccessGrant> AccessGrant::own_regions(std::shared_ptr<const Verb
   return grant;
 }
 
+std::shared_ptr<AccessGrant> AccessGrant::ranges(
+    std::shared_ptr<const BindableRegions> regions, std::shared_ptr<const VerbsDevice> device,
+    std::shared_ptr<ibv_pd> own_pd, const std::vector<Descriptor>& descriptors,
+    const std::vector<Range>& ranges, OperationKind kind, std::shared_ptr<KeyBudget> budget) {
+  if (own_pd) {
+    // A region per range, registered in the connection's own PD.
+    std::vector<Descriptor> parts;
+    parts.reserve(ranges.size());
+    for (const auto& range : ranges)
+      parts.emplace_back(static_cast<std::byte*>(descriptors.at(range.index).ptr()) + range.offset,
+                         range.length);
+    return own_regions(std::move(device), std::move(own_pd), parts, kind, std::move(budget));
+  }
+  if (!regions) throw Error(ErrorCode::Transport, "verbs: the pool was not offered on this rail");
+  std::shared_ptr<AccessGrant> grant(new AccessGrant());
+  if (budget) {
+    budget->take(ranges.size());
+    grant->budget_ = std::move(budget);
+    grant->keys_ = ranges.size();
+  }
+  grant->window_access_ = remote_access(kind);
+  const auto random = random_id();
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const auto& range = ranges[i];
+    if (range.index >= regions->regions.size() || !regions->regions[range.index])
+      throw Error(ErrorCode::Transport, "verbs: a granted range outside the pool's regions");
+    Mw window(ibv_alloc_mw(regions->device->pd(), IBV_MW_TYPE_2));
+    if (!window)
+      throw Error(ErrorCode::Transport, "cannot allocate a memory window on " +
+                                            regions->device->name() + ": " + std::strerror(errno));
+    grant->rkeys_.push_back((window->rkey & ~0xffu) | random[i % random.size()]);
+    grant->windows_.push_back(std::move(window));
+  }
+  grant->binds_ = !ranges.empty();
+  grant->ranges_ = ranges;
+  grant->bindable_ = std::move(regions);
+  return grant;
+}
+
 AccessGrant::~AccessGrant() {
   std::lock_guard lock(mutex_);
   release_locked();
@@ -131,7 +170,7 @@ AccessGrant::~AccessGrant() {
 bool AccessGrant::prepare_bind(std::size_t index, ibv_send_wr& wr) {
   std::lock_guard lock(mutex_);
   if (invalidated_ || index >= windows_.size() || !windows_[index]) return false;
-  const auto& region = bindable_->regions[index];
+  const auto& region = bindable_->regions[ranges_.empty() ? index : ranges_[index].index];
   wr.opcode = IBV_WR_BIND_MW;
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.bind_mw.mw = windows_[index].get();
@@ -139,6 +178,10 @@ bool AccessGrant::prepare_bind(std::size_t index, ibv_send_wr& wr) {
   wr.bind_mw.bind_info.mr = region.get();
   wr.bind_mw.bind_info.addr = reinterpret_cast<std::uintptr_t>(region->addr);
   wr.bind_mw.bind_info.length = region->length;
+  if (!ranges_.empty()) {  // exactly the granted run of blocks
+    wr.bind_mw.bind_info.addr += ranges_[index].offset;
+    wr.bind_mw.bind_info.length = ranges_[index].length;
+  }
   wr.bind_mw.bind_info.mw_access_flags = static_cast<unsigned>(window_access_);
   ++binds_in_flight_;
   return true;

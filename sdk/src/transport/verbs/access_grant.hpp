@@ -65,10 +65,26 @@ class AccessGrant {
  public:
   static constexpr std::chrono::seconds kBindWait{2};
 
+  // Bytes [offset, offset + length) of descriptor `index`: what one window of a request grant
+  // covers (a run of consecutive granted blocks).
+  struct Range {
+    std::size_t index = 0;
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+  };
+
   // Each takes its keys from `budget` (null: uncounted) and gives them back once released.
   static std::shared_ptr<AccessGrant> windows(std::shared_ptr<const BindableRegions> regions,
                                               OperationKind kind,
                                               std::shared_ptr<KeyBudget> budget = nullptr);
+  // A window (or, with `own_pd`, a region in that PD) per range instead of per descriptor:
+  // rkeys() has one key per range, and nothing outside the ranges is reachable.
+  static std::shared_ptr<AccessGrant> ranges(std::shared_ptr<const BindableRegions> regions,
+                                             std::shared_ptr<const VerbsDevice> device,
+                                             std::shared_ptr<ibv_pd> own_pd,
+                                             const std::vector<Descriptor>& descriptors,
+                                             const std::vector<Range>& ranges, OperationKind kind,
+                                             std::shared_ptr<KeyBudget> budget = nullptr);
   static std::shared_ptr<AccessGrant> own_regions(std::shared_ptr<const VerbsDevice> device,
                                                   std::shared_ptr<ibv_pd> pd,
                                                   const std::vector<Descriptor>& descriptors,
@@ -125,6 +141,7 @@ class AccessGrant {
   std::shared_ptr<ibv_pd> pd_;                       // own regions: outlives them
   std::vector<Mr> own_;
   std::vector<Mw> windows_;
+  std::vector<Range> ranges_;  // per window, when it covers part of its region only
   bool binds_ = false;
   std::vector<std::uint32_t> rkeys_;
   unsigned binds_in_flight_ = 0;

@@ -46,6 +46,19 @@ std::shared_ptr<AccessGrant> OfferedAccess::grant(const Registration& registrati
   return granted;
 }
 
+std::shared_ptr<AccessGrant> OfferedAccess::grant_ranges(
+    const Registration& registration, std::size_t rail,
+    const std::shared_ptr<const VerbsDevice>& device, const std::shared_ptr<ibv_pd>& own_pd,
+    const std::vector<AccessGrant::Range>& ranges, OperationKind kind) {
+  std::lock_guard lock(mutex_);
+  if (revoked_) throw Error(ErrorCode::Cancelled, "the pool was closed by its owner");
+  auto granted = AccessGrant::ranges(rail < rails_.size() ? rails_[rail] : nullptr, device, own_pd,
+                                     registration.descriptors(), ranges, kind, budget_);
+  std::erase_if(grants_, [](const auto& weak) { return weak.expired(); });
+  grants_.push_back(granted);  // the pool's close ends it too
+  return granted;
+}
+
 void OfferedAccess::revoke() noexcept {
   std::vector<std::shared_ptr<AccessGrant>> grants;
   {

@@ -47,6 +47,12 @@ class OfferedAccess final : public TransportState {
                                      const std::shared_ptr<const VerbsDevice>& device,
                                      const std::shared_ptr<ibv_pd>& own_pd,
                                      const std::string& claimant, std::uint64_t connection);
+  // Access for one request grant of a pool: a window (or region) per range, with `kind`.
+  std::shared_ptr<AccessGrant> grant_ranges(const Registration& registration, std::size_t rail,
+                                            const std::shared_ptr<const VerbsDevice>& device,
+                                            const std::shared_ptr<ibv_pd>& own_pd,
+                                            const std::vector<AccessGrant::Range>& ranges,
+                                            OperationKind kind);
   void revoke() noexcept override;
 
  private:

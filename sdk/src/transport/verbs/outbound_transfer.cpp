@@ -50,7 +50,10 @@ unsigned OutboundTransfer::next_batch(std::span<ibv_send_wr> wrs, std::span<ibv_
       const auto& segment = blocks->segments[slice->index];
       wr.wr.rdma.remote_addr =
           remote[segment.remote_region].ptr + segment.remote_offset + slice->offset;
-      wr.wr.rdma.rkey = rkeys[segment.remote_region];
+      // Under a request grant: the key of the owner's window over this run.
+      wr.wr.rdma.rkey = blocks->segment_windows.empty()
+                            ? rkeys[segment.remote_region]
+                            : rkeys[blocks->segment_windows[slice->index]];
     } else {
       wr.wr.rdma.remote_addr = remote[slice->index].ptr + slice->offset;
       wr.wr.rdma.rkey = rkeys[slice->index];

@@ -43,7 +43,16 @@ int common_prefix(const std::string& a, const std::string& b) {
 
 // The keys a leg needs: one per remote descriptor (a pool's: per region).
 std::size_t keys_wanted(const ActiveTransfer& transfer) {
-  return transfer.blocks() ? transfer.remote().spans.size() : transfer.local().size();
+  if (const auto* blocks = transfer.blocks())
+    return blocks->segment_windows.empty() ? transfer.remote().spans.size() : blocks->grant_windows;
+  return transfer.local().size();
+}
+
+// Whether a connection keeps the owner's keys for later transfers of the pool: not a request
+// grant's, which the owner may end at any time: each of its transfers asks (PoolBegin), so
+// that a released grant is refused with its reason rather than by the NIC.
+bool keeps_keys(const ActiveTransfer& transfer) {
+  return transfer.blocks() && transfer.blocks()->segment_windows.empty();
 }
 
 }  // namespace
@@ -217,7 +226,7 @@ bool VerbsActiveSide::open_leg(const std::shared_ptr<Stripe>& stripe, std::size_
   if (connection->state == Connection::State::Established) {
     entry.begun = true;
     // A pool whose keys this connection holds: one-sided from the first work request.
-    const auto cached = stripe->transfer->blocks()
+    const auto cached = keeps_keys(*stripe->transfer)
                             ? connection->pool_keys.find(stripe->transfer->key())
                             : connection->pool_keys.end();
     if (cached != connection->pool_keys.end() && !is_terminal(stripe->transfer->status())) {
@@ -281,7 +290,7 @@ void VerbsActiveSide::on_accept(Connection& connection, const Notice& notice) {
     return;
   }
   // A pool's keys stay granted to this connection: its later transfers here need no Begin.
-  if (stripe->transfer->blocks()) connection.pool_keys[stripe->transfer->key()] = leg.rkeys;
+  if (keeps_keys(*stripe->transfer)) connection.pool_keys[stripe->transfer->key()] = leg.rkeys;
   start_moving(connection, leg, notice.seq);
 }
 

@@ -111,6 +111,7 @@ class Connection {
       std::string tag;
       std::string peer;
       bool authenticated = false;
+      std::string request;  // under a request grant's token
     };
     std::map<std::uint64_t, PoolTransfer> pool_transfers;
   };

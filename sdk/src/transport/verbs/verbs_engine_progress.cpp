@@ -255,6 +255,11 @@ void Engine::watch_expiry(const std::shared_ptr<Registration>& registration,
   arm_timer();
 }
 
+void Engine::watch_lease(const std::shared_ptr<AccessGrant>& grant, std::int64_t unix_ms) {
+  expiries_.emplace(unix_ms, ExpiryWatch{{}, grant, true});
+  arm_timer();
+}
+
 std::optional<std::chrono::steady_clock::time_point> Engine::next_expiry() const {
   if (expiries_.empty()) return std::nullopt;
   const auto in = std::chrono::milliseconds(
@@ -268,6 +273,10 @@ void Engine::end_expired_grants() {
     auto watch = expiries_.extract(expiries_.begin());
     auto registration = watch.mapped().registration.lock();
     auto grant = watch.mapped().grant.lock();
+    if (watch.mapped().lease) {  // a request grant's lease ended: the NIC refuses from now on
+      if (grant) grant->invalidate();
+      continue;
+    }
     if (!registration || !grant) continue;
     const auto expires = registration->expires_at_ms();
     if (expires != 0 && expires >= now) {  // renewed: watched until its new expiry

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "grant_windows.hpp"
+#include "memwire/clock.hpp"
 #include "memwire/error_codes.hpp"
 #include "pool_state.hpp"
 #include "registration.hpp"
@@ -179,9 +181,48 @@ std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_to(Connection& connection,
   }
 }
 
+std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_request(
+    Connection& connection, const Notice& notice, Registration& registration,
+    const std::shared_ptr<RequestGrant>& request) {
+  try {
+    auto access = registration.attachment<OfferedAccess>();
+    if (!access) throw Error(ErrorCode::Cancelled, "the pool was closed by its owner");
+    // A window per run of granted blocks, bound on this QP: the NIC refuses the rest.
+    std::vector<AccessGrant::Range> ranges;
+    for (const auto& window : grant_windows(registration.pool()->metadata(), request->scope()))
+      ranges.push_back({window.region, window.offset, window.length});
+    const auto kind = request->scope().access == Access::Read    ? OperationKind::Read
+                      : request->scope().access == Access::Write ? OperationKind::Write
+                                                                 : OperationKind::Unspecified;
+    auto grant =
+        access->grant_ranges(registration, connection.rail, engine_.rail(connection.rail).device,
+                             connection.own_protection_domain(), ranges, kind);
+    if (const auto found = engine_.connections().find(connection.id());
+        found != engine_.connections().end())
+      grant->on_stalled_bind(
+          engine_.later([this, weak = std::weak_ptr(found->second), held = std::weak_ptr(grant)] {
+            const auto connection = weak.lock();
+            const auto grant = held.lock();
+            if (connection && grant)
+              engine_.close_if_bind_stalls(connection, grant, grant->close_deadline());
+          }));
+    // Released: the windows go (AccessGrant::invalidate); the lease: the engine's timer.
+    request->on_release([held = std::weak_ptr(grant)] {
+      if (auto grant = held.lock()) grant->invalidate();
+    });
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        request->expires_at() - std::chrono::steady_clock::now());
+    engine_.watch_lease(grant, unix_now_ms() + std::max<std::int64_t>(0, left.count()));
+    return grant;
+  } catch (const Error& error) {
+    reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
+    return nullptr;
+  }
+}
+
 void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notice,
                                      const std::shared_ptr<Registration>& registration) {
-  Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false};
+  Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false, {}};
   try {
     const auto peer =
         registration->pool()->identify(notice.token, registration->token(), peer_of(connection));
@@ -191,7 +232,12 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
     reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
     return;
   }
-  auto found = connection.inbound.find(notice.key);
+  // A request grant's keys are its own: held by this connection under its token, not the
+  // pool's key, and bound over its blocks alone.
+  const auto request = registration->pool()->request_grant(notice.token);
+  if (request) transfer.request = request->request();
+  const auto entry_key = request ? notice.token : notice.key;
+  auto found = connection.inbound.find(entry_key);
   if (found != connection.inbound.end()) {
     auto& entry = found->second;
     if (entry.pool_transfers.size() >= kMaxInboundPerConnection) {
@@ -201,8 +247,12 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
       return;
     }
     if (entry.grant->invalidated()) {
-      reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Cancelled,
-            "the pool was closed by its owner");
+      if (request && request->lease_over())
+        reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Expired,
+              "the lease on the blocks of request " + request->request() + " ended");
+      else
+        reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Cancelled,
+              "the pool was closed by its owner");
       return;
     }
     entry.pool_transfers[notice.seq] = std::move(transfer);
@@ -219,9 +269,10 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
               std::to_string(kMaxInboundPerConnection) + ")");
     return;
   }
-  auto grant = grant_to(connection, notice, *registration);
+  auto grant = request ? grant_request(connection, notice, *registration, request)
+                       : grant_to(connection, notice, *registration);
   if (!grant) return;
-  auto& entry = connection.inbound[notice.key];
+  auto& entry = connection.inbound[entry_key];
   entry = {registration, grant, {}};
   entry.pool_transfers[notice.seq] = std::move(transfer);
   if (!connection.send_grant(notice.seq, grant))
@@ -232,7 +283,9 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
 
 void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice,
                                     Registration& registration) {
-  auto found = connection.inbound.find(notice.key);
+  // A request grant's keys are held under its token.
+  auto found = connection.inbound.find(notice.token);
+  if (found == connection.inbound.end()) found = connection.inbound.find(notice.key);
   // A transfer under keys the connection held already had no PoolBegin: its PoolDone names its
   // tag; one that began must name the tag its PoolBegin did.
   const bool begun =
@@ -242,7 +295,7 @@ void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice
           "PoolDone for a pool this connection holds no keys for");
     return;
   }
-  Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false};
+  Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false, {}};
   if (begun) {
     transfer = std::move(found->second.pool_transfers[notice.seq]);
     found->second.pool_transfers.erase(notice.seq);
@@ -316,7 +369,8 @@ void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
 
 void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
   // Only the connection that began the operation may fail it.
-  auto found = connection.inbound.find(notice.key);
+  auto found = connection.inbound.find(notice.token);
+  if (found == connection.inbound.end()) found = connection.inbound.find(notice.key);
   if (found == connection.inbound.end()) return;
   auto registration = found->second.registration.lock();
   if (registration &&
@@ -367,7 +421,7 @@ void VerbsPassiveSide::on_connection_lost(const std::map<Id128, Connection::Inbo
       for (const auto& [seq, transfer] : entry.pool_transfers)
         if (!transfer.tag.empty())
           registration->pool()->fail(
-              {transfer.peer, transfer.authenticated}, transfer.tag,
+              {transfer.peer, transfer.authenticated, transfer.request}, transfer.tag,
               Error(ErrorCode::PeerLost, "connection lost: " + std::string(error.what())));
       continue;
     }

@@ -9,6 +9,7 @@
 #include "ids.hpp"
 #include "memwire/error.hpp"
 #include "registration_table.hpp"
+#include "request_grant.hpp"
 #include "transport/verbs/verbs_connection.hpp"
 #include "transport/verbs/verbs_wire.hpp"
 
@@ -38,6 +39,10 @@ class VerbsPassiveSide {
   // Keys of `registration` for this connection alone; null once Accept said why not.
   std::shared_ptr<AccessGrant> grant_to(Connection& connection, const Notice& notice,
                                         Registration& registration);
+  // Keys of a request grant for this connection alone: a window per run of its blocks.
+  std::shared_ptr<AccessGrant> grant_request(Connection& connection, const Notice& notice,
+                                             Registration& registration,
+                                             const std::shared_ptr<RequestGrant>& request);
   // A pool's Begin: its keys granted to this connection once, then answered from that grant.
   void on_pool_begin(Connection& connection, const Notice& notice,
                      const std::shared_ptr<Registration>& registration);

@@ -49,6 +49,11 @@ class VerbsPort {
   // Ends `grant` when `registration` expires (unless renewed by then).
   virtual void watch_expiry(const std::shared_ptr<Registration>& registration,
                             const std::shared_ptr<AccessGrant>& grant) = 0;
+  // Ends `grant` at `unix_ms` (a request grant's lease); a port without a timer ignores it.
+  virtual void watch_lease(const std::shared_ptr<AccessGrant>& grant, std::int64_t unix_ms) {
+    (void)grant;
+    (void)unix_ms;
+  }
   // Closes `connection` at `deadline` (at once if past) if `grant` still has a window bind in
   // flight then: the bind waits behind work the peer stalls, and the window may be bound.
   virtual void close_if_bind_stalls(const std::shared_ptr<Connection>& connection,

@@ -1,0 +1,53 @@
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "memwire/export.hpp"
+#include "memwire/pool.hpp"
+
+namespace memwire {
+
+namespace detail {
+class Registration;
+class RequestGrant;
+}  // namespace detail
+
+// One peer's access to some blocks of a pool for one request, until a deadline (the lease):
+// what Pool::grant returns. Its metadata is the only key to those blocks for that request; the
+// owner (tcp, shm) or the NIC (verbs: memory windows bound to exactly those blocks on the
+// peer's QP) refuses a transfer outside them, after release(), or after the lease, before any
+// byte lands. Move-only; dropping it releases it.
+class [[nodiscard("dropping it releases the blocks at once")]] MEMWIRE_API BlockGrant {
+ public:
+  BlockGrant(BlockGrant &&) noexcept;
+  BlockGrant& operator=(BlockGrant&&) noexcept;
+  BlockGrant(const BlockGrant&) = delete;
+  BlockGrant& operator=(const BlockGrant&) = delete;
+  ~BlockGrant();
+
+  // For the peer: the pool's metadata with this grant's own token and its scope.
+  const PoolMetadata& metadata() const noexcept { return *metadata_; }
+  const std::string& peer() const noexcept;
+  const std::string& request() const noexcept;
+  std::chrono::steady_clock::time_point expires_at() const noexcept;
+
+  // Ends the grant: from now on its token is refused ("blocks released by the owner for request
+  // X", with `reason` when given), requests under way finish landing (or their connection is
+  // cut after the pool's grace) before this returns, the waits for the tags of its open
+  // transfers end with Error{Cancelled}, and on verbs its windows are invalidated. The blocks
+  // are the owner's again once it returns. Idempotent: false when it had ended already.
+  bool release(std::string_view reason = {});
+  bool released() const noexcept;
+
+ private:
+  friend class Pool;
+  BlockGrant(std::shared_ptr<detail::RequestGrant> grant, PoolMetadata metadata);
+  std::shared_ptr<detail::RequestGrant> grant_;
+  std::weak_ptr<detail::Registration> pool_;  // releases through it while it lives
+  std::unique_ptr<PoolMetadata> metadata_;
+};
+
+}  // namespace memwire

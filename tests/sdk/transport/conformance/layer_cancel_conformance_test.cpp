@@ -1,0 +1,132 @@
+// Ending a layer stream early (issue 32 item 3): decode's abort() releases the request's grant,
+// so prefill's transfers of it fail at once with Cancelled (not at their deadline) and no late
+// byte lands; prefill's cancel() ends decode's waits with Cancelled and its reason, not
+// PeerLost.
+#include <future>
+#include <thread>
+
+#include "sdk/transport/conformance/transport_conformance.hpp"
+#include "support/error_code_of.hpp"
+#include "support/raw_stream_peer.hpp"
+
+using namespace memwire;
+using namespace memwire::test_support;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::size_t kBlock = 4096;
+constexpr std::size_t kBlocks = 8;
+
+struct Blocks {
+  explicit Blocks(char fill) : memory(kBlocks * kBlock, static_cast<std::byte>(fill)) {}
+  std::vector<BlockRegion> regions() { return {{memory.data(), kBlock, 0, kBlocks, {}}}; }
+  bool block_is(std::size_t index, char value) const {
+    for (std::size_t i = 0; i < kBlock; ++i)
+      if (memory[index * kBlock + i] != static_cast<std::byte>(value)) return false;
+    return true;
+  }
+  std::vector<std::byte> memory;
+};
+
+// The error `call` throws.
+Error error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& error) {
+    return error;
+  }
+  ADD_FAILURE() << "nothing thrown";
+  return Error(ErrorCode::Protocol, "nothing thrown");
+}
+
+class LayerCancel : public TransportConformance {
+ protected:
+  ConnectorOptions named(const std::string& name) const {
+    auto options = this->options();
+    options.name = name;
+    return options;
+  }
+};
+
+TEST_P(LayerCancel, AbortReleasesTheGrantAndTheSendersTransfersFailAtOnce) {
+  Connector decode(named("decode")), prefill(named("prefill"));
+  Blocks there(0), here('p');
+  auto pool = decode.register_pool(there.regions());
+  auto local = prefill.register_pool(here.regions());
+  LayerReceiver receive(pool, pool.grant("prefill", "req-7", {0, 1, 2, 3}, Access::Write, 30s),
+                        "req-7");
+  LayerSender send(prefill, local, receive.grant_metadata(), "req-7");
+  send.send(0, {{0, 0}});
+  receive.wait(0, 20s);
+  EXPECT_TRUE(there.block_is(0, 'p'));
+
+  receive.abort("decode evicted the request");
+  const auto started = std::chrono::steady_clock::now();
+  send.send(1, {{1, 1}});
+  const auto failure = error_of([&] { send.finish(30s); });
+  EXPECT_EQ(failure.code(), ErrorCode::Cancelled) << failure.what();
+  EXPECT_NE(std::string(failure.what()).find("blocks released by the owner for request req-7"),
+            std::string::npos)
+      << failure.what();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 10s)
+      << "failed at its deadline, not at once";
+  EXPECT_TRUE(there.block_is(1, 0)) << "a byte landed after the abort";
+  const auto waited = error_of([&] { receive.wait(1, 5s); });
+  EXPECT_EQ(waited.code(), ErrorCode::Cancelled) << waited.what();
+  EXPECT_NE(std::string(waited.what()).find("decode evicted the request"), std::string::npos);
+}
+
+TEST_P(LayerCancel, AbortEndsTheReceiversWaitsOnOtherThreads) {
+  Connector decode(named("decode"));
+  Blocks there(0);
+  auto pool = decode.register_pool(there.regions());
+  LayerReceiver receive(pool, pool.grant("prefill", "req-5", {0}, Access::Write, 30s), "req-5");
+  auto waiting =
+      std::async(std::launch::async, [&] { return error_of([&] { receive.wait(5, 30s); }); });
+  std::this_thread::sleep_for(100ms);
+  receive.abort("client went away");
+  ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
+  const auto error = waiting.get();
+  EXPECT_EQ(error.code(), ErrorCode::Cancelled) << error.what();
+  EXPECT_NE(std::string(error.what()).find("client went away"), std::string::npos);
+}
+
+TEST_P(LayerCancel, ACancelledSenderSendsNothingMore) {
+  Connector decode(named("decode")), prefill(named("prefill"));
+  Blocks there(0), here('p');
+  auto pool = decode.register_pool(there.regions());
+  auto local = prefill.register_pool(here.regions());
+  LayerSender send(prefill, local, pool.metadata(), "req-3");
+  send.cancel("prefill preempted");
+  EXPECT_EQ(error_code_of([&] { send.send(0, {{0, 0}}); }), ErrorCode::Cancelled);
+  EXPECT_EQ(error_code_of([&] { send.finish(1s); }), ErrorCode::Cancelled);
+  EXPECT_TRUE(there.block_is(0, 0));
+}
+
+MEMWIRE_CONFORMANCE_SUITE(LayerCancel);
+
+// The frames of a sender's cancel, played by hand over tcp: a layer whose transfer was admitted
+// and then ended with code Cancelled. Every wait of the stream ends with Cancelled and the
+// sender's reason (before, it was PeerLost, and only that layer's wait ended).
+TEST(LayerCancelFrames, ASendersCancelEndsTheStreamsWaitsWithCancelledAndItsReason) {
+  Connector decode(conformance_options("tcp"));
+  Blocks there(0);
+  auto pool = decode.register_pool(there.regions());
+  LayerReceiver receive(pool, "req-8");
+  RawStreamPeer raw(pool.metadata());
+  raw.hello("prefill");
+  raw.pool_request(detail::FrameType::PoolWriteRequest, 1, {{0, 0, kBlock, kBlock}}, "req-8/3", 0,
+                   std::vector<std::byte>(kBlock, std::byte{'p'}));
+  EXPECT_EQ(raw.answer().first, 0);
+  raw.pool_end(1, wire_code(ErrorCode::Cancelled), "prefill lost its GPU");
+  EXPECT_EQ(raw.answer().first, 0);
+  for (std::uint32_t layer : {3u, 4u}) {
+    const auto error = error_of([&] { receive.wait(layer, 5s); });
+    EXPECT_EQ(error.code(), ErrorCode::Cancelled) << "layer " << layer << ": " << error.what();
+    EXPECT_NE(std::string(error.what()).find("prefill lost its GPU"), std::string::npos)
+        << error.what();
+  }
+}
+
+}  // namespace
