@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -37,6 +38,11 @@ class CudaStaging {
   void copy_to_host() const;    // device -> stand-ins
   void copy_to_device() const;  // stand-ins -> device
 
+  // A same-host writer wrote the device memory itself (CUDA IPC, the owner copying): the
+  // stand-ins hold nothing newer, and the completion must not copy them over the device.
+  void note_written_on_device() const noexcept { written_on_device_ = true; }
+  bool written_on_device() const noexcept { return written_on_device_; }
+
  private:
   const CudaDriver& driver_;
   std::vector<Descriptor> device_;
@@ -48,6 +54,7 @@ class CudaStaging {
   void copy(bool to_device) const;
   std::uint64_t bytes_ = 0;
   std::shared_ptr<PinnedPool> pool_;
+  mutable std::atomic<bool> written_on_device_{false};
 };
 
 }  // namespace memwire::detail

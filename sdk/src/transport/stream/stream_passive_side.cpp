@@ -261,8 +261,10 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
                             "only a tagged pool write ends its transfer in its request");
   if (tag.find('\0') != std::string::npos)
     return refuse_malformed(connection, answer_type, header, "a tag holding a NUL byte");
-  const bool ipc = pool_frame && (header.flags & frame_flags::kCudaIpc) != 0;
-  std::vector<FrameIpcAllocation> table(ipc ? as_pool(header).ipc_allocations : 0);
+  const bool ipc = (header.flags & frame_flags::kCudaIpc) != 0;
+  std::vector<FrameIpcAllocation> table(!ipc         ? 0
+                                        : pool_frame ? as_pool(header).ipc_allocations
+                                                     : header.ipc_allocations);
   if (ipc && !connection.receive(table.data(), table.size() * sizeof(FrameIpcAllocation))) return;
   if (ipc && !cross)
     return refuse_malformed(connection, answer_type, header,
