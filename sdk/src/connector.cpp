@@ -151,9 +151,11 @@ class Connector::Impl {
     check_local(local);
     const auto ttl = context_.options.metadata_ttl;
     const std::int64_t expires = ttl.count() > 0 ? unix_now_ms() + ttl.count() : 0;
-    // CUDA memory: the transports serve pinned host stand-ins; a readable's are filled now.
+    // CUDA memory: the transports serve pinned host stand-ins. A readable's are filled now when
+    // verbs may read them (no owner sees those reads), else by the first request that reads
+    // them (none through CUDA IPC does: that copies the device memory itself).
     auto staging = stage(local);
-    if (staging && kind == OperationKind::Read) staging->copy_to_host();
+    if (staging && kind == OperationKind::Read && runs_verbs()) staging->copy_to_host();
     auto registration = std::make_shared<detail::Registration>(
         kind, staging ? staging->host() : std::move(local), expires, context_.registrations,
         context_.options.connect_timeout);
@@ -406,6 +408,12 @@ class Connector::Impl {
       if (region.device.kind() != DeviceKind::Cuda) return false;
     for (auto [transport, offer] : candidates(remote.endpoint()))
       if (transport->serves_pools()) return transport->name() == "shm";
+    return false;
+  }
+
+  bool runs_verbs() const {
+    for (const auto& transport : transports_)
+      if (transport->name() == "verbs") return true;
     return false;
   }
 
