@@ -10,7 +10,10 @@
 //   read, against cuMemcpyDtoD of 256 MiB in one process;
 // - shm, 128 random 64 KiB GPU blocks, against 128 consecutive ones (one 8 MiB IPC copy);
 // - tcp, the same two patterns GPU pool -> GPU pool (staged through pinned host memory on both
-//   sides) against host pool -> host pool, in the same run.
+//   sides) against host pool -> host pool, in the same run;
+// - shm, one-shot 256 MiB gpu->gpu (CUDA IPC): the owner creates a readable (or writable) over
+//   its GPU memory for each trial, the peer reads (writes) it from GPU memory; timed from the
+//   metadata's arrival to the peer's completion.
 // The last line is everything as JSON.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,8 +74,21 @@ int run_owner(int in, int out) {
   for (const auto* pool : {&gpu_big, &gpu_small, &host_big, &host_small})
     lines += pool->metadata().to_json() + "\n";
   if (::write(out, lines.data(), lines.size()) != static_cast<ssize_t>(lines.size())) return 1;
-  char quit[8];
-  (void)::read(in, quit, sizeof quit);
+  // One-shot operations on request: "r" a readable, "w" a writable over `big`, each line of
+  // metadata answered; "q" ends.
+  char command = 0;
+  while (::read(in, &command, 1) == 1 && command != 'q') {
+    const Descriptor memory(big, kBig, Device::parse("cuda:0"));
+    auto serve = [&](auto operation) {
+      const auto line = operation.metadata().to_json() + "\n";
+      if (::write(out, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return false;
+      operation.wait_for_completion(60s);
+      return true;
+    };
+    if (!(command == 'r' ? serve(owner.create_readable({memory}))
+                         : serve(owner.create_writable({memory}))))
+      return 1;
+  }
   cuda.free_device(big);
   cuda.free_device(small);
   return 0;
@@ -222,7 +238,42 @@ int main(int argc, char** argv) {
       verified(peer, gpu_small, gpu_check, remote[1], pairs, prefix + "gpu blocks " + what);
     }
   }
-  (void)::write(to_owner[1], "quit", 4);
+  {
+    // One-shot, 256 MiB, GPU memory at both ends of one host (CUDA IPC).
+    Connector peer(over({"shm"}));
+    std::string pending;
+    auto one_shot = [&](char command) {
+      if (::write(to_owner[1], &command, 1) != 1) std::exit(1);
+      while (pending.find('\n') == std::string::npos) {
+        const auto got = ::read(from_owner[0], chunk, sizeof chunk);
+        if (got <= 0) std::exit(1);
+        pending.append(chunk, static_cast<std::size_t>(got));
+      }
+      const auto end = pending.find('\n');
+      const auto metadata = RdmaMetadata::from_json(pending.substr(0, end));
+      pending.erase(0, end + 1);
+      return metadata;
+    };
+    const Descriptor local(big, kBig, Device::parse("cuda:0"));
+    auto timed = [&](char command) {
+      std::vector<double> rates;
+      for (int i = 0; i <= trials; ++i) {
+        const auto metadata = one_shot(command);
+        const auto seconds = seconds_of([&] {
+          if (command == 'r')
+            peer.begin_read(metadata, {local}).wait_for_completion(60s);
+          else
+            peer.begin_write({local}, metadata).wait_for_completion(60s);
+        });
+        if (i > 0) rates.push_back(kBig / seconds / 1e9);  // the first is the warm-up
+      }
+      std::sort(rates.begin(), rates.end());
+      return rates[rates.size() / 2];
+    };
+    row("shm one-shot gpu<-gpu read 256 MiB", timed('r'));
+    row("shm one-shot gpu->gpu write 256 MiB", timed('w'));
+  }
+  (void)::write(to_owner[1], "q", 1);
   int status = 0;
   ::waitpid(child, &status, 0);
   report["failures"] = failures;

@@ -84,6 +84,15 @@ class ActiveTransfer final : public OperationCore {
   // A transfer between pools (set before it starts), or null for a one-shot operation.
   void move_blocks(BlockPlan plan) { blocks_ = std::make_unique<const BlockPlan>(std::move(plan)); }
   const BlockPlan* blocks() const noexcept { return blocks_.get(); }
+  // The GPU memory that the owner copies through CUDA IPC: a pool transfer's (see BlockPlan)
+  // or a one-shot operation's on one host (its local() are then device memory). Null when
+  // nothing goes through CUDA IPC. A one-shot's is set before the transfer starts.
+  void copy_through_cuda_ipc(std::shared_ptr<const GpuPoolMemory> gpu) {
+    cuda_ipc_ = std::move(gpu);
+  }
+  const GpuPoolMemory* cuda_ipc() const noexcept {
+    return blocks_ ? blocks_->cuda_ipc.get() : cuda_ipc_.get();
+  }
   const Id128& key() const noexcept { return key_; }
   const Id128& token() const noexcept { return token_; }
   // Guards the local buffers: a transport pins it while it moves bytes in or out of them.
@@ -116,6 +125,7 @@ class ActiveTransfer final : public OperationCore {
   std::function<void(const Error&)> notify_failure_;
   std::shared_ptr<const CudaStaging> staging_;
   std::unique_ptr<const BlockPlan> blocks_;
+  std::shared_ptr<const GpuPoolMemory> cuda_ipc_;  // a one-shot operation's (see cuda_ipc())
 };
 
 }  // namespace memwire::detail

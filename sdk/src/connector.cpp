@@ -152,9 +152,11 @@ class Connector::Impl {
     check_local(local);
     const auto ttl = context_.options.metadata_ttl;
     const std::int64_t expires = ttl.count() > 0 ? unix_now_ms() + ttl.count() : 0;
-    // CUDA memory: the transports serve pinned host stand-ins; a readable's are filled now.
+    // CUDA memory: the transports serve pinned host stand-ins. A readable's are filled now when
+    // verbs may read them (no owner sees those reads), else by the first request that reads
+    // them (none through CUDA IPC does: that copies the device memory itself).
     auto staging = stage(local);
-    if (staging && kind == OperationKind::Read) staging->copy_to_host();
+    if (staging && kind == OperationKind::Read && runs_verbs()) staging->copy_to_host();
     auto registration = std::make_shared<detail::Registration>(
         kind, staging ? staging->host() : std::move(local), expires, context_.registrations,
         context_.options.connect_timeout);
@@ -201,12 +203,15 @@ class Connector::Impl {
                                                        std::vector<Descriptor> local) {
     check_local(local);
     check_pairing(kind, remote, local);
-    // CUDA memory: the transports move pinned host stand-ins; a write's are filled now.
-    auto staging = stage(local);
+    // CUDA memory: copied by a same-host owner through CUDA IPC, else the transports move
+    // pinned host stand-ins (a write's are filled now).
+    auto ipc = one_shot_cuda_ipc(local, remote);
+    auto staging = ipc ? nullptr : stage(local);
     if (staging && kind == OperationKind::Write) staging->copy_to_host();
     auto transfer = std::make_shared<detail::ActiveTransfer>(kind, std::move(local), remote,
                                                              context_.options.connect_timeout);
     if (staging) transfer->stage_through(staging);
+    if (ipc) transfer->copy_through_cuda_ipc(std::move(ipc));
     const auto& peer = remote.endpoint().connector;
     const auto& key = remote.notification_key();
     transfer->observe(observation(detail::Side::Active, total_bytes(transfer->local()), key, peer));
@@ -406,6 +411,45 @@ class Connector::Impl {
     for (auto [transport, offer] : candidates(remote.endpoint()))
       if (transport->serves_pools()) return transport->name() == "shm";
     return false;
+  }
+
+  bool runs_verbs() const {
+    for (const auto& transport : transports_)
+      if (transport->name() == "verbs") return true;
+    return false;
+  }
+
+  // The local GPU memory of a one-shot operation that the owner copies through CUDA IPC, or
+  // null: every local and remote descriptor is GPU memory, the best transport both run is shm,
+  // its offer says the owner takes CUDA IPC requests, and each local allocation has a handle.
+  std::shared_ptr<const detail::GpuPoolMemory> one_shot_cuda_ipc(
+      const std::vector<Descriptor>& local, const RdmaMetadata& remote) {
+    for (const auto& descriptor : local)
+      if (descriptor.device().kind() != DeviceKind::Cuda) return nullptr;
+    for (const auto& descriptor : remote.descriptors())
+      if (descriptor.device.kind() != DeviceKind::Cuda) return nullptr;
+    const auto shared = candidates(remote.endpoint());
+    if (shared.empty() || shared.front().first->name() != "shm") return nullptr;
+    const auto& attributes = shared.front().second->attributes;
+    const auto said = attributes.find(detail::kCudaIpcAttribute);
+    if (said == attributes.end() || said->second != detail::kCudaIpcAttributeValue) return nullptr;
+    // Each descriptor a region of one block, checked against the driver as a pool's are.
+    std::vector<BlockRegion> regions;
+    regions.reserve(local.size());
+    for (const auto& descriptor : local)
+      regions.push_back({descriptor.ptr(), descriptor.size(), 0, 1, descriptor.device()});
+    std::shared_ptr<const detail::GpuPoolMemory> gpu;
+    try {
+      gpu = std::make_shared<detail::GpuPoolMemory>(regions, context_.options.cuda_staging_limit);
+    } catch (const Error&) {
+      return nullptr;  // staged instead, whose checks say what is wrong with the memory
+    }
+    if (!gpu->ipc_ready()) return nullptr;
+    events_->write(LogLevel::Debug, "cuda_ipc",
+                   std::to_string(total_bytes(local)) + " bytes of " +
+                       local.front().device().to_string() +
+                       " memory copied by the owner through CUDA IPC");
+    return gpu;
   }
 
   // Pinned host stand-ins for CUDA descriptors (null for host memory), logged so that the

@@ -123,7 +123,7 @@ void Registration::claim_remote_completion(const Id128& token) {
   if (!gate_.is_open() || is_terminal(status()) || completing_.exchange(true))
     throw Error(ErrorCode::Cancelled, "operation already ended on the owner's side");
   // The written bytes reach the device before the writer hears they landed.
-  if (staging_ && kind() == OperationKind::Write) {
+  if (staging_ && kind() == OperationKind::Write && !staging_->written_on_device()) {
     try {
       staging_->copy_to_device();
     } catch (const Error& error) {

@@ -92,6 +92,8 @@ class Registration final : public OperationCore {
   // CUDA memory: the transports serve the staging's host stand-ins (descriptors()), and a
   // writable copies them to the device before it completes. Set before it is shared.
   void stage_through(std::shared_ptr<const CudaStaging> staging) { staging_ = std::move(staging); }
+  // The CUDA memory behind the stand-ins (null for host memory and pools).
+  const CudaStaging* staging() const noexcept { return staging_.get(); }
 
   // A pool (set before it is shared): lives until revoked, serves any number of transfers of
   // the kinds its options allow, and is never completed or failed by a remote.

@@ -4,6 +4,8 @@
 // Prints "complete" or "error <reason>" as its last line; exit code 0 only on success.
 // MEMWIRE_PEER_SHARED=1: the buffer is a SharedBuffer (which a same-host peer maps).
 // MEMWIRE_PEER_NOFILE=N: at most N open file descriptors (RLIMIT_NOFILE), for fd exhaustion.
+// MEMWIRE_PEER_CUDA=1: the buffer is GPU memory on cuda:0 (filled and checked through host
+// copies); the peer says "error no CUDA ..." when this process has no driver.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cuda_driver.hpp"
 #include "memwire/memwire.hpp"
 #include "support/pattern.hpp"
 
@@ -21,13 +24,30 @@ using namespace memwire;
 
 namespace {
 
-int finish(Operation& operation, std::span<std::byte> buffer, bool verify, std::uint64_t seed) {
+using memwire::detail::CudaDriver;
+
+// GPU memory of this process (MEMWIRE_PEER_CUDA=1), freed with it.
+struct DeviceMemory {
+  const CudaDriver* driver = nullptr;
+  void* memory = nullptr;
+  DeviceMemory() = default;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory() {
+    if (memory != nullptr) driver->free_device(memory);
+  }
+};
+
+int finish(Operation& operation, std::span<std::byte> buffer, bool verify, std::uint64_t seed,
+           const DeviceMemory& device_memory) {
   try {
     operation.wait_for_completion(std::chrono::seconds(60));
   } catch (const Error& error) {
     std::cout << "error " << error.what() << std::endl;
     return 1;
   }
+  if (verify && device_memory.memory != nullptr)
+    device_memory.driver->copy_to_host(buffer.data(), device_memory.memory, buffer.size());
   if (verify) {
     auto bad = test_support::first_mismatch(buffer, seed);
     if (bad != buffer.size()) {
@@ -66,6 +86,7 @@ int main(int argc, char** argv) {
   }
   // MEMWIRE_TRANSPORTS and the other documented settings: a conformance case runs its peer on
   // the transport under test.
+  DeviceMemory device_memory;  // outlives the connector
   auto options = ConnectorOptions::from_environment();
   if (argc > 5) options.tcp.chunk_size = std::strtoull(argv[5], nullptr, 10);
   Connector connector(options);
@@ -80,17 +101,33 @@ int main(int argc, char** argv) {
     buffer = plain;
   }
   std::vector<Descriptor> descriptors{Descriptor(buffer)};
+  // Filled before an operation starts: a pattern written into `buffer` is copied to the GPU.
+  auto to_device = [&] {
+    if (device_memory.memory != nullptr)
+      device_memory.driver->copy_to_device(device_memory.memory, buffer.data(), buffer.size());
+  };
+  if (const char* cuda = std::getenv("MEMWIRE_PEER_CUDA"); cuda && cuda[0] == '1') {
+    device_memory.driver = CudaDriver::get();
+    if (device_memory.driver == nullptr) {
+      std::cout << "error no CUDA here: " << CudaDriver::unavailable_reason() << std::endl;
+      return 1;
+    }
+    device_memory.driver->use_device(0);
+    device_memory.memory = device_memory.driver->allocate_device(size);
+    descriptors = {Descriptor(device_memory.memory, size, Device(DeviceKind::Cuda, 0))};
+  }
   try {
     if (role == "publish") {
       if (kind == "readable") {
         test_support::fill_pattern(buffer, seed);
+        to_device();
         auto operation = connector.create_readable(descriptors);
         std::cout << operation.metadata().to_json() << std::endl;
-        return finish(operation, buffer, false, seed);
+        return finish(operation, buffer, false, seed, device_memory);
       }
       auto operation = connector.create_writable(descriptors);
       std::cout << operation.metadata().to_json() << std::endl;
-      return finish(operation, buffer, true, seed);
+      return finish(operation, buffer, true, seed, device_memory);
     }
     std::string line;
     std::getline(std::cin, line);
@@ -98,12 +135,13 @@ int main(int argc, char** argv) {
     if (kind == "read") {
       auto operation = connector.begin_read(remote, descriptors);
       std::cout << "begun" << std::endl;
-      return finish(operation, buffer, true, seed);
+      return finish(operation, buffer, true, seed, device_memory);
     }
     test_support::fill_pattern(buffer, seed);
+    to_device();
     auto operation = connector.begin_write(descriptors, remote);
     std::cout << "begun" << std::endl;
-    return finish(operation, buffer, false, seed);
+    return finish(operation, buffer, false, seed, device_memory);
   } catch (const Error& error) {
     std::cout << "error " << error.what() << std::endl;
     return 1;

@@ -72,4 +72,8 @@ void CudaStaging::copy_to_host() const { copy(false); }
 
 void CudaStaging::copy_to_device() const { copy(true); }
 
+void CudaStaging::fill_host_once() const {
+  std::call_once(filled_, [this] { copy(false); });
+}
+
 }  // namespace memwire::detail

@@ -1,7 +1,9 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "cuda/pinned_pool.hpp"
@@ -36,6 +38,15 @@ class CudaStaging {
 
   void copy_to_host() const;    // device -> stand-ins
   void copy_to_device() const;  // stand-ins -> device
+  // A readable whose every reader goes through its owner (no verbs): its stand-ins are filled
+  // at the first request that reads them rather than at its creation, so a peer that copies
+  // through CUDA IPC never waits for them. Once; a failed copy is tried again by the next.
+  void fill_host_once() const;
+
+  // A same-host writer wrote the device memory itself (CUDA IPC, the owner copying): the
+  // stand-ins hold nothing newer, and the completion must not copy them over the device.
+  void note_written_on_device() const noexcept { written_on_device_ = true; }
+  bool written_on_device() const noexcept { return written_on_device_; }
 
  private:
   const CudaDriver& driver_;
@@ -48,6 +59,8 @@ class CudaStaging {
   void copy(bool to_device) const;
   std::uint64_t bytes_ = 0;
   std::shared_ptr<PinnedPool> pool_;
+  mutable std::atomic<bool> written_on_device_{false};
+  mutable std::once_flag filled_;
 };
 
 }  // namespace memwire::detail

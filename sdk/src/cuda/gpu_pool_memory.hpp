@@ -14,6 +14,11 @@ namespace memwire::detail {
 
 class PinnedPool;
 
+// The shm offer's attribute of a one-shot operation over GPU memory whose owner copies through
+// CUDA IPC (PROTOCOL.md, "CUDA IPC"); its value is the frame version of such requests.
+inline constexpr const char* kCudaIpcAttribute = "cuda_ipc";
+inline constexpr const char* kCudaIpcAttributeValue = "2";
+
 // A pool's regions in GPU memory, all on one device, checked against the driver when the pool
 // is registered. The owner serves them with it: bytes that travel over a socket, or to a peer's
 // host memory, pass through pinned host bounce buffers. A peer side hands them to a same-host

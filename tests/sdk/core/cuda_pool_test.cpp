@@ -136,6 +136,35 @@ TEST(CudaIpcFrames, TheTableIsBoundedAndVersioned) {
   EXPECT_NE(detail::frame_header_problem(plain), std::nullopt);
 }
 
+// One-shot piece requests carry the same table, its count in the header's bytes 12-15: bounded
+// by the piece count, version 2 only; a version 2 one-shot request names its version in the
+// refusal an older build gives.
+TEST(CudaIpcFrames, OneShotRequestsCarryABoundedTableInVersion2Only) {
+  detail::FrameHeader header;
+  header.type = detail::FrameType::ReadPiecesRequest;
+  header.flags = detail::frame_flags::kCudaIpc | detail::frame_flags::kCrossMemory;
+  header.index = 3;
+  header.ipc_allocations = 1;
+  header.version = detail::kCudaIpcVersion;
+  EXPECT_EQ(detail::frame_header_problem(header), std::nullopt);
+  EXPECT_EQ(detail::piece_request_inline_bytes(header), 3 * 32 + 80u);
+  header.ipc_allocations = 4;
+  EXPECT_EQ(detail::piece_request_inline_bytes(header), 0u);
+  header.ipc_allocations = 0;
+  EXPECT_EQ(detail::piece_request_inline_bytes(header), 0u);
+  header.ipc_allocations = 1;
+  header.version = detail::FrameHeader::kVersion;
+  const auto problem = detail::frame_header_problem(header);
+  ASSERT_NE(problem, std::nullopt);
+  EXPECT_NE(problem->find("frame version 1"), std::string::npos) << *problem;
+  detail::FrameHeader plain;
+  plain.type = detail::FrameType::WritePiecesRequest;
+  plain.index = 2;
+  EXPECT_EQ(detail::piece_request_inline_bytes(plain), 2 * 32u);  // no table without the flag
+  plain.version = detail::kCudaIpcVersion;
+  EXPECT_NE(detail::frame_header_problem(plain), std::nullopt);
+}
+
 TEST(CudaPoolWithoutDriver, AGpuPoolIsRefusedWithTheReason) {
   if (CudaDriver::get() != nullptr) GTEST_SKIP() << "a CUDA driver is loaded here";
   Connector connector(only("tcp"));

@@ -33,11 +33,16 @@ std::vector<FrameIpcAllocation> ipc_allocations_for(const GpuPoolMemory& local,
 }
 
 void mark_cuda_ipc(OutFrame& frame, const std::vector<FrameIpcAllocation>& table) {
-  auto pool = as_pool(frame.header);
-  pool.version = kCudaIpcVersion;
-  pool.flags |= frame_flags::kCudaIpc;
-  pool.ipc_allocations = static_cast<std::uint32_t>(table.size());
-  frame.header = as_frame(pool);
+  const auto entries = static_cast<std::uint32_t>(table.size());
+  if (is_pool_request(frame.header.type)) {
+    auto pool = as_pool(frame.header);
+    pool.ipc_allocations = entries;
+    frame.header = as_frame(pool);
+  } else {
+    frame.header.ipc_allocations = entries;  // a one-shot piece request
+  }
+  frame.header.version = kCudaIpcVersion;
+  frame.header.flags |= frame_flags::kCudaIpc;
   frame.text.append(reinterpret_cast<const char*>(table.data()),
                     table.size() * sizeof(FrameIpcAllocation));
 }

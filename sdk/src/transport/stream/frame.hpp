@@ -57,13 +57,14 @@ inline constexpr std::uint8_t kMapped = 4;
 // A pool write request that is its transfer's last: the owner delivers the transfer's tag once
 // its bytes landed, before it answers, and no PoolEnd follows.
 inline constexpr std::uint8_t kLastOfTransfer = 2;
-// A cross-memory pool request whose pieces name the peer's GPU memory: after the tag come
-// `ipc_allocations` FrameIpcAllocations, each piece's `reserved` names one, and the owner copies
-// through the opened allocation (CUDA IPC). Only in frames of version kCudaIpcVersion.
+// A cross-memory piece request (pool or one-shot) whose pieces name the peer's GPU memory: after
+// the piece list (and a pool request's tag) come `ipc_allocations` FrameIpcAllocations, each
+// piece's `reserved` names one, and the owner copies through the opened allocation (CUDA IPC).
+// Only in frames of version kCudaIpcVersion.
 inline constexpr std::uint8_t kCudaIpc = 8;
 }  // namespace frame_flags
 
-// The frame version of pool requests that carry kCudaIpc: a build that predates it refuses the
+// The frame version of piece requests that carry kCudaIpc: a build that predates it refuses the
 // frame by its version ("frame version 2") instead of misreading its payload.
 inline constexpr std::uint8_t kCudaIpcVersion = 2;
 
@@ -81,7 +82,7 @@ struct FrameHeader {
   std::uint8_t code = 0;  // 0 = ok, else ErrorCode + 1
   std::uint8_t flags = 0;
   std::uint32_t index = 0;
-  std::uint32_t reserved2 = 0;
+  std::uint32_t ipc_allocations = 0;  // kCudaIpc piece requests: FrameIpcAllocations after the list
   std::uint64_t request_id = 0;
   std::uint64_t offset = 0;
   std::uint64_t length = 0;
@@ -163,13 +164,16 @@ inline std::uint64_t piece_list_bytes(const FrameHeader& header) {
 // when either is out of range.
 inline std::uint64_t piece_request_inline_bytes(const FrameHeader& header) {
   const auto list = piece_list_bytes(header);
-  if (list == 0 || !is_pool_request(header.type)) return list;
+  if (list == 0) return 0;
+  const bool pool_frame = is_pool_request(header.type);
   const auto pool = as_pool(header);
-  if (pool.tag_bytes > kMaxFrameTag) return 0;
-  if ((pool.flags & frame_flags::kCudaIpc) == 0) return list + pool.tag_bytes;
+  if (pool_frame && pool.tag_bytes > kMaxFrameTag) return 0;
+  const std::uint64_t tag = pool_frame ? pool.tag_bytes : 0;
+  if ((header.flags & frame_flags::kCudaIpc) == 0) return list + tag;
   // At most one allocation per piece: a hostile count costs the owner at most 80 KiB.
-  if (pool.ipc_allocations == 0 || pool.ipc_allocations > pool.piece_count) return 0;
-  return list + pool.tag_bytes + std::uint64_t{pool.ipc_allocations} * sizeof(FrameIpcAllocation);
+  const auto entries = pool_frame ? pool.ipc_allocations : header.ipc_allocations;
+  if (entries == 0 || entries > header.index) return 0;
+  return list + tag + std::uint64_t{entries} * sizeof(FrameIpcAllocation);
 }
 // Whether the pieces' lengths add up to the header's `length` (and no sum wraps around).
 inline bool pieces_add_up(const FrameHeader& header, std::span<const FramePiece> pieces) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cuda/cuda_copies.hpp"
+#include "cuda/cuda_staging.hpp"
 #include "cuda/gpu_pool_memory.hpp"
 #include "pool_state.hpp"
 #include "registration.hpp"
@@ -13,13 +14,12 @@
 
 namespace memwire::detail {
 
-OpenedAllocation StreamPassiveSide::open_peer_allocation(const GpuPoolMemory& gpu,
+OpenedAllocation StreamPassiveSide::open_peer_allocation(const CudaDriver& driver, int ordinal,
                                                          const FrameIpcAllocation& entry) {
-  const auto& driver = gpu.driver();
   if (peer_process_ == ::getpid()) {
     // A peer in this very process: the driver opens no handle of its own process, and the
     // peer's addresses are ours. What the driver says of the allocation is still what counts.
-    driver.use_device(gpu.ordinal());
+    driver.use_device(ordinal);
     const auto allocation = driver.allocation_of(reinterpret_cast<const void*>(entry.base));
     if (allocation.base != entry.base)
       throw Error(ErrorCode::AccessDenied, "the address is not the start of an allocation");
@@ -27,7 +27,7 @@ OpenedAllocation StreamPassiveSide::open_peer_allocation(const GpuPoolMemory& gp
   }
   CudaDriver::IpcHandle handle;
   std::memcpy(handle.bytes, entry.handle, sizeof handle.bytes);
-  const auto mapping = ipc_mappings_.open(driver, gpu.ordinal(), handle);
+  const auto mapping = ipc_mappings_.open(driver, ordinal, handle);
   return {mapping->base(), mapping->size()};
 }
 
@@ -38,16 +38,32 @@ void StreamPassiveSide::serve_gpu_pieces(StreamConnection& connection, const Fra
                                          std::vector<iovec> memory, std::uint64_t& unread) {
   const bool writing = is_write_request(header.type);
   const bool cross = (header.flags & frame_flags::kCrossMemory) != 0;
-  const auto gpu = registration->pool()->gpu();
+  const auto gpu = registration->pool() ? registration->pool()->gpu() : nullptr;
   OutFrame response;
   response.header.type = writing ? FrameType::WriteResponse : FrameType::ReadResponse;
   response.header.request_id = header.request_id;
   if (!table.empty()) {
-    if (!gpu) throw Error(ErrorCode::Protocol, "a CUDA IPC request for a pool in host memory");
+    // The device memory the pieces name, and its GPU: a pool's blocks, or the device memory
+    // behind a one-shot operation's stand-ins (same descriptors, same offsets).
+    const auto* staging = registration->staging();
+    if (!gpu && staging == nullptr)
+      throw Error(ErrorCode::Protocol, "a CUDA IPC request for memory that is not on a GPU");
+    const auto& driver = gpu ? gpu->driver() : CudaStaging::require_driver();
+    int ordinal = gpu ? gpu->ordinal() : -1;
+    if (!gpu) {
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
+        const auto& device = staging->device()[pieces[i].index];
+        if (ordinal >= 0 && device.device().id() != ordinal)
+          throw Error(ErrorCode::InvalidArgument,
+                      "a CUDA IPC request across two GPUs of this operation");
+        ordinal = device.device().id();
+        memory[i].iov_base = static_cast<std::byte*>(device.ptr()) + pieces[i].offset;
+      }
+    }
     check_cross_memory();
     // Every piece checked, and every allocation opened, before a byte moves.
     const auto places = place_ipc_pieces(pieces, table, [&](const FrameIpcAllocation& entry) {
-      return open_peer_allocation(*gpu, entry);
+      return open_peer_allocation(driver, ordinal, entry);
     });
     auto pin = registration->admit(transport_);
     touch(registration);
@@ -58,7 +74,9 @@ void StreamPassiveSide::serve_gpu_pieces(StreamConnection& connection, const Fra
       runs.push_back(writing ? CopyRun{memory[i].iov_base, places[i], memory[i].iov_len}
                              : CopyRun{places[i], memory[i].iov_base, memory[i].iov_len});
     // Waited for here: the answer (and a tag behind it) says the bytes are in place.
-    copy_runs(gpu->driver(), gpu->ordinal(), runs);
+    copy_runs(driver, ordinal, runs);
+    // A one-shot writable's device memory is now newer than its stand-ins.
+    if (writing && staging != nullptr) staging->note_written_on_device();
     { auto copied = std::move(pin); }
     if (!writing) response.header.flags = frame_flags::kCrossMemory;
     return finish_request(connection, header, registration, std::move(response));

@@ -1,5 +1,6 @@
 #include "transport/stream/stream_passive_side.hpp"
 
+#include "cuda/cuda_staging.hpp"
 #include "peer_name.hpp"
 #include "pool_state.hpp"
 #include "registration.hpp"
@@ -124,6 +125,16 @@ void StreamPassiveSide::on_frame(StreamConnection& connection, const FrameHeader
   }
 }
 
+namespace {
+// A GPU readable's stand-ins, filled before the first request that reads them (not one through
+// CUDA IPC: that copies the device memory itself).
+void fill_stand_ins(const Registration& registration) {
+  if (const auto* staging = registration.staging();
+      staging != nullptr && registration.kind() == OperationKind::Read)
+    staging->fill_host_once();
+}
+}  // namespace
+
 void StreamPassiveSide::check_cross_memory() const {
   if (peer_process_ == 0)
     throw Error(ErrorCode::Protocol, "cross-memory request from a peer of unknown process");
@@ -162,6 +173,7 @@ void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHead
     if (registration->pool()) throw not_a_pool_frame();
     auto access = registration->check_access(header.token, OperationKind::Read, header.index,
                                              header.offset, header.length, transport_);
+    fill_stand_ins(*registration);
     touch(registration);
     registration->note_moved(header.length);
     OutFrame response;
@@ -274,8 +286,10 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
                             "only a tagged pool write ends its transfer in its request");
   if (tag.find('\0') != std::string::npos)
     return refuse_malformed(connection, answer_type, header, "a tag holding a NUL byte");
-  const bool ipc = pool_frame && (header.flags & frame_flags::kCudaIpc) != 0;
-  std::vector<FrameIpcAllocation> table(ipc ? as_pool(header).ipc_allocations : 0);
+  const bool ipc = (header.flags & frame_flags::kCudaIpc) != 0;
+  std::vector<FrameIpcAllocation> table(!ipc         ? 0
+                                        : pool_frame ? as_pool(header).ipc_allocations
+                                                     : header.ipc_allocations);
   if (ipc && !connection.receive(table.data(), table.size() * sizeof(FrameIpcAllocation))) return;
   if (ipc && !cross)
     return refuse_malformed(connection, answer_type, header,
@@ -299,6 +313,7 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
     if (ipc || (pool_frame && registration->pool()->gpu()))
       return serve_gpu_pieces(connection, header, registration, pieces, table, std::move(memory),
                               unread);
+    fill_stand_ins(*registration);
     OutFrame response;
     response.header.type = answer_type;
     response.header.request_id = header.request_id;

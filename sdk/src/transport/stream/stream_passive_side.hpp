@@ -17,6 +17,7 @@
 namespace memwire::detail {
 
 class Registration;
+class CudaDriver;
 class GpuPoolMemory;
 
 // Serves one accepted connection: checks every request against the live registration before
@@ -79,7 +80,8 @@ class StreamPassiveSide final : public FrameHandler {
                         std::span<const FrameIpcAllocation> table, std::vector<iovec> memory,
                         std::uint64_t& unread);
   // The peer's allocation a table entry names, opened here once per connection.
-  OpenedAllocation open_peer_allocation(const GpuPoolMemory& gpu, const FrameIpcAllocation& entry);
+  OpenedAllocation open_peer_allocation(const CudaDriver& driver, int ordinal,
+                                        const FrameIpcAllocation& entry);
   // Copies a checked cross-memory piece request's bytes; throws when the kernel refuses.
   void copy_pieces(const FrameHeader& header, std::span<const FramePiece> pieces,
                    std::vector<iovec>& memory, OutFrame& response);

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/gpu_pool_memory.hpp"
 #include "registration.hpp"
 #include "transport/stream/cuda_ipc_request.hpp"
 #include "transport/stream/event_loop.hpp"
@@ -77,7 +78,16 @@ class StreamTransport final : public Transport {
   }
 
   std::string_view name() const override { return settings_.name; }
-  TransportOffer offer(Registration&) override { return settings_.offer; }
+  TransportOffer offer(Registration& registration) override {
+    // A one-shot operation over GPU memory, on a transport of one host: its owner copies
+    // through CUDA IPC for a peer whose memory is on a GPU too. Said in the offer, so that a
+    // peer never sends such requests to an owner that predates them (PROTOCOL.md).
+    if (!settings_.cross_memory || registration.staging() == nullptr) return settings_.offer;
+    auto offer = settings_.offer;
+    static_assert(kCudaIpcVersion == 2, "kCudaIpcAttributeValue says the version");
+    offer.attributes[kCudaIpcAttribute] = kCudaIpcAttributeValue;
+    return offer;
+  }
   bool can_reach(const TransportOffer& offer) const override { return settings_.can_reach(offer); }
 
   bool serves_pools() const override { return true; }
@@ -86,9 +96,10 @@ class StreamTransport final : public Transport {
                     const TransportOffer& offer) override {
     const auto* blocks = transfer->blocks();
     // Planned for CUDA IPC (the same host over shm): no other path reaches its device memory.
-    if (blocks && blocks->cuda_ipc && !settings_.cross_memory)
+    const bool cuda_ipc = transfer->cuda_ipc() != nullptr;
+    if (cuda_ipc && !settings_.cross_memory)
       return StartResult::cannot(
-          "a GPU pool transfer planned for CUDA IPC needs shm; move it again to stage it");
+          "a GPU transfer planned for CUDA IPC needs shm; start it again to stage it");
     std::string unusable;
     auto connections = connections_to(offer.address, unusable);
     if (connections.empty()) return StartResult::cannot(unusable);
@@ -115,8 +126,8 @@ class StreamTransport final : public Transport {
     // add round trips, so requests are cut only by their piece count.
     constexpr auto kWhole = std::uint64_t{1} << 62;
     const auto requests =
-        blocks ? plan_requests(blocks->segments, blocks->cuda_ipc ? kWhole : chunk_size)
-               : plan_requests(one_shot_segments(*transfer), chunk_size);
+        blocks ? plan_requests(blocks->segments, cuda_ipc ? kWhole : chunk_size)
+               : plan_requests(one_shot_segments(*transfer), cuda_ipc ? kWhole : chunk_size);
     add_breaker(*transfer, *state, connections, first, requests.size());
     state->chunks_left = requests.size();
     state->single_request = requests.size() == 1 && !blocks;
@@ -133,7 +144,7 @@ class StreamTransport final : public Transport {
     };
     for (std::size_t n = 0; n < requests.size(); ++n) {
       auto& connection = *connections[(first + n) % connections.size()];
-      const bool sent = requests[n].pieces.size() == 1 && !blocks
+      const bool sent = requests[n].pieces.size() == 1 && !blocks && !cuda_ipc
                             ? send_chunk(connection, state, requests[n], reading)
                             : send_pieces(connection, state, requests[n], reading);
       if (!sent) {
@@ -212,7 +223,7 @@ class StreamTransport final : public Transport {
   bool send_pieces(OutboundConnection& connection, const std::shared_ptr<StreamTransfer>& state,
                    const Request& request, bool reading) {
     const auto& transfer = state->transfer;
-    const auto* gpu = transfer->blocks() ? transfer->blocks()->cuda_ipc.get() : nullptr;
+    const auto* gpu = transfer->cuda_ipc();
     // Through CUDA IPC, the owner copies however small the request: no other path exists.
     const bool cross = gpu != nullptr || cross_memory(request.length);
     std::vector<FramePiece> pieces;
