@@ -164,21 +164,25 @@ std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_to(Connection& connection,
         registration.pool() ? std::string() : peer_of(connection) + "/" + notice.text;
     auto grant = access->grant(registration, connection.rail, engine_.rail(connection.rail).device,
                                connection.own_protection_domain(), claimant, connection.serial);
-    // A bind that stalls when the grant ends closes this connection (AccessGrant::invalidate).
-    if (const auto found = engine_.connections().find(connection.id());
-        found != engine_.connections().end())
-      grant->on_stalled_bind(
-          engine_.later([this, weak = std::weak_ptr(found->second), held = std::weak_ptr(grant)] {
-            const auto connection = weak.lock();
-            const auto grant = held.lock();
-            if (connection && grant)
-              engine_.close_if_bind_stalls(connection, grant, grant->close_deadline());
-          }));
+    close_on_stalled_bind(connection, grant);
     return grant;
   } catch (const Error& error) {
     reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
     return nullptr;
   }
+}
+
+void VerbsPassiveSide::close_on_stalled_bind(Connection& connection,
+                                             const std::shared_ptr<AccessGrant>& grant) {
+  const auto found = engine_.connections().find(connection.id());
+  if (found == engine_.connections().end()) return;
+  grant->on_stalled_bind(
+      engine_.later([this, weak = std::weak_ptr(found->second), held = std::weak_ptr(grant)] {
+        const auto connection = weak.lock();
+        const auto grant = held.lock();
+        if (connection && grant)
+          engine_.close_if_bind_stalls(connection, grant, grant->close_deadline());
+      }));
 }
 
 std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_request(
@@ -197,15 +201,7 @@ std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_request(
     auto grant =
         access->grant_ranges(registration, connection.rail, engine_.rail(connection.rail).device,
                              connection.own_protection_domain(), ranges, kind);
-    if (const auto found = engine_.connections().find(connection.id());
-        found != engine_.connections().end())
-      grant->on_stalled_bind(
-          engine_.later([this, weak = std::weak_ptr(found->second), held = std::weak_ptr(grant)] {
-            const auto connection = weak.lock();
-            const auto grant = held.lock();
-            if (connection && grant)
-              engine_.close_if_bind_stalls(connection, grant, grant->close_deadline());
-          }));
+    close_on_stalled_bind(connection, grant);
     // Released: the windows go (AccessGrant::invalidate); the lease: the engine's timer.
     request->on_release([held = std::weak_ptr(grant)] {
       if (auto grant = held.lock()) grant->invalidate();

@@ -43,6 +43,8 @@ class VerbsPassiveSide {
   std::shared_ptr<AccessGrant> grant_request(Connection& connection, const Notice& notice,
                                              Registration& registration,
                                              const std::shared_ptr<RequestGrant>& request);
+  // A bind that stalls when `grant` ends closes this connection (AccessGrant::invalidate).
+  void close_on_stalled_bind(Connection& connection, const std::shared_ptr<AccessGrant>& grant);
   // A pool's Begin: its keys granted to this connection once, then answered from that grant.
   void on_pool_begin(Connection& connection, const Notice& notice,
                      const std::shared_ptr<Registration>& registration);
