@@ -109,7 +109,7 @@ class Worker {
   std::deque<std::string> stash_;
 };
 
-// The words of a line after its first `skip` ones, and the words themselves.
+// A line's words, and the text after its first `skip` words (metadata, error messages).
 std::vector<std::string> words(const std::string& line) {
   std::vector<std::string> out;
   std::istringstream in(line);
@@ -150,6 +150,7 @@ int schedule(bool grants) {
     prefill.send("prefill " + request + " " + join_ids(ids) + " " + std::to_string(stall_after) +
                  " " + metadata);
   };
+  int corrupt = 0;  // requests whose KV held bytes not their own
   const auto outcome = [&](const std::string& request) {
     const auto line = decode.await(
         {"received " + request + " ", "aborted " + request + " ", "corrupt " + request + " "});
@@ -158,7 +159,8 @@ int schedule(bool grants) {
     if (word[0] == "aborted")
       return "aborted by decode after layer " + word[2] + " (abort took " + ms(word[3], 2) +
              "); its blocks go to the next request at once";
-    return "CORRUPT on arrival: " + rest_after(line, 2);
+    ++corrupt;
+    return "CORRUPT on arrival, " + rest_after(line, 2);
   };
 
   const std::vector<std::uint64_t> first_ids{0, 1, 2, 3}, second_ids{4, 5, 6, 7};
@@ -182,7 +184,6 @@ int schedule(bool grants) {
   }
 
   decode.send("verify");
-  int corrupt = 0;
   std::string report;
   for (;;) {
     const auto line = decode.await({"intact ", "corrupt ", "verified "});
@@ -194,7 +195,6 @@ int schedule(bool grants) {
     report += (report.empty() ? "" : "; ") + word[1] +
               (word[0] == "intact" ? " intact" : " CORRUPT, " + rest_after(line, 2));
   }
-  if (req2.starts_with("CORRUPT")) ++corrupt;
   std::cout << "decode's check of the finished requests' KV: " << report << "\n";
   prefill.stop();  // decode keeps its pool until prefill is gone
   decode.stop();
