@@ -79,7 +79,7 @@ PoolState::Peer PoolState::identify(const Id128& token, const Id128& shared_toke
   if (auto found = requests_.find(token); found != requests_.end())
     return {found->second->peer(), true, found->second->request()};
   if (auto found = released_.find(token); found != released_.end())
-    throw Error(ErrorCode::Cancelled, "blocks released by the owner for request " + found->second);
+    throw Error(ErrorCode::Cancelled, found->second);
   throw Error(ErrorCode::AccessDenied, "wrong access token");
 }
 
@@ -93,7 +93,7 @@ void PoolState::check_token(const Id128& token, const Id128& shared_token) const
   if (admits(token, shared_token)) return;
   std::lock_guard lock(mutex_);
   if (auto found = released_.find(token); found != released_.end())
-    throw Error(ErrorCode::Cancelled, "blocks released by the owner for request " + found->second);
+    throw Error(ErrorCode::Cancelled, found->second);
   throw Error(ErrorCode::AccessDenied, "wrong access token");
 }
 
@@ -136,7 +136,7 @@ bool PoolState::release(const std::shared_ptr<RequestGrant>& grant, std::string_
   {
     std::lock_guard lock(mutex_);
     if (requests_.erase(grant->token()) != 0) {
-      released_.emplace(grant->token(), grant->request());
+      released_.emplace(grant->token(), released_message(grant->request(), reason));
       released_order_.push_back(grant->token());
       if (released_order_.size() > kMostReleasedRemembered) {
         released_.erase(released_order_.front());

@@ -168,7 +168,8 @@ class PoolState {
   std::unordered_map<Id128, std::string, Id128Hash, Id128Equal> grantee_;  // token -> peer
   std::map<std::string, Id128, std::less<>> grants_;
   std::unordered_map<Id128, std::shared_ptr<RequestGrant>, Id128Hash, Id128Equal> requests_;
-  std::unordered_map<Id128, std::string, Id128Hash, Id128Equal> released_;  // token -> request
+  std::unordered_map<Id128, std::string, Id128Hash, Id128Equal>
+      released_;  // token -> what its peer hears
   std::deque<Id128> released_order_;
   std::vector<std::uint64_t> first_block_;  // of each region
   std::atomic<std::uint64_t> faults_{0};

@@ -78,10 +78,15 @@ bool RequestGrant::released() const {
   return released_;
 }
 
+std::string released_message(std::string_view request, std::string_view reason) {
+  auto message = "blocks released by the owner for request " + std::string(request);
+  if (!reason.empty()) message += ": " + std::string(reason);
+  return message;
+}
+
 Error RequestGrant::released_error() const {
   // mutex_ may be held by the caller: reason_ is written once, before released_ is seen.
-  return Error(ErrorCode::Cancelled, "blocks released by the owner for request " + scope_.request +
-                                         (reason_.empty() ? std::string() : ": " + reason_));
+  return Error(ErrorCode::Cancelled, released_message(scope_.request, reason_));
 }
 
 void RequestGrant::on_release(std::function<void()> hook) {

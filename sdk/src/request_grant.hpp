@@ -21,6 +21,9 @@ namespace memwire::detail {
 // blocks, which access, until when; the requests landing under it (its gate, which release
 // closes); the tagged transfers open under it, whose waits release ends; and what else must
 // end with it (verbs windows bound for it).
+// What a peer hears once the owner released request `request`'s blocks (with its reason).
+std::string released_message(std::string_view request, std::string_view reason);
+
 class RequestGrant {
  public:
   // Tagged transfers open at once under one grant; one more is refused.
