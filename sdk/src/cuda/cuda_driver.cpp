@@ -70,6 +70,10 @@ CudaDriver* CudaDriver::load(std::string& reason) noexcept {
       resolve(library, "cuStreamDestroy_v2", driver->stream_destroy_, reason) &&
       resolve(library, "cuStreamSynchronize", driver->stream_synchronize_, reason) &&
       resolve(library, "cuMemcpyAsync", driver->copy_async_, reason) &&
+      resolve(library, "cuModuleLoadData", driver->module_load_data_, reason) &&
+      resolve(library, "cuModuleUnload", driver->module_unload_, reason) &&
+      resolve(library, "cuModuleGetFunction", driver->module_get_function_, reason) &&
+      resolve(library, "cuLaunchKernel", driver->launch_kernel_, reason) &&
       resolve(library, "cuGetErrorName", driver->error_name_, reason) &&
       resolve(library, "cuGetErrorString", driver->error_string_, reason);
   // Optional: drivers before CUDA 12.8 have no batches (copies then go one by one).
@@ -206,6 +210,28 @@ bool CudaDriver::copy_batch_async(DevicePointer* to, DevicePointer* from, std::s
 
 void CudaDriver::wait(Stream stream) const {
   check(stream_synchronize_(stream), "cuStreamSynchronize");
+}
+
+CudaDriver::Module CudaDriver::load_module(const char* ptx) const {
+  Module module = nullptr;
+  check(module_load_data_(&module, ptx), "cuModuleLoadData");
+  return module;
+}
+
+void CudaDriver::unload_module(Module module) const noexcept {
+  if (module != nullptr) module_unload_(module);
+}
+
+CudaDriver::Function CudaDriver::function_of(Module module, const char* name) const {
+  Function function = nullptr;
+  check(module_get_function_(&function, module, name), "cuModuleGetFunction");
+  return function;
+}
+
+void CudaDriver::launch(Function function, unsigned grid, unsigned block, Stream stream,
+                        void** parameters) const {
+  check(launch_kernel_(function, grid, 1, 1, block, 1, 1, 0, stream, parameters, nullptr),
+        "cuLaunchKernel");
 }
 
 void CudaDriver::copy_to_host(void* host, const void* device, std::size_t size) const {

@@ -18,6 +18,8 @@ class CudaDriver {
   using DevicePointer = unsigned long long;  // CUdeviceptr
   using Context = void*;                     // CUcontext
   using Stream = void*;                      // CUstream
+  using Module = void*;                      // CUmodule
+  using Function = void*;                    // CUfunction
   // CUipcMemHandle: 64 opaque bytes, passed by value as the driver's struct is.
   struct IpcHandle {
     unsigned char bytes[64];
@@ -66,6 +68,15 @@ class CudaDriver {
   bool copy_batch_async(DevicePointer* to, DevicePointer* from, std::size_t* sizes,
                         std::size_t count, Stream stream) const noexcept;
   void wait(Stream stream) const;
+
+  // Kernels (memwire's own PTX, src/cuda/kernels/): a module of the current context from PTX
+  // text (the driver compiles it for this GPU), a function of it, and a launch on a stream with
+  // one-dimensional grid and blocks. Throw Error{Transport} with the driver's reason.
+  Module load_module(const char* ptx) const;
+  void unload_module(Module module) const noexcept;
+  Function function_of(Module module, const char* name) const;
+  void launch(Function function, unsigned grid, unsigned block, Stream stream,
+              void** parameters) const;
 
   // Synchronous copies (the calling thread waits until the bytes arrived).
   void copy_to_host(void* host, const void* device, std::size_t size) const;
@@ -116,6 +127,11 @@ class CudaDriver {
   Result (*copy_async_)(DevicePointer, DevicePointer, std::size_t, Stream) = nullptr;
   Result (*copy_batch_)(DevicePointer*, DevicePointer*, std::size_t*, std::size_t, void*,
                         std::size_t*, std::size_t, Stream) = nullptr;  // optional
+  Result (*module_load_data_)(Module*, const void*) = nullptr;
+  Result (*module_unload_)(Module) = nullptr;
+  Result (*module_get_function_)(Function*, Module, const char*) = nullptr;
+  Result (*launch_kernel_)(Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, Stream, void**, void**) = nullptr;
   Result (*error_name_)(Result, const char**) = nullptr;
   Result (*error_string_)(Result, const char**) = nullptr;
 };

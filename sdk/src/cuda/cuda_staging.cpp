@@ -63,7 +63,8 @@ void CudaStaging::copy(bool to_device) const {
       else
         runs.push_back({host_[i].ptr(), device_[i].ptr(), device_[i].size()});
     }
-    copy_runs(driver_, ordinal, runs);
+    copy_runs(driver_, ordinal, runs,
+              to_device ? CopyDirection::HostToDevice : CopyDirection::DeviceToHost);
     first = i;
   }
 }

@@ -66,7 +66,7 @@ void GpuPoolMemory::gather(std::byte* host, std::span<const iovec> blocks) const
     runs.push_back({host, block.iov_base, block.iov_len});
     host += block.iov_len;
   }
-  copy_runs(driver_, ordinal_, runs);
+  copy_runs(driver_, ordinal_, runs, CopyDirection::DeviceToHost);
 }
 
 void GpuPoolMemory::scatter(std::span<const iovec> blocks, const std::byte* host) const {
@@ -76,7 +76,7 @@ void GpuPoolMemory::scatter(std::span<const iovec> blocks, const std::byte* host
     runs.push_back({block.iov_base, host, block.iov_len});
     host += block.iov_len;
   }
-  copy_runs(driver_, ordinal_, runs);
+  copy_runs(driver_, ordinal_, runs, CopyDirection::HostToDevice);
 }
 
 }  // namespace memwire::detail

@@ -73,8 +73,9 @@ void StreamPassiveSide::serve_gpu_pieces(StreamConnection& connection, const Fra
     for (std::size_t i = 0; i < pieces.size(); ++i)
       runs.push_back(writing ? CopyRun{memory[i].iov_base, places[i], memory[i].iov_len}
                              : CopyRun{places[i], memory[i].iov_base, memory[i].iov_len});
-    // Waited for here: the answer (and a tag behind it) says the bytes are in place.
-    copy_runs(driver, ordinal, runs);
+    // One kernel launch for many runs; waited for here: the answer (and a tag behind it) says
+    // the bytes are in place.
+    copy_runs(driver, ordinal, runs, CopyDirection::DeviceToDevice);
     // A one-shot writable's device memory is now newer than its stand-ins.
     if (writing && staging != nullptr) staging->note_written_on_device();
     { auto copied = std::move(pin); }
