@@ -11,6 +11,7 @@
 #include "memwire/connector_options.hpp"
 #include "memwire/descriptor.hpp"
 #include "memwire/export.hpp"
+#include "memwire/limits.hpp"
 #include "memwire/log_level.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/operation.hpp"
@@ -58,7 +59,7 @@ class MEMWIRE_API Connector {
   // (Error{SizeMismatch}; a BlockSlice moves part of blocks of any sizes, below); indexes past a
   // pool's end are Error{InvalidArgument}; runs of consecutive blocks move as one piece. Tags are
   // at most kMaxTagBytes.
-  static constexpr std::size_t kMaxTagBytes = 160;  // fits a verbs notice
+  static constexpr std::size_t kMaxTagBytes = memwire::kMaxTagBytes;  // memwire/limits.hpp
   [[nodiscard("dropping it cancels the transfer")]] BlockTransfer read_blocks(
       const PoolMetadata& remote, const std::vector<BlockPair>& blocks, const Pool& local,
       std::string tag = {});

@@ -9,6 +9,7 @@
 #include "memwire/error.hpp"
 #include "memwire/error_codes.hpp"
 #include "memwire/layer_stream.hpp"
+#include "memwire/limits.hpp"
 #include "memwire/log_level.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/operation.hpp"

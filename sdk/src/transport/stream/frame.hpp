@@ -8,6 +8,7 @@
 
 #include "ids.hpp"
 #include "memwire/error_codes.hpp"
+#include "memwire/limits.hpp"
 
 namespace memwire::detail {
 
@@ -68,8 +69,8 @@ inline constexpr std::uint8_t kCudaIpc = 8;
 // frame by its version ("frame version 2") instead of misreading its payload.
 inline constexpr std::uint8_t kCudaIpcVersion = 2;
 
-// A tag is at most this long on the wire, as in the API (Connector::kMaxTagBytes).
-inline constexpr std::uint64_t kMaxFrameTag = 160;
+// A tag is at most this long on the wire, as in the API.
+inline constexpr std::uint64_t kMaxFrameTag = memwire::kMaxTagBytes;
 
 struct FrameHeader {
   static constexpr std::uint32_t kMagic = 0x5257'4d4d;  // "MMWR"

@@ -10,6 +10,7 @@
 
 #include "ids.hpp"
 #include "memwire/error.hpp"
+#include "memwire/limits.hpp"
 #include "memwire/status.hpp"
 
 namespace memwire::detail::verbs {
@@ -66,7 +67,7 @@ struct Notice {
   std::string tag;               // the transfer's (empty: untagged), at most kMaxTag, no NUL
 
   static constexpr std::size_t kMaxText = 190;
-  static constexpr std::size_t kMaxTag = 160;  // Connector::kMaxTagBytes
+  static constexpr std::size_t kMaxTag = memwire::kMaxTagBytes;
   static constexpr std::size_t kMaxKeys = 47;  // per Keys notice (a notice carries no text then)
 };
 
