@@ -57,7 +57,14 @@ class BlockGrant:
 
     @property
     def released(self):
+        """True once released, or once moved into a LayerReceiver (held_by_receiver): this
+        handle no longer holds it."""
         return self._native.released
+
+    @property
+    def held_by_receiver(self):
+        """True once given to a LayerReceiver, whose abort() (or close) releases it."""
+        return self._native.held_by_receiver
 
     def release(self, reason=""):
         """Ends the grant: its token is refused from now on ("blocks released by the owner for

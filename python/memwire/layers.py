@@ -41,7 +41,30 @@ def _pool(pool):
     return pool
 
 
-class LayerSender:
+class _Closable:
+    """close() lets go of the native object (a sender cancels its unfinished layers, a
+    receiver releases its grant); later calls raise InvalidArgumentError."""
+
+    _native = None
+
+    @property
+    def _live(self):
+        if self._native is None:
+            raise InvalidArgumentError(f"this {type(self).__name__} was closed")
+        return self._native
+
+    def close(self):
+        self._native = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class LayerSender(_Closable):
     """Prefill's side: ``send(layer, pairs, slice=None)`` begins writing a layer's blocks
     (remote <- local pairs, as in ``Connector.write_blocks``), ``finish(timeout)`` waits for all
     of them, ``cancel(reason)`` ends the stream. Calls take turns (a cancel from another thread
@@ -55,33 +78,24 @@ class LayerSender:
         self.stream = stream
 
     def send(self, layer, pairs, slice=None):
-        self._native.send(int(layer), as_pairs(pairs), as_slice(slice))
+        self._live.send(int(layer), as_pairs(pairs), as_slice(slice))
 
     def finish(self, timeout=None):
         """Waits until every layer sent so far is in decode's pool; raises the first failure,
         TimeoutError, or CancelledError after cancel()."""
-        self._native.finish(_ms(timeout))
+        self._live.finish(_ms(timeout))
 
     def cancel(self, reason=""):
         """Ends the stream (idempotent); later send()s raise CancelledError."""
-        self._native.cancel(reason)
+        self._live.cancel(reason)
 
     @property
     def layers_sent(self):
-        return self._native.layers_sent()
-
-    def close(self):
-        self._native = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
+        return self._live.layers_sent()
 
 
-class LayerReceiver:
+
+class LayerReceiver(_Closable):
     """Decode's side: ``LayerReceiver(pool, stream, from_peer="")`` or, with a request grant,
     ``LayerReceiver(pool, grant, stream)`` (the grant moves into it: hand ``grant_metadata``
     to the sender; only the grant's peer's tags count; ``abort()`` releases it). ``from_peer``
@@ -106,30 +120,20 @@ class LayerReceiver:
     def wait(self, layer, timeout=None):
         """Returns once ``layer`` is in the pool (GIL released). Raises TimeoutError,
         PeerLostError, CancelledError (the sender cancelled, abort(), or the pool closed)."""
-        self._native.wait(int(layer), _ms(timeout))
+        self._live.wait(int(layer), _ms(timeout))
 
     def abort(self, reason=""):
         """Ends the request here: its grant is released and every wait of the stream ends with
         CancelledError and ``reason``. Idempotent."""
-        self._native.abort(reason)
+        self._live.abort(reason)
 
     @property
     def grant_metadata(self):
         """What the sender uses: the grant's metadata (InvalidArgumentError without a grant)."""
         if self._metadata is None:
-            self._native.grant_metadata()  # raises
+            self._live.grant_metadata()  # raises
         return self._metadata
 
-    def close(self):
-        """Lets go of the receiver (and releases its grant)."""
-        self._native = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
 
 __all__ = ["LayerReceiver", "LayerSender", "layer_tag"]
