@@ -18,6 +18,8 @@ from .types import Device, DeviceKind, OperationKind, OperationStatus
 from .metadata import RdmaMetadata
 from .descriptor import Descriptor
 from .pool import BlockRegion, Notification, Pool, PoolMetadata
+from .grant import BlockGrant
+from .layers import LayerReceiver, LayerSender, layer_tag
 from .connector import (
     DEFAULT_TIMEOUT,
     BlockTransfer,
@@ -48,6 +50,10 @@ __all__ = [
     "ReadOperation",
     "WriteOperation",
     "BlockRegion",
+    "BlockGrant",
+    "LayerReceiver",
+    "LayerSender",
+    "layer_tag",
     "BlockTransfer",
     "Notification",
     "Pool",

@@ -12,7 +12,7 @@ from . import _memwire
 from .descriptor import Descriptor, as_descriptors
 from .errors import InvalidArgumentError, MemwireError, TimeoutError
 from .metadata import RdmaMetadata
-from .pool import Pool, PoolMetadata, as_pairs, as_regions, as_tag
+from .pool import Pool, PoolMetadata, as_pairs, as_regions, as_slice, as_tag
 from .types import OperationKind, OperationStatus
 from ._support import DEFAULT_TIMEOUT, TIMED_OUT, completions_for, timeout_seconds
 
@@ -272,6 +272,14 @@ class BlockTransfer(_Operation):
         """The local pool."""
         return self._descriptors[0] if self._descriptors else None
 
+    def cancel(self, reason=""):
+        """Cancels the transfer; with ``reason`` (C++'s ``BlockTransfer::cancel(reason)``) the
+        owner's waits for its tag end with CancelledError carrying it (tcp, shm)."""
+        if reason:
+            self._native.cancel_with(reason)
+        else:
+            self._native.cancel()
+
 
 def _looks_like_metadata(value):
     return isinstance(value, (RdmaMetadata, str, dict))
@@ -414,13 +422,14 @@ class Connector:
     # --- pools ---
 
     def register_pool(self, regions, name="", remote_read=True, remote_write=True,
-                      max_queued_notifications=65536):
+                      max_queued_notifications=65536, max_request_grants=4096):
         """Registers memory once as a pool of equal blocks; returns a Pool (a context manager).
 
         ``regions``: a ``(data, block_size[, stride[, count]])`` tuple, a BlockRegion, or a list
         of them; blocks are numbered across regions in order. ``remote_read``/``remote_write``
         say what peers may do; ``max_queued_notifications`` bounds tags received and not yet
-        taken (one more fails its sender's transfer). Read-only memory (bytes) needs
+        taken (one more fails its sender's transfer); ``max_request_grants`` bounds the request
+        grants (``Pool.grant``) live at once. Read-only memory (bytes) needs
         ``remote_write=False`` and can only be a source."""
         items = as_regions(regions)
         readonly = any(r.descriptor.readonly for r in items)
@@ -432,7 +441,8 @@ class Connector:
         if queued <= 0:
             raise InvalidArgumentError("max_queued_notifications must be positive")
         native = self._native.register_pool(
-            [r._spec() for r in items], name, bool(remote_read), bool(remote_write), queued, items
+            [r._spec() for r in items], name, bool(remote_read), bool(remote_write), queued, items,
+            int(max_request_grants),
         )
         return Pool(self, native, items, readonly)
 
@@ -458,31 +468,34 @@ class Connector:
             op._loop = op._done = None
         return op
 
-    def read_blocks(self, remote_metadata, pairs, local_pool, tag=""):
+    def read_blocks(self, remote_metadata, pairs, local_pool, tag="", slice=None):
         """Reads remote blocks into local ones; ``pairs``: (remote block, local block) indexes
-        (a list of pairs or an (N, 2) array). When ``tag`` is given, the owner receives it once
-        every byte is here. Returns a BlockTransfer (await it or use it directly)."""
+        (a list of pairs or an (N, 2) array; (remote, local, remote_offset, local_offset) or an
+        (N, 4) array with a slice). When ``tag`` is given, the owner receives it once every byte
+        is here. ``slice=(remote_offset, local_offset, length)`` moves only that part of each
+        pair's blocks (C++'s BlockSlice; pools of different block sizes pair when it fits
+        both). Returns a BlockTransfer (await it or use it directly)."""
         remote = PoolMetadata.coerce(remote_metadata)
         pool = self._local_pool(local_pool, receiving=True)
-        blocks, raw_tag = as_pairs(pairs), as_tag(tag)
+        blocks, raw_tag, part = as_pairs(pairs), as_tag(tag), as_slice(slice)
         return self._blocks(
             BlockTransfer,
             lambda notifier, token: self._native.read_blocks(
-                remote._native, blocks, pool._native, raw_tag, notifier, token, pool
+                remote._native, blocks, pool._native, raw_tag, part, notifier, token, pool
             ),
             pool,
         )
 
-    def write_blocks(self, local_pool, pairs, remote_metadata, tag=""):
-        """Writes local blocks into remote ones; ``pairs``: (remote block, local block) indexes.
+    def write_blocks(self, local_pool, pairs, remote_metadata, tag="", slice=None):
+        """Writes local blocks into remote ones; ``pairs`` and ``slice`` as in read_blocks.
         The owner receives ``tag`` only once the blocks are in its memory."""
         remote = PoolMetadata.coerce(remote_metadata)
         pool = self._local_pool(local_pool, receiving=False)
-        blocks, raw_tag = as_pairs(pairs), as_tag(tag)
+        blocks, raw_tag, part = as_pairs(pairs), as_tag(tag), as_slice(slice)
         return self._blocks(
             BlockTransfer,
             lambda notifier, token: self._native.write_blocks(
-                pool._native, blocks, remote._native, raw_tag, notifier, token, pool
+                pool._native, blocks, remote._native, raw_tag, part, notifier, token, pool
             ),
             pool,
         )

@@ -27,8 +27,9 @@ from ._support import timeout_seconds
 #: them all). With ``authenticated``, ``peer`` is the name of the grant (``Pool.metadata_for``)
 #: whose token the transfer used: the owner's own word. Without it, the transfer used the
 #: pool's shared metadata and ``peer`` is the name the sender gave itself: a label.
-Notification = collections.namedtuple("Notification", ["peer", "tag", "authenticated"],
-                                      defaults=[False])
+#: ``request``: the request whose grant (``Pool.grant``) admitted the transfer, else "".
+Notification = collections.namedtuple("Notification", ["peer", "tag", "authenticated", "request"],
+                                      defaults=[False, ""])
 
 _NO_DEADLINE = None
 
@@ -42,8 +43,8 @@ def _text(raw):
 
 
 def _notification(raw):
-    peer, tag, authenticated = raw
-    return Notification(_text(peer), _text(tag), authenticated)
+    peer, tag, authenticated, request = raw
+    return Notification(_text(peer), _text(tag), authenticated, _text(request))
 
 
 def _encode(value, what):
@@ -137,6 +138,13 @@ class PoolMetadata:
         )
 
 
+def _lease_ms(lease):
+    # C++ refuses a lease <= 0 (InvalidArgument); sub-millisecond leases round up.
+    if not isinstance(lease, (int, float)) or isinstance(lease, bool):
+        raise InvalidArgumentError(f"a lease is seconds, not {lease!r}")
+    return int(lease * 1000) if lease <= 0 else max(1, int(lease * 1000))
+
+
 def _positive_int(value, what):
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise InvalidArgumentError(f"{what} must be a positive int, not {value!r}")
@@ -212,19 +220,47 @@ def as_regions(regions):
     return [one(item) for item in regions]
 
 
+def _pair(item):
+    remote, local, *offsets = item
+    if len(offsets) not in (0, 2):
+        raise ValueError
+    remote_offset, local_offset = offsets or (0, 0)
+    return (int(remote), int(local), int(remote_offset), int(local_offset))
+
+
 def as_pairs(pairs):
-    """(remote, local) block index pairs -> list of int pairs (also from an (N, 2) array)."""
+    """Block pairs -> list of (remote, local, remote_offset, local_offset) int tuples (C++'s
+    BlockPair). Each pair is ``(remote, local)`` or ``(remote, local, remote_offset,
+    local_offset)`` (the offsets count only in a sliced transfer); also an (N, 2) or (N, 4)
+    array."""
     if hasattr(pairs, "tolist") and not isinstance(pairs, (list, tuple)):
         pairs = pairs.tolist()
     try:
-        out = [(int(remote), int(local)) for remote, local in pairs]
+        out = [_pair(item) for item in pairs]
     except (TypeError, ValueError):
-        raise InvalidArgumentError("pairs are (remote block, local block) index pairs") from None
-    for remote, local in out:
-        if remote < 0 or local < 0:
-            raise InvalidArgumentError(f"block indexes are >= 0, not ({remote}, {local})")
+        raise InvalidArgumentError(
+            "pairs are (remote block, local block[, remote_offset, local_offset]) tuples"
+        ) from None
+    for pair in out:
+        if min(pair) < 0:
+            raise InvalidArgumentError(f"block indexes and offsets are >= 0, not {pair}")
     if not out:
         raise InvalidArgumentError("no blocks to move")
+    return out
+
+
+def as_slice(slice):
+    """None, or ``(remote_offset, local_offset, length)`` (C++'s BlockSlice) -> int tuple; C++
+    checks it against both pools' blocks."""
+    if slice is None:
+        return None
+    try:
+        remote_offset, local_offset, length = slice
+        out = (int(remote_offset), int(local_offset), int(length))
+    except (TypeError, ValueError):
+        raise InvalidArgumentError("a slice is (remote_offset, local_offset, length)") from None
+    if min(out) < 0:
+        raise InvalidArgumentError(f"a slice's offsets and length are >= 0, not {out}")
     return out
 
 
@@ -273,6 +309,28 @@ class Pool:
     def revoke(self, peer):
         """Ends ``peer``'s grant: its token is refused from now on. False when it had none."""
         return self._native.revoke(_encode(peer, "peer"))
+
+    def grant(self, peer, request_id, blocks, access="write", lease=10.0):
+        """Request-scoped access (C++'s ``Pool::grant``): ``peer`` may move ``blocks`` of this
+        pool with ``access`` ("read", "write" or "read_write") for request ``request_id``, for
+        ``lease`` seconds, through the returned BlockGrant's ``metadata`` and nothing else.
+        Anything outside those blocks, after ``release()`` or after the lease is refused before
+        any byte lands."""
+        from .grant import BlockGrant, access_code
+
+        if hasattr(blocks, "tolist") and not isinstance(blocks, (list, tuple)):
+            blocks = blocks.tolist()
+        try:
+            indexes = [int(b) for b in blocks]
+        except (TypeError, ValueError):
+            raise InvalidArgumentError("blocks are block indexes") from None
+        if any(b < 0 for b in indexes):
+            raise InvalidArgumentError("block indexes are >= 0")
+        native = self._native.grant(
+            _encode(peer, "peer"), _encode(request_id, "request_id"), indexes,
+            access_code(access), _lease_ms(lease),
+        )
+        return BlockGrant(native)
 
     @property
     def peer_faults(self):

@@ -1,7 +1,7 @@
 // memwire._memwire: the native half of the Python package. Thin over the C++ API; the
 // nixl_connect-shaped surface (async operations, Descriptor, enums) is Python (memwire/*.py).
 // This file makes the module and binds errors and devices; the other parts are bound by the
-// files bindings.hpp names (operations, pools, channels, workers), in that order.
+// files bindings.hpp names (operations, pools, grants, layers, channels, workers), in that order.
 //
 // Threads and the GIL:
 // - Every call into memwire that may block or take a lock runs with the GIL released, so a
@@ -25,6 +25,7 @@
 #include "host_memory.hpp"
 #include "interpreter.hpp"
 #include "memwire/memwire.hpp"
+#include "pool.hpp"
 
 namespace py = pybind11;
 using memwire_python::PythonGate;
@@ -86,7 +87,9 @@ PYBIND11_MODULE(_memwire, m) {
   });
 
   auto connector = memwire_python::bind_operations(m);
-  memwire_python::bind_pools(m, connector);
+  auto pool = memwire_python::bind_pools(m, connector);
+  memwire_python::bind_grants(m, pool);
+  memwire_python::bind_layers(m);
   memwire_python::bind_channels(m);
   memwire_python::bind_workers(m);
 }

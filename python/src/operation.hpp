@@ -117,6 +117,18 @@ class PyOperation {
     });
   }
 
+  // BlockTransfer::cancel(reason): the owner's waits for the transfer's tag end with Cancelled
+  // and `reason`.
+  void cancel_with(const std::string& reason) {
+    auto* transfer = op_ ? std::get_if<memwire::BlockTransfer>(op_.get()) : nullptr;
+    if (transfer == nullptr)
+      throw memwire::Error(memwire::ErrorCode::InvalidArgument, "not an open block transfer");
+    without_gil([&] {
+      transfer->cancel(reason);
+      return 0;
+    });
+  }
+
   // Ends the operation now (cancels an unfinished one; a passive one's access is revoked).
   void close() {
     end_native(op_, birth_);

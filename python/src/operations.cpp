@@ -102,6 +102,7 @@ py::class_<PyConnector> bind_operations(py::module_& m) {
       .def("wait", &PyOperation::wait)
       .def("spin", &PyOperation::spin)
       .def("cancel", &PyOperation::cancel)
+      .def("cancel_with", &PyOperation::cancel_with)
       .def("close", &PyOperation::close)
       .def("transport", &PyOperation::transport)
       .def("error_message", &PyOperation::error_message)

@@ -20,21 +20,25 @@ LayerSender::LayerSender(Connector& connector, const Pool& local, PoolMetadata r
     throw Error(ErrorCode::InvalidArgument, "stream id too long for a tag");
 }
 
-void LayerSender::send(std::uint32_t layer, const std::vector<BlockPair>& blocks) {
+void LayerSender::refuse_if_cancelled() const {
   if (!cancelled_.empty())
     throw Error(ErrorCode::Cancelled, "stream " + stream_ + " was cancelled: " + cancelled_);
+}
+
+void LayerSender::send(std::uint32_t layer, const std::vector<BlockPair>& blocks) {
+  refuse_if_cancelled();
   transfers_.push_back(connector_.write_blocks(local_, blocks, remote_, layer_tag(stream_, layer)));
 }
 
 void LayerSender::send(std::uint32_t layer, const std::vector<BlockPair>& blocks,
                        const BlockSlice& slice) {
+  refuse_if_cancelled();
   transfers_.push_back(
       connector_.write_blocks(local_, blocks, remote_, slice, layer_tag(stream_, layer)));
 }
 
 void LayerSender::finish(std::chrono::milliseconds timeout) {
-  if (!cancelled_.empty())
-    throw Error(ErrorCode::Cancelled, "stream " + stream_ + " was cancelled: " + cancelled_);
+  refuse_if_cancelled();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (auto& transfer : transfers_) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

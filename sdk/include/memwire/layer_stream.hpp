@@ -58,6 +58,7 @@ class MEMWIRE_API LayerSender {
   void cancel(std::string_view reason);
 
  private:
+  void refuse_if_cancelled() const;
   std::string cancelled_;  // the reason, once cancelled
   Connector& connector_;
   const Pool& local_;

@@ -100,6 +100,10 @@ TEST_P(LayerCancel, ACancelledSenderSendsNothingMore) {
   LayerSender send(prefill, local, pool.metadata(), "req-3");
   send.cancel("prefill preempted");
   EXPECT_EQ(error_code_of([&] { send.send(0, {{0, 0}}); }), ErrorCode::Cancelled);
+  EXPECT_EQ(error_code_of([&] {
+              send.send(0, {{0, 0}}, BlockSlice{.length = 16});
+            }),
+            ErrorCode::Cancelled);
   EXPECT_EQ(error_code_of([&] { send.finish(1s); }), ErrorCode::Cancelled);
   EXPECT_TRUE(there.block_is(0, 0));
 }

@@ -1,0 +1,89 @@
+"""Request grants (C++'s ``memwire::BlockGrant``): one peer's access to some blocks of a pool for
+one request, until a lease ends.
+
+    with pool.grant("prefill-0", "req-17", blocks, access="write", lease=30) as grant:
+        send_to_prefill(grant.metadata.to_json())   # the only key to those blocks for req-17
+        ...
+    # left: released ("blocks released by the owner for request req-17")
+
+The owner (tcp, shm) or the NIC (verbs) refuses a transfer outside the blocks, after release()
+or after the lease, before any byte lands. Dropping the grant releases it too.
+"""
+
+from .errors import InvalidArgumentError
+from .pool import PoolMetadata
+
+_ACCESS = {"read": 1, "write": 2, "read_write": 3, "readwrite": 3, "rw": 3}
+
+
+def access_code(access):
+    """"read", "write" or "read_write" -> C++'s memwire::Access value."""
+    code = _ACCESS.get(access) if isinstance(access, str) else None
+    if code is None:
+        raise InvalidArgumentError(f"access is 'read', 'write' or 'read_write', not {access!r}")
+    return code
+
+
+class BlockGrant:
+    """What ``Pool.grant`` returns. ``metadata`` goes to the peer; ``release(reason)`` ends the
+    grant (idempotent: False when it had ended already). Given to a ``LayerReceiver``, the
+    grant moves there: the receiver's ``abort()`` releases it."""
+
+    __slots__ = ("_native", "_metadata")
+
+    def __init__(self, native):
+        self._native = native
+        self._metadata = None
+
+    @property
+    def metadata(self):
+        """PoolMetadata with this grant's own token and its scope (request, access, blocks)."""
+        if self._metadata is None:
+            self._metadata = PoolMetadata(self._native.metadata)
+        return self._metadata
+
+    @property
+    def peer(self):
+        return self._native.peer.decode("utf-8", "surrogateescape")
+
+    @property
+    def request(self):
+        return self._native.request.decode("utf-8", "surrogateescape")
+
+    @property
+    def expires_in(self):
+        """Seconds until the lease ends (negative once it has); None once held by a receiver."""
+        return self._native.expires_in
+
+    @property
+    def released(self):
+        """True once released, or once moved into a LayerReceiver (held_by_receiver): this
+        handle no longer holds it."""
+        return self._native.released
+
+    @property
+    def held_by_receiver(self):
+        """True once given to a LayerReceiver, whose abort() (or close) releases it."""
+        return self._native.held_by_receiver
+
+    def release(self, reason=""):
+        """Ends the grant: its token is refused from now on ("blocks released by the owner for
+        request X: reason"), requests under way finish landing first, and waits for its open
+        transfers' tags end with CancelledError. False when it had ended already."""
+        if not isinstance(reason, str):
+            raise InvalidArgumentError("a reason is a string")
+        return self._native.release(reason)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+    def __repr__(self):
+        state = "released" if self.released else "live"
+        return f"<BlockGrant {self.peer!r} request={self.request!r} {state}>"
+
+
+__all__ = ["BlockGrant"]

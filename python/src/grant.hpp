@@ -1,0 +1,64 @@
+#pragma once
+
+// A request grant (memwire::BlockGrant) as the binding holds it: grants.cpp binds it,
+// layers.cpp hands it to a LayerReceiver.
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "pool.hpp"
+
+namespace memwire_python {
+
+// Keeps the grant's metadata after the grant itself went to a LayerReceiver (take()), so that
+// Python may still hand it to the peer. Dropping it releases the grant, without the GIL (a
+// release waits for requests under way to finish landing).
+class PyGrant {
+ public:
+  explicit PyGrant(memwire::BlockGrant grant)
+      : metadata_{grant.metadata()}, peer_(grant.peer()), request_(grant.request()) {
+    grant_ = std::make_unique<memwire::BlockGrant>(std::move(grant));
+  }
+  ~PyGrant() { end_native(grant_, birth_); }
+  PyGrant(const PyGrant&) = delete;
+  PyGrant& operator=(const PyGrant&) = delete;
+
+  const PoolMeta& metadata() const { return metadata_; }
+  const std::string& peer() const { return peer_; }
+  const std::string& request() const { return request_; }
+  // Seconds until the lease ends (negative once it has); None once given to a receiver.
+  std::optional<double> expires_in() const {
+    if (!grant_) return std::nullopt;
+    return std::chrono::duration<double>(grant_->expires_at() - std::chrono::steady_clock::now())
+        .count();
+  }
+  bool released() const { return !grant_ || grant_->released(); }
+  bool held_by_receiver() const { return taken_; }
+  bool release(const std::string& reason) {
+    if (!grant_) return false;
+    return without_gil([&] { return grant_->release(reason); });
+  }
+  // For LayerReceiver(pool, grant, stream): the grant moves there (its abort() releases it).
+  memwire::BlockGrant take() {
+    if (!grant_ || grant_->released())
+      throw memwire::Error(memwire::ErrorCode::InvalidArgument,
+                           "the grant for request " + request_ +
+                               " was released or is held by a LayerReceiver already");
+    auto grant = std::move(*grant_);
+    grant_.reset();
+    taken_ = true;
+    return grant;
+  }
+
+ private:
+  ForkBirth birth_;
+  PoolMeta metadata_;
+  std::string peer_;
+  std::string request_;
+  bool taken_ = false;
+  std::unique_ptr<memwire::BlockGrant> grant_;
+};
+
+}  // namespace memwire_python

@@ -1,0 +1,133 @@
+"""Request grants from Python (counterpart of request_grant_conformance_test.cpp), over tcp and
+shm: a peer moves the blocks granted for its request and nothing else; after release() or after
+the lease nothing lands, and the error names the request."""
+
+import time
+
+import numpy as np
+import pytest
+
+import memwire
+
+TRANSPORTS = ["tcp", "shm"]
+BLOCK = 1024
+BLOCKS = 16
+
+
+@pytest.fixture(params=TRANSPORTS)
+def side(request):
+    """(owner's memory, owner's pool, peer connector, peer's pool) with the peer's blocks 'p'."""
+    owner = memwire.Connector(transports=[request.param], environment=False, name="decode")
+    peer = memwire.Connector(transports=[request.param], environment=False, name="prefill")
+    there = np.zeros(BLOCKS * BLOCK, dtype=np.uint8)
+    here = np.full(BLOCKS * BLOCK, ord("p"), dtype=np.uint8)
+    with owner.register_pool((there, BLOCK)) as pool, peer.register_pool((here, BLOCK)) as local:
+        yield there, pool, peer, local, here
+
+
+def block(memory, index):
+    return memory[index * BLOCK:(index + 1) * BLOCK]
+
+
+def is_(memory, index, value):
+    return bool((block(memory, index) == value).all())
+
+
+def test_a_write_inside_the_grant_lands_and_its_tag_names_peer_and_request(side):
+    there, pool, peer, local, _ = side
+    with pool.grant("prefill", "req-1", [2, 3, 7], access="write", lease=30) as grant:
+        assert grant.peer == "prefill" and grant.request == "req-1" and not grant.released
+        assert 0 < grant.expires_in <= 30
+        scope = grant.metadata.to_dict()
+        metadata = memwire.PoolMetadata.from_json(grant.metadata.to_json())  # survives JSON
+        assert metadata == grant.metadata and "req-1" in str(scope)
+        peer.write_blocks(local, [(3, 0)], metadata, tag="req-1/0").wait(20)
+        n = pool.wait_for_tag("req-1/0", timeout=10)
+        assert (n.peer, n.authenticated, n.request) == ("prefill", True, "req-1")
+        assert is_(there, 3, ord("p")) and is_(there, 4, 0)
+    assert grant.released
+
+
+def test_a_write_outside_the_granted_blocks_is_refused_with_nothing_landed(side):
+    there, pool, peer, local, _ = side
+    with pool.grant("prefill", "req-1", np.array([2, 3, 7]), access="write", lease=30) as grant:
+        for b in (0, 4, 6, 8, 15):
+            with pytest.raises(memwire.AccessDeniedError):
+                peer.write_blocks(local, [(b, 0)], grant.metadata, tag="t").wait(20)
+            assert is_(there, b, 0), b
+        # A run that starts inside the grant and leaves it is refused whole.
+        with pytest.raises(memwire.AccessDeniedError):
+            peer.write_blocks(local, [(3, 0), (4, 1)], grant.metadata).wait(20)
+        assert is_(there, 3, 0) and is_(there, 4, 0)
+
+
+def test_a_late_write_after_release_is_refused_with_nothing_landed(side):
+    there, pool, peer, local, _ = side
+    grant = pool.grant("prefill", "req-9", [5], lease=30)
+    metadata = grant.metadata
+    peer.write_blocks(local, [(5, 0)], metadata).wait(20)
+    block(there, 5)[:] = 0
+    assert grant.release("decode aborted it")
+    assert not grant.release()  # idempotent
+    with pytest.raises(memwire.MemwireError, match="blocks released by the owner for request req-9"):
+        peer.write_blocks(local, [(5, 0)], metadata, tag="req-9/1").wait(20)
+    assert is_(there, 5, 0), "a late write landed after release"
+    with pytest.raises(memwire.TimeoutError):
+        pool.wait_for_tag("req-9/1", timeout=0.3)
+
+
+def test_a_write_after_the_lease_is_refused_with_nothing_landed(side):
+    there, pool, peer, local, _ = side
+    grant = pool.grant("prefill", "req-2", [1], lease=0.3)
+    peer.write_blocks(local, [(1, 0)], grant.metadata).wait(20)
+    block(there, 1)[:] = 0
+    time.sleep(0.6)
+    with pytest.raises(memwire.MemwireError, match="lease"):
+        peer.write_blocks(local, [(1, 0)], grant.metadata).wait(20)
+    assert is_(there, 1, 0), "a write landed after the lease"
+
+
+def test_a_read_grant_allows_no_write(side):
+    there, pool, peer, local, here = side
+    with pool.grant("prefill", "req-3", [0], access="read", lease=30) as grant:
+        with pytest.raises(memwire.AccessDeniedError):
+            peer.write_blocks(local, [(0, 0)], grant.metadata).wait(20)
+        assert is_(there, 0, 0)
+        block(there, 0)[:] = ord("d")
+        peer.read_blocks(grant.metadata, [(0, 1)], local).wait(20)
+        assert is_(here, 1, ord("d"))
+
+
+def test_dropping_the_grant_releases_the_blocks(side):
+    there, pool, peer, local, _ = side
+    metadata = pool.grant("prefill", "req-4", [9], lease=30).metadata  # the grant is dropped
+    with pytest.raises(memwire.CancelledError):
+        peer.write_blocks(local, [(9, 0)], metadata).wait(20)
+    assert is_(there, 9, 0)
+
+
+def test_live_grants_per_pool_are_capped(side):
+    _, _, peer, _, _ = side
+    memory = bytearray(4 * BLOCK)
+    with peer.register_pool((memory, BLOCK), max_request_grants=2) as pool:
+        first = pool.grant("prefill", "a", [0])
+        second = pool.grant("prefill", "b", [1])
+        with pytest.raises(memwire.InvalidArgumentError):
+            pool.grant("prefill", "c", [2])
+        first.release()
+        third = pool.grant("prefill", "c", [2])
+        assert not third.released and not second.released
+
+
+def test_bad_grants_are_refused(side):
+    _, pool, _, _, _ = side
+    for peer, request, blocks, access, lease in [
+        ("prefill", "r", [], "write", 1),
+        ("prefill", "r", [BLOCKS], "write", 1),
+        ("prefill", "", [0], "write", 1),
+        ("prefill", "r", [0], "write", 0),
+        ("prefill", "r", [-1], "write", 1),
+        ("prefill", "r", [0], "append", 1),
+    ]:
+        with pytest.raises(memwire.InvalidArgumentError):
+            pool.grant(peer, request, blocks, access=access, lease=lease)
