@@ -66,6 +66,14 @@ void ActiveTransfer::stage_through(std::shared_ptr<const CudaStaging> staging) {
   staging_ = std::move(staging);
 }
 
+bool ActiveTransfer::lands_on_device() const noexcept {
+  return staging_ && kind() == OperationKind::Read;
+}
+
+void ActiveTransfer::landed(const void* host, std::size_t length) const noexcept {
+  if (lands_on_device() && !is_terminal(status())) staging_->landed(host, length);
+}
+
 void ActiveTransfer::succeed() {
   // A read's bytes reach the device before its caller hears it completed.
   if (staging_ && kind() == OperationKind::Read && !is_terminal(status())) {
@@ -85,6 +93,7 @@ void ActiveTransfer::fail(Error error) {
   // Cancelling or dropping the operation waits for the last pin. Refused before the failure is
   // visible, so no connection starts copying into a buffer whose transfer a waiter saw fail.
   if (is_terminal(status())) return;
+  if (staging_) staging_->settle();  // no copy queued to the device lands after the failure
   gate_.refuse();
   if (!finish(OperationStatus::Errored, error)) return;
   notify_passive_side(error);

@@ -77,6 +77,10 @@ class ActiveTransfer final : public OperationCore {
   // CUDA memory: local() are the staging's stand-ins, and a read copies them to the device
   // before it completes. Set before the transfer starts.
   void stage_through(std::shared_ptr<const CudaStaging> staging);
+  // A read staged through pinned stand-ins: its bytes go on to the device as each answer lands
+  // (landed()), not all at the end.
+  bool lands_on_device() const noexcept;
+  void landed(const void* host, std::size_t length) const noexcept;
   // Of the remote metadata, what transports need once started (key and token are key() and
   // token(); the offers were chosen from at the start). Kept alone: the rest, copied per
   // operation, cost a small READ several allocations.

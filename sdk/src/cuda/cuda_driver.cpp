@@ -69,6 +69,10 @@ CudaDriver* CudaDriver::load(std::string& reason) noexcept {
       resolve(library, "cuStreamCreate", driver->stream_create_, reason) &&
       resolve(library, "cuStreamDestroy_v2", driver->stream_destroy_, reason) &&
       resolve(library, "cuStreamSynchronize", driver->stream_synchronize_, reason) &&
+      resolve(library, "cuEventCreate", driver->event_create_, reason) &&
+      resolve(library, "cuEventDestroy_v2", driver->event_destroy_, reason) &&
+      resolve(library, "cuEventRecord", driver->event_record_, reason) &&
+      resolve(library, "cuEventSynchronize", driver->event_synchronize_, reason) &&
       resolve(library, "cuMemcpyAsync", driver->copy_async_, reason) &&
       resolve(library, "cuModuleLoadData", driver->module_load_data_, reason) &&
       resolve(library, "cuModuleUnload", driver->module_unload_, reason) &&
@@ -210,6 +214,23 @@ bool CudaDriver::copy_batch_async(DevicePointer* to, DevicePointer* from, std::s
 
 void CudaDriver::wait(Stream stream) const {
   check(stream_synchronize_(stream), "cuStreamSynchronize");
+}
+
+CudaDriver::Event CudaDriver::create_event() const {
+  constexpr unsigned kDisableTiming = 0x2;  // CU_EVENT_DISABLE_TIMING: cheaper to record
+  Event event = nullptr;
+  check(event_create_(&event, kDisableTiming), "cuEventCreate");
+  return event;
+}
+
+void CudaDriver::destroy_event(Event event) const noexcept { event_destroy_(event); }
+
+void CudaDriver::record(Event event, Stream stream) const {
+  check(event_record_(event, stream), "cuEventRecord");
+}
+
+void CudaDriver::wait_event(Event event) const {
+  check(event_synchronize_(event), "cuEventSynchronize");
 }
 
 CudaDriver::Module CudaDriver::load_module(const char* ptx) const {

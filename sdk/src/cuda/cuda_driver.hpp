@@ -20,6 +20,7 @@ class CudaDriver {
   using Stream = void*;                      // CUstream
   using Module = void*;                      // CUmodule
   using Function = void*;                    // CUfunction
+  using Event = void*;                       // CUevent
   // CUipcMemHandle: 64 opaque bytes, passed by value as the driver's struct is.
   struct IpcHandle {
     unsigned char bytes[64];
@@ -68,6 +69,12 @@ class CudaDriver {
   bool copy_batch_async(DevicePointer* to, DevicePointer* from, std::size_t* sizes,
                         std::size_t count, Stream stream) const noexcept;
   void wait(Stream stream) const;
+  // Events (no timing): one recorded after the copies queued so far on `stream`; waiting on it
+  // waits for those copies alone, not for what was queued after.
+  Event create_event() const;
+  void destroy_event(Event event) const noexcept;
+  void record(Event event, Stream stream) const;
+  void wait_event(Event event) const;
 
   // Kernels (memwire's own PTX, src/cuda/kernels/): a module of the current context from PTX
   // text (the driver compiles it for this GPU), a function of it, and a launch on a stream with
@@ -124,6 +131,10 @@ class CudaDriver {
   Result (*stream_create_)(Stream*, unsigned) = nullptr;
   Result (*stream_destroy_)(Stream) = nullptr;
   Result (*stream_synchronize_)(Stream) = nullptr;
+  Result (*event_create_)(Event*, unsigned) = nullptr;
+  Result (*event_destroy_)(Event) = nullptr;
+  Result (*event_record_)(Event, Stream) = nullptr;
+  Result (*event_synchronize_)(Event) = nullptr;
   Result (*copy_async_)(DevicePointer, DevicePointer, std::size_t, Stream) = nullptr;
   Result (*copy_batch_)(DevicePointer*, DevicePointer*, std::size_t*, std::size_t, void*,
                         std::size_t*, std::size_t, Stream) = nullptr;  // optional

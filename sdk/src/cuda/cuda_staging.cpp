@@ -1,5 +1,7 @@
 #include "cuda/cuda_staging.hpp"
 
+#include <algorithm>
+
 #include "cuda/cuda_copies.hpp"
 #include "cuda/cuda_driver.hpp"
 #include "memwire/error.hpp"
@@ -45,9 +47,25 @@ CudaStaging::CudaStaging(std::vector<Descriptor> device, std::shared_ptr<PinnedP
     host_.emplace_back(next, descriptor.size());
     next += (descriptor.size() + kAlign - 1) / kAlign * kAlign;
   }
+  const bool one_gpu =
+      !device_.empty() && std::all_of(device_.begin(), device_.end(), [&](const Descriptor& d) {
+        return d.device().id() == device_.front().device().id();
+      });
+  if (one_gpu && StagedChunks::enabled()) {
+    try {
+      chunks_ =
+          std::make_unique<StagedChunks>(driver_, device_.front().device().id(), device_, host_);
+    } catch (...) {
+      pool_->release(buffer_);
+      throw;
+    }
+  }
 }
 
-CudaStaging::~CudaStaging() { pool_->release(buffer_); }
+CudaStaging::~CudaStaging() {
+  chunks_.reset();  // waits for its copies, which reach the stand-ins
+  pool_->release(buffer_);
+}
 
 void CudaStaging::copy(bool to_device) const {
   std::vector<CopyRun> runs;
@@ -71,7 +89,45 @@ void CudaStaging::copy(bool to_device) const {
 
 void CudaStaging::copy_to_host() const { copy(false); }
 
-void CudaStaging::copy_to_device() const { copy(true); }
+void CudaStaging::copy_to_device() const {
+  if (chunks_) {
+    bool all_queued = false;
+    {
+      std::lock_guard lock(chunks_mutex_);
+      all_queued = !to_device_failed_ && queued_to_device_ == bytes_;
+    }
+    chunks_->wait_to_device();
+    if (all_queued) return;
+  }
+  copy(true);
+}
+
+void CudaStaging::fill_host(const void* host, std::size_t length) const {
+  if (!chunks_) return fill_host_once();
+  {
+    std::lock_guard lock(chunks_mutex_);
+    if (!queued_to_host_) {
+      chunks_->queue_to_host();
+      queued_to_host_ = true;
+    }
+  }
+  chunks_->wait_to_host(static_cast<const std::byte*>(host), length);
+}
+
+void CudaStaging::landed(const void* host, std::size_t length) const noexcept {
+  if (!chunks_) return;
+  std::lock_guard lock(chunks_mutex_);
+  if (to_device_failed_) return;
+  try {
+    queued_to_device_ += chunks_->queue_to_device(static_cast<const std::byte*>(host), length);
+  } catch (...) {
+    to_device_failed_ = true;  // copy_to_device() copies it all, and says why if it fails
+  }
+}
+
+void CudaStaging::settle() const noexcept {
+  if (chunks_) chunks_->settle();
+}
 
 void CudaStaging::fill_host_once() const {
   std::call_once(filled_, [this] { copy(false); });

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cuda/pinned_pool.hpp"
+#include "cuda/staged_chunks.hpp"
 #include "memwire/descriptor.hpp"
 
 namespace memwire::detail {
@@ -42,6 +43,17 @@ class CudaStaging {
   // at the first request that reads them rather than at its creation, so a peer that copies
   // through CUDA IPC never waits for them. Once; a failed copy is tried again by the next.
   void fill_host_once() const;
+  // fill_host_once() for a sender about to send the stand-in bytes [host, host + length) (all
+  // when `host` is null): every chunk is queued at the first call, and each call waits for the
+  // chunks that hold its range alone, so later chunks are copied while earlier ones are on the
+  // wire (StagedChunks; with MEMWIRE_CUDA_OVERLAP=0, or descriptors on several GPUs, one copy
+  // of everything).
+  void fill_host(const void* host, std::size_t length) const;
+  // A receiver: the stand-in bytes [host, host + length) arrived; they are queued to the device
+  // now, and copy_to_device() then waits for them rather than copying them again.
+  void landed(const void* host, std::size_t length) const noexcept;
+  // Waits for the copies queued so far (a failed transfer: none lands after it ended).
+  void settle() const noexcept;
 
   // A same-host writer wrote the device memory itself (CUDA IPC, the owner copying): the
   // stand-ins hold nothing newer, and the completion must not copy them over the device.
@@ -61,6 +73,12 @@ class CudaStaging {
   std::shared_ptr<PinnedPool> pool_;
   mutable std::atomic<bool> written_on_device_{false};
   mutable std::once_flag filled_;
+  // Chunked copies on a stream of their own (one GPU, overlap on); null otherwise.
+  std::unique_ptr<StagedChunks> chunks_;
+  mutable std::mutex chunks_mutex_;
+  mutable bool queued_to_host_ = false;         // under chunks_mutex_
+  mutable std::uint64_t queued_to_device_ = 0;  // under chunks_mutex_: device bytes queued
+  mutable bool to_device_failed_ = false;       // under chunks_mutex_: copy it all at the end
 };
 
 }  // namespace memwire::detail

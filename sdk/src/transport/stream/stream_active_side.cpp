@@ -132,8 +132,13 @@ void StreamActiveSide::on_frame(StreamConnection& connection, const FrameHeader&
       // The pin goes with the bytes' destination: should the transfer end before they have
       // all landed (cancelled, dropped), the rest is discarded at once, not waited for.
       AnswerInFlight answer(pending->transfer, connection.peer(), std::nullopt);
-      auto landed = [this, &connection, answer = std::move(answer)]() mutable {
-        chunk_done(connection, answer.landed());
+      // Staged to the device: each answer's bytes are queued there as soon as they landed.
+      auto staged = transfer.lands_on_device() ? into : std::vector<iovec>{};
+      auto landed = [this, &connection, answer = std::move(answer),
+                     staged = std::move(staged)]() mutable {
+        auto done = answer.landed();
+        for (const auto& piece : staged) done->transfer->landed(piece.iov_base, piece.iov_len);
+        chunk_done(connection, done);
       };
       if (into.empty()) return connection.discard(header.length, std::move(landed));
       return connection.receive_into(std::move(into), std::move(landed), std::move(pin),

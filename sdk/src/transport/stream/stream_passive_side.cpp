@@ -128,10 +128,9 @@ void StreamPassiveSide::on_frame(StreamConnection& connection, const FrameHeader
 namespace {
 // A GPU readable's stand-ins, filled before the first request that reads them (not one through
 // CUDA IPC: that copies the device memory itself).
-void fill_stand_ins(const Registration& registration) {
-  if (const auto* staging = registration.staging();
-      staging != nullptr && registration.kind() == OperationKind::Read)
-    staging->fill_host_once();
+void fill_stand_ins(const Registration& reg, const void* at = nullptr, std::size_t n = 0) {
+  if (const auto* staging = reg.staging(); staging != nullptr && reg.kind() == OperationKind::Read)
+    staging->fill_host(at, n);  // waits for the chunks holding [at, at + n) alone
 }
 }  // namespace
 
@@ -173,7 +172,7 @@ void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHead
     if (registration->pool()) throw not_a_pool_frame();
     auto access = registration->check_access(header.token, OperationKind::Read, header.index,
                                              header.offset, header.length, transport_);
-    fill_stand_ins(*registration);
+    fill_stand_ins(*registration, access.data, header.length);
     touch(registration);
     registration->note_moved(header.length);
     OutFrame response;
