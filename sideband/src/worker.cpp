@@ -27,6 +27,20 @@ void require_complete(OperationStatus status, Operation& operation, std::string_
           (operation.error_message().empty() ? std::string() : ": " + operation.error_message()));
 }
 
+// Error{Cancelled} with `message` once a stop was requested on `stop`.
+void throw_if_stopped(const std::stop_token& stop, const std::string& message) {
+  if (stop.stop_requested()) throw Error(ErrorCode::Cancelled, message);
+}
+
+// Cancels `operation` unless it ended already (cancelling an errored one throws).
+void cancel_quietly(Operation& operation) noexcept {
+  try {
+    operation.cancel();
+  } catch (const std::exception&) {
+    // It errored meanwhile: it touches nothing any more either.
+  }
+}
+
 // Metadata is renewed when a third of its remaining lifetime passed (two thirds are left for a
 // slow channel or a busy machine), never more often than this; a renewal the channel refused
 // is tried again after at most kRenewalRetry.
@@ -266,22 +280,31 @@ void Worker::republish(Lease& lease, std::vector<Descriptor> local, milliseconds
 }
 
 ReadOperation Worker::read(std::string_view name, std::vector<Descriptor> local,
-                           milliseconds timeout, Lookup lookup) {
+                           milliseconds timeout, Lookup lookup, std::stop_token stop) {
   const channel_rules::Deadline deadline(timeout);
-  auto metadata =
-      lookup == Lookup::Fetch ? channel_->fetch(name, timeout) : channel_->wait_for(name, timeout);
+  const std::string what = "reading '" + std::string(name) + "'";
+  throw_if_stopped(stop, what + ": cancelled during the lookup");
+  auto metadata = lookup == Lookup::Fetch ? channel_->fetch(name, timeout)
+                                          : channel_->wait_for(name, timeout, stop);
+  throw_if_stopped(stop, what + ": cancelled during the lookup");
   auto operation = connector_->begin_read(metadata, std::move(local));
   // Destroying the operation on a throw (timeout) cancels it.
   OperationStatus status;
-  try {
-    status = operation.wait_for_completion(deadline.left());
-  } catch (const Error& error) {
-    if (error.code() != ErrorCode::Timeout) throw;
-    // The caller's timeout, not what was left of it after the lookup and the connect.
-    throw Error(ErrorCode::Timeout, "reading '" + std::string(name) + "': not finished within " +
-                                        std::to_string(timeout.count()) + " ms");
+  {
+    // A stop cancels the transfer: the wait then ends (Cancelled) once nothing touches `local`.
+    std::stop_callback on_stop(stop, [&operation] { cancel_quietly(operation); });
+    try {
+      status = operation.wait_for_completion(deadline.left());
+    } catch (const Error& error) {
+      if (error.code() != ErrorCode::Timeout) throw;
+      // The caller's timeout, not what was left of it after the lookup and the connect.
+      throw Error(ErrorCode::Timeout,
+                  what + ": not finished within " + std::to_string(timeout.count()) + " ms");
+    }
   }
-  require_complete(status, operation, "reading '" + std::string(name) + "'");
+  if (status != OperationStatus::Complete)
+    throw_if_stopped(stop, what + ": cancelled during the transfer");
+  require_complete(status, operation, what);
   return operation;
 }
 
@@ -301,26 +324,39 @@ std::unique_ptr<Subscription> Worker::serve(std::string_view prefix, ServeHandle
 }
 
 WritableOperation Worker::request(std::string_view name, std::vector<Descriptor> local,
-                                  milliseconds timeout) {
+                                  milliseconds timeout, std::stop_token stop) {
   channel_rules::check_name(name);
+  const std::string what = "request for '" + std::string(name) + "'";
+  throw_if_stopped(stop, what + ": cancelled");
   const channel_rules::Deadline deadline(timeout);
   auto operation = connector_->create_writable(std::move(local));
   // When the owner dies mid-write our connector sees it at once (the operation errors with
-  // PeerLost): the request stops waiting for a reply that will never come.
+  // PeerLost): the request stops waiting for a reply that will never come. So does a stop.
   std::stop_source abandon;
   operation.on_complete([abandon](OperationStatus status) mutable {
     if (status == OperationStatus::Errored) abandon.request_stop();
   });
-  try {
-    channel_->request(name, operation.metadata(), timeout, abandon.get_token());
-  } catch (const Error&) {
-    // The operation's own failure says more than the channel's view of it: throws it.
-    if (operation.status() == OperationStatus::Errored) operation.wait_for_completion();
-    throw;
+  OperationStatus status;
+  {
+    // A stop revokes the owner's access to `local` (no byte lands after this returns) and ends
+    // the wait for its reply.
+    std::stop_callback on_stop(stop, [&operation, abandon]() mutable {
+      cancel_quietly(operation);
+      abandon.request_stop();
+    });
+    try {
+      channel_->request(name, operation.metadata(), timeout, abandon.get_token());
+    } catch (const Error&) {
+      throw_if_stopped(stop, what + ": cancelled");
+      // The operation's own failure says more than the channel's view of it: throws it.
+      if (operation.status() == OperationStatus::Errored) operation.wait_for_completion();
+      throw;
+    }
+    // The owner replies once its write completed; our side completes on the notice that follows.
+    status = operation.wait_for_completion(std::max(deadline.left(), milliseconds(1000)));
   }
-  // The owner replies once its write completed; our side completes on the notice that follows.
-  require_complete(operation.wait_for_completion(std::max(deadline.left(), milliseconds(1000))),
-                   operation, "request for '" + std::string(name) + "'");
+  if (status != OperationStatus::Complete) throw_if_stopped(stop, what + ": cancelled");
+  require_complete(status, operation, what);
   return operation;
 }
 

@@ -6,6 +6,7 @@ if(NOT TARGET memwire_sideband_tests)
 endif()
 target_sources(memwire_sideband_tests PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/worker_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/worker_cancel_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/graph_workers_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/telemetry_process_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../conformance/channel_world.cpp)

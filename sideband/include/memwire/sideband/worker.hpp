@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,9 +83,12 @@ class MEMWIRE_API Worker {
 
   // Reads the memory published under `name` into `local`; returns the completed operation
   // (see transport()). `timeout` bounds the lookup and the transfer together.
+  // A stop requested on `stop` ends the call with Error{Cancelled}: a wait for the name at once
+  // (within about a second over HTTP), a fetch after its one round trip, a transfer by
+  // cancelling it; the call returns only once nothing touches `local` any more.
   [[nodiscard("it holds the filled descriptors and the transport used")]] ReadOperation read(
       std::string_view name, std::vector<Descriptor> local, std::chrono::milliseconds timeout,
-      Lookup lookup = Lookup::Fetch);
+      Lookup lookup = Lookup::Fetch, std::stop_token stop = {});
 
   // Answers requests for names under `prefix` by writing handler(name) into the requester's
   // memory. The handler throws (e.g. Error{NotFound}) to refuse; the requester gets the error.
@@ -103,9 +107,12 @@ class MEMWIRE_API Worker {
 
   // Asks the owner of `name` to write it into `local`; returns the completed operation.
   // An owner whose connection drops mid-write (killed) ends the call at once with that error
-  // (Error{PeerLost}), not with Error{Timeout} after `timeout`.
+  // (Error{PeerLost}), not with Error{Timeout} after `timeout`. A stop requested on `stop` ends
+  // the call with Error{Cancelled}, and remote access to `local` with it: no byte lands after
+  // it returns.
   [[nodiscard("it holds the written memory's operation and the transport used")]] WritableOperation
-  request(std::string_view name, std::vector<Descriptor> local, std::chrono::milliseconds timeout);
+  request(std::string_view name, std::vector<Descriptor> local, std::chrono::milliseconds timeout,
+          std::stop_token stop = {});
 
   Connector& connector() noexcept { return *connector_; }
   Channel& channel() noexcept { return *channel_; }
