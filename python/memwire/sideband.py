@@ -12,7 +12,8 @@ import inspect
 
 from . import _memwire
 from .descriptor import as_descriptors
-from .errors import MemwireError, NotFoundError
+from .connector import ReadOperation, WritableOperation
+from .errors import NotFoundError
 from .metadata import RdmaMetadata
 from .types import OperationStatus
 from ._support import completions_for, timeout_seconds
@@ -41,6 +42,28 @@ async def _native_call(start, *args):
     except asyncio.CancelledError:
         completions.futures.pop(token, None)
         call.cancel()
+        raise
+    return call
+
+
+async def _worker_call(start, *args):
+    """Runs a Worker call started by ``start(*args[:-1], notifier, token)`` (the last argument
+    owns the memory it uses) and returns it. A cancelled task stops the call and returns only
+    once it ended (promptly): until then the native call may touch that memory."""
+    *args, owners = args
+    completions = completions_for(asyncio.get_running_loop())
+    notifier, token, done = completions.arm()
+    call = start(*args, notifier, token)
+    try:
+        await asyncio.shield(done)
+    except asyncio.CancelledError:
+        call.cancel()
+        while not done.done():
+            try:
+                await asyncio.shield(done)
+            except asyncio.CancelledError:
+                pass  # cancelled again: the memory is still in use until the call ended
+        del owners
         raise
     return call
 
@@ -301,26 +324,21 @@ class Worker:
     async def read(self, name, local_descriptors, timeout=None, *, wait=False):
         """Reads the memory published under ``name`` into local memory and returns the
         completed ReadOperation. ``wait=True`` waits for the name to be published.
-        ``timeout`` bounds the lookup and the transfer together."""
-        seconds = timeout_seconds(timeout)
+        ``timeout`` bounds the lookup and the transfer together. Cancelling the awaiting task
+        stops the read (C++ ``Worker::read`` with a stop token); it ends once nothing touches
+        the memory any more."""
         descriptors = as_descriptors(local_descriptors, writable_target=True)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        lookup = self.channel._native.start_wait_for if wait else self.channel._native.start_fetch
-        native_md = (await _native_call(lookup, name, _ms(seconds))).result()
-        op = self.connector.begin_read(RdmaMetadata(native_md), descriptors)
-        try:
-            await op.wait_for_completion(max(0.001, deadline - loop.time()))
-        except BaseException:
-            op._cancel_quietly()
-            raise
-        return op
+        call = await _worker_call(self._native.start_read, name, [d._spec() for d in descriptors],
+                                  _ms(timeout), bool(wait), descriptors)
+        native = self._native.operation_of(call, descriptors)
+        return ReadOperation(self.connector, native, descriptors, asyncio.get_running_loop())
 
     async def request(self, name, local_descriptors, timeout=None, *, wait=False):
         """Asks the owner of ``name`` to write it into local memory; returns the completed
         WritableOperation. A killed owner ends it at once with PeerLostError. ``wait=True``
         waits (within ``timeout``) for a server of ``name`` to appear instead of raising
-        NotFoundError at once: it asks again with a backoff (50 ms doubling to 1 s)."""
+        NotFoundError at once: it asks again with a backoff (50 ms doubling to 1 s).
+        Cancelling the awaiting task stops the request and revokes the owner's access."""
         if not wait:
             return await self._request(name, local_descriptors, timeout)
         seconds = timeout_seconds(timeout)
@@ -338,32 +356,11 @@ class Worker:
                 backoff = min(backoff * 2, 1.0)
 
     async def _request(self, name, local_descriptors, timeout):
-        seconds = timeout_seconds(timeout)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        op = self.connector.create_writable(local_descriptors)
-        stop = _memwire.StopSource()
-
-        def on_end(status):  # on a memwire thread: our side failed, stop waiting for a reply
-            if status == int(OperationStatus.ERRORED):
-                stop.request_stop()
-
-        op._native.notify(on_end)
-        md = op.metadata()
-        try:
-            call = await _native_call(self.channel._native.start_request, name, md._native, _ms(seconds), stop)
-            call.result()
-        except asyncio.CancelledError:
-            stop.request_stop()
-            op._cancel_quietly()
-            raise
-        except MemwireError:
-            if op.status == OperationStatus.ERRORED:
-                op._native.wait(1)  # raises the operation's own failure: it says more
-            op._cancel_quietly()
-            raise
-        await op.wait_for_completion(max(1.0, deadline - loop.time()))
-        return op
+        descriptors = as_descriptors(local_descriptors, writable_target=True)
+        call = await _worker_call(self._native.start_request, name, [d._spec() for d in descriptors],
+                                  _ms(timeout), descriptors)
+        native = self._native.operation_of(call, descriptors)
+        return WritableOperation(self.connector, native, descriptors, asyncio.get_running_loop())
 
     async def serve(self, prefix, handler, *, write_timeout=30.0):
         """Answers requests for names under ``prefix``: ``handler(name)`` returns what to write

@@ -24,9 +24,10 @@ namespace memwire_python {
 // loop is woken through its Notifier (token); result() then hands it over (or raises).
 class PyCall {
  public:
-  using Outcome = std::variant<std::monostate, Metadata, std::vector<std::string>,
-                               std::shared_ptr<memwire::sideband::Lease>,
-                               std::shared_ptr<memwire::sideband::Subscription>>;
+  using Outcome =
+      std::variant<std::monostate, Metadata, std::vector<std::string>,
+                   std::shared_ptr<memwire::sideband::Lease>,
+                   std::shared_ptr<memwire::sideband::Subscription>, std::shared_ptr<AnyOperation>>;
 
   PyCall() = default;
   // An outcome nobody took (the task was cancelled) ends without the GIL: a subscription joins

@@ -1,5 +1,5 @@
 // Workers: a connector and a channel together; publish (a lease), serve a prefix with a Python
-// handler (a subscription), republish.
+// handler (a subscription), republish, read and request (the C++ Worker's, stopped by a cancel).
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -248,6 +248,47 @@ void bind_workers(py::module_& m) {
                        worker->worker->serve(prefix, serve_one, options));
                  },
                  std::move(notifier), token);
+           })
+      // Worker::read and Worker::request on the channel's threads: cancelling the call (the
+      // awaiting task was cancelled) stops them, and they end only once nothing touches
+      // `local`; the caller keeps `local`'s owners alive until the loop heard of the end.
+      .def("start_read",
+           [](PyWorker& w, std::string name, Descriptors local, std::int64_t timeout_ms, bool wait,
+              std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             return start_call(
+                 w.runner(),
+                 [worker = w.shared(), name, local = std::move(local), timeout_ms,
+                  wait](std::stop_token stop) mutable -> PyCall::Outcome {
+                   const auto lookup = wait ? memwire::sideband::Worker::Lookup::WaitUntilPublished
+                                            : memwire::sideband::Worker::Lookup::Fetch;
+                   return std::make_shared<AnyOperation>(worker->worker->read(
+                       name, std::move(local), milliseconds(timeout_ms), lookup, stop));
+                 },
+                 std::move(notifier), token);
+           })
+      .def("start_request",
+           [](PyWorker& w, std::string name, Descriptors local, std::int64_t timeout_ms,
+              std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             return start_call(
+                 w.runner(),
+                 [worker = w.shared(), name, local = std::move(local),
+                  timeout_ms](std::stop_token stop) mutable -> PyCall::Outcome {
+                   return std::make_shared<AnyOperation>(worker->worker->request(
+                       name, std::move(local), milliseconds(timeout_ms), stop));
+                 },
+                 std::move(notifier), token);
+           })
+      // The operation a start_read or start_request call ended with, its memory kept alive by
+      // `owners` from here on.
+      .def("operation_of",
+           [](PyWorker& w, PyCall& call, py::object owners) {
+             auto [outcome, error] = call.take();
+             if (error) std::rethrow_exception(error);
+             auto* op = std::get_if<std::shared_ptr<AnyOperation>>(&outcome);
+             if (op == nullptr || !*op)
+               throw memwire::Error(memwire::ErrorCode::InvalidArgument,
+                                    "not a read or request call");
+             return new PyOperation(std::move(**op), w.shared()->connector, std::move(owners));
            })
       .def("subscription_of", [](PyWorker& w, PyCall& call) {
         auto [outcome, error] = call.take();
