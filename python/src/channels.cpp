@@ -17,15 +17,6 @@
 namespace memwire_python {
 namespace {
 
-class PyStopSource {
- public:
-  void request_stop() { source_.request_stop(); }
-  std::stop_token token() const { return source_.get_token(); }
-
- private:
-  std::stop_source source_;
-};
-
 // The HTTP endpoint embedded in this process (its server threads are this process's).
 class PyHttpEndpoint {
  public:
@@ -75,14 +66,6 @@ void bind_channels(py::module_& m) {
              });
            })
       .def("list", [](PyChannel& c) { return without_gil([&] { return c.get().list(); }); })
-      .def("request",
-           [](PyChannel& c, const std::string& name, const Metadata& writable,
-              std::int64_t timeout_ms, PyStopSource& stop) {
-             without_gil([&] {
-               c.get().request(name, writable.value, milliseconds(timeout_ms), stop.token());
-               return 0;
-             });
-           })
       // start_*: the same calls on the channel's own threads, for an event loop (notifier,
       // token); the returned Call gives the outcome, or stops the call when cancelled.
       .def("start_fetch",
@@ -127,29 +110,10 @@ void bind_channels(py::module_& m) {
                  },
                  std::move(notifier), token);
            })
-      .def("start_list",
-           [](PyChannel& c, std::shared_ptr<Notifier> notifier, std::uint64_t token) {
-             return start_call(
-                 *c.runner(),
-                 [channel = c.shared()](std::stop_token) -> PyCall::Outcome {
-                   return channel->list();
-                 },
-                 std::move(notifier), token);
-           })
-      .def("start_request", [](PyChannel& c, std::string name, const Metadata& writable,
-                               std::int64_t timeout_ms, PyStopSource& abandon,
-                               std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+      .def("start_list", [](PyChannel& c, std::shared_ptr<Notifier> notifier, std::uint64_t token) {
         return start_call(
             *c.runner(),
-            [channel = c.shared(), name, writable, timeout_ms,
-             abandon = abandon.token()](std::stop_token stop) -> PyCall::Outcome {
-              // Either the operation's failure or the task's cancellation ends the wait.
-              std::stop_source either;
-              std::stop_callback on_abandon(abandon, [&] { either.request_stop(); });
-              std::stop_callback on_stop(stop, [&] { either.request_stop(); });
-              channel->request(name, writable.value, milliseconds(timeout_ms), either.get_token());
-              return {};
-            },
+            [channel = c.shared()](std::stop_token) -> PyCall::Outcome { return channel->list(); },
             std::move(notifier), token);
       });
 
@@ -282,10 +246,6 @@ void bind_channels(py::module_& m) {
            })
       .def_property_readonly("port", [](PyHttpEndpoint& e) { return e.get().port(); })
       .def_property_readonly("url", [](PyHttpEndpoint& e) { return e.get().url(); });
-
-  py::class_<PyStopSource>(m, "StopSource")
-      .def(py::init<>())
-      .def("request_stop", &PyStopSource::request_stop);
 }
 
 }  // namespace memwire_python
