@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/registration.hpp"
 #include "cuda/gpu_pool_memory.hpp"
-#include "registration.hpp"
 #include "transport/stream/cuda_ipc_request.hpp"
 #include "transport/stream/event_loop.hpp"
 #include "transport/stream/request_plan.hpp"
