@@ -20,6 +20,7 @@
 #include "pool/pool_state.hpp"
 #include "telemetry/event_log.hpp"
 #include "telemetry/telemetry_recorder.hpp"
+#include "transport/registry.hpp"
 #include "transport/transport.hpp"
 #include "util/fork_generation.hpp"
 #include "util/peer_name.hpp"
@@ -96,7 +97,7 @@ class Connector::Impl {
     context_.options = std::move(options);
     context_.registrations = std::make_shared<detail::RegistrationTable>();
     if (context_.options.telemetry)
-      context_.telemetry = std::make_shared<detail::TelemetryRecorder>();
+      context_.telemetry = std::make_shared<detail::TelemetryRecorder>(detail::known_transports());
     events_ = std::make_shared<const detail::EventLog>(
         context_.connector_name, context_.options.log_level, std::move(context_.options.log));
     context_.events = events_;
