@@ -1,7 +1,7 @@
 // RdmaMetadata::from_json: every by-name fetch parses metadata a remote published. Anything but
 // a metadata or Error{InvalidMetadata} is a finding; so is metadata whose own JSON does not
 // parse back to the same value, and a descriptor list that the quick reader of to_json's form
-// (sdk/src/canonical_descriptors.hpp) reads otherwise than the parser does.
+// (sdk/src/metadata/canonical_descriptors.hpp) reads otherwise than the parser does.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

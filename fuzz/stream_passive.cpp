@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "ids.hpp"
 #include "loopback.hpp"
 #include "memwire/connector.hpp"
 #include "memwire/error.hpp"
 #include "memwire/pool.hpp"
 #include "transport/stream/frame.hpp"
+#include "util/ids.hpp"
 
 namespace {
 

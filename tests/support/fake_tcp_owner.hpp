@@ -14,10 +14,10 @@
 #include <thread>
 #include <vector>
 
-#include "file_descriptor.hpp"
 #include "memwire/memwire.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
+#include "util/file_descriptor.hpp"
 
 namespace memwire::test_support {
 

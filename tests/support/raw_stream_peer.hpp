@@ -10,10 +10,10 @@
 #include <utility>
 #include <vector>
 
-#include "ids.hpp"
 #include "memwire/memwire.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
+#include "util/ids.hpp"
 
 namespace memwire::test_support {
 

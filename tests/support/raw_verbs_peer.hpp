@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "ids.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/pool.hpp"
 #include "transport/verbs/verbs_wire.hpp"
+#include "util/ids.hpp"
 
 namespace memwire::test_support {
 

@@ -7,7 +7,6 @@
 namespace memwire::detail {
 namespace {
 
-constexpr std::array<std::string_view, 4> kTransportNames = {"none", "tcp", "shm", "verbs"};
 constexpr std::array<std::string_view, 2> kKindNames = {"read", "write"};
 constexpr std::array<std::string_view, 2> kSideNames = {"active", "passive"};
 constexpr std::array<std::string_view, 2> kDirectionNames = {"outbound", "inbound"};
@@ -25,9 +24,16 @@ constexpr auto kBucketNanoseconds = [] {
 
 }  // namespace
 
-std::size_t TelemetryRecorder::transport_index(std::string_view transport) noexcept {
-  for (std::size_t i = 1; i < kTransportNames.size(); ++i)
-    if (kTransportNames[i] == transport) return i;
+TelemetryRecorder::TelemetryRecorder(const std::vector<std::string_view>& transports) {
+  if (transports.size() >= kTransports)
+    throw Error(ErrorCode::InvalidArgument,
+                "telemetry counts at most " + std::to_string(kTransports - 1) + " transports");
+  std::copy(transports.begin(), transports.end(), transport_names_.begin() + 1);
+}
+
+std::size_t TelemetryRecorder::transport_index(std::string_view transport) const noexcept {
+  for (std::size_t i = 1; i < transport_names_.size(); ++i)
+    if (!transport_names_[i].empty() && transport_names_[i] == transport) return i;
   return 0;
 }
 
@@ -86,7 +92,8 @@ TelemetrySnapshot TelemetryRecorder::snapshot(const std::string& connector,
                                               const std::vector<std::string>& transports) const {
   TelemetrySnapshot snapshot;
   snapshot.connector = connector;
-  for (std::size_t transport = 0; transport < kTransports; ++transport)
+  for (std::size_t transport = 0; transport < kTransports; ++transport) {
+    if (transport_names_[transport].empty()) continue;
     for (std::size_t kind = 0; kind < kKinds; ++kind)
       for (std::size_t side = 0; side < kSides; ++side) {
         const std::size_t series = (transport * kKinds + kind) * kSides + side;
@@ -95,7 +102,7 @@ TelemetrySnapshot TelemetryRecorder::snapshot(const std::string& connector,
           const auto operations = counter.operations.load(std::memory_order_relaxed);
           if (operations == 0) continue;
           OperationCount count;
-          count.transport = kTransportNames[transport];
+          count.transport = transport_names_[transport];
           count.kind = kKindNames[kind];
           count.side = kSideNames[side];
           count.status = status == 0 ? "complete" : status == 1 ? "cancelled" : "error";
@@ -114,7 +121,7 @@ TelemetrySnapshot TelemetryRecorder::snapshot(const std::string& connector,
         }
         running += histogram.buckets.back().load(std::memory_order_relaxed);
         if (running == 0) continue;
-        durations.transport = kTransportNames[transport];
+        durations.transport = transport_names_[transport];
         durations.kind = kKindNames[kind];
         durations.side = kSideNames[side];
         durations.upper_bounds_seconds.assign(kBucketBounds.begin(), kBucketBounds.end());
@@ -123,16 +130,18 @@ TelemetrySnapshot TelemetryRecorder::snapshot(const std::string& connector,
             static_cast<double>(histogram.sum_nanoseconds.load(std::memory_order_relaxed)) / 1e9;
         snapshot.durations.push_back(std::move(durations));
       }
+  }
   for (std::size_t transport = 0; transport < kTransports; ++transport) {
+    if (transport_names_[transport].empty()) continue;
     const bool started = std::find(transports.begin(), transports.end(),
-                                   kTransportNames[transport]) != transports.end();
+                                   transport_names_[transport]) != transports.end();
     for (std::size_t direction = 0; direction < 2; ++direction) {
       const auto& connections = connections_[transport * 2 + direction];
       // Closed first: a connection that opens and closes in between never shows as -1 open.
       const auto closed = connections.closed.load(std::memory_order_relaxed);
       const auto opened = connections.opened.load(std::memory_order_relaxed);
       if (!started && opened == 0) continue;
-      snapshot.connections.push_back({std::string(kTransportNames[transport]),
+      snapshot.connections.push_back({std::string(transport_names_[transport]),
                                       std::string(kDirectionNames[direction]),
                                       opened >= closed ? opened - closed : 0, opened});
     }

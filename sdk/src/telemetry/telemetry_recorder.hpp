@@ -27,6 +27,12 @@ class TelemetryRecorder {
   static constexpr std::array<double, 20> kBucketBounds = {
       10e-6, 25e-6, 50e-6,  100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3,
       25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0,    2.5,  5.0,    10.0, 30.0};
+  // "none" (no transport picked) and up to kTransports - 1 named ones.
+  static constexpr std::size_t kTransports = 8;
+
+  // `transports`: the names it counts, the registry's (known_transports(),
+  // transport/registry.cpp); any other name counts as "none".
+  explicit TelemetryRecorder(const std::vector<std::string_view>& transports);
 
   // An operation reached its final status. `code` is the error's code when it errored.
   void operation_ended(std::string_view transport, OperationKind kind, Side side,
@@ -52,8 +58,7 @@ class TelemetryRecorder {
                              const std::vector<std::string>& transports) const;
 
  private:
-  static constexpr std::size_t kTransports = 4;  // none, tcp, shm, verbs
-  static constexpr std::size_t kKinds = 2;       // read, write
+  static constexpr std::size_t kKinds = 2;  // read, write
   static constexpr std::size_t kSides = 2;
   static constexpr std::size_t kErrorCodes = static_cast<std::size_t>(ErrorCode::Expired) + 1;
   static constexpr std::size_t kStatuses = 2 + kErrorCodes;  // complete, cancelled, error by code
@@ -72,7 +77,9 @@ class TelemetryRecorder {
     std::atomic<std::uint64_t> closed{0};
   };
 
-  static std::size_t transport_index(std::string_view transport) noexcept;
+  std::size_t transport_index(std::string_view transport) const noexcept;
+
+  std::array<std::string_view, kTransports> transport_names_{"none"};
 
   std::array<Counter, kSeries * kStatuses> counters_{};
   std::array<Histogram, kSeries> durations_{};

@@ -1,3 +1,5 @@
+#include "transport/registry.hpp"
+
 #include <string>
 
 #include "memwire/error.hpp"
@@ -14,6 +16,14 @@ std::unique_ptr<Transport> make_transport(std::string_view name, const Transport
       throw Error(ErrorCode::InvalidArgument,
                   "transport '" + std::string(name) + "' is not built into this memwire");
   throw Error(ErrorCode::InvalidArgument, "unknown transport '" + std::string(name) + "'");
+}
+
+std::vector<std::string_view> known_transports() {
+  std::vector<std::string_view> names;
+  for (const auto& [name, factory] : kEnabledTransports) names.push_back(name);
+  for (const auto disabled : kDisabledTransports)
+    if (!disabled.empty()) names.push_back(disabled);
+  return names;
 }
 
 }  // namespace memwire::detail

@@ -1,7 +1,7 @@
-// AccessGate (sdk/src/access_gate.*): pins, close with a grace period, and the breakers that make
-// a stalled holder let go. Real threads, real waits; no sleeps stand in for synchronisation
+// AccessGate (sdk/src/core/access_gate.*): pins, close with a grace period, and the breakers that
+// make a stalled holder let go. Real threads, real waits; no sleeps stand in for synchronisation
 // except where a test shows that something does NOT happen within a bound.
-#include "access_gate.hpp"
+#include "core/access_gate.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// A transport's state attached to a registration (sdk/src/registration.*): found by type while
+// A transport's state attached to a registration (sdk/src/core/registration.*): found by type while
 // the registration lives, and revoked once, before the registration finishes, however it ends.
 // The verbs transport ends every peer's memory window there (issue 20).
 #include <gtest/gtest.h>
@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
+#include "core/registration.hpp"
+#include "core/registration_table.hpp"
 #include "memwire/descriptor.hpp"
-#include "registration.hpp"
-#include "registration_table.hpp"
 
 using namespace memwire;
 using namespace memwire::detail;

@@ -1,6 +1,6 @@
-// RegistrationTable (sdk/src/registration_table.*): the connector's live passive operations by
+// RegistrationTable (sdk/src/core/registration_table.*): the connector's live passive operations by
 // notification key, with real Registrations over real memory.
-#include "registration_table.hpp"
+#include "core/registration_table.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/registration.hpp"
 #include "memwire/descriptor.hpp"
-#include "registration.hpp"
 
 using namespace memwire;
 using namespace memwire::detail;

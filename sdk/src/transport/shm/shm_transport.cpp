@@ -6,10 +6,10 @@
 #include <cstring>
 #include <fstream>
 
-#include "ids.hpp"
 #include "memwire/error.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/stream_transport.hpp"
+#include "util/ids.hpp"
 
 namespace memwire::detail {
 namespace {

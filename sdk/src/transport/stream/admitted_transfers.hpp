@@ -7,9 +7,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "ids.hpp"
 #include "memwire/metadata.hpp"
-#include "pool_state.hpp"
+#include "pool/pool_state.hpp"
+#include "util/ids.hpp"
 
 namespace memwire::detail {
 

@@ -7,9 +7,9 @@
 #include <array>
 #include <cerrno>
 
-#include "access_gate.hpp"
+#include "core/access_gate.hpp"
 #include "memwire/error.hpp"
-#include "thread_name.hpp"
+#include "util/thread_name.hpp"
 
 namespace memwire::detail {
 

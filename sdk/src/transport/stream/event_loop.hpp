@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "file_descriptor.hpp"
+#include "util/file_descriptor.hpp"
 
 namespace memwire::detail {
 

@@ -6,9 +6,9 @@
 #include <span>
 #include <string>
 
-#include "ids.hpp"
 #include "memwire/error_codes.hpp"
 #include "memwire/limits.hpp"
+#include "util/ids.hpp"
 
 namespace memwire::detail {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "active_transfer.hpp"
+#include "core/active_transfer.hpp"
 
 namespace memwire::detail {
 

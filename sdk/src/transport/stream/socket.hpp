@@ -10,7 +10,7 @@
 #include <string_view>
 #include <utility>
 
-#include "file_descriptor.hpp"
+#include "util/file_descriptor.hpp"
 
 namespace memwire::detail {
 

@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "active_transfer.hpp"
-#include "transport/stream/peer_mappings.hpp"
+#include "core/active_transfer.hpp"
+#include "transport/shm/peer_mappings.hpp"
 #include "transport/stream/stream_connection.hpp"
 
 namespace memwire::detail {

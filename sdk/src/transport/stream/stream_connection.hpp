@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "access_gate.hpp"
+#include "core/access_gate.hpp"
+#include "core/operation_core.hpp"
 #include "memwire/error.hpp"
-#include "operation_core.hpp"
 #include "telemetry/connection_watch.hpp"
 #include "transport/stream/event_loop.hpp"
 #include "transport/stream/frame.hpp"

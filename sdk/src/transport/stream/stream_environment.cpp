@@ -2,8 +2,8 @@
 #include <cstddef>
 #include <cstdlib>
 
-#include "environment.hpp"
 #include "memwire/connector_options.hpp"
+#include "util/environment.hpp"
 
 namespace memwire::detail {
 

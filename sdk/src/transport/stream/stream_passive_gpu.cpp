@@ -4,12 +4,12 @@
 
 #include <cstring>
 
+#include "core/registration.hpp"
 #include "cuda/cuda_copies.hpp"
 #include "cuda/cuda_staging.hpp"
 #include "cuda/gpu_pool_memory.hpp"
-#include "pool_state.hpp"
-#include "registration.hpp"
-#include "transport/stream/cross_memory.hpp"
+#include "pool/pool_state.hpp"
+#include "transport/shm/cross_memory.hpp"
 #include "transport/stream/stream_passive_side.hpp"
 
 namespace memwire::detail {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/registration_table.hpp"
 #include "cuda/ipc_mappings.hpp"
-#include "registration_table.hpp"
 #include "transport/stream/admitted_transfers.hpp"
 #include "transport/stream/cuda_ipc_pieces.hpp"
 #include "transport/stream/stream_connection.hpp"

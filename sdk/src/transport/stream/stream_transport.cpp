@@ -17,8 +17,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/registration.hpp"
 #include "cuda/gpu_pool_memory.hpp"
-#include "registration.hpp"
+#include "transport/stream/accepted_socket.hpp"
 #include "transport/stream/cuda_ipc_request.hpp"
 #include "transport/stream/event_loop.hpp"
 #include "transport/stream/request_plan.hpp"
@@ -444,12 +445,13 @@ class StreamTransport final : public Transport {
       if (too_many || same_peer >= context_.options.max_connections_per_peer) {
         log(LogLevel::Warn, "connection_refused",
             "connection from " + peer + " closed: over the connection limit", peer);
-        refuse(socket.get(),
-               too_many ? "over its connection limit (max_connections " +
-                              std::to_string(context_.options.max_connections) + ")"
-                        : "over its connection limit for one peer (max_connections_per_peer " +
-                              std::to_string(context_.options.max_connections_per_peer) +
-                              ", from " + peer + ")");
+        refuse_connection(
+            socket.get(),
+            too_many ? "over its connection limit (max_connections " +
+                           std::to_string(context_.options.max_connections) + ")"
+                     : "over its connection limit for one peer (max_connections_per_peer " +
+                           std::to_string(context_.options.max_connections_per_peer) + ", from " +
+                           peer + ")");
         linger_refused(std::move(socket));
         return;
       }
@@ -478,26 +480,6 @@ class StreamTransport final : public Transport {
     });
   }
 
-  // Tells a refused peer why before closing, so that it fails with that reason and not with a
-  // bare "connection lost"; on the loop, so nothing here blocks.
-  static void refuse(int socket, const std::string& why) {
-    OutFrame refusal;
-    refusal.header.type = FrameType::HelloResponse;
-    refusal.header.code = wire_code(ErrorCode::Transport);
-    refusal.header.length = why.size();
-    iovec parts[2] = {{&refusal.header, sizeof refusal.header},
-                      {const_cast<char*>(why.data()), why.size()}};
-    msghdr message{};
-    message.msg_iov = parts;
-    message.msg_iovlen = 2;
-    [[maybe_unused]] auto sent = ::sendmsg(socket, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
-    // Unread bytes (its Hello) would turn the close into a reset that may beat the refusal.
-    char scratch[4096];
-    while (::recv(socket, scratch, sizeof scratch, MSG_DONTWAIT) > 0) {
-    }
-    ::shutdown(socket, SHUT_WR);
-  }
-
   // Refused connections stay half-open a moment: closed at once, the peer's next send could
   // meet a reset before its reader saw the refusal. The loop's.
   static constexpr auto kRefusedLinger = std::chrono::milliseconds(200);
@@ -523,21 +505,6 @@ class StreamTransport final : public Transport {
       finished.push_back(std::move(entry));
       return true;
     });
-  }
-
-  // Who a connection counts against: its process over a Unix socket, else its IP address.
-  static std::string peer_identity(int socket, int process) {
-    if (process != 0) return "process " + std::to_string(process);
-    sockaddr_storage address{};
-    socklen_t length = sizeof address;
-    if (::getpeername(socket, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "?";
-    char text[INET6_ADDRSTRLEN] = "?";
-    if (address.ss_family == AF_INET)
-      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&address)->sin_addr, text, sizeof text);
-    if (address.ss_family == AF_INET6)
-      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&address)->sin6_addr, text,
-                  sizeof text);
-    return text;
   }
 
   static FileDescriptor open_reserve() {

@@ -3,10 +3,10 @@
 #include <cerrno>
 #include <cstring>
 
-#include "ids.hpp"
 #include "memwire/error.hpp"
 #include "telemetry/telemetry_recorder.hpp"
 #include "transport/verbs/progress_loop.hpp"
+#include "util/ids.hpp"
 
 namespace memwire::detail::verbs {
 namespace {

@@ -1,8 +1,8 @@
 #include "transport/verbs/offered_access.hpp"
 
+#include "core/registration.hpp"
 #include "memwire/error.hpp"
-#include "pool_state.hpp"
-#include "registration.hpp"
+#include "pool/pool_state.hpp"
 
 namespace memwire::detail::verbs {
 

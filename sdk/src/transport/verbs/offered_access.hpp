@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "core/registration.hpp"
 #include "memwire/descriptor.hpp"
 #include "memwire/status.hpp"
-#include "registration.hpp"
 #include "transport/verbs/access_grant.hpp"
 
 namespace memwire::detail::verbs {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "access_gate.hpp"
-#include "active_transfer.hpp"
+#include "core/access_gate.hpp"
+#include "core/active_transfer.hpp"
 #include "memwire/error.hpp"
 #include "transport/verbs/verbs_handles.hpp"
 

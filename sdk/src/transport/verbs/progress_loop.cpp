@@ -10,7 +10,7 @@
 #include <string>
 
 #include "memwire/error.hpp"
-#include "thread_name.hpp"
+#include "util/thread_name.hpp"
 
 namespace memwire::detail::verbs {
 namespace {

@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "file_descriptor.hpp"
+#include "util/file_descriptor.hpp"
 
 namespace memwire::detail::verbs {
 

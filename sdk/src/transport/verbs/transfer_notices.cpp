@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "active_transfer.hpp"
+#include "core/active_transfer.hpp"
 
 namespace memwire::detail::verbs {
 

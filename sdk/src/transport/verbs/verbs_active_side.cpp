@@ -7,7 +7,7 @@
 #include <bit>
 #include <sstream>
 
-#include "registration.hpp"
+#include "core/registration.hpp"
 #include "transport/verbs/rail.hpp"
 #include "transport/verbs/rail_offer.hpp"
 #include "transport/verbs/transfer_notices.hpp"

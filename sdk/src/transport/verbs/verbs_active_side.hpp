@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "active_transfer.hpp"
+#include "core/active_transfer.hpp"
 #include "memwire/error.hpp"
 #include "transport/transport.hpp"
 #include "transport/verbs/outbound_transfer.hpp"

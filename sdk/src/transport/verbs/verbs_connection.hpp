@@ -10,12 +10,12 @@
 #include <span>
 #include <string>
 
-#include "ids.hpp"
 #include "transport/verbs/access_grant.hpp"
 #include "transport/verbs/outbound_transfer.hpp"
 #include "transport/verbs/verbs_device.hpp"
 #include "transport/verbs/verbs_handles.hpp"
 #include "transport/verbs/verbs_wire.hpp"
+#include "util/ids.hpp"
 
 namespace memwire::detail {
 class Registration;

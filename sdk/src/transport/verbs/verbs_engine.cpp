@@ -9,8 +9,8 @@
 #include <cstring>
 #include <future>
 
+#include "core/registration.hpp"
 #include "memwire/clock.hpp"
-#include "registration.hpp"
 #include "transport/verbs/ipv4_endpoint.hpp"
 
 namespace memwire::detail::verbs {

@@ -10,9 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "active_transfer.hpp"
-#include "file_descriptor.hpp"
-#include "source_faults.hpp"
+#include "core/active_transfer.hpp"
 #include "telemetry/event_log.hpp"
 #include "transport/transport.hpp"
 #include "transport/verbs/local_mr_cache.hpp"
@@ -24,6 +22,8 @@
 #include "transport/verbs/verbs_handles.hpp"
 #include "transport/verbs/verbs_passive_side.hpp"
 #include "transport/verbs/verbs_port.hpp"
+#include "util/file_descriptor.hpp"
+#include "util/source_faults.hpp"
 
 namespace memwire::detail::verbs {
 

@@ -7,8 +7,8 @@
 #include <chrono>
 #include <string>
 
+#include "core/registration.hpp"
 #include "memwire/clock.hpp"
-#include "registration.hpp"
 #include "transport/verbs/verbs_engine.hpp"
 
 namespace memwire::detail::verbs {

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "environment.hpp"
 #include "memwire/connector_options.hpp"
+#include "util/environment.hpp"
 
 namespace memwire::detail {
 

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 
-#include "grant_windows.hpp"
+#include "core/registration.hpp"
 #include "memwire/clock.hpp"
 #include "memwire/error_codes.hpp"
-#include "pool_state.hpp"
-#include "registration.hpp"
+#include "pool/grant_windows.hpp"
+#include "pool/pool_state.hpp"
 #include "transport/verbs/offered_access.hpp"
 #include "transport/verbs/rail.hpp"
 #include "transport/verbs/verbs_port.hpp"

@@ -6,12 +6,12 @@
 #include <optional>
 #include <string>
 
-#include "ids.hpp"
+#include "core/registration_table.hpp"
 #include "memwire/error.hpp"
-#include "registration_table.hpp"
-#include "request_grant.hpp"
+#include "pool/request_grant.hpp"
 #include "transport/verbs/verbs_connection.hpp"
 #include "transport/verbs/verbs_wire.hpp"
+#include "util/ids.hpp"
 
 namespace memwire::detail::verbs {
 

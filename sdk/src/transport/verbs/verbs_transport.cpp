@@ -2,8 +2,8 @@
 
 #include <vector>
 
-#include "pool_state.hpp"
-#include "registration.hpp"
+#include "core/registration.hpp"
+#include "pool/pool_state.hpp"
 #include "transport/verbs/ipv4_endpoint.hpp"
 #include "transport/verbs/offered_access.hpp"
 #include "transport/verbs/rail_offer.hpp"

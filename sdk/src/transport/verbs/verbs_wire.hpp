@@ -8,10 +8,10 @@
 #include <string_view>
 #include <vector>
 
-#include "ids.hpp"
 #include "memwire/error.hpp"
 #include "memwire/limits.hpp"
 #include "memwire/status.hpp"
+#include "util/ids.hpp"
 
 namespace memwire::detail::verbs {
 

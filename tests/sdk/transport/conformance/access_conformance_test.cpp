@@ -3,9 +3,9 @@
 // the owner registered. Memory stays untouched and the owner's operation stays as it was.
 #include <algorithm>
 
-#include "ids.hpp"
-#include "sdk/transport/conformance/transport_conformance.hpp"
 #include "sdk/transport/conformance/forged_token_check.hpp"
+#include "sdk/transport/conformance/transport_conformance.hpp"
+#include "util/ids.hpp"
 
 using namespace memwire;
 using namespace memwire::test_support;

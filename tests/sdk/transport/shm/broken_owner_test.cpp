@@ -11,13 +11,13 @@
 #include <functional>
 #include <thread>
 
-#include "file_descriptor.hpp"
-#include "ids.hpp"
 #include "memwire/memwire.hpp"
-#include "shared_memory_index.hpp"
 #include "support/error_code_of.hpp"
+#include "transport/shm/shared_memory_index.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
+#include "util/file_descriptor.hpp"
+#include "util/ids.hpp"
 
 using namespace memwire;
 using namespace memwire::detail;

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "access_gate.hpp"
+#include "core/access_gate.hpp"
 #include "memwire/error.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"

@@ -9,13 +9,13 @@
 #include <functional>
 #include <thread>
 
-#include "file_descriptor.hpp"
 #include "memwire/memwire.hpp"
 #include "support/error_code_of.hpp"
 #include "support/fake_tcp_owner.hpp"
 #include "support/operation_waits.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
+#include "util/file_descriptor.hpp"
 
 using namespace memwire;
 using namespace memwire::detail;

@@ -5,11 +5,11 @@
 
 #include <cstring>
 
-#include "ids.hpp"
 #include "memwire/memwire.hpp"
 #include "support/raw_stream_peer.hpp"
 #include "support/tcp_only.hpp"
 #include "transport/stream/frame.hpp"
+#include "util/ids.hpp"
 
 using namespace memwire;
 using namespace memwire::detail;

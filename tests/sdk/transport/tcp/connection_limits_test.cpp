@@ -16,8 +16,6 @@
 #include <sstream>
 #include <thread>
 
-#include "file_descriptor.hpp"
-#include "ids.hpp"
 #include "memwire/error_codes.hpp"
 #include "memwire/memwire.hpp"
 #include "support/pattern.hpp"
@@ -25,6 +23,8 @@
 #include "support/test_peer_process.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
+#include "util/file_descriptor.hpp"
+#include "util/ids.hpp"
 
 using namespace memwire;
 using namespace std::chrono_literals;

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "memwire/memwire.hpp"
-#include "shared_memory_index.hpp"
 #include "support/fake_tcp_owner.hpp"
 #include "support/operation_waits.hpp"
+#include "transport/shm/shared_memory_index.hpp"
 #include "transport/stream/frame.hpp"
 
 using namespace memwire;

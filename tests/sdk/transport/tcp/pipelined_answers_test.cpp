@@ -5,12 +5,12 @@
 
 #include <cstring>
 
-#include "ids.hpp"
 #include "memwire/memwire.hpp"
 #include "support/raw_stream_peer.hpp"
 #include "support/tcp_only.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
+#include "util/ids.hpp"
 
 using namespace memwire;
 using namespace memwire::detail;

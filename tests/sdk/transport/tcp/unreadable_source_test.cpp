@@ -8,9 +8,9 @@
 
 #include <string>
 
-#include "file_descriptor.hpp"
 #include "memwire/memwire.hpp"
 #include "support/operation_waits.hpp"
+#include "util/file_descriptor.hpp"
 
 using namespace memwire;
 using namespace std::chrono_literals;

@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <thread>
 
-#include "grant_windows.hpp"
 #include "memwire/memwire.hpp"
+#include "pool/grant_windows.hpp"
 #include "sdk/transport/conformance/transport_conformance.hpp"
 #include "support/raw_verbs_peer.hpp"
 

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "active_transfer.hpp"
+#include "core/active_transfer.hpp"
 #include "memwire/connector.hpp"
 #include "memwire/descriptor.hpp"
 #include "verbs_recording_port.hpp"

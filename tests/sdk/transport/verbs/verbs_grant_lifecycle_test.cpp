@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "ids.hpp"
 #include "memwire/memwire.hpp"
 #include "support/raw_verbs_peer.hpp"
+#include "util/ids.hpp"
 
 using namespace memwire;
 using namespace std::chrono_literals;

@@ -11,11 +11,11 @@
 #include <memory>
 #include <vector>
 
-#include "ids.hpp"
+#include "core/registration.hpp"
+#include "core/registration_table.hpp"
 #include "memwire/descriptor.hpp"
-#include "pool_state.hpp"
-#include "registration.hpp"
-#include "registration_table.hpp"
+#include "pool/pool_state.hpp"
+#include "util/ids.hpp"
 #include "verbs_recording_port.hpp"
 
 using namespace memwire;

@@ -1,0 +1,60 @@
+#include "memwire/block_grant.hpp"
+
+#include "core/registration.hpp"
+#include "memwire/error.hpp"
+#include "pool/pool_state.hpp"
+#include "util/peer_name.hpp"
+
+namespace memwire {
+
+BlockGrant::BlockGrant(std::shared_ptr<detail::RequestGrant> grant, PoolMetadata metadata)
+    : grant_(std::move(grant)), metadata_(std::make_unique<PoolMetadata>(std::move(metadata))) {}
+BlockGrant::BlockGrant(BlockGrant&&) noexcept = default;
+
+BlockGrant& BlockGrant::operator=(BlockGrant&& other) noexcept {
+  if (this != &other) {
+    release();
+    grant_ = std::move(other.grant_);
+    pool_ = std::move(other.pool_);
+    metadata_ = std::move(other.metadata_);
+  }
+  return *this;
+}
+
+BlockGrant::~BlockGrant() { release(); }
+
+const std::string& BlockGrant::peer() const noexcept { return grant_->peer(); }
+const std::string& BlockGrant::request() const noexcept { return grant_->request(); }
+std::chrono::steady_clock::time_point BlockGrant::expires_at() const noexcept {
+  return grant_->expires_at();
+}
+
+bool BlockGrant::released() const noexcept { return !grant_ || grant_->released(); }
+
+bool BlockGrant::release(std::string_view reason) {
+  if (!grant_) return false;
+  if (auto registration = pool_.lock(); registration && registration->pool())
+    return registration->pool()->release(grant_, reason);
+  return grant_->release(reason).has_value();  // the pool is gone: nothing reaches its blocks
+}
+
+BlockGrant Pool::grant(std::string_view peer, std::string_view request,
+                       const std::vector<std::uint64_t>& blocks, Access access,
+                       std::chrono::milliseconds lease) {
+  detail::check_peer_name(peer);
+  if (auto problem = detail::peer_name_problem(request); !problem.empty())
+    throw Error(ErrorCode::InvalidArgument, "a request id with " + std::string(problem));
+  auto& registration = this->registration();
+  auto& pool = *registration.pool();
+  RequestScope scope{std::string(request), access,
+                     RequestScope::runs_of(blocks, pool.block_count())};
+  auto metadata_scope = scope;
+  auto granted =
+      pool.grant_request(std::string(peer), std::move(scope), lease, registration.grace());
+  BlockGrant handle(
+      granted, pool.metadata().for_request(to_hex(granted->token()), std::move(metadata_scope)));
+  handle.pool_ = registration_;
+  return handle;
+}
+
+}  // namespace memwire

@@ -1,0 +1,414 @@
+#include "pool/pool_state.hpp"
+
+#include <algorithm>
+
+#include "core/active_transfer.hpp"
+
+namespace memwire::detail {
+
+namespace {
+
+using Interval = std::pair<std::uintptr_t, std::uintptr_t>;  // [first, last)
+
+// Sorted, with touching and overlapping intervals joined.
+std::vector<Interval> joined(std::vector<Interval> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  std::vector<Interval> out;
+  for (const auto& interval : intervals) {
+    if (!out.empty() && interval.first <= out.back().second)
+      out.back().second = std::max(out.back().second, interval.second);
+    else
+      out.push_back(interval);
+  }
+  return out;
+}
+
+// Whether the regions' spans hold bytes that are no region's block. Blocks are listed one by
+// one for strided regions, up to kMostListed; past that the answer is "yes", which only costs
+// such a pool the transports that grant whole spans.
+bool blocks_leave_gaps(const std::vector<BlockRegion>& regions) {
+  constexpr std::uint64_t kMostListed = 1u << 20;
+  std::vector<Interval> spans, blocks;
+  std::uint64_t listed = 0;
+  for (const auto& region : regions) {
+    const auto base = reinterpret_cast<std::uintptr_t>(region.base);
+    const auto stride = region.stride == 0 ? region.block_size : region.stride;
+    spans.emplace_back(base, base + (region.count - 1) * stride + region.block_size);
+    if (stride == region.block_size) {
+      blocks.push_back(spans.back());
+      continue;
+    }
+    if ((listed += region.count) > kMostListed) return true;
+    for (std::uint64_t i = 0; i < region.count; ++i)
+      blocks.emplace_back(base + i * stride, base + i * stride + region.block_size);
+  }
+  return joined(std::move(spans)) != joined(std::move(blocks));
+}
+
+}  // namespace
+
+PoolState::PoolState(PoolOptions options, std::uint64_t generation,
+                     std::vector<BlockRegion> regions)
+    : options_(std::move(options)),
+      generation_(generation),
+      regions_(std::move(regions)),
+      has_gaps_(blocks_leave_gaps(regions_)) {
+  std::uint64_t first = 0;
+  for (const auto& region : regions_) {
+    first_block_.push_back(first);
+    first += region.count;
+  }
+}
+
+void PoolState::check_open() const {
+  if (closed_) throw Error(ErrorCode::Cancelled, "the pool was closed by its owner");
+}
+
+PoolState::Peer PoolState::identify(const Id128& token, const Id128& shared_token,
+                                    std::string_view hello) const {
+  std::lock_guard lock(mutex_);
+  if (equal_in_constant_time(token, shared_token)) {
+    // A label of the peer's choosing: it may not pass for a peer the owner granted access.
+    if (grants_.contains(hello))
+      throw Error(ErrorCode::AccessDenied,
+                  "peer '" + std::string(hello) +
+                      "' holds a grant of its own: it must use the metadata made for it");
+    return {std::string(hello), false, {}};
+  }
+  if (auto found = grantee_.find(token); found != grantee_.end()) return {found->second, true, {}};
+  if (auto found = requests_.find(token); found != requests_.end())
+    return {found->second->peer(), true, found->second->request()};
+  if (auto found = released_.find(token); found != released_.end())
+    throw Error(ErrorCode::Cancelled, found->second);
+  throw Error(ErrorCode::AccessDenied, "wrong access token");
+}
+
+bool PoolState::admits(const Id128& token, const Id128& shared_token) const {
+  if (equal_in_constant_time(token, shared_token)) return true;
+  std::lock_guard lock(mutex_);
+  return grantee_.contains(token) || requests_.contains(token);
+}
+
+void PoolState::check_token(const Id128& token, const Id128& shared_token) const {
+  if (admits(token, shared_token)) return;
+  std::lock_guard lock(mutex_);
+  if (auto found = released_.find(token); found != released_.end())
+    throw Error(ErrorCode::Cancelled, found->second);
+  throw Error(ErrorCode::AccessDenied, "wrong access token");
+}
+
+void PoolState::authorize(const Id128& token, const Id128& shared_token, OperationKind kind) const {
+  check_token(token, shared_token);
+  const bool allowed = kind == OperationKind::Read ? options_.remote_read : options_.remote_write;
+  if (!allowed)
+    throw Error(ErrorCode::AccessDenied, "pool allows no remote " + std::string(to_string(kind)));
+  if (auto grant = request_grant(token)) grant->check(kind);
+}
+
+std::shared_ptr<RequestGrant> PoolState::grant_request(std::string peer, RequestScope scope,
+                                                       std::chrono::milliseconds lease,
+                                                       std::chrono::milliseconds grace) {
+  if (lease.count() <= 0) throw Error(ErrorCode::InvalidArgument, "a lease of at least 1 ms");
+  std::lock_guard lock(mutex_);
+  check_open();
+  if (requests_.size() >= options_.max_request_grants) drop_expired_requests();
+  if (requests_.size() >= options_.max_request_grants)
+    throw Error(ErrorCode::InvalidArgument,
+                "the pool has " + std::to_string(requests_.size()) +
+                    " request grants live (max_request_grants): release some first");
+  auto grant = std::make_shared<RequestGrant>(random_id(), std::move(peer), std::move(scope),
+                                              std::chrono::steady_clock::now() + lease, grace);
+  requests_.emplace(grant->token(), grant);
+  return grant;
+}
+
+std::shared_ptr<RequestGrant> PoolState::request_grant(const Id128& token) const {
+  std::lock_guard lock(mutex_);
+  auto found = requests_.find(token);
+  return found == requests_.end() ? nullptr : found->second;
+}
+
+void PoolState::drop_expired_requests() {
+  std::erase_if(requests_, [](const auto& entry) { return entry.second->lease_over(); });
+}
+
+bool PoolState::release(const std::shared_ptr<RequestGrant>& grant, std::string_view reason) {
+  {
+    std::lock_guard lock(mutex_);
+    if (requests_.erase(grant->token()) != 0) {
+      released_.emplace(grant->token(), released_message(grant->request(), reason));
+      released_order_.push_back(grant->token());
+      if (released_order_.size() > kMostReleasedRemembered) {
+        released_.erase(released_order_.front());
+        released_order_.pop_front();
+      }
+    }
+  }
+  auto open = grant->release(reason);
+  if (!open) return false;
+  const auto error = grant->released_error();
+  for (auto& tag : *open) fail({grant->peer(), true, grant->request()}, std::move(tag), error);
+  return true;
+}
+
+void PoolState::check_granted(const RequestGrant& grant, std::uint32_t region, std::uint64_t offset,
+                              std::uint64_t length) const {
+  if (region >= regions_.size() || length == 0)
+    throw Error(ErrorCode::AccessDenied, "region " + std::to_string(region) + " out of range");
+  const auto& blocks = regions_[region];
+  const auto stride = blocks.stride == 0 ? blocks.block_size : blocks.stride;
+  const auto first = offset / stride, last = (offset + length - 1) / stride;
+  if (last >= blocks.count)
+    throw Error(ErrorCode::AccessDenied, "past the last block of region " + std::to_string(region));
+  grant.check_blocks(first_block_[region] + first, last - first + 1);
+}
+
+Id128 PoolState::grant(const std::string& peer) {
+  std::lock_guard lock(mutex_);
+  check_open();
+  if (auto found = grants_.find(peer); found != grants_.end()) return found->second;
+  if (grants_.size() == kMostGrants)
+    throw Error(ErrorCode::InvalidArgument,
+                "a pool grants at most " + std::to_string(kMostGrants) + " peers");
+  const auto token = random_id();
+  grants_.emplace(peer, token);
+  grantee_.emplace(token, peer);
+  return token;
+}
+
+bool PoolState::revoke(std::string_view peer) {
+  std::lock_guard lock(mutex_);
+  auto found = grants_.find(peer);
+  if (found == grants_.end()) return false;
+  grantee_.erase(found->second);
+  grants_.erase(found);
+  return true;
+}
+
+void PoolState::check_blocks(std::uint32_t region, std::uint64_t offset,
+                             std::uint64_t length) const {
+  if (region >= regions_.size())
+    throw Error(ErrorCode::AccessDenied, "region " + std::to_string(region) + " out of range");
+  const auto& blocks = regions_[region];
+  if (blocks.stride == blocks.block_size) return;  // no gaps: the region's bounds are the blocks'
+  // Blocks with gaps between them never coalesce: a piece is one block or part of one.
+  if (length > blocks.block_size || offset % blocks.stride > blocks.block_size - length)
+    throw Error(ErrorCode::AccessDenied,
+                "range [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                    ") of region " + std::to_string(region) +
+                    " is not inside one block: the bytes between blocks are not the pool's");
+}
+
+void PoolState::post(Notification notification, std::unique_lock<std::mutex>& lock,
+                     ErrorCode code) {
+  if (callback_) {
+    auto callback = callback_;
+    lock.unlock();
+    callback(notification);
+    return;
+  }
+  // Failures are bounded on their own (kMostFailuresQueued): a peer's share counts its tags.
+  if (notification.error.empty()) ++queued_by_peer_[notification.peer];
+  queue_.push_back({std::move(notification), code});
+  lock.unlock();
+  announce_change();
+}
+
+void PoolState::announce_change() {
+  changed_.notify_all();
+  std::lock_guard lock(mutex_);
+  if (readiness_) readiness_->raise();
+}
+
+void PoolState::forget(const Notification& notification) {
+  if (!notification.error.empty()) {
+    --failures_queued_;
+    return;
+  }
+  auto count = queued_by_peer_.find(notification.peer);
+  if (count != queued_by_peer_.end() && --count->second == 0) queued_by_peer_.erase(count);
+}
+
+void PoolState::deliver(const Peer& peer, std::string tag) {
+  std::unique_lock lock(mutex_);
+  check_open();
+  if (!callback_) {
+    if (queue_.size() - failures_queued_ >= options_.max_queued_notifications)
+      throw Error(ErrorCode::Transport,
+                  "the pool's owner has " + std::to_string(options_.max_queued_notifications) +
+                      " notifications queued and takes no more (max_queued_notifications)");
+    // One peer's untaken tags never crowd out another's.
+    if (auto count = queued_by_peer_.find(peer.name);
+        count != queued_by_peer_.end() && count->second >= options_.max_queued_per_peer)
+      throw Error(ErrorCode::Transport,
+                  "the pool's owner has " + std::to_string(count->second) +
+                      " notifications of this peer queued and takes no more of it "
+                      "(max_queued_per_peer)");
+  }
+  post({peer.name, std::move(tag), "", peer.authenticated, peer.request}, lock);
+}
+
+void PoolState::fail(const Peer& peer, std::string tag, const Error& error) {
+  if (tag.empty()) return;  // an untagged transfer: no wait is for it
+  std::unique_lock lock(mutex_);
+  if (closed_) return;
+  if (!callback_ && failures_queued_ == kMostFailuresQueued) {
+    // The oldest failure goes: a peer failing over and over must not grow the queue.
+    auto oldest = std::find_if(queue_.begin(), queue_.end(), [](const Queued& queued) {
+      return !queued.notification.error.empty();
+    });
+    forget(oldest->notification);
+    queue_.erase(oldest);
+  }
+  if (!callback_) ++failures_queued_;
+  try {
+    post({peer.name, std::move(tag), error.what(), peer.authenticated, peer.request}, lock,
+         error.code() == ErrorCode::Cancelled ? ErrorCode::Cancelled : ErrorCode::PeerLost);
+  } catch (...) {
+    // A callback that refuses a failure has nobody to tell: failures come from connections
+    // closing, with no sender waiting for an answer.
+  }
+}
+
+template <class Found>
+Notification PoolState::wait(std::chrono::milliseconds timeout, Found found) {
+  std::unique_lock lock(mutex_);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    check_open();
+    if (auto taken = found()) return std::move(*taken);
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      check_open();
+      if (auto taken = found()) return std::move(*taken);
+      throw Error(ErrorCode::Timeout,
+                  "no notification within " + std::to_string(timeout.count()) + " ms");
+    }
+  }
+}
+
+namespace {
+[[noreturn]] void raise(const Notification& failure, ErrorCode code) {
+  throw Error(code, "the transfer tagged '" + failure.tag + "' from " + failure.peer +
+                        (code == ErrorCode::Cancelled ? " was cancelled: " : " failed: ") +
+                        failure.error);
+}
+}  // namespace
+
+std::optional<Notification> PoolState::take_next() {
+  if (queue_.empty()) return std::nullopt;
+  auto first = std::move(queue_.front());
+  queue_.pop_front();
+  forget(first.notification);
+  if (!first.notification.error.empty()) raise(first.notification, first.code);
+  return std::move(first.notification);
+}
+
+std::optional<Notification> PoolState::take_tag(std::string_view tag, std::string_view from,
+                                                std::string_view cancelled_prefix) {
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    const auto& queued = it->notification;
+    if (!from.empty() && queued.peer != from) continue;
+    if (queued.tag != tag) {
+      // The stream was cancelled: every wait of it ends, the failure stays for the others.
+      if (!cancelled_prefix.empty() && it->code == ErrorCode::Cancelled && !queued.error.empty() &&
+          queued.tag.starts_with(cancelled_prefix))
+        raise(queued, it->code);
+      continue;
+    }
+    // A stream's cancellation stays queued: it ends the stream's other waits too.
+    if (!cancelled_prefix.empty() && it->code == ErrorCode::Cancelled && !queued.error.empty())
+      raise(queued, it->code);
+    auto found = std::move(*it);
+    queue_.erase(it);
+    forget(found.notification);
+    if (!found.notification.error.empty()) raise(found.notification, found.code);
+    return std::move(found.notification);
+  }
+  return std::nullopt;
+}
+
+Notification PoolState::next(std::chrono::milliseconds timeout) {
+  return wait(timeout, [this] { return take_next(); });
+}
+
+Notification PoolState::wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
+                                     std::string_view from, std::string_view cancelled_prefix) {
+  return wait(timeout, [&] { return take_tag(tag, from, cancelled_prefix); });
+}
+
+std::optional<Notification> PoolState::try_next() {
+  std::lock_guard lock(mutex_);
+  check_open();
+  return take_next();
+}
+
+std::optional<Notification> PoolState::try_wait_for_tag(std::string_view tag,
+                                                        std::string_view from) {
+  std::lock_guard lock(mutex_);
+  check_open();
+  return take_tag(tag, from, {});
+}
+
+int PoolState::readiness_fd() {
+  std::lock_guard lock(mutex_);
+  if (!readiness_) {
+    readiness_.emplace();
+    // Whatever is queued (or a close) already counts as a change the caller has not seen.
+    if (!queue_.empty() || closed_) readiness_->raise();
+  }
+  return readiness_->fd();
+}
+
+void PoolState::on_notification(std::function<void(const Notification&)> callback) {
+  std::unique_lock lock(mutex_);
+  check_open();
+  callback_ = callback;
+  if (!callback) return;  // queued again from now on
+  auto queued = std::move(queue_);
+  queue_.clear();
+  failures_queued_ = 0;
+  queued_by_peer_.clear();
+  lock.unlock();
+  for (const auto& entry : queued) callback(entry.notification);
+}
+
+std::size_t PoolState::queued() const {
+  std::lock_guard lock(mutex_);
+  return queue_.size();
+}
+
+void PoolState::track(const std::shared_ptr<ActiveTransfer>& transfer) {
+  std::lock_guard lock(mutex_);
+  check_open();
+  std::erase_if(transfers_, [](const auto& weak) {
+    auto live = weak.lock();
+    return !live || is_terminal(live->status());
+  });
+  transfers_.push_back(transfer);
+}
+
+void PoolState::close(std::chrono::milliseconds grace) {
+  std::vector<std::weak_ptr<ActiveTransfer>> transfers;
+  {
+    std::lock_guard lock(mutex_);
+    if (closed_) return;
+    closed_ = true;
+    transfers.swap(transfers_);
+    queue_.clear();
+    failures_queued_ = 0;
+    queued_by_peer_.clear();
+    grants_.clear();
+    grantee_.clear();
+    requests_.clear();
+    callback_ = nullptr;
+  }
+  announce_change();
+  for (const auto& weak : transfers) {
+    auto transfer = weak.lock();
+    if (!transfer) continue;
+    transfer->fail(Error(ErrorCode::Cancelled, "its local pool was closed"));
+    transfer->gate().close(grace);  // nothing copies into the pool's memory after this
+  }
+}
+
+}  // namespace memwire::detail

@@ -1,0 +1,182 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "memwire/error.hpp"
+#include "memwire/pool.hpp"
+#include "pool/request_grant.hpp"
+#include "util/ids.hpp"
+#include "util/readiness_signal.hpp"
+
+namespace memwire::detail {
+
+class ActiveTransfer;
+class GpuPoolMemory;
+
+// What makes a registration a pool: its geometry, what peers may do, the tags they send, and
+// the transfers that use it as their local side (failed and waited for when it closes).
+class PoolState {
+ public:
+  PoolState(PoolOptions options, std::uint64_t generation, std::vector<BlockRegion> regions);
+
+  const PoolOptions& options() const noexcept { return options_; }
+  std::uint64_t generation() const noexcept { return generation_; }
+  const std::vector<BlockRegion>& regions() const noexcept { return regions_; }
+  std::uint64_t block_count() const noexcept { return metadata_->block_count(); }
+  // What peers get; set once, before the pool is shared.
+  void set_metadata(PoolMetadata metadata) { metadata_.emplace(std::move(metadata)); }
+  const PoolMetadata& metadata() const { return *metadata_; }
+  // A pool in GPU memory (cuda/gpu_pool_memory.hpp), or null for host memory; set once, before
+  // the pool is shared.
+  void set_gpu(std::shared_ptr<const GpuPoolMemory> gpu) { gpu_ = std::move(gpu); }
+  const std::shared_ptr<const GpuPoolMemory>& gpu() const noexcept { return gpu_; }
+  // (region, offset, size) of a local block; throws InvalidArgument past the last one. The
+  // metadata describes the same regions.
+  PoolMetadata::Place locate(std::uint64_t block) const { return metadata_->locate(block); }
+
+  // Who a peer is: the name of the grant its token belongs to (authenticated), or, under the
+  // shared token, the name its Hello chose (a label). Throws AccessDenied for any other token,
+  // and for a shared-token peer calling itself by a granted name.
+  struct Peer {
+    std::string name;
+    bool authenticated = false;
+    std::string request;  // under a request grant's token
+    friend bool operator==(const Peer&, const Peer&) = default;
+  };
+  Peer identify(const Id128& token, const Id128& shared_token, std::string_view hello) const;
+  // Whether `token` is the shared one, a peer grant's or a live request grant's.
+  bool admits(const Id128& token, const Id128& shared_token) const;
+  // Throws unless admits(): Cancelled naming the request for a released request grant's token,
+  // AccessDenied for any other.
+  void check_token(const Id128& token, const Id128& shared_token) const;
+  // check_token, then what the token allows: the pool's options, and a request grant's access
+  // and lease.
+  void authorize(const Id128& token, const Id128& shared_token, OperationKind kind) const;
+
+  // Request grants (Pool::grant): a token of their own, checked against their blocks.
+  std::shared_ptr<RequestGrant> grant_request(std::string peer, RequestScope scope,
+                                              std::chrono::milliseconds lease,
+                                              std::chrono::milliseconds grace);
+  // The live request grant of `token`, or null for any other token.
+  std::shared_ptr<RequestGrant> request_grant(const Id128& token) const;
+  // Ends `grant`: its token is refused from now on, its requests landing finish, the waits for
+  // its open transfers' tags end with its error. Idempotent.
+  bool release(const std::shared_ptr<RequestGrant>& grant, std::string_view reason);
+  // Throws AccessDenied unless bytes [offset, +length) of `region` lie in `grant`'s blocks.
+  void check_granted(const RequestGrant& grant, std::uint32_t region, std::uint64_t offset,
+                     std::uint64_t length) const;
+  // A token of `peer`'s own (the same one while the grant lives); revoke() ends it.
+  Id128 grant(const std::string& peer);
+  bool revoke(std::string_view peer);
+
+  // Whether bytes that are no block's lie inside the regions' spans (a strided region whose
+  // gaps no other region's blocks fill): a transport that can only grant whole spans (verbs
+  // keys) must not serve such a pool. Interleaved K/V regions fill each other's gaps.
+  bool has_gaps() const noexcept { return has_gaps_; }
+  // Bytes of block `region`, [offset, offset + length): throws AccessDenied unless they lie in
+  // the region's blocks (never in the gaps of a strided region).
+  void check_blocks(std::uint32_t region, std::uint64_t offset, std::uint64_t length) const;
+
+  // A peer's tag, after its admitted transfer's bytes landed. Throws Error{Transport} when the
+  // queue, or the peer's share of it, is full, and Error{Cancelled} once closed: the sender's
+  // transfer fails with it.
+  void deliver(const Peer& peer, std::string tag);
+  // A peer's admitted tagged transfer failed or its connection was lost in the middle of it:
+  // waits for that tag end with `error` (a wait naming another peer in `from` does not).
+  // A failure with code Cancelled is raised as such (the peer cancelled, or the owner released
+  // the grant); any other as PeerLost.
+  void fail(const Peer& peer, std::string tag, const Error& error);
+  // A frame the protocol forbids (a tag with no admitted transfer, a second one, ...).
+  void count_fault() noexcept { ++faults_; }
+  std::uint64_t faults() const noexcept { return faults_; }
+
+  Notification next(std::chrono::milliseconds timeout);
+  // `cancelled_prefix` (not empty): a cancellation of any tag that starts with it (a layer
+  // stream's) ends the wait too, with that failure, left queued for the stream's other waits.
+  Notification wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
+                            std::string_view from, std::string_view cancelled_prefix = {});
+  // The same without waiting: nothing when none is queued yet (an event loop calls these once
+  // readiness_fd() was readable).
+  std::optional<Notification> try_next();
+  std::optional<Notification> try_wait_for_tag(std::string_view tag, std::string_view from);
+  // Readable whenever the queue changed or the pool closed since the caller last read it.
+  int readiness_fd();
+  void on_notification(std::function<void(const Notification&)> callback);
+  std::size_t queued() const;
+
+  // Transfers whose local side is this pool.
+  void track(const std::shared_ptr<ActiveTransfer>& transfer);
+  // Ends every wait with Cancelled, fails the transfers that use it, and waits until none
+  // touches its memory any more (up to `grace`, then their connections are broken).
+  void close(std::chrono::milliseconds grace);
+
+ private:
+  // Adds to the queue, or hands to the callback (outside the lock: `lock` is released).
+  void post(Notification notification, std::unique_lock<std::mutex>& lock,
+            ErrorCode code = ErrorCode::PeerLost);
+  template <class Found>
+  Notification wait(std::chrono::milliseconds timeout, Found found);
+  void check_open() const;  // mutex_ held
+  // mutex_ held: the first queued notification (with this tag and from this peer), taken out of
+  // the queue; throws PeerLost when it is a failure.
+  std::optional<Notification> take_next();
+  std::optional<Notification> take_tag(std::string_view tag, std::string_view from,
+                                       std::string_view cancelled_prefix);
+  // After the queue changed or the pool closed, without the lock: wakes both kinds of waiter.
+  void announce_change();
+
+  // Under the lock: the notification leaves the queue.
+  void forget(const Notification& notification);
+
+  static constexpr std::size_t kMostFailuresQueued = 1024;
+  static constexpr std::size_t kMostGrants = 65536;
+  // Released request grants' tokens remembered, for a clear refusal of a late transfer.
+  static constexpr std::size_t kMostReleasedRemembered = 4096;
+  // Under the lock: forgets request grants whose lease is over (they admit nothing).
+  void drop_expired_requests();
+
+  const PoolOptions options_;
+  const std::uint64_t generation_;
+  const std::vector<BlockRegion> regions_;
+  const bool has_gaps_;
+  std::optional<PoolMetadata> metadata_;
+  std::shared_ptr<const GpuPoolMemory> gpu_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  // Tags and failures (error set) in arrival order.
+  struct Queued {
+    Notification notification;
+    ErrorCode code = ErrorCode::PeerLost;  // a failure's: Cancelled is raised as such
+  };
+  std::deque<Queued> queue_;
+  std::size_t failures_queued_ = 0;
+  std::map<std::string, std::size_t, std::less<>> queued_by_peer_;
+  std::unordered_map<Id128, std::string, Id128Hash, Id128Equal> grantee_;  // token -> peer
+  std::map<std::string, Id128, std::less<>> grants_;
+  std::unordered_map<Id128, std::shared_ptr<RequestGrant>, Id128Hash, Id128Equal> requests_;
+  std::unordered_map<Id128, std::string, Id128Hash, Id128Equal>
+      released_;  // token -> what its peer hears
+  std::deque<Id128> released_order_;
+  std::vector<std::uint64_t> first_block_;  // of each region
+  std::atomic<std::uint64_t> faults_{0};
+  std::function<void(const Notification&)> callback_;
+  std::optional<ReadinessSignal> readiness_;  // made at the first readiness_fd()
+  bool closed_ = false;
+  std::vector<std::weak_ptr<ActiveTransfer>> transfers_;
+};
+
+}  // namespace memwire::detail

@@ -1,0 +1,89 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/access_gate.hpp"
+#include "memwire/error.hpp"
+#include "memwire/request_scope.hpp"
+#include "memwire/status.hpp"
+#include "util/ids.hpp"
+
+namespace memwire::detail {
+
+// The owner's side of one request grant (Pool::grant): who may use its token, for which
+// blocks, which access, until when; the requests landing under it (its gate, which release
+// closes); the tagged transfers open under it, whose waits release ends; and what else must
+// end with it (verbs windows bound for it).
+// What a peer hears once the owner released request `request`'s blocks (with its reason).
+std::string released_message(std::string_view request, std::string_view reason);
+
+class RequestGrant {
+ public:
+  // Tagged transfers open at once under one grant; one more is refused.
+  static constexpr std::size_t kMostOpenTags = 4096;
+
+  RequestGrant(Id128 token, std::string peer, RequestScope scope,
+               std::chrono::steady_clock::time_point expires_at, std::chrono::milliseconds grace)
+      : token_(token),
+        peer_(std::move(peer)),
+        scope_(std::move(scope)),
+        expires_at_(expires_at),
+        grace_(grace) {}
+
+  const Id128& token() const noexcept { return token_; }
+  const std::string& peer() const noexcept { return peer_; }
+  const std::string& request() const noexcept { return scope_.request; }
+  const RequestScope& scope() const noexcept { return scope_; }
+  std::chrono::steady_clock::time_point expires_at() const noexcept { return expires_at_; }
+
+  // Throws why it admits nothing now (released: Cancelled; lease over: Expired), or why it
+  // does not allow `kind` (AccessDenied).
+  void check(OperationKind kind) const;
+  bool lease_over() const noexcept { return std::chrono::steady_clock::now() >= expires_at_; }
+  // Throws AccessDenied unless blocks [first, first + count) lie in one granted run.
+  void check_blocks(std::uint64_t first, std::uint64_t count) const;
+  // Held while a request's bytes land in (or leave) its blocks; empty once released.
+  std::optional<AccessGate::Pin> pin() { return gate_.pin(); }
+  AccessGate& gate() noexcept { return gate_; }
+
+  // A tagged transfer admitted under it (its first request).
+  void opened(const std::string& tag);
+  // Its tag's last step: `deliver` runs under the grant's lock unless it was released (then
+  // the error to answer with). `deliver` may throw: the transfer is closed either way.
+  std::optional<Error> finish(const std::string& tag, const std::function<void()>& deliver);
+  // It failed otherwise: true when it was still open (its waits are the caller's to end);
+  // false when release() took it (and ended them).
+  bool closed(const std::string& tag);
+
+  // Ends it; returns the tags of the transfers open under it (their waits are the caller's to
+  // end), or nothing when it had ended already. Closes the gate (waits for requests landing,
+  // up to the grace, then breaks their connections) and runs the hooks.
+  std::optional<std::vector<std::string>> release(std::string_view reason);
+  bool released() const;
+  // The error a released grant's peer hears.
+  Error released_error() const;
+  // Runs `hook` when the grant is released (at once when it is already).
+  void on_release(std::function<void()> hook);
+
+ private:
+  const Id128 token_;
+  const std::string peer_;
+  const RequestScope scope_;
+  const std::chrono::steady_clock::time_point expires_at_;
+  const std::chrono::milliseconds grace_;
+  AccessGate gate_;
+  mutable std::mutex mutex_;
+  bool released_ = false;
+  std::string reason_;
+  std::map<std::string, std::size_t> open_tags_;  // tag -> transfers open with it
+  std::vector<std::function<void()>> hooks_;
+};
+
+}  // namespace memwire::detail

@@ -1,0 +1,139 @@
+// The owner's side of tagged pool transfers over a stream: admitting a pool request (generation,
+// blocks, grant, the transfer its tag opens) and ending the transfer on PoolEnd, which delivers
+// the tag once or fails it.
+#include "core/registration.hpp"
+#include "pool/pool_state.hpp"
+#include "transport/stream/stream_passive_side.hpp"
+
+namespace memwire::detail {
+
+std::shared_ptr<RequestGrant> StreamPassiveSide::admit_pool_request(
+    const StreamConnection& connection, const PoolFrameHeader& header,
+    const std::shared_ptr<Registration>& registration, std::span<const FramePiece> pieces,
+    const std::string& tag) {
+  const auto& pool = *registration->pool();
+  if (header.generation != static_cast<std::uint32_t>(pool.generation()))
+    throw Error(ErrorCode::Expired, "stale pool metadata: generation " +
+                                        std::to_string(header.generation) + ", the pool's is " +
+                                        std::to_string(pool.generation()));
+  for (const auto& piece : pieces) pool.check_blocks(piece.index, piece.offset, piece.length);
+  auto grant = pool.request_grant(header.token);
+  if (grant)
+    for (const auto& piece : pieces)
+      pool.check_granted(*grant, piece.index, piece.offset, piece.length);
+  if (tag.empty()) return grant;  // untagged: nothing follows it that the owner must vouch for
+  const auto kind =
+      header.type == FrameType::PoolReadRequest ? OperationKind::Read : OperationKind::Write;
+  if (transfers_.admit(header.transfer,
+                       {header.key, kind, tag,
+                        pool.identify(header.token, registration->token(), peer_name(connection)),
+                        registration, false, grant}) &&
+      grant) {
+    try {
+      grant->opened(tag);  // its release ends this transfer's waits
+    } catch (const Error&) {
+      transfers_.take(header.transfer);
+      transfers_.ended(header.transfer, AdmittedTransfers::Outcome::Failed);
+      throw;
+    }
+  }
+  return grant;
+}
+
+void StreamPassiveSide::serve_pool_end(StreamConnection& connection, const FrameHeader& header) {
+  auto text = connection.receive_text(header.length);
+  if (!text) return;
+  const auto end = as_pool(header);
+  const auto id = std::to_string(end.transfer);
+  const auto* transfer = transfers_.find(end.transfer);
+  if (transfer == nullptr) {
+    switch (transfers_.outcome(end.transfer)) {
+      case AdmittedTransfers::Outcome::Unknown:
+        // A failure of a transfer never admitted (refused, or cancelled before its first
+        // request left) ends no wait; a tag for one is forged.
+        if (header.code != 0) {
+          transfers_.ended(end.transfer, AdmittedTransfers::Outcome::Failed);
+          return answer(connection, FrameType::NoticeResponse, header, nullptr);
+        }
+        return fault(connection, header, FrameType::NoticeResponse,
+                     "a PoolEnd for transfer " + id +
+                         ", which no tagged request admitted on this connection opened");
+      case AdmittedTransfers::Outcome::Delivered: {
+        if (header.code == 0)
+          return fault(connection, header, FrameType::NoticeResponse,
+                       "a second tag for transfer " + id);
+        // A cancel that came after the tag had left behind all its bytes: nothing to undo.
+        const Error delivered(ErrorCode::Cancelled, "its tag was delivered already");
+        return answer(connection, FrameType::NoticeResponse, header, &delivered);
+      }
+      case AdmittedTransfers::Outcome::Failed: {
+        if (header.code != 0) return answer(connection, FrameType::NoticeResponse, header, nullptr);
+        const Error refused(ErrorCode::Transport,
+                            "a request of this transfer was refused: its tag was not delivered");
+        return answer(connection, FrameType::NoticeResponse, header, &refused);
+      }
+    }
+  }
+  const auto registration = transfer->pool.lock();
+  const auto peer = transfer->peer;
+  const bool same_pool = end.key == transfer->key;
+  if (!registration) {
+    end_transfer(end.transfer, Error(ErrorCode::Cancelled, "the pool was closed by its owner"));
+    const Error closed(ErrorCode::Cancelled, "the pool was closed by its owner");
+    return answer(connection, FrameType::NoticeResponse, header, &closed);
+  }
+  std::optional<Error> failure;
+  try {
+    if (!same_pool || registration->pool()->identify(end.token, registration->token(),
+                                                     peer_name(connection)) != peer) {
+      end_transfer(end.transfer, Error(ErrorCode::Protocol, "its PoolEnd was not its own"));
+      return fault(connection, header, FrameType::NoticeResponse,
+                   "the PoolEnd of transfer " + id +
+                       " names another pool or presents another peer's token than its requests");
+    }
+    if (header.code != 0)
+      failure.emplace(error_code_from_wire(header.code), "the active side reported: " + *text);
+  } catch (const Error& error) {
+    failure = error;  // e.g. its grant was revoked meanwhile
+  }
+  auto refused = end_transfer(end.transfer, failure);
+  answer(connection, FrameType::NoticeResponse, header,
+         header.code != 0 || !refused ? nullptr : &*refused);
+}
+
+std::optional<Error> StreamPassiveSide::end_transfer(std::uint64_t id,
+                                                     std::optional<Error> failure) {
+  auto transfer = transfers_.take(id);
+  if (!transfer) return Error(ErrorCode::Protocol, "no such transfer open");
+  auto registration = transfer->pool.lock();
+  if (!registration) {
+    transfers_.ended(id, AdmittedTransfers::Outcome::Failed);
+    return Error(ErrorCode::Cancelled, "the pool was closed by its owner");
+  }
+  auto& pool = *registration->pool();
+  if (!failure && transfer->failed)
+    failure.emplace(ErrorCode::Transport,
+                    "a request of this transfer failed: its tag was not delivered");
+  if (!failure) {
+    try {
+      const auto deliver = [&] { pool.deliver(transfer->peer, transfer->tag); };
+      if (!transfer->grant) {
+        deliver();
+      } else if (auto released = transfer->grant->finish(transfer->tag, deliver)) {
+        // Released under it: the release ended its waits already.
+        transfers_.ended(id, AdmittedTransfers::Outcome::Failed);
+        return released;
+      }
+      transfers_.ended(id, AdmittedTransfers::Outcome::Delivered);
+      return std::nullopt;
+    } catch (const Error& error) {
+      failure = error;
+    }
+  }
+  transfers_.ended(id, AdmittedTransfers::Outcome::Failed);
+  if (!transfer->grant || transfer->grant->closed(transfer->tag))
+    pool.fail(transfer->peer, transfer->tag, *failure);
+  return failure;
+}
+
+}  // namespace memwire::detail

@@ -1,0 +1,129 @@
+// A pool's own rules, through its internal state: which bytes are its blocks, whose tags it
+// queues and how many, and who a token says a peer is.
+#include "pool/pool_state.hpp"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "support/error_code_of.hpp"
+
+using namespace memwire;
+using namespace memwire::detail;
+using memwire::test_support::error_code_of;
+
+namespace {
+
+std::byte* at(std::uintptr_t address) { return reinterpret_cast<std::byte*>(address); }
+
+PoolState pool_of(std::vector<BlockRegion> regions, PoolOptions options = {}) {
+  for (auto& region : regions)
+    if (region.stride == 0) region.stride = region.block_size;
+  return PoolState(std::move(options), 1, std::move(regions));
+}
+
+TEST(PoolGaps, BlocksBackToBackLeaveNone) {
+  EXPECT_FALSE(pool_of({{at(0x10000), 4096, 0, 100, {}}}).has_gaps());
+  EXPECT_FALSE(pool_of({{at(0x10000), 4096, 8192, 1, {}}}).has_gaps()) << "one block, no gap";
+}
+
+TEST(PoolGaps, AStridedRegionLeavesGapsThatInterleavedRegionsFill) {
+  EXPECT_TRUE(pool_of({{at(0x10000), 4096, 8192, 8, {}}}).has_gaps());
+  // K and V interleaved block by block (a KV cache's layout): no byte is no block's.
+  EXPECT_FALSE(
+      pool_of({{at(0x10000), 4096, 8192, 8, {}}, {at(0x11000), 4096, 8192, 8, {}}}).has_gaps());
+  // V's 7 blocks fill K's 7 gaps; starting one gap later, they leave the first one open.
+  EXPECT_FALSE(
+      pool_of({{at(0x10000), 4096, 8192, 8, {}}, {at(0x11000), 4096, 8192, 7, {}}}).has_gaps());
+  EXPECT_TRUE(
+      pool_of({{at(0x10000), 4096, 8192, 8, {}}, {at(0x13000), 4096, 8192, 6, {}}}).has_gaps());
+  EXPECT_TRUE(
+      pool_of({{at(0x10000), 4096, 8192, 8, {}}, {at(0x11000), 2048, 8192, 8, {}}}).has_gaps())
+      << "V blocks half the size fill half of each gap";
+}
+
+TEST(PoolGaps, PiecesMustLieInsideOneBlockOfAStridedRegion) {
+  auto pool = pool_of({{at(0x10000), 4096, 8192, 8, {}}, {at(0x40000), 512, 0, 4, {}}});
+  pool.check_blocks(0, 8192, 4096);
+  pool.check_blocks(0, 8192 + 100, 1000);
+  pool.check_blocks(1, 0, 2048);  // back to back: a run of blocks is fine
+  EXPECT_EQ(error_code_of([&] { pool.check_blocks(0, 4096, 16); }), ErrorCode::AccessDenied);
+  EXPECT_EQ(error_code_of([&] { pool.check_blocks(0, 4000, 200); }), ErrorCode::AccessDenied);
+  EXPECT_EQ(error_code_of([&] { pool.check_blocks(0, 0, 8192); }), ErrorCode::AccessDenied);
+  EXPECT_EQ(error_code_of([&] { pool.check_blocks(2, 0, 1); }), ErrorCode::AccessDenied);
+}
+
+TEST(PoolPeers, ATokenSaysWhoThePeerIs) {
+  auto pool = pool_of({{at(0x10000), 4096, 0, 4, {}}});
+  const Id128 shared = random_id();
+  const auto granted = pool.grant("prefill-A");
+  EXPECT_EQ(pool.grant("prefill-A"), granted);
+  EXPECT_EQ(pool.identify(granted, shared, "whatever"), (PoolState::Peer{"prefill-A", true, {}}));
+  EXPECT_EQ(pool.identify(shared, shared, "prefill-B"), (PoolState::Peer{"prefill-B", false, {}}));
+  EXPECT_EQ(error_code_of([&] { (void)pool.identify(shared, shared, "prefill-A"); }),
+            ErrorCode::AccessDenied)
+      << "a granted name is not for anyone holding the shared token";
+  EXPECT_EQ(error_code_of([&] { (void)pool.identify(random_id(), shared, "x"); }),
+            ErrorCode::AccessDenied);
+  EXPECT_TRUE(pool.revoke("prefill-A"));
+  EXPECT_FALSE(pool.admits(granted, shared));
+  EXPECT_FALSE(pool.revoke("prefill-A"));
+}
+
+TEST(PoolQueue, EachPeerHasItsShareAndFailuresStayOutOfIt) {
+  PoolOptions options;
+  options.max_queued_per_peer = 2;
+  options.max_queued_notifications = 3;
+  auto pool = pool_of({{at(0x10000), 4096, 0, 4, {}}}, options);
+  const PoolState::Peer a{"a", true, {}}, b{"b", true, {}}, c{"c", true, {}};
+  pool.deliver(a, "a0");
+  pool.deliver(a, "a1");
+  EXPECT_EQ(error_code_of([&] { pool.deliver(a, "a2"); }), ErrorCode::Transport);
+  pool.fail(a, "a3", Error(ErrorCode::Cancelled, "gave up"));  // queued apart
+  pool.deliver(b, "b0");
+  EXPECT_EQ(error_code_of([&] { pool.deliver(c, "c0"); }), ErrorCode::Transport)
+      << "the pool's own bound still holds";
+  EXPECT_EQ(
+      error_code_of([&] { (void)pool.wait_for_tag("a3", std::chrono::milliseconds(0), "a"); }),
+      ErrorCode::Cancelled);
+  EXPECT_EQ(pool.wait_for_tag("a1", std::chrono::milliseconds(0), "a").tag, "a1");
+  pool.deliver(a, "a4");
+  pool.fail(a, "", Error(ErrorCode::PeerLost, "untagged"));  // no wait is for it: not queued
+  EXPECT_EQ(pool.queued(), 3u);
+}
+
+// Whether `fd` is readable now; reads it (an eventfd's 8 bytes) when it is.
+bool readable(int fd) {
+  pollfd watched{fd, POLLIN, 0};
+  if (::poll(&watched, 1, 0) != 1) return false;
+  std::uint64_t count = 0;
+  return ::read(fd, &count, sizeof count) == sizeof count;
+}
+
+TEST(PoolQueue, AnEventLoopIsWokenByItsFdAndTakesWithoutWaiting) {
+  auto pool = pool_of({{at(0x10000), 4096, 0, 4, {}}});
+  const PoolState::Peer a{"a", true, {}}, b{"b", false, {}};
+  pool.deliver(a, "early");
+  const int fd = pool.readiness_fd();
+  EXPECT_TRUE(readable(fd)) << "what was queued before the fd existed counts as news";
+  EXPECT_FALSE(readable(fd));
+  EXPECT_FALSE(pool.try_wait_for_tag("late", "").has_value());
+  pool.deliver(b, "late");
+  EXPECT_TRUE(readable(fd));
+  EXPECT_FALSE(pool.try_wait_for_tag("late", "a").has_value()) << "from another peer";
+  const auto late = pool.try_wait_for_tag("late", "b");
+  ASSERT_TRUE(late.has_value());
+  EXPECT_EQ(*late, (Notification{"b", "late", "", false, {}}));
+  EXPECT_EQ(pool.try_next()->tag, "early");
+  EXPECT_FALSE(pool.try_next().has_value());
+  pool.fail(a, "broken", Error(ErrorCode::Transport, "connection lost"));
+  EXPECT_TRUE(readable(fd));
+  EXPECT_EQ(error_code_of([&] { (void)pool.try_next(); }), ErrorCode::PeerLost);
+  pool.close(std::chrono::milliseconds(0));
+  EXPECT_TRUE(readable(fd)) << "a close wakes the loop, whose next try ends its waits";
+  EXPECT_EQ(error_code_of([&] { (void)pool.try_next(); }), ErrorCode::Cancelled);
+}
+
+}  // namespace
