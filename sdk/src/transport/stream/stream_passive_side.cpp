@@ -317,7 +317,8 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
           std::shared_ptr<RequestGrant> grant;
           std::optional<AccessGate::Pin> pin;
         };
-        response.keep_alive = std::make_shared<Held>(registration, grant, std::move(grant_pin));
+        response.keep_alive =
+            std::make_shared<Held>(Held{registration, grant, std::move(grant_pin)});
       } else {
         response.keep_alive = registration;
       }
