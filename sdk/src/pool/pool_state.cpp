@@ -210,14 +210,15 @@ void PoolState::post(Notification notification, std::unique_lock<std::mutex>& lo
   // Failures are bounded on their own (kMostFailuresQueued): a peer's share counts its tags.
   if (notification.error.empty()) ++queued_by_peer_[notification.peer];
   queue_.push_back({std::move(notification), code});
-  lock.unlock();
-  announce_change();
+  announce_change(lock);
 }
 
-void PoolState::announce_change() {
-  changed_.notify_all();
-  std::lock_guard lock(mutex_);
+void PoolState::announce_change(std::unique_lock<std::mutex>& lock) {
+  // The event loop's fd is raised under the lock the change was made under: no second lock per
+  // delivered tag.
   if (readiness_) readiness_->raise();
+  lock.unlock();
+  changed_.notify_all();
 }
 
 void PoolState::forget(const Notification& notification) {
@@ -390,7 +391,7 @@ void PoolState::track(const std::shared_ptr<ActiveTransfer>& transfer) {
 void PoolState::close(std::chrono::milliseconds grace) {
   std::vector<std::weak_ptr<ActiveTransfer>> transfers;
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     if (closed_) return;
     closed_ = true;
     transfers.swap(transfers_);
@@ -401,8 +402,8 @@ void PoolState::close(std::chrono::milliseconds grace) {
     grantee_.clear();
     requests_.clear();
     callback_ = nullptr;
+    announce_change(lock);
   }
-  announce_change();
   for (const auto& weak : transfers) {
     auto transfer = weak.lock();
     if (!transfer) continue;

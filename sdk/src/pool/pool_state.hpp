@@ -135,8 +135,9 @@ class PoolState {
   std::optional<Notification> take_next();
   std::optional<Notification> take_tag(std::string_view tag, std::string_view from,
                                        std::string_view cancelled_prefix);
-  // After the queue changed or the pool closed, without the lock: wakes both kinds of waiter.
-  void announce_change();
+  // After the queue changed or the pool closed, `lock` held: wakes both kinds of waiter and
+  // releases it.
+  void announce_change(std::unique_lock<std::mutex>& lock);
 
   // Under the lock: the notification leaves the queue.
   void forget(const Notification& notification);

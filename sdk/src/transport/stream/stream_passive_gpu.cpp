@@ -123,11 +123,7 @@ void StreamPassiveSide::serve_gpu_pieces(StreamConnection& connection, const Fra
   }
   // A peer's host memory on this host: the kernel copies between it and the bounce buffer.
   check_cross_memory();
-  std::vector<iovec> theirs;
-  theirs.reserve(pieces.size());
-  for (const auto& piece : pieces)
-    theirs.push_back(
-        {reinterpret_cast<void*>(piece.peer_address), static_cast<std::size_t>(piece.length)});
+  const auto theirs = peer_ranges(pieces);
   const iovec ours{bounce.get(), static_cast<std::size_t>(header.length)};
   if (writing) {
     if (auto failure = copy_from_process(peer_process_, theirs, std::span(&ours, 1)))

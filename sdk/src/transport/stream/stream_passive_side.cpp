@@ -345,15 +345,20 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
   }
 }
 
-void StreamPassiveSide::copy_pieces(const FrameHeader& header, std::span<const FramePiece> pieces,
-                                    std::vector<iovec>& memory, OutFrame& response) {
-  const bool writing = is_write_request(header.type);
-  check_cross_memory();
+std::vector<iovec> StreamPassiveSide::peer_ranges(std::span<const FramePiece> pieces) {
   std::vector<iovec> theirs;
   theirs.reserve(pieces.size());
   for (const auto& piece : pieces)
     theirs.push_back(
         {reinterpret_cast<void*>(piece.peer_address), static_cast<std::size_t>(piece.length)});
+  return theirs;
+}
+
+void StreamPassiveSide::copy_pieces(const FrameHeader& header, std::span<const FramePiece> pieces,
+                                    std::vector<iovec>& memory, OutFrame& response) {
+  const bool writing = is_write_request(header.type);
+  check_cross_memory();
+  const auto theirs = peer_ranges(pieces);
   auto failure = writing ? copy_from_process(peer_process_, theirs, memory)
                          : copy_to_process(peer_process_, theirs, memory);
   if (failure) throw Error(ErrorCode::Transport, *failure);

@@ -82,6 +82,8 @@ class StreamPassiveSide final : public FrameHandler {
   // The peer's allocation a table entry names, opened here once per connection.
   OpenedAllocation open_peer_allocation(const CudaDriver& driver, int ordinal,
                                         const FrameIpcAllocation& entry);
+  // The peer's side of a cross-memory piece request, as the kernel's copy takes it.
+  static std::vector<iovec> peer_ranges(std::span<const FramePiece> pieces);
   // Copies a checked cross-memory piece request's bytes; throws when the kernel refuses.
   void copy_pieces(const FrameHeader& header, std::span<const FramePiece> pieces,
                    std::vector<iovec>& memory, OutFrame& response);
