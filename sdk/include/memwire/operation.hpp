@@ -44,6 +44,7 @@ class MEMWIRE_API Operation {
   // Runs `callback` once with the final status (at once when already final), on memwire's
   // progress thread, or on the thread waiting for this operation when that thread read its
   // answer itself (a small READ or WRITE over tcp or shm): keep it short and never block in it.
+  // Every callback added before the end has run by the time any wait_for_completion returns.
   void on_complete(Callback callback);
 
   // The transport that moves (or moved) the bytes: "tcp", "shm", "verbs"; empty before known.

@@ -115,7 +115,14 @@ void OperationCore::spin(std::chrono::steady_clock::time_point until) const {
 OperationStatus OperationCore::wait(std::optional<std::chrono::milliseconds> timeout) const {
   const auto entered = std::chrono::steady_clock::now();
   bool waited = false;
-  if (!settled_.load(std::memory_order_acquire) && (!timeout || timeout->count() > 0)) {
+  // A callback (or settle) that asks for its own operation's end has it: final already.
+  bool finishing_here = false;
+  if (!settled_.load(std::memory_order_acquire)) {
+    std::lock_guard lock(mutex_);
+    finishing_here = settling_ && finishing_thread_ == std::this_thread::get_id();
+  }
+  if (!settled_.load(std::memory_order_acquire) && !finishing_here &&
+      (!timeout || timeout->count() > 0)) {
     waited = true;
     const auto deadline =
         timeout ? entered + *timeout : std::chrono::steady_clock::time_point::max();
@@ -132,7 +139,7 @@ OperationStatus OperationCore::wait(std::optional<std::chrono::milliseconds> tim
     if (spin.count() > 0) spinning_waiters.fetch_sub(1, std::memory_order_relaxed);
   }
   std::unique_lock lock(mutex_);
-  auto done = [&] { return is_terminal(status_) && !settling_; };
+  auto done = [&] { return is_terminal(status_) && (!settling_ || finishing_here); };
   if (!timeout) {
     finished_.wait(lock, done);
   } else if (!finished_.wait_until(lock, entered + *timeout, done)) {
@@ -194,31 +201,35 @@ void OperationCore::log_end(OperationStatus status, const std::string& transport
 
 bool OperationCore::finish(OperationStatus status, std::optional<Error> error,
                            const std::function<void()>& settle) {
-  std::vector<Callback> callbacks;
   std::string transport;
   {
     std::lock_guard lock(mutex_);
     if (is_terminal(status_)) return false;
     status_ = status;
     error_ = std::move(error);
-    settling_ = static_cast<bool>(settle);
-    if (!settling_) callbacks.swap(callbacks_);
+    settling_ = true;  // until settle() and the callbacks ran: no wait returns before
+    finishing_thread_ = std::this_thread::get_id();
     record_end_locked();
     transport = transport_;
   }
-  if (!settle) settled_.store(true, std::memory_order_release);
   log_end(status, transport);
-  if (settle) {
-    settle();
+  if (settle) settle();
+  // The callbacks run before any wait returns: a waiter may drop what they captured as soon as
+  // its wait returns. One added meanwhile (even by a callback) runs in the next round.
+  for (std::vector<Callback> callbacks;;) {
     {
       std::lock_guard lock(mutex_);
-      settling_ = false;
+      if (callbacks_.empty()) {
+        settling_ = false;
+        break;
+      }
       callbacks.swap(callbacks_);
     }
-    settled_.store(true, std::memory_order_release);
+    for (auto& callback : callbacks) callback(status);
+    callbacks.clear();
   }
+  settled_.store(true, std::memory_order_release);
   finished_.notify_all();
-  for (auto& callback : callbacks) callback(status);
   return true;
 }
 

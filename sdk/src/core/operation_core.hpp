@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "memwire/error.hpp"
@@ -119,7 +120,8 @@ class OperationCore {
   std::optional<Error> error_;
   std::string transport_;
   std::vector<Callback> callbacks_;
-  bool settling_ = false;  // final, but waiters and callbacks wait for finish's `settle`
+  bool settling_ = false;  // final, but waiters wait for finish's `settle` and the callbacks
+  std::thread::id finishing_thread_;  // the thread running them
   // Final and settled: what wait() watches while it spins, set once the lock is free again.
   std::atomic<bool> settled_{false};
   Observation observation_;

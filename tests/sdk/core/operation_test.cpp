@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <future>
+#include <thread>
 
 #include "memwire/memwire.hpp"
 #include "support/error_code_of.hpp"
@@ -110,6 +111,37 @@ TEST_F(OperationTest, ReadCompletesBothSidesAndReportsTheTransport) {
   OperationStatus late = OperationStatus::Uninitialized;
   read.on_complete([&](OperationStatus status) { late = status; });
   EXPECT_EQ(late, OperationStatus::Complete);
+}
+
+// The owner's operation ends on memwire's thread, which runs the callback: the owner's wait
+// returns only after it, so the callback may use what the waiting scope owns.
+TEST_F(OperationTest, AWaitReturnsOnlyAfterTheCallbacksRan) {
+  auto readable = owner.create_readable(source_view);
+  std::atomic<bool> callback_done{false};
+  readable.on_complete([&](OperationStatus) {
+    std::this_thread::sleep_for(50ms);  // a slow callback: the waiter would return meanwhile
+    callback_done = true;
+  });
+  auto read = peer.begin_read(readable.metadata(), target_view);
+  EXPECT_EQ(read.wait_for_completion(5s), OperationStatus::Complete);
+  EXPECT_EQ(readable.wait_for_completion(5s), OperationStatus::Complete);
+  EXPECT_TRUE(callback_done);
+}
+
+// A callback that waits for its own operation has it at once (it is final), not a deadlock.
+TEST_F(OperationTest, ACallbackMayWaitForItsOwnOperation) {
+  auto readable = owner.create_readable(source_view);
+  std::promise<OperationStatus> waited_inside;
+  readable.on_complete([&](OperationStatus) {
+    try {
+      waited_inside.set_value(readable.wait_for_completion(1s));
+    } catch (...) {
+      waited_inside.set_exception(std::current_exception());
+    }
+  });
+  auto read = peer.begin_read(readable.metadata(), target_view);
+  EXPECT_EQ(read.wait_for_completion(5s), OperationStatus::Complete);
+  EXPECT_EQ(waited_inside.get_future().get(), OperationStatus::Complete);
 }
 
 TEST_F(OperationTest, ResultsOnlyOnceComplete) {
