@@ -60,8 +60,11 @@ class Transport {
   //   readable's CUDA stand-ins must hold the bytes before it is offered;
   virtual bool reads_without_the_owner() const { return false; }
   // - the owner copies GPU memory through CUDA IPC for a peer on its host that asks (for a
-  //   one-shot operation only where the offer says so too: kCudaIpcAttribute).
+  //   one-shot operation only where the offer says so too: kCudaIpcAttribute);
   virtual bool copies_through_cuda_ipc() const { return false; }
+  // - peers in other processes can use its offers (false for a transport within one process,
+  //   such as a test build's loopback; the conformance suite skips its multi-process cases).
+  virtual bool reaches_other_processes() const { return true; }
   [[nodiscard("unusable: the connector must try the next transport")]] virtual StartResult start(
       const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer) = 0;
 };
