@@ -1,6 +1,7 @@
 # Optional backends, detected at build time: MEMWIRE_WITH_<NAME> is AUTO (on when its libraries
 # are found), ON (required: configuring fails without them) or OFF. The outcome is
-# MEMWIRE_HAVE_<NAME> (ON/OFF), which the sdk, sideband, services and tests build from.
+# MEMWIRE_HAVE_<NAME> (ON/OFF), which the sdk, sideband, services and tests build from (a
+# transport's, in the sdk's scope: outside it, ask for its unit, TARGET memwire-transport-<name>).
 
 # memwire_backend(NAME <name> DESCRIPTION <text> FOUND <variables, all true when found...>
 #                 MISSING <what to install>)
@@ -30,21 +31,27 @@ function(memwire_backend)
   set(MEMWIRE_HAVE_${arg_NAME} ${have} PARENT_SCOPE)
 endfunction()
 
-# Looked up only when not switched off, so that an OFF build needs none of them.
-if(NOT MEMWIRE_WITH_VERBS MATCHES "^(OFF|off|Off|FALSE|false|0|NO|no)$")
-  pkg_check_modules(IBVERBS QUIET IMPORTED_TARGET libibverbs)
-  pkg_check_modules(RDMACM QUIET IMPORTED_TARGET librdmacm)
-endif()
-memwire_backend(NAME VERBS DESCRIPTION "RDMA verbs transport" FOUND IBVERBS_FOUND RDMACM_FOUND
-                MISSING "libibverbs-dev, librdmacm-dev")
+# memwire_backend_wanted(<name> <variable>): <variable> is false when MEMWIRE_WITH_<name> switches
+# the backend off. Its libraries are looked up only when wanted: an OFF build needs none of them.
+function(memwire_backend_wanted name variable)
+  if(MEMWIRE_WITH_${name} MATCHES "^(OFF|off|Off|FALSE|false|0|NO|no)$")
+    set(${variable} FALSE PARENT_SCOPE)
+  else()
+    set(${variable} TRUE PARENT_SCOPE)
+  endif()
+endfunction()
 
-if(NOT MEMWIRE_WITH_NATS MATCHES "^(OFF|off|Off|FALSE|false|0|NO|no)$")
+# The sideband's channels. A transport that needs libraries looks them up in its own
+# transport.cmake (sdk/src/transport/<name>/), with these functions too.
+memwire_backend_wanted(NATS wanted)
+if(wanted)
   pkg_check_modules(LIBNATS QUIET IMPORTED_TARGET libnats)
 endif()
 memwire_backend(NAME NATS DESCRIPTION "NATS sideband channel" FOUND LIBNATS_FOUND
                 MISSING "libnats-dev")
 
-if(NOT MEMWIRE_WITH_HTTP MATCHES "^(OFF|off|Off|FALSE|false|0|NO|no)$")
+memwire_backend_wanted(HTTP wanted)
+if(wanted)
   pkg_check_modules(CPP_HTTPLIB QUIET IMPORTED_TARGET cpp-httplib)  # Debian ships no CMake package
   pkg_check_modules(LIBCURL QUIET IMPORTED_TARGET libcurl)
   find_package(OpenSSL QUIET)

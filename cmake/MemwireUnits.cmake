@@ -14,15 +14,18 @@ function(memwire_unit target)
 endfunction()
 
 # memwire_transport(NAME <name> [MACHINERY] [ENABLED <variable>] [ENVIRONMENT]
-#                   SOURCES <globs...> [LIBRARIES <deps...>]): called by the transport.cmake of
-# each folder under sdk/src/transport/, which is all a transport tells the build. Makes its unit
-# memwire-transport-<name> (when <variable> is true, or always without ENABLED) and adds it to the
-# library's units; a transport (not MACHINERY, shared code such as stream) also joins the
-# registry's list: make_<name>_transport() builds it, and with ENVIRONMENT its folder reads its
-# own MEMWIRE_* variables in read_<name>_environment(). A disabled transport is listed as known
-# but not built, so asking for it says so.
+#                   SOURCES <globs...> [LIBRARIES <deps...>] [PKG_CONFIG_LIBS <flags...>]):
+# called by the transport.cmake of each folder under sdk/src/transport/, which is all a
+# transport tells the build. Makes its unit memwire-transport-<name> (when <variable> is true,
+# or always without ENABLED) and adds it to the library's units; a transport (not MACHINERY,
+# shared code such as stream) also joins the registry's list: make_<name>_transport() builds
+# it, and with ENVIRONMENT its folder reads its own MEMWIRE_* variables in
+# read_<name>_environment(). A disabled transport is listed as known but not built, so asking
+# for it says so. PKG_CONFIG_LIBS: what a static link of memwire needs for it (memwire.pc's
+# Libs.private).
 function(memwire_transport)
-  cmake_parse_arguments(arg "MACHINERY;ENVIRONMENT" "NAME;ENABLED" "SOURCES;LIBRARIES" ${ARGN})
+  cmake_parse_arguments(arg "MACHINERY;ENVIRONMENT" "NAME;ENABLED" "SOURCES;LIBRARIES;PKG_CONFIG_LIBS"
+                        ${ARGN})
   if(arg_ENABLED AND NOT ${arg_ENABLED})
     if(NOT arg_MACHINERY)
       set(memwire_transports_disabled ${memwire_transports_disabled} ${arg_NAME} PARENT_SCOPE)
@@ -32,6 +35,7 @@ function(memwire_transport)
   memwire_unit(memwire-transport-${arg_NAME} USING memwire-sdk-flags
     SOURCES ${arg_SOURCES} LIBRARIES ${arg_LIBRARIES})
   set(memwire_sdk_units ${memwire_sdk_units} memwire-transport-${arg_NAME} PARENT_SCOPE)
+  set(memwire_pkg_config_libs ${memwire_pkg_config_libs} ${arg_PKG_CONFIG_LIBS} PARENT_SCOPE)
   if(arg_ENVIRONMENT)
     set(memwire_environment_readers ${memwire_environment_readers} ${arg_NAME} PARENT_SCOPE)
   endif()

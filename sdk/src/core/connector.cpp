@@ -154,10 +154,10 @@ class Connector::Impl {
     const auto ttl = context_.options.metadata_ttl;
     const std::int64_t expires = ttl.count() > 0 ? unix_now_ms() + ttl.count() : 0;
     // CUDA memory: the transports serve pinned host stand-ins. A readable's are filled now when
-    // verbs may read them (no owner sees those reads), else by the first request that reads
+    // a transport lets peers read them unseen (verbs), else by the first request that reads
     // them (none through CUDA IPC does: that copies the device memory itself).
     auto staging = stage(local);
-    if (staging && kind == OperationKind::Read && runs_verbs()) staging->copy_to_host();
+    if (staging && kind == OperationKind::Read && peers_read_unseen()) staging->copy_to_host();
     auto registration = std::make_shared<detail::Registration>(
         kind, staging ? staging->host() : std::move(local), expires, context_.registrations,
         context_.options.connect_timeout);
@@ -403,26 +403,28 @@ class Connector::Impl {
   }
 
   // Whether a transfer of this GPU pool goes through CUDA IPC: the owner's pool is in GPU
-  // memory too (an owner that predates GPU pools has none), the best transport both serve is
-  // shm (the same host), and every local allocation has an IPC handle.
+  // memory too (an owner that predates GPU pools has none), the best transport both serve
+  // copies through CUDA IPC (shm: the same host), and every local allocation has an IPC handle.
   bool through_cuda_ipc(const detail::GpuPoolMemory& local, const PoolMetadata& remote) {
     if (!local.ipc_ready()) return false;
     for (const auto& region : remote.regions())
       if (region.device.kind() != DeviceKind::Cuda) return false;
     for (auto [transport, offer] : candidates(remote.endpoint()))
-      if (transport->serves_pools()) return transport->name() == "shm";
+      if (transport->serves_pools()) return transport->copies_through_cuda_ipc();
     return false;
   }
 
-  bool runs_verbs() const {
+  // Whether a peer may read this connector's memory without its threads seeing the read.
+  bool peers_read_unseen() const {
     for (const auto& transport : transports_)
-      if (transport->name() == "verbs") return true;
+      if (transport->reads_without_the_owner()) return true;
     return false;
   }
 
   // The local GPU memory of a one-shot operation that the owner copies through CUDA IPC, or
-  // null: every local and remote descriptor is GPU memory, the best transport both run is shm,
-  // its offer says the owner takes CUDA IPC requests, and each local allocation has a handle.
+  // null: every local and remote descriptor is GPU memory, the best transport both run copies
+  // through CUDA IPC (shm), its offer says the owner takes such requests, and each local
+  // allocation has a handle.
   std::shared_ptr<const detail::GpuPoolMemory> one_shot_cuda_ipc(
       const std::vector<Descriptor>& local, const RdmaMetadata& remote) {
     for (const auto& descriptor : local)
@@ -430,7 +432,7 @@ class Connector::Impl {
     for (const auto& descriptor : remote.descriptors())
       if (descriptor.device.kind() != DeviceKind::Cuda) return nullptr;
     const auto shared = candidates(remote.endpoint());
-    if (shared.empty() || shared.front().first->name() != "shm") return nullptr;
+    if (shared.empty() || !shared.front().first->copies_through_cuda_ipc()) return nullptr;
     const auto& attributes = shared.front().second->attributes;
     const auto said = attributes.find(detail::kCudaIpcAttribute);
     if (said == attributes.end() || said->second != detail::kCudaIpcAttributeValue) return nullptr;

@@ -15,7 +15,11 @@ std::unique_ptr<Transport> make_transport(std::string_view name, const Transport
     if (!disabled.empty() && disabled == name)
       throw Error(ErrorCode::InvalidArgument,
                   "transport '" + std::string(name) + "' is not built into this memwire");
-  throw Error(ErrorCode::InvalidArgument, "unknown transport '" + std::string(name) + "'");
+  std::string known;
+  for (const auto each : known_transports())
+    known += (known.empty() ? "" : ", ") + std::string(each);
+  throw Error(ErrorCode::InvalidArgument,
+              "unknown transport '" + std::string(name) + "' (memwire knows " + known + ")");
 }
 
 std::vector<std::string_view> known_transports() {

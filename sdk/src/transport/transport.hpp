@@ -55,6 +55,16 @@ class Transport {
   virtual std::optional<std::string> cannot_serve(const PoolState& /*pool*/) const {
     return std::nullopt;
   }
+  // What the connector plans around, asked of the transport rather than read from its name:
+  // - its peers read registered memory without the owner seeing each read (RDMA READ), so a
+  //   readable's CUDA stand-ins must hold the bytes before it is offered;
+  virtual bool reads_without_the_owner() const { return false; }
+  // - the owner copies GPU memory through CUDA IPC for a peer on its host that asks (for a
+  //   one-shot operation only where the offer says so too: kCudaIpcAttribute);
+  virtual bool copies_through_cuda_ipc() const { return false; }
+  // - peers in other processes can use its offers (false for a transport within one process,
+  //   such as a test build's loopback; the conformance suite skips its multi-process cases).
+  virtual bool reaches_other_processes() const { return true; }
   [[nodiscard("unusable: the connector must try the next transport")]] virtual StartResult start(
       const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer) = 0;
 };

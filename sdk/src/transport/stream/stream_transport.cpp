@@ -92,6 +92,8 @@ class StreamTransport final : public Transport {
   bool can_reach(const TransportOffer& offer) const override { return settings_.can_reach(offer); }
 
   bool serves_pools() const override { return true; }
+  // Cross-memory means one host: its passive side takes CUDA IPC requests (stream_passive_gpu).
+  bool copies_through_cuda_ipc() const override { return settings_.cross_memory; }
 
   StartResult start(const std::shared_ptr<ActiveTransfer>& transfer,
                     const TransportOffer& offer) override {

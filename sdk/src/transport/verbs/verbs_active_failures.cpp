@@ -50,7 +50,7 @@ void VerbsActiveSide::resume(const std::shared_ptr<Stripe>& stripe) {
   for (std::size_t pair = 0; pair < stripe->pairs.size(); ++pair)
     if (!stripe->pairs[pair].tried && open_leg(stripe, pair)) {
       log("verbs: transfer " + std::to_string(stripe->seq) + " goes on over " +
-          engine_.rail(stripe->pairs[pair].local_rail).device->name());
+          port_.rail(stripe->pairs[pair].local_rail).device->name());
       return;
     }
   // One rail: its own error, as it was. Several: which, and the last one's error.
@@ -68,7 +68,7 @@ void VerbsActiveSide::resume(const std::shared_ptr<Stripe>& stripe) {
 }
 
 std::optional<std::chrono::steady_clock::time_point> VerbsActiveSide::next_stall_check() {
-  if (engine_.rail_count() < 2) return std::nullopt;
+  if (port_.rail_count() < 2) return std::nullopt;
   const bool moving = std::any_of(stripes_.begin(), stripes_.end(), [](const auto& entry) {
     return !entry.second->aborted && !entry.second->done_sent && !entry.second->legs.empty();
   });
@@ -80,7 +80,7 @@ std::optional<std::chrono::steady_clock::time_point> VerbsActiveSide::next_stall
 }
 
 void VerbsActiveSide::check_stalls() {
-  if (engine_.rail_count() < 2) return;
+  if (port_.rail_count() < 2) return;
   const auto now = std::chrono::steady_clock::now();
   if (now < stall_check_at_) return;
   std::map<rdma_cm_id*, std::string> stalled;
@@ -98,8 +98,8 @@ void VerbsActiveSide::check_stalls() {
       auto stall = [&](std::chrono::steady_clock::duration quiet, std::string_view what) {
         stalled.emplace(
             connection.id(),
-            "verbs: " + engine_.rail(connection.rail).device->name() + " to " +
-                describe(connection) + std::string(what) + " for " +
+            "verbs: " + port_.rail(connection.rail).device->name() + " to " + describe(connection) +
+                std::string(what) + " for " +
                 std::to_string(
                     std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count()) +
                 " ms");
@@ -122,9 +122,9 @@ void VerbsActiveSide::check_stalls() {
   }
   for (const auto& stripe : released) wake_legs(*stripe);
   for (const auto& [id, why] : stalled)
-    if (auto found = engine_.connections().find(id); found != engine_.connections().end()) {
+    if (auto found = port_.connections().find(id); found != port_.connections().end()) {
       const auto keep = found->second;
-      engine_.fail_connection(*keep, Error(ErrorCode::PeerLost, why));
+      port_.fail_connection(*keep, Error(ErrorCode::PeerLost, why));
     }
 }
 
@@ -137,14 +137,12 @@ void VerbsActiveSide::break_transfer(std::uint64_t seq) {
     if (auto where = transfers_.find(leg_seq); where != transfers_.end())
       holding.push_back(where->second->id());
   for (auto* id : holding)
-    if (auto connection = engine_.connections().find(id);
-        connection != engine_.connections().end()) {
+    if (auto connection = port_.connections().find(id); connection != port_.connections().end()) {
       const auto keep = connection->second;
-      engine_.fail_connection(*keep,
-                              Error(ErrorCode::PeerLost,
-                                    "verbs: a cancelled transfer's RDMA did not finish within "
-                                    "the grace period; connection to " +
-                                        describe(*keep) + " reset"));
+      port_.fail_connection(*keep, Error(ErrorCode::PeerLost,
+                                         "verbs: a cancelled transfer's RDMA did not finish within "
+                                         "the grace period; connection to " +
+                                             describe(*keep) + " reset"));
     }
 }
 
@@ -192,7 +190,7 @@ void VerbsActiveSide::on_connection_lost(std::size_t rail,
       continue;
     }
     log("verbs: transfer " + std::to_string(stripe->seq) + " lost its leg on " +
-        engine_.rail(rail).device->name() + "; " + std::to_string(given_back) +
+        port_.rail(rail).device->name() + "; " + std::to_string(given_back) +
         " slices in flight go to the rails left");
     orphaned_.push_back(stripe);
   }

@@ -57,9 +57,9 @@ bool keeps_keys(const ActiveTransfer& transfer) {
 
 }  // namespace
 
-VerbsActiveSide::VerbsActiveSide(VerbsPort& engine, std::uint64_t slice_bytes,
+VerbsActiveSide::VerbsActiveSide(VerbsPort& port, std::uint64_t slice_bytes,
                                  std::function<void(std::string_view)> log)
-    : engine_(engine), slice_bytes_(slice_bytes), log_(std::move(log)) {
+    : port_(port), slice_bytes_(slice_bytes), log_(std::move(log)) {
   if (slice_bytes_ < 4096)
     throw Error(ErrorCode::InvalidArgument,
                 "rdma.slice_size must be at least 4096 bytes, got " + std::to_string(slice_bytes_));
@@ -137,8 +137,8 @@ void VerbsActiveSide::begin(const std::shared_ptr<ActiveTransfer>& transfer,
   auto stripe = std::make_shared<Stripe>();
   stripe->seq = seq;
   stripe->transfer = transfer;
-  stripe->rail_bytes.assign(engine_.rail_count(), 0);
-  stripe->rail_slices.assign(engine_.rail_count(), 0);
+  stripe->rail_bytes.assign(port_.rail_count(), 0);
+  stripe->rail_slices.assign(port_.rail_count(), 0);
   // Each local rail with the peer rail nearest to it (same subnet: same wire), one to one,
   // the nearest pairs first.
   struct Candidate {
@@ -147,13 +147,13 @@ void VerbsActiveSide::begin(const std::shared_ptr<ActiveTransfer>& transfer,
     std::size_t peer_rail;
   };
   std::vector<Candidate> candidates;
-  for (std::size_t rail = 0; rail < engine_.rail_count(); ++rail)
+  for (std::size_t rail = 0; rail < port_.rail_count(); ++rail)
     for (std::size_t other = 0; other < peer.size(); ++other)
       candidates.push_back(
-          {common_prefix(engine_.rail(rail).device->ipv4(), peer[other].address), rail, other});
+          {common_prefix(port_.rail(rail).device->ipv4(), peer[other].address), rail, other});
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const Candidate& a, const Candidate& b) { return a.bits > b.bits; });
-  std::vector<bool> local_taken(engine_.rail_count(), false), peer_taken(peer.size(), false);
+  std::vector<bool> local_taken(port_.rail_count(), false), peer_taken(peer.size(), false);
   for (const auto& candidate : candidates) {
     if (local_taken[candidate.rail] || peer_taken[candidate.peer_rail]) continue;
     local_taken[candidate.rail] = peer_taken[candidate.peer_rail] = true;
@@ -165,14 +165,14 @@ void VerbsActiveSide::begin(const std::shared_ptr<ActiveTransfer>& transfer,
   // Rails that failed lately go last.
   const auto now = std::chrono::steady_clock::now();
   std::stable_partition(stripe->pairs.begin(), stripe->pairs.end(), [&](const Stripe::Pair& pair) {
-    return !engine_.rail(pair.local_rail).failed_within(kRailPenalty, now);
+    return !port_.rail(pair.local_rail).failed_within(kRailPenalty, now);
   });
   // A pool's transfer keeps to one rail: its tag goes on the connection that moved its bytes,
   // and a lost rail fails it (the owner's waiters hear of that tag) rather than moving on.
   if (transfer->blocks() && stripe->pairs.size() > 1) stripe->pairs.resize(1);
   stripe->slice_bytes = slice_bytes_;
   for (const auto& pair : stripe->pairs)
-    stripe->slice_bytes = std::min(stripe->slice_bytes, engine_.rail(pair.local_rail).chunk_bytes);
+    stripe->slice_bytes = std::min(stripe->slice_bytes, port_.rail(pair.local_rail).chunk_bytes);
   stripe->progress = stripe->started = now;
   stripes_[seq] = stripe;
 
@@ -206,12 +206,12 @@ bool VerbsActiveSide::open_leg(const std::shared_ptr<Stripe>& stripe, std::size_
   std::shared_ptr<Connection> connection;
   try {
     connection =
-        engine_.connect(stripe->transfer->remote().connector, chosen.address, chosen.local_rail);
+        port_.connect(stripe->transfer->remote().connector, chosen.address, chosen.local_rail);
   } catch (const Error& error) {
     log("verbs: no leg of transfer " + std::to_string(stripe->seq) + " on " +
-        engine_.rail(chosen.local_rail).device->name() + ": " + error.what());
+        port_.rail(chosen.local_rail).device->name() + ": " + error.what());
     stripe->last_error = error;
-    engine_.rail(chosen.local_rail).failed_at = std::chrono::steady_clock::now();
+    port_.rail(chosen.local_rail).failed_at = std::chrono::steady_clock::now();
     return false;
   }
   OutboundTransfer leg;
@@ -236,7 +236,7 @@ bool VerbsActiveSide::open_leg(const std::shared_ptr<Stripe>& stripe, std::size_
       start_moving(*connection, entry, leg_seq);
       return true;
     }
-    engine_.send(*connection, begin_notice(entry));
+    port_.send(*connection, begin_notice(entry));
   }
   return true;
 }
@@ -245,9 +245,9 @@ bool VerbsActiveSide::take_keys(Connection& connection, OutboundTransfer& leg,
                                 const Notice& notice) {
   const auto descriptors = keys_wanted(*leg.stripe->transfer);
   if (notice.first_index > descriptors || notice.rkeys.size() > descriptors - notice.first_index) {
-    engine_.fail_connection(connection,
-                            Error(ErrorCode::Protocol, "verbs: " + describe(connection) +
-                                                           " granted keys beyond the descriptors"));
+    port_.fail_connection(connection,
+                          Error(ErrorCode::Protocol, "verbs: " + describe(connection) +
+                                                         " granted keys beyond the descriptors"));
     return false;
   }
   leg.rkeys.resize(descriptors);
@@ -282,7 +282,7 @@ void VerbsActiveSide::on_accept(Connection& connection, const Notice& notice) {
   if (stripe->aborted || stripe->done_sent || is_terminal(stripe->transfer->status())) return;
   if (!take_keys(connection, leg, notice)) return;  // the last of the keys come with Accept
   if (leg.keys_received != keys_wanted(*stripe->transfer)) {
-    engine_.fail_connection(
+    port_.fail_connection(
         connection, Error(ErrorCode::Protocol,
                           "verbs: " + describe(connection) + " accepted with " +
                               std::to_string(leg.keys_received) + " keys for " +
@@ -304,11 +304,11 @@ bool VerbsActiveSide::start_moving(Connection& connection, OutboundTransfer& leg
     // A device that still holds the buffers after the grace period is cut off: the QPs go.
     stripe->transfer->gate().add_breaker(
         reinterpret_cast<std::uintptr_t>(stripe.get()),
-        engine_.later([this, seq = stripe->seq] { break_transfer(seq); }));
+        port_.later([this, seq = stripe->seq] { break_transfer(seq); }));
   }
   const int access = stripe->transfer->kind() == OperationKind::Read ? IBV_ACCESS_LOCAL_WRITE : 0;
   try {
-    auto& cache = engine_.rail(connection.rail).local_regions;
+    auto& cache = port_.rail(connection.rail).local_regions;
     if (const auto* blocks = stripe->transfer->blocks()) {
       // The local pool's regions, registered once with the pool (held there): found, not made.
       // A sliced transfer has a run per slice, mostly of one region: looked up once per
@@ -375,7 +375,7 @@ void VerbsActiveSide::pump(Connection& connection) {
         std::any_of(stripe.legs.begin(), stripe.legs.end(), [&](std::uint64_t other) {
           const auto* other_leg = leg_of(other);
           return other_leg != nullptr && !other_leg->accepted &&
-                 !engine_.rail(stripe.pairs[other_leg->pair].local_rail)
+                 !port_.rail(stripe.pairs[other_leg->pair].local_rail)
                       .failed_within(kRailPenalty, now);
         })) {
       if (leg.bytes_taken >= stripe.leg_share) continue;  // woken when the others are accepted
@@ -383,13 +383,12 @@ void VerbsActiveSide::pump(Connection& connection) {
     }
     const auto count = leg.next_batch(
         {requests, credits}, {elements, credits}, Connection::wr_id(Connection::Tag::Data, seq),
-        std::min(room, engine_.rail_count() > 1 ? kMultiRailBatchBytes : UINT64_MAX));
+        std::min(room, port_.rail_count() > 1 ? kMultiRailBatchBytes : UINT64_MAX));
     if (count == 0) continue;  // every slice is out: idle unless a failed leg gives some back
     if (leg.batches.size() == 1) leg.progress = std::chrono::steady_clock::now();
     if (!connection.post_data(requests, count)) {
-      engine_.fail_connection(
-          connection,
-          Error(ErrorCode::Transport, "verbs: cannot post RDMA to " + describe(connection)));
+      port_.fail_connection(connection, Error(ErrorCode::Transport, "verbs: cannot post RDMA to " +
+                                                                        describe(connection)));
       return;
     }
     // Round robin: transfers sharing the QP take turns batch by batch.
@@ -403,7 +402,7 @@ void VerbsActiveSide::on_batch_done(Connection& connection, std::uint64_t seq) {
     auto& leg = found->second;
     const auto stripe = leg.stripe;
     if (!leg.batches.empty()) {
-      auto& rail = engine_.rail(connection.rail);
+      auto& rail = port_.rail(connection.rail);
       for (const auto& slice : leg.batches.front()) {
         stripe->rail_bytes[connection.rail] += slice.length;
         ++stripe->rail_slices[connection.rail];
@@ -455,11 +454,11 @@ void VerbsActiveSide::finish_stripe(Connection& connection, std::uint64_t leg_se
       // no Result needed. A WRITE waits for its Result: it succeeds once the owner has its
       // bytes.
       done.first_index = kDoneWithoutResult;
-      engine_.send(connection, done);
+      port_.send(connection, done);
       return end_transfer(leg_seq, std::nullopt);
     }
   }
-  engine_.send(connection, done);
+  port_.send(connection, done);
 }
 
 void VerbsActiveSide::on_result(Connection& connection, const Notice& notice) {
@@ -488,8 +487,8 @@ void VerbsActiveSide::end_transfer(std::uint64_t leg_seq, const std::optional<Er
   if (log_) {
     std::ostringstream line;
     line << "verbs: transfer " << stripe->seq << " rails";
-    for (std::size_t rail = 0; rail < engine_.rail_count(); ++rail)
-      line << " " << engine_.rail(rail).device->name() << "=" << stripe->rail_bytes[rail] << "B/"
+    for (std::size_t rail = 0; rail < port_.rail_count(); ++rail)
+      line << " " << port_.rail(rail).device->name() << "=" << stripe->rail_bytes[rail] << "B/"
            << stripe->rail_slices[rail];
     if (stripe->first_failure != std::chrono::steady_clock::time_point{})
       line << " failover-ms="
@@ -518,7 +517,7 @@ void VerbsActiveSide::wake_legs(const Stripe& stripe) {
     to_pump.push_back(connection.id());
   }
   for (auto* id : to_pump)
-    if (auto found = engine_.connections().find(id); found != engine_.connections().end()) {
+    if (auto found = port_.connections().find(id); found != port_.connections().end()) {
       const auto keep = found->second;
       pump(*keep);
     }
@@ -569,10 +568,9 @@ void VerbsActiveSide::abort(std::uint64_t seq, const Error& error) {
   }
   settle(stripe);
   for (auto* id : broken)
-    if (auto connection = engine_.connections().find(id);
-        connection != engine_.connections().end()) {
+    if (auto connection = port_.connections().find(id); connection != port_.connections().end()) {
       const auto keep = connection->second;
-      engine_.fail_connection(
+      port_.fail_connection(
           *keep, Error(ErrorCode::Transport, "verbs: cannot post to the QP of " + describe(*keep)));
     }
 }

@@ -32,7 +32,7 @@ class VerbsPort;
 class VerbsActiveSide {
  public:
   // Throws Error{InvalidArgument} when `slice_bytes` is below 4096.
-  VerbsActiveSide(VerbsPort& engine, std::uint64_t slice_bytes,
+  VerbsActiveSide(VerbsPort& port, std::uint64_t slice_bytes,
                   std::function<void(std::string_view)> log);
 
   // A number for a transfer or a leg; any thread.
@@ -103,7 +103,7 @@ class VerbsActiveSide {
     if (log_) log_(line);
   }
 
-  VerbsPort& engine_;
+  VerbsPort& port_;
   const std::uint64_t slice_bytes_;
   const std::function<void(std::string_view)> log_;
   std::atomic<std::uint64_t> next_seq_{1};

@@ -57,7 +57,7 @@ void VerbsPassiveSide::reply(Connection& connection, NoticeType type, std::uint6
   notice.seq = seq;
   notice.error = error;
   notice.text = std::move(text);
-  engine_.send(connection, notice);
+  port_.send(connection, notice);
 }
 
 void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
@@ -145,9 +145,9 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
   if (!grant) return;
   // Remembered so that losing this connection fails the operation and ends the grant.
   connection.inbound[notice.key] = {registration, grant, {}};
-  engine_.watch_expiry(registration, grant);
+  port_.watch_expiry(registration, grant);
   if (!connection.send_grant(notice.seq, grant))
-    engine_.fail_connection(
+    port_.fail_connection(
         connection,
         Error(ErrorCode::Transport, "verbs: cannot post to the QP of " + describe(connection)));
 }
@@ -162,7 +162,7 @@ std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_to(Connection& connection,
     // rail is this connection's.
     const auto claimant =
         registration.pool() ? std::string() : peer_of(connection) + "/" + notice.text;
-    auto grant = access->grant(registration, connection.rail, engine_.rail(connection.rail).device,
+    auto grant = access->grant(registration, connection.rail, port_.rail(connection.rail).device,
                                connection.own_protection_domain(), claimant, connection.serial);
     close_on_stalled_bind(connection, grant);
     return grant;
@@ -174,14 +174,14 @@ std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_to(Connection& connection,
 
 void VerbsPassiveSide::close_on_stalled_bind(Connection& connection,
                                              const std::shared_ptr<AccessGrant>& grant) {
-  const auto found = engine_.connections().find(connection.id());
-  if (found == engine_.connections().end()) return;
+  const auto found = port_.connections().find(connection.id());
+  if (found == port_.connections().end()) return;
   grant->on_stalled_bind(
-      engine_.later([this, weak = std::weak_ptr(found->second), held = std::weak_ptr(grant)] {
+      port_.later([this, weak = std::weak_ptr(found->second), held = std::weak_ptr(grant)] {
         const auto connection = weak.lock();
         const auto grant = held.lock();
         if (connection && grant)
-          engine_.close_if_bind_stalls(connection, grant, grant->close_deadline());
+          port_.close_if_bind_stalls(connection, grant, grant->close_deadline());
       }));
 }
 
@@ -199,7 +199,7 @@ std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_request(
                       : request->scope().access == Access::Write ? OperationKind::Write
                                                                  : OperationKind::Unspecified;
     auto grant =
-        access->grant_ranges(registration, connection.rail, engine_.rail(connection.rail).device,
+        access->grant_ranges(registration, connection.rail, port_.rail(connection.rail).device,
                              connection.own_protection_domain(), ranges, kind);
     close_on_stalled_bind(connection, grant);
     // Released: the windows go (AccessGrant::invalidate); the lease: the engine's timer.
@@ -208,7 +208,7 @@ std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_request(
     });
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         request->expires_at() - std::chrono::steady_clock::now());
-    engine_.watch_lease(grant, unix_now_ms() + std::max<std::int64_t>(0, left.count()));
+    port_.watch_lease(grant, unix_now_ms() + std::max<std::int64_t>(0, left.count()));
     return grant;
   } catch (const Error& error) {
     reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
@@ -254,7 +254,7 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
     entry.pool_transfers[notice.seq] = std::move(transfer);
     // The keys this connection holds already: no bind, no new region.
     if (!connection.send_grant(notice.seq, entry.grant, /*bind=*/false))
-      engine_.fail_connection(
+      port_.fail_connection(
           connection,
           Error(ErrorCode::Transport, "verbs: cannot post to the QP of " + describe(connection)));
     return;
@@ -272,7 +272,7 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
   entry = {registration, grant, {}};
   entry.pool_transfers[notice.seq] = std::move(transfer);
   if (!connection.send_grant(notice.seq, grant))
-    engine_.fail_connection(
+    port_.fail_connection(
         connection,
         Error(ErrorCode::Transport, "verbs: cannot post to the QP of " + describe(connection)));
 }
@@ -355,7 +355,7 @@ void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
       answered = true;
       if (answer) reply(connection, NoticeType::Result, notice.seq);
     });
-    for (const auto& [id, other] : engine_.connections()) other->inbound.erase(notice.key);
+    for (const auto& [id, other] : port_.connections()) other->inbound.erase(notice.key);
   } catch (const Error& error) {
     if (!answered && answer)
       reply(connection, NoticeType::Result, notice.seq, error.code(), std::string(error.message()));
@@ -410,7 +410,7 @@ void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
 
 void VerbsPassiveSide::on_connection_lost(const std::map<Id128, Connection::Inbound>& inbound,
                                           const Error& error) {
-  const auto& connections = engine_.connections();
+  const auto& connections = port_.connections();
   for (const auto& [registration_key, entry] : inbound) {
     if (auto registration = entry.registration.lock(); registration && registration->pool()) {
       // A pool never fails with a connection; the tags of its transfers under way do.

@@ -24,8 +24,8 @@ class VerbsPort;
 // that began it are lost. Runs on the engine's progress thread.
 class VerbsPassiveSide {
  public:
-  VerbsPassiveSide(VerbsPort& engine, std::shared_ptr<RegistrationTable> registrations)
-      : engine_(engine), registrations_(std::move(registrations)) {}
+  VerbsPassiveSide(VerbsPort& port, std::shared_ptr<RegistrationTable> registrations)
+      : port_(port), registrations_(std::move(registrations)) {}
 
   // Begin, Done or Abort from an active side.
   void on_notice(Connection& connection, const Notice& notice);
@@ -54,7 +54,7 @@ class VerbsPassiveSide {
   void reply(Connection& connection, NoticeType type, std::uint64_t seq,
              std::optional<ErrorCode> error = std::nullopt, std::string text = {});
 
-  VerbsPort& engine_;
+  VerbsPort& port_;
   const std::shared_ptr<RegistrationTable> registrations_;
 };
 

@@ -86,6 +86,9 @@ class VerbsTransport final : public Transport {
     return "its regions leave bytes between blocks that verbs keys (whole spans) would expose";
   }
 
+  // RDMA READ: the owner's CPU never sees a peer's read.
+  bool reads_without_the_owner() const override { return true; }
+
   bool can_reach(const TransportOffer& offer) const override {
     return verbs::parse_ipv4_endpoint(offer.address).has_value() && offer.keys.empty();
   }

@@ -40,7 +40,7 @@ Error error_of(const std::function<void()>& call) {
   return Error(ErrorCode::Protocol, "nothing thrown");
 }
 
-class LayerCancel : public TransportConformance {
+class LayerCancel : public PoolTransportConformance {
  protected:
   ConnectorOptions named(const std::string& name) const {
     auto options = this->options();

@@ -152,6 +152,7 @@ TEST_P(LifecycleConformance, AReaderCancelInTheMiddleReachesTheOwner) {
 }
 
 TEST_P(LifecycleConformance, AnotherProcessReadsAndWritesEveryByte) {
+  if (!claims().other_processes) GTEST_SKIP() << transport() << " reaches no other process";
   constexpr std::size_t kSize = 16u << 20;
   {
     auto owner =
@@ -181,6 +182,7 @@ TEST_P(LifecycleConformance, AnotherProcessReadsAndWritesEveryByte) {
 }
 
 TEST_P(LifecycleConformance, AKilledReaderFailsTheOwner) {
+  if (!claims().other_processes) GTEST_SKIP() << transport() << " reaches no other process";
   Connector connector(options());
   std::vector<std::byte> memory(mid_transfer_size());
   auto readable = connector.create_readable({Descriptor(std::span(memory))});
@@ -204,6 +206,7 @@ TEST_P(LifecycleConformance, AKilledReaderFailsTheOwner) {
 }
 
 TEST_P(LifecycleConformance, AKilledOwnerFailsTheReader) {
+  if (!claims().other_processes) GTEST_SKIP() << transport() << " reaches no other process";
   auto child = start_test_peer({"publish", "readable", std::to_string(mid_transfer_size()), "25"},
                                peer_environment());
   auto metadata = RdmaMetadata::from_json(expect_line(child));
@@ -237,6 +240,7 @@ namespace {
 // A writer that stops in the middle of its payload (a cut link: no end, no more bytes) must
 // not keep the owner's memory: dropping the writable returns within the connector's grace.
 TEST_P(LifecycleConformance, AStalledWriterLetsTheOwnerDropItsWritableInTime) {
+  if (!claims().other_processes) GTEST_SKIP() << transport() << " reaches no other process";
   auto writable_owner = std::make_unique<Connector>(options());
   std::vector<std::byte> memory(mid_transfer_size());
   auto writable = std::make_unique<WritableOperation>(

@@ -74,7 +74,7 @@ PoolOptions pool_options(bool read, bool write, std::size_t queued) {
   return options;
 }
 
-class PoolConformance : public TransportConformance {
+class PoolConformance : public PoolTransportConformance {
  protected:
   bool fill_gaps() const { return transport() == "verbs"; }
 };

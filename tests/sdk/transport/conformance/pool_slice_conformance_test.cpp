@@ -80,7 +80,7 @@ std::vector<BlockPair> mixed_pairs() {
   return pairs;
 }
 
-class PoolSliceConformance : public TransportConformance {
+class PoolSliceConformance : public PoolTransportConformance {
  protected:
   // Reads `pairs`' slice from `owner`'s pool into `reader`'s, then writes the same pairs'
   // slice from `writer`'s pool into `owner`'s, tagged; checks all of them byte for byte.

@@ -45,7 +45,7 @@ bool all_zero(const std::vector<std::byte>& memory) {
   return true;
 }
 
-using PoolTrustConformance = TransportConformance;
+using PoolTrustConformance = PoolTransportConformance;
 
 // A hostile peer speaking raw stream frames over tcp (shm carries the same frames).
 class PoolTrustOverRawFrames : public ::testing::Test {

@@ -44,10 +44,10 @@ std::string message_of(const std::function<void()>& call) {
   return "(nothing thrown)";
 }
 
-class RequestGrants : public TransportConformance {
+class RequestGrants : public PoolTransportConformance {
  protected:
   void SetUp() override {
-    TransportConformance::SetUp();
+    PoolTransportConformance::SetUp();
     if (IsSkipped()) return;
     owner_.emplace(named("decode"));
     peer_.emplace(named("prefill"));

@@ -16,10 +16,13 @@
 #include <thread>
 #include <vector>
 
+#include "core/registration_table.hpp"
 #include "memwire/memwire.hpp"
 #include "support/operation_waits.hpp"
 #include "support/pattern.hpp"
+#include "telemetry/event_log.hpp"
 #include "transport/registry.hpp"
+#include "transport/transport.hpp"
 
 namespace memwire::test_support {
 
@@ -65,12 +68,34 @@ inline std::optional<std::string> transport_unavailable(const std::string& trans
   return known[transport] = reason;
 }
 
+// What `transport` claims beyond one-shot operations between connectors of one process, asked
+// of the transport itself (transport/transport.hpp): a case that needs more skips, saying so.
+struct TransportClaims {
+  bool pools = false;
+  bool other_processes = false;
+};
+
+inline const TransportClaims& transport_claims(const std::string& transport) {
+  static std::map<std::string, TransportClaims> known;
+  if (auto found = known.find(transport); found != known.end()) return found->second;
+  detail::TransportContext context;
+  context.connector_name = "claims-probe";
+  context.hostname = "localhost";
+  context.options = conformance_options(transport);
+  context.registrations = std::make_shared<detail::RegistrationTable>();
+  context.events =
+      std::make_shared<const detail::EventLog>("claims-probe", LogLevel::Error, nullptr);
+  const auto made = detail::make_transport(transport, context);
+  return known[transport] = {made->serves_pools(), made->reaches_other_processes()};
+}
+
 class TransportConformance : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (auto reason = transport_unavailable(transport())) GTEST_SKIP() << *reason;
   }
   const std::string& transport() const { return GetParam(); }
+  const TransportClaims& claims() const { return transport_claims(transport()); }
   ConnectorOptions options(std::size_t chunk = 1u << 20, unsigned connections = 2) const {
     return conformance_options(transport(), chunk, connections);
   }
@@ -80,6 +105,15 @@ class TransportConformance : public ::testing::TestWithParam<std::string> {
     if (const char* access = std::getenv("MEMWIRE_TEST_ACCESS"))
       environment.push_back(std::string("MEMWIRE_RDMA_ACCESS=") + access);
     return environment;
+  }
+};
+
+// The pool suites: a transport that moves no pool blocks skips them.
+class PoolTransportConformance : public TransportConformance {
+ protected:
+  void SetUp() override {
+    TransportConformance::SetUp();
+    if (!IsSkipped() && !claims().pools) GTEST_SKIP() << transport() << " moves no pool blocks";
   }
 };
 
