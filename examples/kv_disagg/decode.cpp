@@ -102,7 +102,7 @@ class Decode {
         if (std::int64_t(layer) == abort_after) {
           // The client went away: end the request and give its blocks back at once.
           const auto abort_start = Clock::now();
-          receiver.abort("client disconnected");
+          receiver.cancel("client disconnected");
           return say("aborted " + request + " " + std::to_string(layer) + " " +
                      std::to_string(ms_since(abort_start)));
         }

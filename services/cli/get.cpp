@@ -85,11 +85,12 @@ ReadResult read_once(Connector& connector, const RdmaMetadata& metadata, OutputF
   }
   const auto took = Clock::now() - began;
   try {
-    auto status = operation.wait_for_completion(milliseconds(0));
-    if (status != OperationStatus::Complete) {
-      throw Error(ErrorCode::Cancelled,
-                  "reading " + name + " was cancelled: " + operation.error_message());
-    }
+    operation.wait_for_completion(milliseconds(0));  // it ended: throws why, unless complete
+  } catch (const Error& error) {
+    progress.finish(false, took);
+    if (error.code() != ErrorCode::Cancelled) throw;
+    throw Error(ErrorCode::Cancelled,
+                "reading " + name + " was cancelled: " + std::string(error.message()));
   } catch (...) {
     progress.finish(false, took);
     throw;

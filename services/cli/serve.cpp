@@ -95,7 +95,7 @@ int serve(int argc, char** argv, int first) {
     worker.republish(lease, local, ttl);
     watch(lease);
   }
-  lease.release();
+  lease.close();
   return 0;
 }
 

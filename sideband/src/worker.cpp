@@ -18,13 +18,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// Complete is the only success; a cancelled transfer is reported as an error.
-void require_complete(OperationStatus status, Operation& operation, std::string_view what) {
-  if (status == OperationStatus::Complete) return;
-  throw Error(
-      ErrorCode::Cancelled,
-      std::string(what) + " was cancelled" +
-          (operation.error_message().empty() ? std::string() : ": " + operation.error_message()));
+// Waits for `operation` to complete; a cancelled one throws Error{Cancelled} naming `what`
+// (or, after a stop on `stop`, `stopped`), any other failure as the operation threw it.
+void wait_complete(Operation& operation, milliseconds timeout, const std::string& what,
+                   const std::stop_token& stop = {}, const std::string& stopped = {}) {
+  try {
+    operation.wait_for_completion(timeout);
+  } catch (const Error& error) {
+    if (error.code() != ErrorCode::Cancelled) throw;
+    if (stop.stop_requested()) throw Error(ErrorCode::Cancelled, stopped);
+    throw Error(ErrorCode::Cancelled, what + " was cancelled: " + std::string(error.message()));
+  }
 }
 
 // Error{Cancelled} with `message` once a stop was requested on `stop`.
@@ -33,9 +37,9 @@ void throw_if_stopped(const std::stop_token& stop, const std::string& message) {
 }
 
 // Cancels `operation` unless it ended already (cancelling an errored one throws).
-void cancel_quietly(Operation& operation) noexcept {
+void cancel_quietly(Operation& operation, std::string_view reason = {}) noexcept {
   try {
-    operation.cancel();
+    operation.cancel(reason);
   } catch (const std::exception&) {
     // It errored meanwhile: it touches nothing any more either.
   }
@@ -78,9 +82,12 @@ namespace detail {
 // renewals with republish and release: a renewal never brings back a withdrawn name.
 struct LeaseState {
   std::mutex mutex;
-  Channel* channel = nullptr;  // null once released
+  Channel* channel = nullptr;  // null once closed
   std::string name;
-  std::optional<ReadableOperation> operation;
+  // Shared with the waits in flight: close() and republish() from another thread end them
+  // (Cancelled) instead of pulling the operation from under them.
+  std::shared_ptr<ReadableOperation> operation;
+  std::string closed_because;              // once closed: what later waits hear
   std::optional<Clock::time_point> until;  // the publisher's ttl: nothing is renewed past it
   milliseconds lifetime{0};                // what each renewal extends the metadata by
   std::uint64_t generation = 0;            // bumped by each (re)publish: older renewals are void
@@ -172,13 +179,13 @@ Lease::Lease(Lease&& other) noexcept = default;
 
 Lease& Lease::operator=(Lease&& other) noexcept {
   if (this != &other) {
-    release();
+    close();
     state_ = std::move(other.state_);
   }
   return *this;
 }
 
-Lease::~Lease() { release(); }
+Lease::~Lease() { close(); }
 
 const std::string& Lease::name() const {
   static const std::string none;
@@ -187,17 +194,26 @@ const std::string& Lease::name() const {
 
 ReadableOperation& Lease::operation() {
   if (!state_ || !state_->operation)
-    throw Error(ErrorCode::InvalidArgument, "the lease was released");
+    throw Error(ErrorCode::InvalidArgument, "the lease was closed");
   return *state_->operation;
 }
 
 OperationStatus Lease::wait(milliseconds timeout) {
-  return operation().wait_for_completion(timeout);
+  if (!state_) throw Error(ErrorCode::InvalidArgument, "the lease was moved from");
+  std::shared_ptr<ReadableOperation> operation;
+  {
+    std::lock_guard lock(state_->mutex);
+    if (!state_->operation)
+      throw Error(ErrorCode::Cancelled,
+                  "the lease of '" + state_->name + "' was closed" + state_->closed_because);
+    operation = state_->operation;
+  }
+  return operation->wait_for_completion(timeout);
 }
 
-void Lease::release() {
+void Lease::close(std::string_view reason) {
   if (!state_) return;
-  std::optional<ReadableOperation> ending;
+  std::shared_ptr<ReadableOperation> ending;
   {
     std::lock_guard lock(state_->mutex);
     if (auto* channel = std::exchange(state_->channel, nullptr)) {
@@ -206,17 +222,11 @@ void Lease::release() {
       } catch (const std::exception&) {
         // The name expires by itself; a lease must end even when the channel is down.
       }
+      if (!reason.empty()) state_->closed_because = ": " + std::string(reason);
     }
-    ending = std::move(state_->operation);
-    state_->operation.reset();
+    ending = std::exchange(state_->operation, nullptr);
   }
-  if (ending) {
-    try {
-      if (!is_terminal(ending->status())) ending->cancel();
-    } catch (const std::exception&) {
-      // It ended meanwhile (errored): nothing left to revoke.
-    }
-  }
+  if (ending) cancel_quietly(*ending, reason);
 }
 
 Worker::Worker(Connector& connector, Channel& channel)
@@ -241,7 +251,8 @@ Lease Worker::publish(std::string_view name, std::vector<Descriptor> local, mill
   channel_rules::check_name(name);
   auto state = std::make_shared<detail::LeaseState>();
   state->name = std::string(name);
-  state->operation.emplace(connector_->create_readable(std::move(local)));
+  state->operation =
+      std::make_shared<ReadableOperation>(connector_->create_readable(std::move(local)));
   std::lock_guard lock(state->mutex);
   publish_current(*state, ttl);
   state->channel = channel_;
@@ -252,17 +263,16 @@ Lease Worker::publish(std::string_view name, std::vector<Descriptor> local, mill
 
 void Worker::republish(Lease& lease, std::vector<Descriptor> local, milliseconds ttl) {
   auto& state = lease.state_;
-  if (!state) throw Error(ErrorCode::InvalidArgument, "republish: the lease was released");
-  auto operation = connector_->create_readable(std::move(local));
-  std::optional<ReadableOperation> replaced;
+  if (!state) throw Error(ErrorCode::InvalidArgument, "republish: the lease was closed");
+  auto operation =
+      std::make_shared<ReadableOperation>(connector_->create_readable(std::move(local)));
+  std::shared_ptr<ReadableOperation> replaced;
   {
     std::lock_guard lock(state->mutex);
-    if (!state->channel)
-      throw Error(ErrorCode::InvalidArgument, "republish: the lease was released");
+    if (!state->channel) throw Error(ErrorCode::InvalidArgument, "republish: the lease was closed");
     const auto old_until = state->until;
     const auto old_lifetime = state->lifetime;
-    replaced = std::move(state->operation);
-    state->operation.emplace(std::move(operation));
+    replaced = std::exchange(state->operation, std::move(operation));
     try {
       publish_current(*state, ttl);
     } catch (...) {
@@ -276,7 +286,9 @@ void Worker::republish(Lease& lease, std::vector<Descriptor> local, milliseconds
     if (auto due = renewal_due(state->operation->metadata(), state->until))
       renewer_->schedule(state, state->generation, *due);
   }
-  // The old operation ends here (its remote access with it); the name points at the new one.
+  // The old operation ends here (its remote access with it; a wait on it hears Cancelled); the
+  // name points at the new one.
+  cancel_quietly(*replaced, "the name was republished");
 }
 
 ReadOperation Worker::read(std::string_view name, std::vector<Descriptor> local,
@@ -289,12 +301,12 @@ ReadOperation Worker::read(std::string_view name, std::vector<Descriptor> local,
   throw_if_stopped(stop, what + ": cancelled during the lookup");
   auto operation = connector_->begin_read(metadata, std::move(local));
   // Destroying the operation on a throw (timeout) cancels it.
-  OperationStatus status;
   {
     // A stop cancels the transfer: the wait then ends (Cancelled) once nothing touches `local`.
     std::stop_callback on_stop(stop, [&operation] { cancel_quietly(operation); });
     try {
-      status = operation.wait_for_completion(deadline.left());
+      wait_complete(operation, deadline.left(), what, stop,
+                    what + ": cancelled during the transfer");
     } catch (const Error& error) {
       if (error.code() != ErrorCode::Timeout) throw;
       // The caller's timeout, not what was left of it after the lookup and the connect.
@@ -302,9 +314,6 @@ ReadOperation Worker::read(std::string_view name, std::vector<Descriptor> local,
                   what + ": not finished within " + std::to_string(timeout.count()) + " ms");
     }
   }
-  if (status != OperationStatus::Complete)
-    throw_if_stopped(stop, what + ": cancelled during the transfer");
-  require_complete(status, operation, what);
   return operation;
 }
 
@@ -312,15 +321,14 @@ std::unique_ptr<Subscription> Worker::serve(std::string_view prefix, ServeHandle
                                             ServeOptions options) {
   if (!handler) throw Error(ErrorCode::InvalidArgument, "serve: no handler");
   auto* connector = connector_;
-  return channel_->serve(prefix,
-                         [connector, handler = std::move(handler), options = std::move(options)](
-                             const std::string& name, const RdmaMetadata& writable) {
-                           auto data = handler(name);
-                           auto operation = connector->begin_write(data.descriptors, writable);
-                           require_complete(operation.wait_for_completion(options.write_timeout),
-                                            operation, "writing '" + name + "'");
-                           if (options.on_written) options.on_written(name, operation);
-                         });
+  return channel_->serve(
+      prefix, [connector, handler = std::move(handler), options = std::move(options)](
+                  const std::string& name, const RdmaMetadata& writable) {
+        auto data = handler(name);
+        auto operation = connector->begin_write(data.descriptors, writable);
+        wait_complete(operation, options.write_timeout, "writing '" + name + "'");
+        if (options.on_written) options.on_written(name, operation);
+      });
 }
 
 WritableOperation Worker::request(std::string_view name, std::vector<Descriptor> local,
@@ -336,7 +344,6 @@ WritableOperation Worker::request(std::string_view name, std::vector<Descriptor>
   operation.on_complete([abandon](OperationStatus status) mutable {
     if (status == OperationStatus::Errored) abandon.request_stop();
   });
-  OperationStatus status;
   {
     // A stop revokes the owner's access to `local` (no byte lands after this returns) and ends
     // the wait for its reply.
@@ -348,15 +355,16 @@ WritableOperation Worker::request(std::string_view name, std::vector<Descriptor>
       channel_->request(name, operation.metadata(), timeout, abandon.get_token());
     } catch (const Error&) {
       throw_if_stopped(stop, what + ": cancelled");
-      // The operation's own failure says more than the channel's view of it: throws it.
-      if (operation.status() == OperationStatus::Errored) operation.wait_for_completion();
+      // The operation's own failure says more than the channel's view of it: throws it (at
+      // once: it ended).
+      if (operation.status() == OperationStatus::Errored)
+        operation.wait_for_completion(std::max(deadline.left(), milliseconds(1000)));
       throw;
     }
     // The owner replies once its write completed; our side completes on the notice that follows.
-    status = operation.wait_for_completion(std::max(deadline.left(), milliseconds(1000)));
+    wait_complete(operation, std::max(deadline.left(), milliseconds(1000)), what, stop,
+                  what + ": cancelled");
   }
-  if (status != OperationStatus::Complete) throw_if_stopped(stop, what + ": cancelled");
-  require_complete(status, operation, what);
   return operation;
 }
 

@@ -18,8 +18,8 @@ class RequestGrant;
 // One peer's access to some blocks of a pool for one request, until a deadline (the lease):
 // what Pool::grant returns. Its metadata is the only key to those blocks for that request; the
 // owner (tcp, shm) or the NIC (verbs: memory windows bound to exactly those blocks on the
-// peer's QP) refuses a transfer outside them, after release(), or after the lease, before any
-// byte lands. Move-only; dropping it releases it.
+// peer's QP) refuses a transfer outside them, after close(), or after the lease, before any
+// byte lands. A held thing: ended by close(reason) or by dropping it. Move-only.
 class [[nodiscard("dropping it releases the blocks at once")]] MEMWIRE_API BlockGrant {
  public:
   BlockGrant(BlockGrant &&) noexcept;
@@ -38,9 +38,10 @@ class [[nodiscard("dropping it releases the blocks at once")]] MEMWIRE_API Block
   // X", with `reason` when given), requests under way finish landing (or their connection is
   // cut after the pool's grace) before this returns, the waits for the tags of its open
   // transfers end with Error{Cancelled}, and on verbs its windows are invalidated. The blocks
-  // are the owner's again once it returns. Idempotent: false when it had ended already.
-  bool release(std::string_view reason = {});
-  bool released() const noexcept;
+  // are the owner's again once it returns. Idempotent; dropping the grant does the same.
+  void close(std::string_view reason = {});
+  // True once closed, or moved from.
+  bool closed() const noexcept;
 
  private:
   friend class Pool;

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,10 +29,11 @@ namespace memwire {
 // A tag reaches decode only after its layer's bytes are in decode's memory, on every transport.
 // Streams of different requests into one pool are told apart by their id.
 //
-// Ending a request early: prefill's cancel(reason) ends decode's waits of the stream with
-// Error{Cancelled} and the reason; decode's abort(reason) releases the request's grant, so
-// that prefill's transfers of it fail at once with Error{Cancelled} ("blocks released by the
-// owner for request X: reason") and no late byte lands in blocks decode reuses.
+// Ending a request early (work in flight: cancel, on either side): prefill's cancel(reason)
+// ends decode's waits of the stream with Error{Cancelled} and the reason; decode's
+// cancel(reason) closes the request's grant, so that prefill's transfers of it fail at once
+// with Error{Cancelled} ("blocks released by the owner for request X: reason") and no late
+// byte lands in blocks decode reuses.
 
 // The tag of `layer` of stream `stream`: "<stream>/<layer>".
 MEMWIRE_API std::string layer_tag(std::string_view stream, std::uint32_t layer);
@@ -51,20 +54,24 @@ class MEMWIRE_API LayerSender {
   // Waits until every layer sent so far is in decode's pool; throws the first failure, or
   // Error{Timeout}, or Error{Cancelled} after cancel().
   void finish(std::chrono::milliseconds timeout);
-  std::size_t layers_sent() const noexcept { return transfers_.size(); }
+  std::size_t layers_sent() const;
   // Ends the stream: the layers in flight are cancelled, and decode's waits for them (and, on
-  // tcp and shm, for every layer of the stream) end with Error{Cancelled} carrying `reason`.
-  // Later send()s throw Error{Cancelled}. Idempotent.
-  void cancel(std::string_view reason);
+  // tcp and shm, for every layer of the stream) end with Error{Cancelled} carrying `reason`,
+  // as does a finish() in flight on another thread; later send()s and finish()es throw it.
+  // Idempotent; safe beside a send() on another thread.
+  void cancel(std::string_view reason = {});
 
  private:
   void refuse_if_cancelled() const;
+  void add(BlockTransfer transfer);
+  BlockTransfer* layer(std::size_t index);  // null past the last
+  mutable std::mutex mutex_;
   std::string cancelled_;  // the reason, once cancelled
   Connector& connector_;
   const Pool& local_;
   const PoolMetadata remote_;
   const std::string stream_;
-  std::vector<BlockTransfer> transfers_;
+  std::deque<BlockTransfer> transfers_;  // a deque: a waiter's element stays put on a send()
 };
 
 class MEMWIRE_API LayerReceiver {
@@ -72,16 +79,16 @@ class MEMWIRE_API LayerReceiver {
   // `from`: the sending connector's name, when known: only its loss ends a wait.
   LayerReceiver(Pool& pool, std::string stream, std::string from = {});
   // The request's blocks granted to the sender (Pool::grant): hand grant_metadata() to it;
-  // only grant.peer()'s tags count, and abort() releases the grant.
+  // only grant.peer()'s tags count, and cancel() (or dropping the receiver) closes the grant.
   LayerReceiver(Pool& pool, BlockGrant grant, std::string stream);
   // Returns once `layer` is in the pool. Throws Error{Timeout}, Error{PeerLost} (the sender
   // was lost, or its transfer of that layer failed), Error{Cancelled} (the sender cancelled the
-  // stream, abort() was called, or the pool was closed).
+  // stream, cancel() was called, or the pool was closed).
   void wait(std::uint32_t layer, std::chrono::milliseconds timeout);
-  // Ends the request on the owner's side: its grant is released (the sender's transfers of it
-  // fail at once), and every wait of this stream ends with Error{Cancelled} and `reason`.
-  // Idempotent.
-  void abort(std::string_view reason);
+  // Ends the request on the owner's side: its grant is closed (the sender's transfers of it
+  // fail at once), and every wait of this stream, on any thread, ends with Error{Cancelled} and
+  // `reason`. Idempotent.
+  void cancel(std::string_view reason = {});
   // What the sender uses: the grant's metadata (throws InvalidArgument without a grant).
   const PoolMetadata& grant_metadata() const;
 

@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memwire/descriptor.hpp"
@@ -18,8 +19,11 @@ namespace detail {
 class OperationCore;
 }
 
-// What the four operations share: status, waiting, cancelling, completion callbacks.
-// Move-only. Destroying an unfinished operation cancels it (a passive one revokes remote access).
+// What the operations share: status, waiting, cancelling, completion callbacks. Move-only.
+// The API's rules (README, "The API's rules"): work in flight ends with cancel(reason); every
+// wait takes a deadline, returns only what it waited for, and throws memwire::Error for
+// anything else; dropping an operation does what cancel() does (a passive one revokes remote
+// access at once).
 class MEMWIRE_API Operation {
  public:
   using Callback = std::function<void(OperationStatus)>;
@@ -33,13 +37,18 @@ class MEMWIRE_API Operation {
   OperationKind kind() const;
   OperationStatus status() const;
 
-  // Blocks until the operation ends. Returns Complete or Cancelled; throws the failure's Error
-  // when it errored, and Error{Timeout} when the deadline passes first.
-  OperationStatus wait_for_completion();
+  // Blocks until the operation ends, for at most `timeout`. Returns Complete, the one status it
+  // waits for; throws Error{Timeout} when the deadline passes first (the operation goes on),
+  // Error{Cancelled} with the reason when it was cancelled (by either side; status() reads
+  // Cancelled after a local cancel()), and the failure's Error when it errored.
   OperationStatus wait_for_completion(std::chrono::milliseconds timeout);
 
-  // Cancelling an errored operation throws; cancelling a finished one changes nothing.
-  void cancel();
+  // Ends it: an active operation stops, a passive one revokes remote access at once; waits in
+  // other threads end with Error{Cancelled} carrying `reason` (or a default wording), and the
+  // peer of a block transfer hears it (tcp, shm; verbs carries the code alone). Idempotent: a
+  // finished operation is left as it is, except that cancelling an errored one throws
+  // Error{InvalidArgument} (nixl_connect's rule).
+  void cancel(std::string_view reason = {});
 
   // Runs `callback` once with the final status (at once when already final), on memwire's
   // progress thread, or on the thread waiting for this operation when that thread read its

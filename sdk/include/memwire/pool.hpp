@@ -169,8 +169,7 @@ struct MEMWIRE_API Notification {
   friend bool operator==(const Notification&, const Notification&) = default;
 };
 
-// A registered pool. Move-only; dropping it (or close()) revokes remote access at once, fails
-// transfers that use it as their local side and ends every wait with Error{Cancelled}.
+// A registered pool: a held thing, ended by close(reason) or by dropping it. Move-only.
 class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API Pool {
  public:
   Pool(Pool &&) noexcept;
@@ -231,9 +230,11 @@ class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API
   // Notifications queued now.
   std::size_t queued_notifications() const;
 
-  // Safe while other threads wait on this pool (their waits end with Cancelled); not while
-  // another thread moves or destroys it.
-  void close();
+  // Ends it: revokes remote access at once, fails the transfers that use it as their local
+  // side (and waits until none touches its memory), and ends every wait, now and later, with
+  // Error{Cancelled} carrying `reason` when given. Idempotent; dropping the pool does the same.
+  // Safe while other threads wait on this pool; not while another thread moves or destroys it.
+  void close(std::string_view reason = {});
 
  private:
   friend class Connector;
@@ -245,15 +246,11 @@ class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API
 };
 
 // Active: one transfer of blocks between a local and a remote pool, with the operations'
-// status, waiting, cancelling and callbacks.
+// status, waiting, cancelling and callbacks. cancel(reason) tells the owner why: its waits for
+// this transfer's tag end with Error{Cancelled} carrying `reason` (tcp, shm; verbs carries the
+// code alone).
 class [[nodiscard("dropping it cancels the transfer")]] MEMWIRE_API BlockTransfer
     : public Operation {
- public:
-  using Operation::cancel;
-  // cancel(), telling the owner why: its waits for this transfer's tag end with
-  // Error{Cancelled} carrying `reason` (tcp, shm; verbs carries the code alone).
-  void cancel(std::string_view reason);
-
  private:
   friend class Connector;
   using Operation::Operation;

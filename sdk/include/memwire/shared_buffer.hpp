@@ -13,9 +13,9 @@ namespace memwire {
 // between processes of one host: the peer maps it once and copies with one memcpy, where
 // other memory costs a kernel copy (process_vm_readv) per transfer.
 //
-// Zero-filled; size() is what was asked for. Move-only; destroying it unmaps it here, while a
-// peer that still maps it keeps the pages until it lets go. Do not destroy it while an
-// operation uses it, as with any registered memory.
+// Zero-filled; size() is what was asked for. Move-only. A held thing: close() (or dropping it)
+// unmaps it here, while a peer that still maps it keeps the pages until it lets go. Do not
+// close it while an operation uses it, as with any registered memory.
 class [[nodiscard("dropping it unmaps the memory at once")]] MEMWIRE_API SharedBuffer {
  public:
   [[nodiscard("dropping it unmaps the memory at once")]] explicit SharedBuffer(std::size_t size);
@@ -30,9 +30,11 @@ class [[nodiscard("dropping it unmaps the memory at once")]] MEMWIRE_API SharedB
   std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
   Descriptor descriptor() const noexcept { return Descriptor(data_, size_); }
 
- private:
-  void release() noexcept;
+  // Unmaps it now: data() is null and size() 0 from then on. Idempotent. Takes no reason, unlike
+  // the other ending calls: nothing waits on memory, and no peer is told.
+  void close() noexcept;
 
+ private:
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
   std::size_t mapped_ = 0;  // size_ rounded up to whole pages

@@ -117,11 +117,6 @@ void ActiveTransfer::notify_passive_side(const Error& error) {
   if (notify) notify(error);
 }
 
-void ActiveTransfer::cancel() {
-  if (!cancel_applies()) return;
-  stop(OperationStatus::Cancelled, Error(ErrorCode::Cancelled, "cancelled by the active side"));
-}
-
 void ActiveTransfer::cancel(std::string reason) {
   if (!cancel_applies()) return;
   stop(OperationStatus::Cancelled,

@@ -110,9 +110,8 @@ class ActiveTransfer final : public OperationCore {
   // Never waits for access in progress (cancel() and abandon() do): safe on transport threads.
   void fail(Error error);
 
-  void cancel() override;
-  // cancel(), with the reason the passive side hears.
-  void cancel(std::string reason);
+  // The reason (empty: "cancelled by the active side") is what the passive side hears.
+  void cancel(std::string reason) override;
   void abandon() override;
 
  private:

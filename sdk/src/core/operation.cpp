@@ -31,15 +31,13 @@ OperationStatus Operation::status() const { return core().status(); }
 std::string Operation::transport() const { return core().transport(); }
 std::string Operation::error_message() const { return core().error_message(); }
 
-OperationStatus Operation::wait_for_completion() { return core().wait(std::nullopt); }
-
 OperationStatus Operation::wait_for_completion(std::chrono::milliseconds timeout) {
   return core().wait(timeout);
 }
 
-void Operation::cancel() {
+void Operation::cancel(std::string_view reason) {
   core();
-  core_->cancel();
+  core_->cancel(std::string(reason));
 }
 
 void Operation::on_complete(Callback callback) {

@@ -112,8 +112,9 @@ void OperationCore::spin(std::chrono::steady_clock::time_point until) const {
   }
 }
 
-OperationStatus OperationCore::wait(std::optional<std::chrono::milliseconds> timeout) const {
+OperationStatus OperationCore::wait(std::chrono::milliseconds timeout) const {
   const auto entered = std::chrono::steady_clock::now();
+  const auto deadline = entered + timeout;
   bool waited = false;
   // A callback (or settle) that asks for its own operation's end has it: final already.
   bool finishing_here = false;
@@ -121,11 +122,8 @@ OperationStatus OperationCore::wait(std::optional<std::chrono::milliseconds> tim
     std::lock_guard lock(mutex_);
     finishing_here = settling_ && finishing_thread_ == std::this_thread::get_id();
   }
-  if (!settled_.load(std::memory_order_acquire) && !finishing_here &&
-      (!timeout || timeout->count() > 0)) {
+  if (!settled_.load(std::memory_order_acquire) && !finishing_here && timeout.count() > 0) {
     waited = true;
-    const auto deadline =
-        timeout ? entered + *timeout : std::chrono::steady_clock::time_point::max();
     // At most one spinning waiter per two CPUs: the threads that end operations (a peer's, or
     // this process's transport threads) keep theirs. Others sleep at once.
     const auto spin = wait_spin();
@@ -140,15 +138,17 @@ OperationStatus OperationCore::wait(std::optional<std::chrono::milliseconds> tim
   }
   std::unique_lock lock(mutex_);
   auto done = [&] { return is_terminal(status_) && (!settling_ || finishing_here); };
-  if (!timeout) {
-    finished_.wait(lock, done);
-  } else if (!finished_.wait_until(lock, entered + *timeout, done)) {
+  if (!finished_.wait_until(lock, deadline, done)) {
     throw Error(ErrorCode::Timeout, "operation not finished after " +
-                                        std::to_string(timeout->count()) + " ms (status " +
+                                        std::to_string(timeout.count()) + " ms (status " +
                                         std::string(to_string(status_)) + ")");
   }
   if (waited) learn_wait(std::chrono::steady_clock::now() - entered);
+  // A wait returns only what it waited for: a cancelled operation's wait throws, as an errored
+  // one's does (status() tells the two apart).
   if (status_ == OperationStatus::Errored) throw *error_;
+  if (status_ == OperationStatus::Cancelled)
+    throw error_ ? *error_ : Error(ErrorCode::Cancelled, "the operation was cancelled");
   return status_;
 }
 

@@ -70,13 +70,13 @@ class OperationCore {
   void observe(Observation observation) { observation_ = std::move(observation); }
   const Observation& observation() const noexcept { return observation_; }
 
-  // Returns Complete or Cancelled; throws the failure or Error{Timeout}. With a driver (below),
-  // first drives it for a short while; without one, or when another thread drives it, spins
-  // briefly before it sleeps. Either way it looks at the operation (or the socket) without
+  // Returns Complete; throws the failure, Error{Cancelled} (with its reason) or Error{Timeout}.
+  // With a driver (below), first drives it for a short while; without one, or when another
+  // thread drives it, spins briefly before it sleeps. Either way it looks at the operation (or the socket) without
   // sleeping for about as long as waits here typically last: a small operation often ends
   // within a network round trip, and waking a sleeping thread costs about as much again (a
   // halted vCPU's wake-up goes through the hypervisor).
-  OperationStatus wait(std::optional<std::chrono::milliseconds> timeout) const;
+  OperationStatus wait(std::chrono::milliseconds timeout) const;
   // A transport whose one request's answer ends this operation: waiters may read it themselves.
   // Completion callbacks may then run on the waiting thread (see Operation::on_complete).
   void drive_waits_with(std::weak_ptr<WaitDriver> driver, std::uint64_t request);
@@ -92,8 +92,9 @@ class OperationCore {
   // The error this operation ended with, if it errored.
   std::optional<Error> failure() const;
 
-  // What the user's cancel() does, and what dropping the last handle does.
-  virtual void cancel() = 0;
+  // What the user's cancel(reason) does (an empty reason: the default wording), and what
+  // dropping the last handle does.
+  virtual void cancel(std::string reason) = 0;
   virtual void abandon() = 0;
 
  protected:

@@ -173,9 +173,9 @@ void Registration::count_registered() {
     observation().telemetry->registered(observation().bytes);
 }
 
-void Registration::revoke() {
+void Registration::revoke(std::string_view reason) {
   // A pool's own transfers stop touching its memory first; its waiters hear it closed.
-  if (pool_) pool_->close(grace_);
+  if (pool_) pool_->close(grace_, reason);
   if (counted_registered_.exchange(false))
     observation().telemetry->unregistered(observation().bytes);
   if (!left_table_.exchange(true))
@@ -189,15 +189,19 @@ void Registration::revoke() {
   for (const auto& state : released) state->revoke();
 }
 
-void Registration::cancel() {
+void Registration::cancel(std::string reason) {
   if (!cancel_applies()) return;
   cancelling_ = true;
   revoke();
-  finish(OperationStatus::Cancelled, Error(ErrorCode::Cancelled, "cancelled by its owner"));
+  finish(OperationStatus::Cancelled,
+         Error(ErrorCode::Cancelled,
+               "cancelled by its owner" + (reason.empty() ? std::string() : ": " + reason)));
 }
 
-void Registration::abandon() {
-  revoke();
+void Registration::abandon() { abandon(std::string_view()); }
+
+void Registration::abandon(std::string_view reason) {
+  revoke(reason);
   // Ended already (the usual drop): no error to make for a finish() that would refuse it.
   if (is_terminal(status())) return;
   finish(OperationStatus::Cancelled, Error(ErrorCode::Cancelled, "dropped by its owner"));

@@ -114,10 +114,14 @@ class Registration final : public OperationCore {
     return nullptr;
   }
   // Withdraws remote access at once: out of the table, gate closed, transport state released.
-  void revoke();
+  // A pool's waits end with Cancelled and `reason` (its owner's, from Pool::close).
+  void revoke(std::string_view reason = {});
 
-  void cancel() override;
+  // Ends it with "cancelled by its owner" (and `reason`, when given).
+  void cancel(std::string reason) override;
   void abandon() override;
+  // Pool::close(reason): the same, with the owner's reason for the pool's waits it ends.
+  void abandon(std::string_view reason);
 
  private:
   const Id128 key_ = random_id();

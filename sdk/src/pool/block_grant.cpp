@@ -13,7 +13,7 @@ BlockGrant::BlockGrant(BlockGrant&&) noexcept = default;
 
 BlockGrant& BlockGrant::operator=(BlockGrant&& other) noexcept {
   if (this != &other) {
-    release();
+    close();
     grant_ = std::move(other.grant_);
     pool_ = std::move(other.pool_);
     metadata_ = std::move(other.metadata_);
@@ -21,7 +21,7 @@ BlockGrant& BlockGrant::operator=(BlockGrant&& other) noexcept {
   return *this;
 }
 
-BlockGrant::~BlockGrant() { release(); }
+BlockGrant::~BlockGrant() { close(); }
 
 const std::string& BlockGrant::peer() const noexcept { return grant_->peer(); }
 const std::string& BlockGrant::request() const noexcept { return grant_->request(); }
@@ -29,13 +29,14 @@ std::chrono::steady_clock::time_point BlockGrant::expires_at() const noexcept {
   return grant_->expires_at();
 }
 
-bool BlockGrant::released() const noexcept { return !grant_ || grant_->released(); }
+bool BlockGrant::closed() const noexcept { return !grant_ || grant_->released(); }
 
-bool BlockGrant::release(std::string_view reason) {
-  if (!grant_) return false;
+void BlockGrant::close(std::string_view reason) {
+  if (!grant_) return;
   if (auto registration = pool_.lock(); registration && registration->pool())
-    return registration->pool()->release(grant_, reason);
-  return grant_->release(reason).has_value();  // the pool is gone: nothing reaches its blocks
+    (void)registration->pool()->release(grant_, reason);
+  else
+    (void)grant_->release(reason);  // the pool is gone: nothing reaches its blocks
 }
 
 BlockGrant Pool::grant(std::string_view peer, std::string_view request,

@@ -7,6 +7,22 @@
 #include "pool/pool_state.hpp"
 
 namespace memwire {
+namespace {
+
+// Cancels a layer's transfer unless it ended: a failed one throws, and has nothing in flight.
+void cancel_layer(BlockTransfer& transfer, const std::string& reason) {
+  try {
+    transfer.cancel(reason);
+  } catch (const Error&) {
+    // It had failed already.
+  }
+}
+
+Error stream_cancelled(const std::string& stream, const std::string& reason) {
+  return Error(ErrorCode::Cancelled, "stream " + stream + " was cancelled: " + reason);
+}
+
+}  // namespace
 
 std::string layer_tag(std::string_view stream, std::uint32_t layer) {
   return std::string(stream) + "/" + std::to_string(layer);
@@ -21,38 +37,57 @@ LayerSender::LayerSender(Connector& connector, const Pool& local, PoolMetadata r
 }
 
 void LayerSender::refuse_if_cancelled() const {
-  if (!cancelled_.empty())
-    throw Error(ErrorCode::Cancelled, "stream " + stream_ + " was cancelled: " + cancelled_);
+  std::lock_guard lock(mutex_);
+  if (!cancelled_.empty()) throw stream_cancelled(stream_, cancelled_);
+}
+
+void LayerSender::add(BlockTransfer transfer) {
+  std::lock_guard lock(mutex_);
+  if (!cancelled_.empty()) {
+    cancel_layer(transfer, cancelled_);  // cancelled while it started: it ends as the others did
+    throw stream_cancelled(stream_, cancelled_);
+  }
+  transfers_.push_back(std::move(transfer));
+}
+
+BlockTransfer* LayerSender::layer(std::size_t index) {
+  std::lock_guard lock(mutex_);
+  if (!cancelled_.empty()) throw stream_cancelled(stream_, cancelled_);
+  return index < transfers_.size() ? &transfers_[index] : nullptr;
+}
+
+std::size_t LayerSender::layers_sent() const {
+  std::lock_guard lock(mutex_);
+  return transfers_.size();
 }
 
 void LayerSender::send(std::uint32_t layer, const std::vector<BlockPair>& blocks) {
   refuse_if_cancelled();
-  transfers_.push_back(connector_.write_blocks(local_, blocks, remote_, layer_tag(stream_, layer)));
+  add(connector_.write_blocks(local_, blocks, remote_, layer_tag(stream_, layer)));
 }
 
 void LayerSender::send(std::uint32_t layer, const std::vector<BlockPair>& blocks,
                        const BlockSlice& slice) {
   refuse_if_cancelled();
-  transfers_.push_back(
-      connector_.write_blocks(local_, blocks, remote_, slice, layer_tag(stream_, layer)));
+  add(connector_.write_blocks(local_, blocks, remote_, slice, layer_tag(stream_, layer)));
 }
 
 void LayerSender::finish(std::chrono::milliseconds timeout) {
-  refuse_if_cancelled();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (auto& transfer : transfers_) {
+  // Unlocked while it waits, so that a cancel() from another thread ends the wait.
+  for (std::size_t index = 0; auto* transfer = layer(index); ++index) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    transfer.wait_for_completion(std::max(left, std::chrono::milliseconds(0)));
+    transfer->wait_for_completion(std::max(left, std::chrono::milliseconds(0)));
   }
 }
 
 void LayerSender::cancel(std::string_view reason) {
+  std::lock_guard lock(mutex_);
   if (!cancelled_.empty()) return;
   cancelled_ = reason.empty() ? std::string("cancelled by the sender") : std::string(reason);
   // Each unfinished layer's PoolEnd (PoolAbort on verbs) carries Cancelled and the reason.
-  for (auto& transfer : transfers_)
-    if (!is_terminal(transfer.status())) transfer.cancel(cancelled_);
+  for (auto& transfer : transfers_) cancel_layer(transfer, cancelled_);
 }
 
 LayerReceiver::LayerReceiver(Pool& pool, std::string stream, std::string from)
@@ -66,17 +101,18 @@ LayerReceiver::LayerReceiver(Pool& pool, BlockGrant grant, std::string stream)
 
 void LayerReceiver::wait(std::uint32_t layer, std::chrono::milliseconds timeout) {
   // A cancellation of any layer of the stream ends the wait for this one.
-  (void)pool_.registration().pool()->wait_for_tag(layer_tag(stream_, layer), timeout, from_,
-                                                  stream_ + "/");
+  (void)pool_.waitable().wait_for_tag(layer_tag(stream_, layer), timeout, from_, stream_ + "/");
 }
 
-void LayerReceiver::abort(std::string_view reason) {
-  const auto why = reason.empty() ? std::string("aborted by the receiver") : std::string(reason);
-  if (grant_) grant_->release(why);
+void LayerReceiver::cancel(std::string_view reason) {
+  const auto why = reason.empty() ? std::string("cancelled by the receiver") : std::string(reason);
+  if (grant_) grant_->close(why);
   // Every wait of the stream, on any thread, ends with it: a failure no layer has as its tag.
-  auto& pool = *pool_.registration().pool();
-  pool.fail({from_, grant_ != nullptr, grant_ ? grant_->request() : std::string()},
-            stream_ + "/aborted", Error(ErrorCode::Cancelled, "aborted by the owner: " + why));
+  // (A closed pool's waits ended already: nothing to tell them.)
+  if (pool_.registration_ && is_terminal(pool_.registration_->status())) return;
+  pool_.registration().pool()->fail(
+      {from_, grant_ != nullptr, grant_ ? grant_->request() : std::string()},
+      stream_ + "/cancelled", Error(ErrorCode::Cancelled, "cancelled by the owner: " + why));
 }
 
 const PoolMetadata& LayerReceiver::grant_metadata() const {

@@ -1,6 +1,5 @@
 #include "memwire/pool.hpp"
 
-#include "core/active_transfer.hpp"
 #include "core/registration.hpp"
 #include "memwire/error.hpp"
 #include "pool/pool_state.hpp"
@@ -51,9 +50,9 @@ void* Pool::block(std::uint64_t index) const {
 }
 
 detail::PoolState& Pool::waitable() const {
-  // A wait that begins after close() ends as those in flight did.
+  // A wait that begins after close() ends as those in flight did, with the close's reason.
   if (registration_ && is_terminal(registration_->status()))
-    throw Error(ErrorCode::Cancelled, "the pool was closed by its owner");
+    registration_->pool()->refuse_if_closed();
   return *registration().pool();
 }
 
@@ -80,16 +79,11 @@ void Pool::on_notification(std::function<void(const Notification&)> callback) {
 
 std::size_t Pool::queued_notifications() const { return registration().pool()->queued(); }
 
-void Pool::close() {
+void Pool::close(std::string_view reason) {
   // Revoked (peers refused, its own transfers failed and waited for) before the memory is the
   // caller's again. The registration itself stays until the Pool goes: a wait in another
   // thread still stands on it, and hears Cancelled.
-  if (registration_) registration_->abandon();
-}
-
-void BlockTransfer::cancel(std::string_view reason) {
-  core();
-  static_cast<detail::ActiveTransfer&>(*core_).cancel(std::string(reason));
+  if (registration_) registration_->abandon(reason);
 }
 
 }  // namespace memwire

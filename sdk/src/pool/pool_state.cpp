@@ -61,7 +61,10 @@ PoolState::PoolState(PoolOptions options, std::uint64_t generation,
 }
 
 void PoolState::check_open() const {
-  if (closed_) throw Error(ErrorCode::Cancelled, "the pool was closed by its owner");
+  if (closed_)
+    throw Error(ErrorCode::Cancelled,
+                "the pool was closed by its owner" +
+                    (closed_because_.empty() ? std::string() : ": " + closed_because_));
 }
 
 PoolState::Peer PoolState::identify(const Id128& token, const Id128& shared_token,
@@ -337,6 +340,11 @@ Notification PoolState::wait_for_tag(std::string_view tag, std::chrono::millisec
   return wait(timeout, [&] { return take_tag(tag, from, cancelled_prefix); });
 }
 
+void PoolState::refuse_if_closed() const {
+  std::lock_guard lock(mutex_);
+  check_open();
+}
+
 std::optional<Notification> PoolState::try_next() {
   std::lock_guard lock(mutex_);
   check_open();
@@ -388,12 +396,13 @@ void PoolState::track(const std::shared_ptr<ActiveTransfer>& transfer) {
   transfers_.push_back(transfer);
 }
 
-void PoolState::close(std::chrono::milliseconds grace) {
+void PoolState::close(std::chrono::milliseconds grace, std::string_view reason) {
   std::vector<std::weak_ptr<ActiveTransfer>> transfers;
   {
     std::unique_lock lock(mutex_);
     if (closed_) return;
     closed_ = true;
+    closed_because_ = reason;
     transfers.swap(transfers_);
     queue_.clear();
     failures_queued_ = 0;

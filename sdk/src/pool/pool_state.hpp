@@ -111,6 +111,8 @@ class PoolState {
   // The same without waiting: nothing when none is queued yet (an event loop calls these once
   // readiness_fd() was readable).
   std::optional<Notification> try_next();
+  // Throws Error{Cancelled}, with close()'s reason, once closed.
+  void refuse_if_closed() const;
   std::optional<Notification> try_wait_for_tag(std::string_view tag, std::string_view from);
   // Readable whenever the queue changed or the pool closed since the caller last read it.
   int readiness_fd();
@@ -119,9 +121,10 @@ class PoolState {
 
   // Transfers whose local side is this pool.
   void track(const std::shared_ptr<ActiveTransfer>& transfer);
-  // Ends every wait with Cancelled, fails the transfers that use it, and waits until none
-  // touches its memory any more (up to `grace`, then their connections are broken).
-  void close(std::chrono::milliseconds grace);
+  // Ends every wait with Cancelled (carrying `reason`, when given), fails the transfers that
+  // use it, and waits until none touches its memory any more (up to `grace`, then their
+  // connections are broken).
+  void close(std::chrono::milliseconds grace, std::string_view reason = {});
 
  private:
   // Adds to the queue, or hands to the callback (outside the lock: `lock` is released).
@@ -177,6 +180,7 @@ class PoolState {
   std::function<void(const Notification&)> callback_;
   std::optional<ReadinessSignal> readiness_;  // made at the first readiness_fd()
   bool closed_ = false;
+  std::string closed_because_;  // the owner's reason, from close()
   std::vector<std::weak_ptr<ActiveTransfer>> transfers_;
 };
 

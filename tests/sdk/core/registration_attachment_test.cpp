@@ -56,15 +56,15 @@ TEST_F(RegistrationAttachment, IsFoundByTypeWhileLive) {
   auto state = attach(*registration);
   ASSERT_NE(state, nullptr);
   EXPECT_EQ(state->revokes, 0);
-  registration->cancel();
+  registration->cancel({});
   EXPECT_EQ(registration->attachment<RecordingState>(), nullptr) << "found after the revoke";
 }
 
 TEST_F(RegistrationAttachment, IsRevokedOnceBeforeACancelFinishes) {
   auto registration = make();
   auto state = attach(*registration);
-  registration->cancel();
-  registration->cancel();
+  registration->cancel({});
+  registration->cancel({});
   EXPECT_EQ(state->revokes, 1);
   EXPECT_FALSE(state->finished_first) << "the operation finished before its access ended";
 }

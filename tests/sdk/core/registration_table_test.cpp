@@ -72,7 +72,7 @@ TEST_F(RegistrationTableTest, HoldsNoOwnership) {
 TEST_F(RegistrationTableTest, AnEndedRegistrationLeavesTheTable) {
   auto cancelled = add();
   auto kept = add();
-  cancelled->cancel();
+  cancelled->cancel({});
   EXPECT_EQ(table_->find(cancelled->key()), nullptr);
   EXPECT_EQ(table_->find(kept->key()), kept);
 }

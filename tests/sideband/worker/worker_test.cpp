@@ -73,7 +73,7 @@ TEST_F(WorkerTest, ReadByNameAndTheLeaseCompletes) {
   EXPECT_FALSE(read.transport().empty());
   EXPECT_EQ(target, source);
   EXPECT_EQ(lease.wait(5s), OperationStatus::Complete);
-  lease.release();
+  lease.close();
   EXPECT_EQ(error_code_of([&] { consumer_channel_.fetch("t.a", 1s); }), ErrorCode::NotFound);
 }
 
@@ -89,6 +89,29 @@ TEST_F(WorkerTest, ReadWaitsUntilPublished) {
   auto lease = producer_.publish("t.later", {Descriptor(std::span(source))});
   EXPECT_EQ(reader.get(), OperationStatus::Complete);
   EXPECT_EQ(target, source);
+}
+
+// The API's rules on a lease (a held thing): close(reason), safe while another thread waits,
+// whose wait then throws Cancelled with the reason; a wait after the close throws alike.
+TEST_F(WorkerTest, ClosingALeaseEndsItsWaitsWithCancelledAndTheReason) {
+  auto source = pattern(16, 4);
+  auto lease = producer_.publish("t.closed", {Descriptor(std::span(source))});
+  auto waiting = std::async(std::launch::async, [&] {
+    try {
+      lease.wait(30s);
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("returned");
+  });
+  lease.close("the producer stopped");
+  ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
+  const auto ended = waiting.get();
+  EXPECT_EQ(ended.rfind("cancelled: ", 0), 0u) << ended;
+  EXPECT_NE(ended.find("the producer stopped"), std::string::npos) << ended;
+  EXPECT_EQ(error_code_of([&] { lease.wait(1s); }), ErrorCode::Cancelled);
+  lease.close();  // idempotent
+  EXPECT_EQ(error_code_of([&] { consumer_channel_.fetch("t.closed", 1s); }), ErrorCode::NotFound);
 }
 
 TEST_F(WorkerTest, EndedLeaseWithdrawsTheName) {
@@ -337,7 +360,7 @@ TEST_P(LeaseRenewalTest, LeaseOutlivesItsMetadataLifetime) {
   EXPECT_EQ(read.status(), OperationStatus::Complete);
   EXPECT_EQ(target, source);
   EXPECT_EQ(lease.wait(5s), OperationStatus::Complete);
-  lease.release();
+  lease.close();
   EXPECT_EQ(error_code_of([&] { consumer_channel_->fetch("t.renewed", 1s); }), ErrorCode::NotFound);
 }
 

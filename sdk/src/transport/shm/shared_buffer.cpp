@@ -90,7 +90,7 @@ SharedBuffer::SharedBuffer(std::size_t size) : size_(size) {
   detail::index_shared_buffer(data_, mapped_, fd_, status.st_ino);
 }
 
-SharedBuffer::~SharedBuffer() { release(); }
+SharedBuffer::~SharedBuffer() { close(); }
 
 SharedBuffer::SharedBuffer(SharedBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
@@ -100,7 +100,7 @@ SharedBuffer::SharedBuffer(SharedBuffer&& other) noexcept
 
 SharedBuffer& SharedBuffer::operator=(SharedBuffer&& other) noexcept {
   if (this != &other) {
-    release();
+    close();
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     mapped_ = std::exchange(other.mapped_, 0);
@@ -109,12 +109,15 @@ SharedBuffer& SharedBuffer::operator=(SharedBuffer&& other) noexcept {
   return *this;
 }
 
-void SharedBuffer::release() noexcept {
+void SharedBuffer::close() noexcept {
   if (data_ == nullptr) return;
   detail::unindex_shared_buffer(data_);
   ::munmap(data_, mapped_);
   ::close(fd_);
   data_ = nullptr;
+  size_ = 0;
+  mapped_ = 0;
+  fd_ = -1;
 }
 
 }  // namespace memwire

@@ -22,9 +22,10 @@ struct LeaseState;
 class LeaseRenewer;
 }  // namespace detail
 
-// Memory published under a name by Worker::publish. Ending the lease (destruction or release())
-// withdraws the name and revokes remote access; the operation completes when a reader is done.
-// While it lives, its worker renews the metadata and the name before they expire.
+// Memory published under a name by Worker::publish: a held thing, ended by close(reason) or
+// by dropping it, which withdraws the name and revokes remote access. The operation completes
+// when a reader is done. While it lives, its worker renews the metadata and the name before
+// they expire.
 class [[nodiscard("dropping it withdraws the name at once")]] MEMWIRE_API Lease {
  public:
   Lease(Lease &&) noexcept;
@@ -35,10 +36,12 @@ class [[nodiscard("dropping it withdraws the name at once")]] MEMWIRE_API Lease 
 
   const std::string& name() const;
   ReadableOperation& operation();
-  // Waits until the data was read: Complete (or Cancelled); throws like wait_for_completion.
+  // Waits until the data was read: returns Complete; throws as wait_for_completion does
+  // (Error{Cancelled} once the lease was closed, from any thread).
   OperationStatus wait(std::chrono::milliseconds timeout);
-  // Withdraws the name and cancels the operation now. Idempotent.
-  void release();
+  // Withdraws the name and cancels the operation now (with `reason`, which a wait in another
+  // thread hears). Idempotent; dropping the lease does the same.
+  void close(std::string_view reason = {});
 
  private:
   friend class Worker;

@@ -1,4 +1,4 @@
-// Ending a layer stream early (issue 32 item 3): decode's abort() releases the request's grant,
+// Ending a layer stream early (issue 32 item 3): decode's cancel() closes the request's grant,
 // so prefill's transfers of it fail at once with Cancelled (not at their deadline) and no late
 // byte lands; prefill's cancel() ends decode's waits with Cancelled and its reason, not
 // PeerLost.
@@ -49,7 +49,7 @@ class LayerCancel : public PoolTransportConformance {
   }
 };
 
-TEST_P(LayerCancel, AbortReleasesTheGrantAndTheSendersTransfersFailAtOnce) {
+TEST_P(LayerCancel, ReceiversCancelClosesTheGrantAndTheSendersTransfersFailAtOnce) {
   Connector decode(named("decode")), prefill(named("prefill"));
   Blocks there(0), here('p');
   auto pool = decode.register_pool(there.regions());
@@ -61,7 +61,7 @@ TEST_P(LayerCancel, AbortReleasesTheGrantAndTheSendersTransfersFailAtOnce) {
   receive.wait(0, 20s);
   EXPECT_TRUE(there.block_is(0, 'p'));
 
-  receive.abort("decode evicted the request");
+  receive.cancel("decode evicted the request");
   const auto started = std::chrono::steady_clock::now();
   send.send(1, {{1, 1}});
   const auto failure = error_of([&] { send.finish(30s); });
@@ -71,13 +71,13 @@ TEST_P(LayerCancel, AbortReleasesTheGrantAndTheSendersTransfersFailAtOnce) {
       << failure.what();
   EXPECT_LT(std::chrono::steady_clock::now() - started, 10s)
       << "failed at its deadline, not at once";
-  EXPECT_TRUE(there.block_is(1, 0)) << "a byte landed after the abort";
+  EXPECT_TRUE(there.block_is(1, 0)) << "a byte landed after the cancel";
   const auto waited = error_of([&] { receive.wait(1, 5s); });
   EXPECT_EQ(waited.code(), ErrorCode::Cancelled) << waited.what();
   EXPECT_NE(std::string(waited.what()).find("decode evicted the request"), std::string::npos);
 }
 
-TEST_P(LayerCancel, AbortEndsTheReceiversWaitsOnOtherThreads) {
+TEST_P(LayerCancel, ReceiversCancelEndsItsWaitsOnOtherThreads) {
   Connector decode(named("decode"));
   Blocks there(0);
   auto pool = decode.register_pool(there.regions());
@@ -85,7 +85,7 @@ TEST_P(LayerCancel, AbortEndsTheReceiversWaitsOnOtherThreads) {
   auto waiting =
       std::async(std::launch::async, [&] { return error_of([&] { receive.wait(5, 30s); }); });
   std::this_thread::sleep_for(100ms);
-  receive.abort("client went away");
+  receive.cancel("client went away");
   ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
   const auto error = waiting.get();
   EXPECT_EQ(error.code(), ErrorCode::Cancelled) << error.what();

@@ -1,5 +1,5 @@
 // Request-scoped block grants (leases, issue 32 item 2) over every transport: a peer moves the
-// blocks granted for its request and nothing else; after release() or after the lease nothing
+// blocks granted for its request and nothing else; after close() or after the lease nothing
 // lands (the bytes are checked), and the error names the request. Verbs enforces it on the NIC
 // (request_grant_nic_test.cpp shows a raw peer refused by the device itself).
 #include <cstring>
@@ -99,13 +99,14 @@ TEST_P(RequestGrants, AWriteOutsideTheGrantedBlocksIsRefusedWithNothingLanded) {
   EXPECT_TRUE(there_.block_is(4, 0));
 }
 
-TEST_P(RequestGrants, ALateWriteAfterReleaseIsRefusedWithNothingLanded) {
+TEST_P(RequestGrants, ALateWriteAfterCloseIsRefusedWithNothingLanded) {
   auto grant = pool_->grant("prefill", "req-9", {5}, Access::Write, 30s);
   const auto metadata = grant.metadata();
   write(metadata, 5);  // the peer holds the keys now (verbs: windows bound on its QP)
   std::memset(there_.block(5).data(), 0, kBlock);
-  EXPECT_TRUE(grant.release("decode aborted it"));
-  EXPECT_FALSE(grant.release());  // idempotent
+  grant.close("decode aborted it");
+  EXPECT_TRUE(grant.closed());
+  grant.close();  // idempotent: the first reason stays
   auto late = peer_->write_blocks(*local_, {{5, 0}}, metadata, "req-9/1");
   const auto why = message_of([&] { late.wait_for_completion(20s); });
   EXPECT_NE(why.find("blocks released by the owner for request req-9: decode aborted it"),
@@ -157,9 +158,9 @@ TEST_P(RequestGrants, LiveGrantsPerPoolAreCapped) {
   auto second = pool.grant("prefill", "b", {1}, Access::Write, 30s);
   EXPECT_EQ(error_code_of([&] { (void)pool.grant("prefill", "c", {2}, Access::Write, 30s); }),
             ErrorCode::InvalidArgument);
-  first.release();
+  first.close();
   auto third = pool.grant("prefill", "c", {2}, Access::Write, 30s);
-  EXPECT_FALSE(third.released());
+  EXPECT_FALSE(third.closed());
 }
 
 TEST_P(RequestGrants, BadGrantsAreRefused) {

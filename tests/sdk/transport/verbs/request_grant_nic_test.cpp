@@ -1,6 +1,6 @@
 // Request grants on verbs are enforced by the NIC (issue 32 item 2): a raw QP that holds a
 // request grant's keys can write its blocks, and the device refuses a write outside them,
-// after release(), and after the lease, with nothing landed. Also: what binding a grant's
+// after close(), and after the lease, with nothing landed. Also: what binding a grant's
 // windows costs, per block and per request (printed; rxe under TCG is no performance figure).
 #include <gtest/gtest.h>
 
@@ -103,7 +103,7 @@ TEST_F(RequestGrantOnTheNic, TheDeviceRefusesAWriteAfterRelease) {
   RawVerbsPeer raw(f.address());
   const auto keys = raw.grant_begin(grant.metadata(), 1, OperationKind::Write, 1);
   ASSERT_TRUE(keys.accepted) << keys.text;
-  grant.release("decode aborted");
+  grant.close("decode aborted");
   EXPECT_NE(raw.access(false, bytes_, f.block_address(5), keys.rkeys[0]), IBV_WC_SUCCESS);
   EXPECT_TRUE(f.untouched(5)) << "a late write landed after release";
   // A new Begin under the released grant is refused by the owner, with the request named.
@@ -152,7 +152,7 @@ TEST_F(RequestGrantOnTheNic, BindCostPerBlockAndPerRequest) {
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started);
       ASSERT_TRUE(keys.accepted) << keys.text;
       const auto released_at = std::chrono::steady_clock::now();
-      grant.release();
+      grant.close();
       const auto release =
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - released_at);
       std::printf(
