@@ -25,6 +25,13 @@ def timeout_seconds(timeout):
     return seconds
 
 
+def reason_text(reason):
+    """The reason an ending call (cancel, close) passes on: a string, "" for the default wording."""
+    if not isinstance(reason, str):
+        raise InvalidArgumentError(f"a reason is a string, not {type(reason).__name__}")
+    return reason
+
+
 class LoopCompletions:
     """Completions for one event loop. memwire's thread that finishes an operation posts
     (token, status) to a native Notifier, whose eventfd the loop watches (add_reader): no GIL is

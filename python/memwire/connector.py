@@ -14,7 +14,7 @@ from .errors import InvalidArgumentError, MemwireError, TimeoutError
 from .metadata import RdmaMetadata
 from .pool import Pool, PoolMetadata, as_pairs, as_regions, as_slice, as_tag
 from .types import OperationKind, OperationStatus
-from ._support import DEFAULT_TIMEOUT, TIMED_OUT, completions_for, timeout_seconds
+from ._support import DEFAULT_TIMEOUT, TIMED_OUT, completions_for, reason_text, timeout_seconds
 
 #: How long wait_for_completion watches an unfinished operation before it lets the event loop
 #: wake it: a small transfer usually ends sooner than a loop wake-up takes (0: never watch).
@@ -120,10 +120,11 @@ class _Operation:
     async def wait_for_completion(self, timeout=None):
         """Waits until the operation ends, at most ``timeout`` seconds (default DEFAULT_TIMEOUT).
 
-        Returns COMPLETE (or CANCELLED); raises the failure as its MemwireError subclass
-        (PeerLostError, SizeMismatchError, ...), TimeoutError when the deadline passes first
-        (the operation goes on; cancel it or wait again). Cancelling the awaiting task cancels
-        the operation.
+        Returns COMPLETE, the one status it waits for; raises why not as a MemwireError
+        subclass: CancelledError carrying the reason when it was cancelled (by either side;
+        ``status`` then reads CANCELLED after a local cancel), the failure (PeerLostError,
+        SizeMismatchError, ...), TimeoutError when the deadline passes first (the operation
+        goes on; cancel it or wait again). Cancelling the awaiting task cancels the operation.
         """
         seconds = timeout_seconds(timeout)
         done = self._completion()
@@ -188,7 +189,8 @@ class _Operation:
         return OperationStatus(self._native.wait(0))  # raises the failure when it errored
 
     def wait(self, timeout=None):
-        """Blocking wait, for code outside asyncio (GIL released while it waits)."""
+        """Blocking wait, for code outside asyncio (GIL released while it waits); returns and
+        raises as wait_for_completion does."""
         seconds = timeout_seconds(timeout)
         return OperationStatus(self._native.wait(max(1, int(seconds * 1000))))
 
@@ -199,13 +201,15 @@ class _Operation:
         except MemwireError:
             pass  # it errored meanwhile: nothing left to cancel
 
-    def cancel(self):
-        """Cancels: an active operation stops, a passive one revokes the remote's access at once.
-        Cancelling an errored operation raises; a finished one is left as it is."""
-        self._native.cancel()
+    def cancel(self, reason=""):
+        """Cancels: an active operation stops, a passive one revokes the remote's access at once;
+        waits end with CancelledError carrying ``reason`` (a block transfer's owner hears it
+        too). Idempotent; cancelling an errored operation raises (nixl_connect's rule)."""
+        self._native.cancel(reason_text(reason))
 
     def close(self):
-        """Ends the operation now and lets go of its memory (cancels it when unfinished)."""
+        """What dropping it does in C++, now: cancels it when unfinished and lets go of its
+        memory (later calls raise InvalidArgumentError)."""
         self._native.close()
         self._descriptors = []
 
@@ -265,20 +269,14 @@ class WriteOperation(_Operation):
 
 class BlockTransfer(_Operation):
     """Blocks moved between a local and a remote pool (``Connector.read_blocks`` /
-    ``write_blocks``): the operations' status, waits, awaiting, cancel and context managers."""
+    ``write_blocks``): the operations' status, waits, awaiting, cancel and context managers.
+    ``cancel(reason)`` ends the owner's waits for its tag with CancelledError carrying it (tcp,
+    shm; verbs carries the code alone)."""
 
     @property
     def pool(self):
         """The local pool."""
         return self._descriptors[0] if self._descriptors else None
-
-    def cancel(self, reason=""):
-        """Cancels the transfer; with ``reason`` (C++'s ``BlockTransfer::cancel(reason)``) the
-        owner's waits for its tag end with CancelledError carrying it (tcp, shm)."""
-        if reason:
-            self._native.cancel_with(reason)
-        else:
-            self._native.cancel()
 
 
 def _looks_like_metadata(value):

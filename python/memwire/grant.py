@@ -4,12 +4,13 @@ one request, until a lease ends.
     with pool.grant("prefill-0", "req-17", blocks, access="write", lease=30) as grant:
         send_to_prefill(grant.metadata.to_json())   # the only key to those blocks for req-17
         ...
-    # left: released ("blocks released by the owner for request req-17")
+    # left: closed ("blocks released by the owner for request req-17")
 
-The owner (tcp, shm) or the NIC (verbs) refuses a transfer outside the blocks, after release()
-or after the lease, before any byte lands. Dropping the grant releases it too.
+The owner (tcp, shm) or the NIC (verbs) refuses a transfer outside the blocks, after close()
+or after the lease, before any byte lands. Dropping the grant closes it too.
 """
 
+from ._support import reason_text
 from .errors import InvalidArgumentError
 from .pool import PoolMetadata
 
@@ -25,9 +26,9 @@ def access_code(access):
 
 
 class BlockGrant:
-    """What ``Pool.grant`` returns. ``metadata`` goes to the peer; ``release(reason)`` ends the
-    grant (idempotent: False when it had ended already). Given to a ``LayerReceiver``, the
-    grant moves there: the receiver's ``abort()`` releases it."""
+    """What ``Pool.grant`` returns. ``metadata`` goes to the peer; ``close(reason)`` ends the
+    grant (idempotent). Given to a ``LayerReceiver``, the grant moves there: the receiver's
+    ``cancel()`` closes it."""
 
     __slots__ = ("_native", "_metadata")
 
@@ -56,33 +57,31 @@ class BlockGrant:
         return self._native.expires_in
 
     @property
-    def released(self):
-        """True once released, or once moved into a LayerReceiver (held_by_receiver): this
+    def closed(self):
+        """True once closed, or once moved into a LayerReceiver (held_by_receiver): this
         handle no longer holds it."""
-        return self._native.released
+        return self._native.closed
 
     @property
     def held_by_receiver(self):
-        """True once given to a LayerReceiver, whose abort() (or close) releases it."""
+        """True once given to a LayerReceiver, whose cancel() (or close) closes it."""
         return self._native.held_by_receiver
 
-    def release(self, reason=""):
+    def close(self, reason=""):
         """Ends the grant: its token is refused from now on ("blocks released by the owner for
         request X: reason"), requests under way finish landing first, and waits for its open
-        transfers' tags end with CancelledError. False when it had ended already."""
-        if not isinstance(reason, str):
-            raise InvalidArgumentError("a reason is a string")
-        return self._native.release(reason)
+        transfers' tags end with CancelledError. Idempotent."""
+        self._native.close(reason_text(reason))
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.release()
+        self.close()
         return False
 
     def __repr__(self):
-        state = "released" if self.released else "live"
+        state = "closed" if self.closed else "live"
         return f"<BlockGrant {self.peer!r} request={self.request!r} {state}>"
 
 

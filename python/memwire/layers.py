@@ -13,14 +13,14 @@ prefill writes layer i's blocks into decode's pool as soon as it is computed, ta
         receiver.wait(i, timeout=10); compute(i)
 
 ``sender.cancel(reason)`` ends decode's waits with CancelledError and the reason;
-``receiver.abort(reason)`` releases the request's grant (prefill's transfers fail at once) and
+``receiver.cancel(reason)`` closes the request's grant (prefill's transfers fail at once) and
 ends every wait of the stream. The waits block with the GIL released: the C++ classes give no
 fd to hook an event loop to, so asyncio code runs them in a thread
 (``await asyncio.to_thread(receiver.wait, i, 10)``) or awaits ``pool.tag(layer_tag(...))``.
 """
 
 from . import _memwire
-from ._support import timeout_seconds
+from ._support import reason_text, timeout_seconds
 from .errors import InvalidArgumentError
 from .grant import BlockGrant
 from .pool import Pool, PoolMetadata, _encode, as_pairs, as_slice
@@ -42,8 +42,8 @@ def _pool(pool):
 
 
 class _Closable:
-    """close() lets go of the native object (a sender cancels its unfinished layers, a
-    receiver releases its grant); later calls raise InvalidArgumentError."""
+    """close() is what dropping it does in C++, now: a sender cancels its unfinished layers, a
+    receiver closes its grant; later calls raise InvalidArgumentError."""
 
     _native = None
 
@@ -67,8 +67,9 @@ class _Closable:
 class LayerSender(_Closable):
     """Prefill's side: ``send(layer, pairs, slice=None)`` begins writing a layer's blocks
     (remote <- local pairs, as in ``Connector.write_blocks``), ``finish(timeout)`` waits for all
-    of them, ``cancel(reason)`` ends the stream. Calls take turns (a cancel from another thread
-    waits for a finish in flight). Closing it (or dropping it) cancels unfinished layers."""
+    of them, ``cancel(reason)`` ends the stream: from another thread too, where it ends a
+    finish in flight with CancelledError. Closing it (or dropping it) cancels unfinished
+    layers."""
 
     def __init__(self, connector, local_pool, remote_metadata, stream):
         pool = _pool(local_pool)
@@ -86,8 +87,8 @@ class LayerSender(_Closable):
         self._live.finish(_ms(timeout))
 
     def cancel(self, reason=""):
-        """Ends the stream (idempotent); later send()s raise CancelledError."""
-        self._live.cancel(reason)
+        """Ends the stream (idempotent); later send()s and finish()es raise CancelledError."""
+        self._live.cancel(reason_text(reason))
 
     @property
     def layers_sent(self):
@@ -98,7 +99,7 @@ class LayerSender(_Closable):
 class LayerReceiver(_Closable):
     """Decode's side: ``LayerReceiver(pool, stream, from_peer="")`` or, with a request grant,
     ``LayerReceiver(pool, grant, stream)`` (the grant moves into it: hand ``grant_metadata``
-    to the sender; only the grant's peer's tags count; ``abort()`` releases it). ``from_peer``
+    to the sender; only the grant's peer's tags count; ``cancel()`` closes it). ``from_peer``
     is C++'s ``from`` (a keyword in Python)."""
 
     def __init__(self, pool, stream_or_grant, stream=None, from_peer=""):
@@ -119,13 +120,13 @@ class LayerReceiver(_Closable):
 
     def wait(self, layer, timeout=None):
         """Returns once ``layer`` is in the pool (GIL released). Raises TimeoutError,
-        PeerLostError, CancelledError (the sender cancelled, abort(), or the pool closed)."""
+        PeerLostError, CancelledError (the sender cancelled, cancel(), or the pool closed)."""
         self._live.wait(int(layer), _ms(timeout))
 
-    def abort(self, reason=""):
-        """Ends the request here: its grant is released and every wait of the stream ends with
-        CancelledError and ``reason``. Idempotent."""
-        self._live.abort(reason)
+    def cancel(self, reason=""):
+        """Ends the request here: its grant is closed and every wait of the stream, on any
+        thread, ends with CancelledError and ``reason``. Idempotent."""
+        self._live.cancel(reason_text(reason))
 
     @property
     def grant_metadata(self):

@@ -21,7 +21,7 @@ from . import _memwire
 from .descriptor import Descriptor
 from .errors import CancelledError, InvalidArgumentError, InvalidMetadataError, TimeoutError
 from .types import Device
-from ._support import timeout_seconds
+from ._support import reason_text, timeout_seconds
 
 #: A tag a peer sent once its transfer's bytes were in the pool (or, for a read, once it had
 #: them all). With ``authenticated``, ``peer`` is the name of the grant (``Pool.metadata_for``)
@@ -269,9 +269,10 @@ def as_tag(tag):
 
 
 class Pool:
-    """A registered pool (``Connector.register_pool``). Closing it (``close()``, leaving its
-    ``with`` block, or dropping it) revokes peers' access at once, fails the transfers that use it
-    here (and waits until none touches its memory), and ends every wait with CancelledError.
+    """A registered pool (``Connector.register_pool``). Closing it (``close(reason="")``, leaving
+    its ``with`` block, or dropping it) revokes peers' access at once, fails the transfers that
+    use it here (and waits until none touches its memory), and ends every wait with
+    CancelledError (carrying ``reason``).
 
     Peers' tags are taken with ``next_notification``/``wait_for_tag`` (blocking, GIL released)
     or, in asyncio, ``await pool.notification()``, ``await pool.tag(name)`` and
@@ -314,7 +315,7 @@ class Pool:
         """Request-scoped access (C++'s ``Pool::grant``): ``peer`` may move ``blocks`` of this
         pool with ``access`` ("read", "write" or "read_write") for request ``request_id``, for
         ``lease`` seconds, through the returned BlockGrant's ``metadata`` and nothing else.
-        Anything outside those blocks, after ``release()`` or after the lease is refused before
+        Anything outside those blocks, after ``close()`` or after the lease is refused before
         any byte lands."""
         from .grant import BlockGrant, access_code
 
@@ -359,8 +360,9 @@ class Pool:
         """Notifications received and not yet taken."""
         return self._native.queued() + len(self._returned)
 
-    def close(self):
-        self._native.close()
+    def close(self, reason=""):
+        """Ends the pool (C++'s ``Pool::close(reason)``); idempotent."""
+        self._native.close(reason_text(reason))
         self._returned.clear()
 
     def __enter__(self):

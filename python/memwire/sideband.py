@@ -16,7 +16,7 @@ from .connector import ReadOperation, WritableOperation
 from .errors import NotFoundError
 from .metadata import RdmaMetadata
 from .types import OperationStatus
-from ._support import completions_for, timeout_seconds
+from ._support import completions_for, reason_text, timeout_seconds
 
 
 def _ms(seconds):
@@ -216,20 +216,21 @@ class HttpEndpoint:
 
 
 class Lease:
-    """Memory published under a name. Ending it (release(), or leaving ``async with``)
-    withdraws the name and revokes remote access; ``await lease.wait()`` returns once a reader
-    read it."""
+    """Memory published under a name. Ending it (``close(reason="")``, leaving ``async with``,
+    or dropping it) withdraws the name and revokes remote access; ``await lease.wait()``
+    returns once a reader read it."""
 
     def __init__(self, worker, native, descriptors):
         self._worker = worker
         self._native = native
+        self._name = native.name  # kept after close()
         self._descriptors = descriptors
         self._loop = None
         self._done = None
 
     @property
     def name(self):
-        return self._native.name
+        return self._name
 
     @property
     def status(self):
@@ -239,14 +240,19 @@ class Lease:
         return RdmaMetadata(self._native.metadata())
 
     async def wait(self, timeout=None):
-        """Waits until a reader has read it: COMPLETE (or CANCELLED); raises like
-        wait_for_completion."""
+        """Waits until a reader has read it: returns COMPLETE; raises like wait_for_completion
+        (CancelledError once the lease was closed)."""
         seconds = timeout_seconds(timeout)
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
-            self._loop = loop
-            notifier, token, self._done = completions_for(loop).arm()
-            self._native.notify_via(notifier, token)
+            completions = completions_for(loop)
+            notifier, token, done = completions.arm()
+            try:
+                self._native.notify_via(notifier, token)  # CancelledError once closed
+            except BaseException:
+                completions.futures.pop(token, None)
+                raise
+            self._loop, self._done = loop, done
         try:
             await asyncio.wait_for(asyncio.shield(self._done), seconds)
         except asyncio.TimeoutError:
@@ -267,20 +273,22 @@ class Lease:
         self._descriptors = descriptors
         self._loop = None  # the next wait() arms on the new operation
 
-    def release(self):
-        self._native.release()
+    def close(self, reason=""):
+        """Withdraws the name and revokes remote access now (C++'s ``Lease::close(reason)``); a
+        wait in progress ends with CancelledError carrying ``reason``. Idempotent."""
+        self._native.close(reason_text(reason))
 
     async def __aenter__(self):
         return self
 
     async def __aexit__(self, *exc):
-        self.release()
+        self.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.release()
+        self.close()
 
 
 class Subscription:

@@ -13,8 +13,8 @@
 namespace memwire_python {
 
 // Keeps the grant's metadata after the grant itself went to a LayerReceiver (take()), so that
-// Python may still hand it to the peer. Dropping it releases the grant, without the GIL (a
-// release waits for requests under way to finish landing).
+// Python may still hand it to the peer. Dropping it closes the grant, without the GIL (a
+// close waits for requests under way to finish landing).
 class PyGrant {
  public:
   explicit PyGrant(memwire::BlockGrant grant)
@@ -34,18 +34,21 @@ class PyGrant {
     return std::chrono::duration<double>(grant_->expires_at() - std::chrono::steady_clock::now())
         .count();
   }
-  bool released() const { return !grant_ || grant_->released(); }
+  bool closed() const { return !grant_ || grant_->closed(); }
   bool held_by_receiver() const { return taken_; }
-  bool release(const std::string& reason) {
-    if (!grant_) return false;
-    return without_gil([&] { return grant_->release(reason); });
+  void close(const std::string& reason) {
+    if (!grant_) return;
+    without_gil([&] {
+      grant_->close(reason);
+      return 0;
+    });
   }
-  // For LayerReceiver(pool, grant, stream): the grant moves there (its abort() releases it).
+  // For LayerReceiver(pool, grant, stream): the grant moves there (its cancel() closes it).
   memwire::BlockGrant take() {
-    if (!grant_ || grant_->released())
+    if (!grant_ || grant_->closed())
       throw memwire::Error(memwire::ErrorCode::InvalidArgument,
                            "the grant for request " + request_ +
-                               " was released or is held by a LayerReceiver already");
+                               " was closed or is held by a LayerReceiver already");
     auto grant = std::move(*grant_);
     grant_.reset();
     taken_ = true;

@@ -32,9 +32,9 @@ void bind_grants(py::module_& m, py::class_<PyPool>& pool) {
       .def_property_readonly("peer", [](const PyGrant& g) { return py::bytes(g.peer()); })
       .def_property_readonly("request", [](const PyGrant& g) { return py::bytes(g.request()); })
       .def_property_readonly("expires_in", &PyGrant::expires_in)
-      .def_property_readonly("released", &PyGrant::released)
+      .def_property_readonly("closed", &PyGrant::closed)
       .def_property_readonly("held_by_receiver", &PyGrant::held_by_receiver)
-      .def("release", &PyGrant::release, py::arg("reason") = "");
+      .def("close", &PyGrant::close, py::arg("reason") = "");
 }
 
 }  // namespace memwire_python

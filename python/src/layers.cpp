@@ -3,7 +3,6 @@
 // code runs them in a thread, or awaits the layer tags on the pool itself).
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -17,8 +16,7 @@ namespace memwire_python {
 namespace {
 
 // The sender with what it borrows (the connector, the local pool and the pool's Python owner),
-// which outlive it. memwire::LayerSender is used by one thread at a time: its calls take turns
-// (a cancel() from another thread waits for a finish() in flight).
+// which outlive it. As in C++, a cancel() from another thread ends a finish() in flight.
 class PySender {
  public:
   PySender(PyConnector& connector, PyPool& local, py::object local_owner, const PoolMeta& remote,
@@ -38,7 +36,7 @@ class PySender {
   void send(std::uint32_t layer, const std::vector<PairSpec>& pairs,
             const std::optional<SliceSpec>& slice) {
     auto blocks = block_pairs(pairs);
-    locked([&](memwire::LayerSender& sender) {
+    call_without_gil([&](memwire::LayerSender& sender) {
       if (slice)
         sender.send(layer, blocks, block_slice(*slice));
       else
@@ -46,37 +44,37 @@ class PySender {
     });
   }
   void finish(std::int64_t timeout_ms) {
-    locked([&](memwire::LayerSender& sender) { sender.finish(milliseconds(timeout_ms)); });
+    call_without_gil(
+        [&](memwire::LayerSender& sender) { sender.finish(milliseconds(timeout_ms)); });
   }
   void cancel(const std::string& reason) {
-    locked([&](memwire::LayerSender& sender) { sender.cancel(reason); });
+    call_without_gil([&](memwire::LayerSender& sender) { sender.cancel(reason); });
   }
   std::size_t layers_sent() {
     std::size_t count = 0;
-    locked([&](memwire::LayerSender& sender) { count = sender.layers_sent(); });
+    call_without_gil([&](memwire::LayerSender& sender) { count = sender.layers_sent(); });
     return count;
   }
 
  private:
+  // Runs `work` without the GIL (the sender may wait, or take its own lock).
   template <class F>
-  void locked(F work) {
+  void call_without_gil(F work) {
     if (!sender_) throw memwire::Error(memwire::ErrorCode::InvalidArgument, "sender was closed");
     without_gil([&] {
-      std::lock_guard lock(mutex_);
       work(*sender_);
       return 0;
     });
   }
   ForkBirth birth_;
-  std::mutex mutex_;
   std::shared_ptr<memwire::Connector> connector_;
   std::shared_ptr<memwire::Pool> pool_;
   py::object owner_;
   std::unique_ptr<memwire::LayerSender> sender_;
 };
 
-// The receiver with the pool it waits on. wait() and abort() may run at once on different
-// threads (an abort ends the waits), as in C++.
+// The receiver with the pool it waits on. wait() and cancel() may run at once on different
+// threads (a cancel ends the waits), as in C++.
 class PyReceiver {
  public:
   PyReceiver(PyPool& pool, py::object owner, std::string stream, std::string from)
@@ -89,7 +87,7 @@ class PyReceiver {
     receiver_ = std::make_unique<memwire::LayerReceiver>(*pool_, grant.take(), std::move(stream));
   }
   ~PyReceiver() {
-    end_native(receiver_, birth_);  // releases its grant
+    end_native(receiver_, birth_);  // closes its grant
     end_native(pool_, birth_);
   }
   PyReceiver(const PyReceiver&) = delete;
@@ -102,10 +100,10 @@ class PyReceiver {
       return 0;
     });
   }
-  void abort(const std::string& reason) {
+  void cancel(const std::string& reason) {
     auto& receiver = get();
     without_gil([&] {
-      receiver.abort(reason);
+      receiver.cancel(reason);
       return 0;
     });
   }
@@ -135,14 +133,14 @@ void bind_layers(py::module_& m) {
       .def("send", &PySender::send, py::arg("layer"), py::arg("pairs"),
            py::arg("slice") = py::none())
       .def("finish", &PySender::finish)
-      .def("cancel", &PySender::cancel)
+      .def("cancel", &PySender::cancel, py::arg("reason") = "")
       .def("layers_sent", &PySender::layers_sent);
 
   py::class_<PyReceiver>(m, "LayerReceiver")
       .def(py::init<PyPool&, py::object, std::string, std::string>())
       .def(py::init<PyPool&, py::object, PyGrant&, std::string>())
       .def("wait", &PyReceiver::wait)
-      .def("abort", &PyReceiver::abort)
+      .def("cancel", &PyReceiver::cancel, py::arg("reason") = "")
       .def("grant_metadata", &PyReceiver::grant_metadata);
 }
 

@@ -100,31 +100,18 @@ class PyOperation {
     });
   }
 
-  // Blocking wait (GIL released); raises the failure. timeout_ms < 0: none.
+  // Blocking wait (GIL released): COMPLETE, or raises why not (a cancel included).
   int wait(std::int64_t timeout_ms) {
     auto& op = base();
-    return static_cast<int>(without_gil([&] {
-      return timeout_ms < 0 ? op.wait_for_completion()
-                            : op.wait_for_completion(milliseconds(timeout_ms));
-    }));
+    return static_cast<int>(
+        without_gil([&] { return op.wait_for_completion(milliseconds(timeout_ms)); }));
   }
 
-  void cancel() {
+  // Operation::cancel(reason): a block transfer's owner hears `reason` too.
+  void cancel(const std::string& reason) {
     auto& op = base();
     without_gil([&] {
-      op.cancel();
-      return 0;
-    });
-  }
-
-  // BlockTransfer::cancel(reason): the owner's waits for the transfer's tag end with Cancelled
-  // and `reason`.
-  void cancel_with(const std::string& reason) {
-    auto* transfer = op_ ? std::get_if<memwire::BlockTransfer>(op_.get()) : nullptr;
-    if (transfer == nullptr)
-      throw memwire::Error(memwire::ErrorCode::InvalidArgument, "not an open block transfer");
-    without_gil([&] {
-      transfer->cancel(reason);
+      op.cancel(reason);
       return 0;
     });
   }

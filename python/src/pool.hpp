@@ -41,7 +41,7 @@ class PyPool {
         connector_(std::move(connector)),
         owners_(std::move(owners)) {}
   ~PyPool() {
-    close();
+    close({});
     if (fd_ >= 0) ::close(fd_);
   }
   PyPool(const PyPool&) = delete;
@@ -55,20 +55,23 @@ class PyPool {
   }
   // For waits: a closed pool's waits end with Cancelled, as the ones in flight do.
   std::shared_ptr<memwire::Pool> waitable() {
-    if (!pool_) throw memwire::Error(memwire::ErrorCode::Cancelled, "the pool was closed");
+    if (!pool_)
+      throw memwire::Error(memwire::ErrorCode::Cancelled,
+                           "the pool was closed by its owner" + closed_because_);
     return pool_;
   }
   const memwire::Connector* connector() const { return connector_.get(); }
 
-  // Revokes remote access, fails the transfers that use it here and waits for them (GIL
-  // released), ends every wait with Cancelled (an event loop's through its fd).
-  void close() {
+  // Pool::close(reason): revokes remote access, fails the transfers that use it here and waits
+  // for them (GIL released), ends every wait with Cancelled (an event loop's through its fd).
+  void close(const std::string& reason) {
     auto pool = std::move(pool_);  // other threads (holding the GIL) see it closed at once
+    if (pool && !reason.empty()) closed_because_ = ": " + reason;
     // Closed here, not when the last reference goes: a wait in another thread holds one, and
     // must end now (Cancelled), as must an event loop's (the fd turns readable).
     if (pool && !birth_.inherited())
       without_gil([&] {
-        pool->close();
+        pool->close(reason);
         return 0;
       });
     end_native(pool, birth_);
@@ -121,6 +124,7 @@ class PyPool {
   std::shared_ptr<memwire::Pool> pool_;
   std::shared_ptr<memwire::Connector> connector_;
   py::object owners_;
+  std::string closed_because_;  // ": <the reason close() was given>"
   int fd_ = -1;
 };
 

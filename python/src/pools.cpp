@@ -146,7 +146,7 @@ py::class_<PyPool> bind_pools(py::module_& m, py::class_<PyConnector>& connector
       .def("wait_for_tag", &PyPool::wait_for_tag)
       .def("try_next", &PyPool::try_next)
       .def("try_tag", &PyPool::try_tag)
-      .def("close", &PyPool::close)
+      .def("close", &PyPool::close, py::arg("reason") = "")
       .def_property_readonly("closed", &PyPool::closed);
 }
 

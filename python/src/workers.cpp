@@ -54,33 +54,46 @@ class PyLease {
  public:
   PyLease(memwire::sideband::Lease lease, std::shared_ptr<WorkerHold> worker, py::object owners)
       : worker_(std::move(worker)), lease_(std::move(lease)), owners_(std::move(owners)) {}
-  ~PyLease() { release(); }
+  ~PyLease() { close({}); }
   PyLease(const PyLease&) = delete;
   PyLease& operator=(const PyLease&) = delete;
 
   std::string name() { return checked().name(); }
-  void release() {
+  // Lease::close(reason), then lets go of what it kept alive.
+  void close(const std::string& reason) {
+    if (lease_ && !reason.empty()) closed_because_ = ": " + reason;
+    if (lease_ && !reason.empty() && !birth_.inherited())
+      without_gil([&] {
+        lease_->close(reason);  // a wait in another thread hears the reason
+        return 0;
+      });
     end_native(lease_, birth_);  // ending the lease withdraws its name
     end_native(worker_, birth_);
     owners_ = py::none();
   }
   memwire::sideband::Lease& checked() {
-    if (!lease_) throw memwire::Error(memwire::ErrorCode::InvalidArgument, "lease was released");
+    if (!lease_) throw memwire::Error(memwire::ErrorCode::InvalidArgument, "lease was closed");
+    return *lease_;
+  }
+  // For waits: one that begins after close() ends as the ones in flight did.
+  memwire::sideband::Lease& waitable() {
+    if (!lease_)
+      throw memwire::Error(memwire::ErrorCode::Cancelled, "the lease was closed" + closed_because_);
     return *lease_;
   }
   // The Python owners of the memory the lease now publishes (after a republish).
   void keep(py::object owners) { owners_ = std::move(owners); }
   void notify(py::object callable) {
+    auto& op = waitable().operation();
     auto signal = std::make_shared<Signal>(std::move(callable));
     signals_.push_back(signal);
-    auto& op = checked().operation();
     without_gil([&] {
       op.on_complete([signal](memwire::OperationStatus status) { fire(*signal, status); });
       return 0;
     });
   }
   void notify_via(const std::shared_ptr<Notifier>& notifier, std::uint64_t token) {
-    auto& op = checked().operation();
+    auto& op = waitable().operation();
     without_gil([&] {
       op.on_complete(
           [notifier, token](memwire::OperationStatus status) { notifier->post(token, status); });
@@ -89,7 +102,7 @@ class PyLease {
   }
   int status() { return static_cast<int>(checked().operation().status()); }
   int wait(std::int64_t timeout_ms) {
-    auto& lease = checked();
+    auto& lease = waitable();
     return static_cast<int>(without_gil([&] { return lease.wait(milliseconds(timeout_ms)); }));
   }
   Metadata metadata() { return {checked().operation().metadata()}; }
@@ -98,6 +111,7 @@ class PyLease {
   ForkBirth birth_;
   std::shared_ptr<WorkerHold> worker_;
   std::optional<memwire::sideband::Lease> lease_;
+  std::string closed_because_;  // ": <the reason close() was given>"
   py::object owners_;
   std::vector<std::shared_ptr<Signal>> signals_;
 };
@@ -131,7 +145,7 @@ void bind_workers(py::module_& m) {
 
   py::class_<PyLease>(m, "Lease")
       .def_property_readonly("name", &PyLease::name)
-      .def("release", &PyLease::release)
+      .def("close", &PyLease::close, py::arg("reason") = "")
       .def("notify", &PyLease::notify)
       .def("notify_via", &PyLease::notify_via)
       .def("status", &PyLease::status)

@@ -307,16 +307,20 @@ def test_cancelling_the_awaiting_task_cancels_an_active_operation():
     assert status == memwire.OperationStatus.CANCELLED
 
 
-def test_cancel_reaches_a_waiter_through_the_callback():
+def test_cancel_reaches_a_waiter_through_the_callback_as_cancelled_error_with_the_reason():
     async def main():
         c = memwire.Connector()
         op = await c.create_writable(memwire.Descriptor(bytearray(64)))
         waiter = asyncio.create_task(op.wait_for_completion(timeout=30))
         await asyncio.sleep(0.01)
-        op.cancel()
-        return await asyncio.wait_for(waiter, 5)
+        op.cancel("the caller left")
+        with pytest.raises(memwire.CancelledError, match="the caller left"):
+            await asyncio.wait_for(waiter, 5)
+        assert op.status == memwire.OperationStatus.CANCELLED
+        with pytest.raises(memwire.CancelledError, match="the caller left"):
+            op.wait(timeout=1)  # the blocking wait, and a wait after the end, alike
 
-    assert run(main()) == memwire.OperationStatus.CANCELLED
+    run(main())
 
 
 def test_context_managers_end_unfinished_operations():

@@ -79,7 +79,7 @@ def test_an_os_fork_child_errors_clearly_works_anew_and_exits():
             time.sleep(0.02)
         assert os.waitstatus_to_exitcode(status) == 0, os.waitstatus_to_exitcode(status)
         assert asyncio.run(read_between(connector, peer))  # the parent's are untouched
-        lease.release()
+        lease.close()
         print("ok")
         """
     )
@@ -98,7 +98,7 @@ def test_a_multiprocessing_fork_child_errors_clearly_and_works_anew():
             process.kill()
             raise SystemExit("the child hung")
         assert process.exitcode == 0, process.exitcode
-        lease.release()
+        lease.close()
         print("ok")
         """
     )

@@ -1,5 +1,5 @@
 """Request grants from Python (counterpart of request_grant_conformance_test.cpp), over tcp and
-shm: a peer moves the blocks granted for its request and nothing else; after release() or after
+shm: a peer moves the blocks granted for its request and nothing else; after close() or after
 the lease nothing lands, and the error names the request."""
 
 import time
@@ -36,7 +36,7 @@ def is_(memory, index, value):
 def test_a_write_inside_the_grant_lands_and_its_tag_names_peer_and_request(side):
     there, pool, peer, local, _ = side
     with pool.grant("prefill", "req-1", [2, 3, 7], access="write", lease=30) as grant:
-        assert grant.peer == "prefill" and grant.request == "req-1" and not grant.released
+        assert grant.peer == "prefill" and grant.request == "req-1" and not grant.closed
         assert 0 < grant.expires_in <= 30
         scope = grant.metadata.to_dict()
         metadata = memwire.PoolMetadata.from_json(grant.metadata.to_json())  # survives JSON
@@ -45,7 +45,7 @@ def test_a_write_inside_the_grant_lands_and_its_tag_names_peer_and_request(side)
         n = pool.wait_for_tag("req-1/0", timeout=10)
         assert (n.peer, n.authenticated, n.request) == ("prefill", True, "req-1")
         assert is_(there, 3, ord("p")) and is_(there, 4, 0)
-    assert grant.released
+    assert grant.closed
 
 
 def test_a_write_outside_the_granted_blocks_is_refused_with_nothing_landed(side):
@@ -61,17 +61,18 @@ def test_a_write_outside_the_granted_blocks_is_refused_with_nothing_landed(side)
         assert is_(there, 3, 0) and is_(there, 4, 0)
 
 
-def test_a_late_write_after_release_is_refused_with_nothing_landed(side):
+def test_a_late_write_after_close_is_refused_with_nothing_landed(side):
     there, pool, peer, local, _ = side
     grant = pool.grant("prefill", "req-9", [5], lease=30)
     metadata = grant.metadata
     peer.write_blocks(local, [(5, 0)], metadata).wait(20)
     block(there, 5)[:] = 0
-    assert grant.release("decode aborted it")
-    assert not grant.release()  # idempotent
+    grant.close("decode aborted it")
+    assert grant.closed
+    grant.close()  # idempotent: the first reason stays
     with pytest.raises(memwire.MemwireError, match="blocks released by the owner for request req-9"):
         peer.write_blocks(local, [(5, 0)], metadata, tag="req-9/1").wait(20)
-    assert is_(there, 5, 0), "a late write landed after release"
+    assert is_(there, 5, 0), "a late write landed after close"
     with pytest.raises(memwire.TimeoutError):
         pool.wait_for_tag("req-9/1", timeout=0.3)
 
@@ -98,7 +99,7 @@ def test_a_read_grant_allows_no_write(side):
         assert is_(here, 1, ord("d"))
 
 
-def test_dropping_the_grant_releases_the_blocks(side):
+def test_dropping_the_grant_closes_it(side):
     there, pool, peer, local, _ = side
     metadata = pool.grant("prefill", "req-4", [9], lease=30).metadata  # the grant is dropped
     with pytest.raises(memwire.CancelledError):
@@ -114,9 +115,9 @@ def test_live_grants_per_pool_are_capped(side):
         second = pool.grant("prefill", "b", [1])
         with pytest.raises(memwire.InvalidArgumentError):
             pool.grant("prefill", "c", [2])
-        first.release()
+        first.close()
         third = pool.grant("prefill", "c", [2])
-        assert not third.released and not second.released
+        assert not third.closed and not second.closed
 
 
 def test_bad_grants_are_refused(side):

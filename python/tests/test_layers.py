@@ -1,6 +1,6 @@
 """Layer streams from Python (counterpart of layer_cancel_conformance_test.cpp and the pool
 tests' layer streams), over tcp and shm: layers arrive in order after their bytes; decode's
-abort() releases the request's grant so prefill's transfers fail at once with nothing landed;
+cancel() closes the request's grant so prefill's transfers fail at once with nothing landed;
 prefill's cancel() ends decode's waits with Cancelled and its reason."""
 
 import threading
@@ -63,30 +63,31 @@ def test_a_sliced_layer_moves_its_share(pair):
         assert (half[:BLOCK // 2] == 0).all() and (half[BLOCK // 2:] == ord("p")).all()
 
 
-def test_abort_releases_the_grant_and_the_senders_transfers_fail_at_once(pair):
+def test_a_receivers_cancel_closes_the_grant_and_the_senders_transfers_fail_at_once(pair):
     there, pool, prefill, local = pair
     grant = pool.grant("prefill", "req-7", [0, 1, 2, 3], access="write", lease=30)
     receiver = memwire.LayerReceiver(pool, grant, "req-7")
-    assert grant.held_by_receiver and not grant.release()  # it moved into the receiver
+    assert grant.held_by_receiver and grant.closed  # it moved into the receiver
+    grant.close()  # nothing left here to close
     assert receiver.grant_metadata == grant.metadata
     sender = memwire.LayerSender(prefill, local, receiver.grant_metadata, "req-7")
     sender.send(0, [(0, 0)])
     receiver.wait(0, timeout=20)
     assert is_(there, 0, ord("p"))
 
-    receiver.abort("decode evicted the request")
+    receiver.cancel("decode evicted the request")
     started = time.monotonic()
     sender.send(1, [(1, 1)])
     with pytest.raises(memwire.CancelledError, match="blocks released by the owner for request req-7"):
         sender.finish(timeout=30)
     assert time.monotonic() - started < 10, "failed at its deadline, not at once"
-    assert is_(there, 1, 0), "a byte landed after the abort"
+    assert is_(there, 1, 0), "a byte landed after the cancel"
     with pytest.raises(memwire.CancelledError, match="decode evicted the request"):
         receiver.wait(1, timeout=5)
-    receiver.abort("again")  # idempotent
+    receiver.cancel("again")  # idempotent
 
 
-def test_abort_ends_the_receivers_waits_on_other_threads(pair):
+def test_a_receivers_cancel_ends_its_waits_on_other_threads(pair):
     _, pool, _, _ = pair
     receiver = memwire.LayerReceiver(pool, pool.grant("prefill", "req-5", [0], lease=30), "req-5")
     errors = []
@@ -100,7 +101,7 @@ def test_abort_ends_the_receivers_waits_on_other_threads(pair):
     waiting = threading.Thread(target=wait)
     waiting.start()
     time.sleep(0.1)
-    receiver.abort("client went away")
+    receiver.cancel("client went away")
     waiting.join(10)
     assert not waiting.is_alive()
     assert len(errors) == 1 and isinstance(errors[0], memwire.CancelledError)

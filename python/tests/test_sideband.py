@@ -210,7 +210,7 @@ def test_cpp_consumer_reads_what_python_publishes(channel_url, children):
                           "--requests", str(count), "--dim", str(dim), "--timeout", "30"], stdin=False)
         code = await asyncio.get_running_loop().run_in_executor(None, child.wait, 60)
         for lease in leases:
-            lease.release()
+            lease.close()
         return code, child
 
     code, child = asyncio.run(main())
