@@ -35,6 +35,7 @@ class [[nodiscard("dropping it withdraws the name at once")]] MEMWIRE_API Lease 
   ~Lease();
 
   const std::string& name() const;
+  // The operation now published; the reference lasts until close() or Worker::republish().
   ReadableOperation& operation();
   // Waits until the data was read: returns Complete; throws as wait_for_completion does
   // (Error{Cancelled} once the lease was closed, from any thread).
