@@ -18,4 +18,17 @@ ErrorCode error_code_of(Call&& call) {
   return ErrorCode::Protocol;
 }
 
+// The memwire::Error that `call` throws (its code and message); a test failure, and a Protocol
+// error, when it throws none.
+template <typename Call>
+Error error_of(Call&& call) {
+  try {
+    call();
+  } catch (const Error& error) {
+    return error;
+  }
+  ADD_FAILURE() << "no memwire::Error thrown";
+  return Error(ErrorCode::Protocol, "nothing thrown");
+}
+
 }  // namespace memwire::test_support

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "memwire/memwire.hpp"
+#include "support/error_code_of.hpp"
 #include "support/loopback.hpp"
 #include "support/tcp_only.hpp"
 
@@ -22,19 +23,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
+using memwire::test_support::error_of;
 using std::chrono::milliseconds;
-
-// The Error `call` throws; a test failure (and a Protocol error) when it throws none.
-template <typename Call>
-Error error_of(Call&& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "no memwire::Error thrown";
-  return Error(ErrorCode::Protocol, "none thrown");
-}
 
 // Ends with Cancelled, and its message carries `reason`.
 void expect_cancelled_with(const Error& error, const std::string& reason) {
@@ -43,32 +33,25 @@ void expect_cancelled_with(const Error& error, const std::string& reason) {
 }
 
 // The shapes, as templates: a requires-expression fails softly only where it depends on a
-// template parameter.
+// template parameter. (clang-format 14 breaks a disjunction of requires-expressions badly.)
+// clang-format off
 
 // Rule 1, waits: each takes a deadline, and none waits without one.
 template <class T>
-constexpr bool waits_for_completion_untimed = requires(T& t) {
-  t.wait_for_completion();
-};
+constexpr bool waits_for_completion_untimed = requires(T& t) { t.wait_for_completion(); };
 template <class T>
-constexpr bool takes_notifications_untimed = requires(T& t) {
-  t.next_notification();
-}
-|| requires(T& t) { t.wait_for_tag("t"); };
+constexpr bool takes_notifications_untimed =
+    requires(T& t) { t.next_notification(); } || requires(T& t) { t.wait_for_tag("t"); };
 template <class T>
-constexpr bool waits_for_a_layer_untimed = requires(T& t) {
-  t.wait(0u);
-};
+constexpr bool waits_for_a_layer_untimed = requires(T& t) { t.wait(0u); };
 template <class T>
-constexpr bool finishes_untimed = requires(T& t) {
-  t.finish();
-};
+constexpr bool finishes_untimed = requires(T& t) { t.finish(); };
 
-static_assert(requires(Operation & o, BlockTransfer& b, milliseconds d) {
+static_assert(requires(Operation& o, BlockTransfer& b, milliseconds d) {
   { o.wait_for_completion(d) } -> std::same_as<OperationStatus>;
   { b.wait_for_completion(d) } -> std::same_as<OperationStatus>;
 });
-static_assert(requires(Pool & p, LayerReceiver& r, LayerSender& s, milliseconds d) {
+static_assert(requires(Pool& p, LayerReceiver& r, LayerSender& s, milliseconds d) {
   p.next_notification(d);
   p.wait_for_tag("t", d);
   r.wait(0u, d);
@@ -77,29 +60,17 @@ static_assert(requires(Pool & p, LayerReceiver& r, LayerSender& s, milliseconds 
 
 // Rule 2, ending: one verb per kind of thing, each taking an optional reason.
 template <class T>
-constexpr bool cancels = requires(T& t, std::string_view why) {
-  t.cancel();
-  t.cancel(why);
-};
+constexpr bool cancels = requires(T& t, std::string_view why) { t.cancel(); t.cancel(why); };
 template <class T>
-constexpr bool closes = requires(T& t, std::string_view why) {
-  t.close();
-  t.close(why);
-};
+constexpr bool closes = requires(T& t, std::string_view why) { t.close(); t.close(why); };
 template <class T>
-constexpr bool closes_without_a_reason = requires(T& t) {
-  t.close();
-};
+constexpr bool closes_without_a_reason = requires(T& t) { t.close(); };
 template <class T>
-constexpr bool releases = requires(T& t) {
-  t.release();
-}
-|| requires(T& t) { t.released(); };
+constexpr bool releases = requires(T& t) { t.release(); } || requires(T& t) { t.released(); };
 template <class T>
-constexpr bool aborts = requires(T& t, std::string_view why) {
-  t.abort(why);
-};
+constexpr bool aborts = requires(T& t, std::string_view why) { t.abort(why); };
 
+// clang-format on
 }  // namespace
 
 TEST(ApiRules, EveryWaitTakesADeadline) {

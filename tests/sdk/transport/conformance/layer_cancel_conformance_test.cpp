@@ -29,17 +29,6 @@ struct Blocks {
   std::vector<std::byte> memory;
 };
 
-// The error `call` throws.
-Error error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "nothing thrown";
-  return Error(ErrorCode::Protocol, "nothing thrown");
-}
-
 class LayerCancel : public PoolTransportConformance {
  protected:
   ConnectorOptions named(const std::string& name) const {
