@@ -25,19 +25,7 @@ class NatsRegistry final : public Registry {
   NatsRegistry(const NatsRegistry&) = delete;
   NatsRegistry& operator=(const NatsRegistry&) = delete;
 
-  void publish(std::string_view name, const RdmaMetadata& metadata,
-               std::chrono::milliseconds ttl) override;
-  RdmaMetadata fetch(std::string_view name, std::chrono::milliseconds timeout) override;
-  void withdraw(std::string_view name) override;
-  RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout,
-                        std::stop_token abandon = {}) override;
-  std::vector<std::string> list() override;
-  void publish_pool(std::string_view name, const PoolMetadata& metadata,
-                    std::chrono::milliseconds ttl) override;
-  PoolMetadata fetch_pool(std::string_view name, std::chrono::milliseconds timeout) override;
-  PoolMetadata wait_for_pool(std::string_view name, std::chrono::milliseconds timeout,
-                             std::stop_token abandon = {}) override;
-  void withdraw_pool(std::string_view name) override;
+  MEMWIRE_SIDEBAND_REGISTRY_OVERRIDES;  // memwire/sideband/channel.hpp
 
  private:
   // The JSON text stored under `key` once it is published (wait_for's loop).

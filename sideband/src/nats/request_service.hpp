@@ -22,9 +22,7 @@ class NatsRequestService final : public RequestService,
   NatsRequestService& operator=(const NatsRequestService&) = delete;
 
   // A serve() subscription keeps this service (and so the connection) alive until it ends.
-  std::unique_ptr<Subscription> serve(std::string_view prefix, RequestHandler handler) override;
-  void request(std::string_view name, const RdmaMetadata& writable,
-               std::chrono::milliseconds timeout, std::stop_token abandon = {}) override;
+  MEMWIRE_SIDEBAND_REQUEST_SERVICE_OVERRIDES;  // memwire/sideband/channel.hpp
 
  private:
   // Answers one request of a serve() subscription; never throws.

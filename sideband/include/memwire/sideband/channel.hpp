@@ -113,4 +113,29 @@ class MEMWIRE_API RequestService {
 // Both halves over one connection: what a Worker takes.
 class Channel : public Registry, public RequestService {};
 
+// The declarations of Registry's calls in a class that implements them (HttpChannel,
+// NatsChannel, the NATS channel's registry half): one list, so the interface above is restated
+// nowhere else.
+#define MEMWIRE_SIDEBAND_REGISTRY_OVERRIDES                                                        \
+  void publish(std::string_view name, const RdmaMetadata& metadata, std::chrono::milliseconds ttl) \
+      override;                                                                                    \
+  RdmaMetadata fetch(std::string_view name, std::chrono::milliseconds timeout) override;           \
+  void withdraw(std::string_view name) override;                                                   \
+  RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout,                  \
+                        std::stop_token abandon = {}) override;                                    \
+  std::vector<std::string> list() override;                                                        \
+  void publish_pool(std::string_view name, const PoolMetadata& metadata,                           \
+                    std::chrono::milliseconds ttl) override;                                       \
+  PoolMetadata fetch_pool(std::string_view name, std::chrono::milliseconds timeout) override;      \
+  PoolMetadata wait_for_pool(std::string_view name, std::chrono::milliseconds timeout,             \
+                             std::stop_token abandon = {}) override;                               \
+  void withdraw_pool(std::string_view name) override
+
+// Likewise for RequestService's calls (HttpChannel, NatsChannel, the NATS request half).
+#define MEMWIRE_SIDEBAND_REQUEST_SERVICE_OVERRIDES                                                \
+  [[nodiscard("dropping it ends the registration at once")]] std::unique_ptr<Subscription> serve( \
+      std::string_view prefix, RequestHandler handler) override;                                  \
+  void request(std::string_view name, const RdmaMetadata& writable,                               \
+               std::chrono::milliseconds timeout, std::stop_token abandon = {}) override
+
 }  // namespace memwire::sideband

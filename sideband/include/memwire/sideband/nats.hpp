@@ -171,23 +171,8 @@ class MEMWIRE_API NatsChannel final : public Channel {
   NatsChannel(const NatsChannel&) = delete;
   NatsChannel& operator=(const NatsChannel&) = delete;
 
-  void publish(std::string_view name, const RdmaMetadata& metadata,
-               std::chrono::milliseconds ttl) override;
-  RdmaMetadata fetch(std::string_view name, std::chrono::milliseconds timeout) override;
-  void withdraw(std::string_view name) override;
-  RdmaMetadata wait_for(std::string_view name, std::chrono::milliseconds timeout,
-                        std::stop_token abandon = {}) override;
-  std::vector<std::string> list() override;
-  void publish_pool(std::string_view name, const PoolMetadata& metadata,
-                    std::chrono::milliseconds ttl) override;
-  PoolMetadata fetch_pool(std::string_view name, std::chrono::milliseconds timeout) override;
-  PoolMetadata wait_for_pool(std::string_view name, std::chrono::milliseconds timeout,
-                             std::stop_token abandon = {}) override;
-  void withdraw_pool(std::string_view name) override;
-  [[nodiscard("dropping it ends the registration at once")]] std::unique_ptr<Subscription> serve(
-      std::string_view prefix, RequestHandler handler) override;
-  void request(std::string_view name, const RdmaMetadata& writable,
-               std::chrono::milliseconds timeout, std::stop_token abandon = {}) override;
+  MEMWIRE_SIDEBAND_REGISTRY_OVERRIDES;  // channel.hpp
+  MEMWIRE_SIDEBAND_REQUEST_SERVICE_OVERRIDES;
 
   // Round trip to the server: everything sent before (subscriptions included) has been
   // processed when it returns. Error{Timeout} or Error{Transport} otherwise.
