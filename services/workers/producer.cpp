@@ -6,14 +6,12 @@
 #include <iostream>
 #include <mutex>
 
-#include "common/arguments.hpp"
-#include "common/channel_options.hpp"
 #include "common/exit_codes.hpp"
 #include "common/signals.hpp"
-#include "common/telemetry.hpp"
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/worker.hpp"
 #include "workers/embedding.hpp"
+#include "workers/stage.hpp"
 
 namespace {
 
@@ -21,21 +19,10 @@ using namespace memwire;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// Then workers::kStageOptionsHelp.
 constexpr const char* kHelp = R"(usage: memwire-producer (--http URL | --nats URL) [options]
   --mode readable|writable  publish for the consumer to read, or write into the consumer's
                             memory when it asks (request/reply); default readable
-  --prefix P                names are P.req-<id> (default emb)
-  --requests N              request ids 0..N-1 (default 8)
-  --dim D                   floats per embedding (default 1024)
-  --timeout S               give up after S seconds (default 30)
-  --metrics-listen ADDR:PORT  serve GET /metrics and /healthz there (default:
-                            $MEMWIRE_METRICS_LISTEN; absent: none)
-  --linger S                stay up S seconds after finishing, for a last scrape (default 0)
-  auth: --token T, --user U --password P, --ca-file F
-  --kv-replicas N           NATS: copies of the registry bucket if this creates it (default 0 =
-                            one per server of the cluster, up to 3)
-  --inbox-prefix P          NATS: where replies to this process come (default _INBOX_<user>,
-                            or _INBOX without --user)
 )";
 
 // Set by SIGINT/SIGTERM; both modes wait on it together with their own progress.
@@ -133,55 +120,34 @@ int run_writable(sideband::Worker& worker, Progress& progress, const std::string
   return 0;
 }
 
+// The stage itself, once its command line is read.
+int produce(const workers::StageOptions& options) {
+  const auto& [args, mode, prefix, requests, dim, deadline, linger] = options;
+
+  Progress progress;
+  // Before any thread starts, so that all of them leave SIGINT/SIGTERM to the watcher.
+  services::SignalWatcher watcher([&](int) {
+    std::lock_guard lock(progress.mutex);
+    progress.stopping = true;
+    progress.changed.notify_all();
+  });
+  workers::StageWorker stage(args);
+  auto& worker = stage.worker;
+  const auto& via = stage.via;
+  auto status = mode == "readable"
+                    ? run_readable(worker, progress, prefix, requests, dim, deadline, via)
+                    : run_writable(worker, progress, prefix, requests, dim, deadline, via);
+  if (linger.count() > 0) {
+    std::cout << "producer: lingering " << linger.count() << " ms" << std::endl;
+    std::unique_lock lock(progress.mutex);
+    progress.changed.wait_for(lock, linger, [&] { return progress.stopping; });
+  }
+  return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    auto valued = services::channel_option_names();
-    valued.insert({"--mode", "--prefix", "--requests", "--dim", "--timeout",
-                   services::kMetricsListen, services::kLinger});
-    services::Arguments args(argc, argv, 1, valued, {"--help"});
-    if (args.has("--help")) {
-      std::cout << kHelp;
-      return 0;
-    }
-    if (!args.positional().empty()) {
-      throw services::UsageError("unexpected argument " + args.positional()[0]);
-    }
-    auto mode = args.get("--mode", "readable");
-    if (mode != "readable" && mode != "writable") {
-      throw services::UsageError("--mode is readable or writable");
-    }
-    auto prefix = args.get("--prefix", "emb");
-    sideband::validate_name(prefix);
-    auto requests = args.get_uint("--requests", 8);
-    auto dim = static_cast<std::size_t>(args.get_uint("--dim", 1024));
-    if (requests == 0 || dim == 0) throw services::UsageError("--requests and --dim must be > 0");
-    auto deadline = Clock::now() + args.get_seconds("--timeout", std::chrono::seconds(30));
-    const auto linger = services::linger_of(args);
-
-    Progress progress;
-    // Before any thread starts, so that all of them leave SIGINT/SIGTERM to the watcher.
-    services::SignalWatcher watcher([&](int) {
-      std::lock_guard lock(progress.mutex);
-      progress.stopping = true;
-      progress.changed.notify_all();
-    });
-    Connector connector(services::connector_options_from_environment());
-    auto metrics = services::start_metrics_listener(args, connector);
-    auto channel = services::make_channel(args);
-    sideband::Worker worker(connector, *channel);
-    auto via = services::channel_kind(args);
-    auto status = mode == "readable"
-                      ? run_readable(worker, progress, prefix, requests, dim, deadline, via)
-                      : run_writable(worker, progress, prefix, requests, dim, deadline, via);
-    if (linger.count() > 0) {
-      std::cout << "producer: lingering " << linger.count() << " ms" << std::endl;
-      std::unique_lock lock(progress.mutex);
-      progress.changed.wait_for(lock, linger, [&] { return progress.stopping; });
-    }
-    return status;
-  } catch (...) {
-    return services::report_failure("memwire-producer", std::current_exception());
-  }
+  return workers::run_stage(argc, argv, "memwire-producer", kHelp, {"readable", "writable"},
+                            produce);
 }
