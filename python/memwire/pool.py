@@ -15,11 +15,11 @@ their loop, taking a notification only on the loop's thread (a cancelled wait ta
 
 import asyncio
 import collections
-import json
 
 from . import _memwire
 from .descriptor import Descriptor
-from .errors import CancelledError, InvalidArgumentError, InvalidMetadataError, TimeoutError
+from .metadata import JsonMetadata, metadata_field
+from .errors import CancelledError, InvalidArgumentError, TimeoutError
 from .types import Device
 from ._support import reason_text, timeout_seconds
 
@@ -55,81 +55,24 @@ def _encode(value, what):
     raise InvalidArgumentError(f"{what} must be str or bytes, not {type(value).__name__}")
 
 
-class PoolMetadata:
+class PoolMetadata(JsonMetadata):
     """What a pool's owner hands out once per peer: its regions' block geometry (not one entry
     per block), endpoint, token and generation. ``PoolMetadata.from_json(text)`` is strict
     (InvalidMetadataError); metadata of a closed or re-registered pool is refused by its owner
     (ExpiredError) and never moves bytes."""
 
-    __slots__ = ("_native", "_fields", "_json")
+    __slots__ = ()
+    _native_type = _memwire.PoolMetadata
+    _what = "pool metadata"
 
-    def __init__(self, native):
-        if not isinstance(native, _memwire.PoolMetadata):
-            raise InvalidMetadataError("use PoolMetadata.from_json(text)")
-        self._native = native
-        self._fields = None
-        self._json = None
-
-    @classmethod
-    def from_json(cls, text):
-        if isinstance(text, (bytes, bytearray, memoryview)):
-            try:
-                text = bytes(text).decode("utf-8")
-            except UnicodeDecodeError:
-                raise InvalidMetadataError("pool metadata is not UTF-8") from None
-        if isinstance(text, dict):
-            text = json.dumps(text)
-        if not isinstance(text, str):
-            raise InvalidMetadataError(f"pool metadata must be JSON text, not {type(text).__name__}")
-        return cls(_memwire.PoolMetadata.from_json(text))
-
-    @classmethod
-    def coerce(cls, value):
-        """PoolMetadata, JSON text/bytes or a dict -> PoolMetadata."""
-        return value if isinstance(value, PoolMetadata) else cls.from_json(value)
-
-    def to_json(self):
-        if self._json is None:
-            self._json = self._native.to_json()
-        return self._json
-
-    def to_dict(self):
-        return json.loads(self.to_json())
-
-    def _field(self, key):
-        if self._fields is None:
-            self._fields = self._native.fields()
-        return self._fields[key]
-
-    @property
-    def name(self):
-        return self._field("name")
-
-    @property
-    def generation(self):
-        return self._field("generation")
-
-    @property
-    def block_count(self):
-        return self._field("block_count")
+    name = metadata_field("name")
+    generation = metadata_field("generation")
+    block_count = metadata_field("block_count")
 
     @property
     def regions(self):
         """[{device, base, block_size, stride, count}], in block order."""
         return [dict(r, device=Device(r["device"])) for r in self._field("regions")]
-
-    @property
-    def connector(self):
-        """The owner's connector name."""
-        return self._field("connector")
-
-    def __eq__(self, other):
-        return isinstance(other, PoolMetadata) and self._native == other._native
-
-    __hash__ = None
-
-    def __str__(self):
-        return self.to_json()
 
     def __repr__(self):
         return (
