@@ -32,6 +32,33 @@ def reason_text(reason):
     return reason
 
 
+class EndsWithBlock:
+    """``with``: the block's end calls the method ``_end_of_block`` names (close, stop...)."""
+
+    __slots__ = ()
+    _end_of_block = "close"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        getattr(self, self._end_of_block)()
+        return False
+
+
+class EndsWithAsyncBlock(EndsWithBlock):
+    """``with`` and ``async with`` alike."""
+
+    __slots__ = ()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        getattr(self, self._end_of_block)()
+        return False
+
+
 class LoopCompletions:
     """Completions for one event loop. memwire's thread that finishes an operation posts
     (token, status) to a native Notifier, whose eventfd the loop watches (add_reader): no GIL is

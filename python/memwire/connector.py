@@ -14,7 +14,8 @@ from .errors import InvalidArgumentError, MemwireError, TimeoutError
 from .metadata import RdmaMetadata
 from .pool import Pool, PoolMetadata, as_pairs, as_regions, as_slice, as_tag
 from .types import OperationKind, OperationStatus
-from ._support import DEFAULT_TIMEOUT, TIMED_OUT, completions_for, reason_text, timeout_seconds
+from ._support import DEFAULT_TIMEOUT, TIMED_OUT, EndsWithAsyncBlock, completions_for, reason_text
+from ._support import timeout_seconds
 
 #: How long wait_for_completion watches an unfinished operation before it lets the event loop
 #: wake it: a small transfer usually ends sooner than a loop wake-up takes (0: never watch).
@@ -56,13 +57,15 @@ def _expire(waiter):
         waiter.set_result(False)
 
 
-class _Operation:
+class _Operation(EndsWithAsyncBlock):
     """What the four operations share: status, waiting with a deadline, cancel, context managers.
 
     The object returned by ``Connector.create_readable`` & co. is also awaitable (it returns
     itself), so both ``op = await connector.begin_read(...)`` and the older, non-awaited
     ``with connector.begin_read(...) as op:`` work.
     """
+
+    _end_of_block = "_cancel_quietly"
 
     _waiters = 0  # tasks awaiting the completion future directly (0 or 1)
 
@@ -212,20 +215,6 @@ class _Operation:
         memory (later calls raise InvalidArgumentError)."""
         self._native.close()
         self._descriptors = []
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self._cancel_quietly()
-        return False
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        self._cancel_quietly()
-        return False
 
     def __repr__(self):
         try:

@@ -10,7 +10,7 @@ The owner (tcp, shm) or the NIC (verbs) refuses a transfer outside the blocks, a
 or after the lease, before any byte lands. Dropping the grant closes it too.
 """
 
-from ._support import reason_text
+from ._support import EndsWithBlock, reason_text
 from .errors import InvalidArgumentError
 from .pool import PoolMetadata
 
@@ -25,7 +25,7 @@ def access_code(access):
     return code
 
 
-class BlockGrant:
+class BlockGrant(EndsWithBlock):
     """What ``Pool.grant`` returns. ``metadata`` goes to the peer; ``close(reason)`` ends the
     grant (idempotent). Given to a ``LayerReceiver``, the grant moves there: the receiver's
     ``cancel()`` closes it."""
@@ -72,13 +72,6 @@ class BlockGrant:
         request X: reason"), requests under way finish landing first, and waits for its open
         transfers' tags end with CancelledError. Idempotent."""
         self._native.close(reason_text(reason))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
     def __repr__(self):
         state = "closed" if self.closed else "live"

@@ -20,7 +20,7 @@ fd to hook an event loop to, so asyncio code runs them in a thread
 """
 
 from . import _memwire
-from ._support import reason_text, timeout_seconds
+from ._support import EndsWithBlock, reason_text, timeout_seconds
 from .errors import InvalidArgumentError
 from .grant import BlockGrant
 from .pool import Pool, PoolMetadata, _encode, as_pairs, as_slice
@@ -41,7 +41,7 @@ def _pool(pool):
     return pool
 
 
-class _Closable:
+class _Closable(EndsWithBlock):
     """close() is what dropping it does in C++, now: a sender cancels its unfinished layers, a
     receiver closes its grant; later calls raise InvalidArgumentError."""
 
@@ -55,13 +55,6 @@ class _Closable:
 
     def close(self):
         self._native = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
 
 class LayerSender(_Closable):
@@ -93,7 +86,6 @@ class LayerSender(_Closable):
     @property
     def layers_sent(self):
         return self._live.layers_sent()
-
 
 
 class LayerReceiver(_Closable):
@@ -134,7 +126,6 @@ class LayerReceiver(_Closable):
         if self._metadata is None:
             self._live.grant_metadata()  # raises
         return self._metadata
-
 
 
 __all__ = ["LayerReceiver", "LayerSender", "layer_tag"]

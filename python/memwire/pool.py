@@ -21,7 +21,7 @@ from .descriptor import Descriptor
 from .metadata import JsonMetadata, metadata_field
 from .errors import CancelledError, InvalidArgumentError, TimeoutError
 from .types import Device
-from ._support import reason_text, timeout_seconds
+from ._support import EndsWithAsyncBlock, reason_text, timeout_seconds
 
 #: A tag a peer sent once its transfer's bytes were in the pool (or, for a read, once it had
 #: them all). With ``authenticated``, ``peer`` is the name of the grant (``Pool.metadata_for``)
@@ -211,7 +211,7 @@ def as_tag(tag):
     return _encode(tag, "a tag")
 
 
-class Pool:
+class Pool(EndsWithAsyncBlock):
     """A registered pool (``Connector.register_pool``). Closing it (``close(reason="")``, leaving
     its ``with`` block, or dropping it) revokes peers' access at once, fails the transfers that
     use it here (and waits until none touches its memory), and ends every wait with
@@ -307,20 +307,6 @@ class Pool:
         """Ends the pool (C++'s ``Pool::close(reason)``); idempotent."""
         self._native.close(reason_text(reason))
         self._returned.clear()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        self.close()
-        return False
 
     def __repr__(self):
         state = "closed" if self.closed else f"{self.block_count} blocks"

@@ -16,7 +16,7 @@ from .connector import ReadOperation, WritableOperation
 from .errors import NotFoundError
 from .metadata import RdmaMetadata
 from .types import OperationStatus
-from ._support import completions_for, reason_text, timeout_seconds
+from ._support import EndsWithAsyncBlock, EndsWithBlock, completions_for, reason_text, timeout_seconds
 
 
 def _ms(seconds):
@@ -190,8 +190,10 @@ class NatsChannel(_Channel):
         )
 
 
-class HttpEndpoint:
+class HttpEndpoint(EndsWithBlock):
     """The HTTP metadata endpoint, embedded in this process (memwire-registry runs it alone)."""
+
+    _end_of_block = "stop"
 
     def __init__(self, bind_address="127.0.0.1", port=0, *, token=""):
         self._native = _memwire.HttpEndpoint(bind_address, port, token)
@@ -208,14 +210,8 @@ class HttpEndpoint:
     def stop(self):
         self._native.stop()
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc):
-        self.stop()
-
-
-class Lease:
+class Lease(EndsWithAsyncBlock):
     """Memory published under a name. Ending it (``close(reason="")``, leaving ``async with``,
     or dropping it) withdraws the name and revokes remote access; ``await lease.wait()``
     returns once a reader read it."""
@@ -278,20 +274,8 @@ class Lease:
         wait in progress ends with CancelledError carrying ``reason``. Idempotent."""
         self._native.close(reason_text(reason))
 
-    async def __aenter__(self):
-        return self
 
-    async def __aexit__(self, *exc):
-        self.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-class Subscription:
+class Subscription(EndsWithAsyncBlock):
     """A serve() registration; close() (or leaving ``with``) ends it."""
 
     def __init__(self, native, handler):
@@ -300,18 +284,6 @@ class Subscription:
 
     def close(self):
         self._native.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        self.close()
 
 
 class Worker:
