@@ -1,14 +1,16 @@
 """The usage examples of nixl_connect's documentation, run unchanged on memwire.
 
-Each snippet below is the example's text as the docs give it (the current docs, and the older
-pages where the code differed). The only change is the import: the snippets say
-``dynamo.nixl_connect``, which is bound here to ``memwire`` (as ``import memwire as connect``
-would). What the examples leave to the application (the sideband that carries the metadata,
-Dynamo's ``async_on_start`` and ``dynamo_context``) is supplied by the test: two workers in one
-event loop, handing metadata over an asyncio queue.
+Each snippet (nixl_connect_examples.md, beside this file) is the example's text as the docs
+give it (the current docs, and the older pages where the code differed). The only change is
+the import: the snippets say ``dynamo.nixl_connect``, which is bound here to ``memwire`` (as
+``import memwire as connect`` would). What the examples leave to the application (the sideband
+that carries the metadata, Dynamo's ``async_on_start`` and ``dynamo_context``) is supplied by
+the test: two workers in one event loop, handing metadata over an asyncio queue.
 """
 
 import asyncio
+import pathlib
+import re
 import textwrap
 import types
 
@@ -18,145 +20,25 @@ import memwire
 
 torch = pytest.importorskip("torch", reason="the examples move torch tensors (python3-torch)")
 
-CONNECTOR_INIT = {
-    "current": """
-    @async_on_start
-    async def async_init(self):
-      self.connector = dynamo.nixl_connect.Connector()
-""",
-    "older": """
-    @async_on_start
-    async def async_init(self):
-      runtime = dynamo_context["runtime"]
+EXAMPLES = pathlib.Path(__file__).with_name("nixl_connect_examples.md")
 
-      self.connector = dynamo.nixl_connect.Connector(runtime=runtime)
-      await self.connector.initialize()
-""",
-}
 
-READABLE = {
-    "current": """
-    async def send_data(
-      self,
-      local_tensor: torch.Tensor
-    ) -> None:
-      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
+def examples():
+    """{name: {version: text}} of the docs' snippets in EXAMPLES."""
+    found = {}
+    text = EXAMPLES.read_text()
+    blocks = re.findall(r"^## (\w+) \((\w+)\)\n\n```python\n(.*?)^```$", text, re.M | re.S)
+    for name, version, snippet in blocks:
+        found.setdefault(name, {})[version] = snippet
+    return found
 
-      with await self.connector.create_readable(descriptor) as read_op:
-        op_metadata = read_op.metadata()
 
-        # Send the metadata to the remote worker via sideband communication.
-        await self.notify_remote_data(op_metadata)
-        # Wait for the remote worker to complete its read operation of local_tensor.
-        # AKA send data to remote worker.
-        await read_op.wait_for_completion()
-""",
-    "older": """
-    async def send_data(
-      self,
-      local_tensor: torch.Tensor
-    ) -> None:
-      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
-
-      with self.connector.create_readable(descriptor) as read_op:
-        op_metadata = read_op.metadata()
-
-        # Send the metadata to the remote worker via sideband communication.
-        await self.notify_remote_data(op_metadata)
-        # Wait for the remote worker to complete its read operation of local_tensor.
-        # AKA send data to remote worker.
-        await read_op.wait_for_completion()
-""",
-}
-
-READ = {
-    "current": """
-    async def read_from_remote(
-      self,
-      remote_metadata: dynamo.nixl_connect.RdmaMetadata,
-      local_tensor: torch.Tensor
-    ) -> None:
-      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
-
-      with await self.connector.begin_read(remote_metadata, descriptor) as read_op:
-        # Wait for the operation to complete writing data from the remote worker to local_tensor.
-        await read_op.wait_for_completion()
-""",
-    "older": """
-    async def read_from_remote(
-      self,
-      remote_metadata: dynamo.nixl_connect.RdmaMetadata,
-      local_tensor: torch.Tensor
-    ) -> None:
-      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
-
-      with self.connector.begin_read(descriptor, remote_metadata) as read_op:
-        # Wait for the operation to complete writing data from the remote worker to local_tensor.
-        await read_op.wait_for_completion()
-""",
-}
-
-WRITABLE = {
-    "current": """
-    async def recv_data(
-      self,
-      local_tensor: torch.Tensor
-    ) -> None:
-      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
-
-      with await self.connector.create_writable(descriptor) as write_op:
-        op_metadata = write_op.metadata()
-
-        # Send the metadata to the remote worker via sideband communication.
-        await self.request_remote_data(op_metadata)
-        # Wait the remote worker to complete its write operation to local_tensor.
-        # AKA receive data from remote worker.
-        await write_op.wait_for_completion()
-""",
-    "older": """
-    async def recv_data(
-      self,
-      local_tensor: torch.Tensor
-    ) -> None:
-      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
-
-      with self.connector.create_writable(descriptor) as write_op:
-        op_metadata = write_op.metadata()
-
-        # Send the metadata to the remote worker via sideband communication.
-        await self.request_remote_data(op_metadata)
-        # Wait the remote worker to complete its write operation to local_tensor.
-        # AKA receive data from remote worker.
-        await write_op.wait_for_completion()
-""",
-}
-
-WRITE = {
-    "current": """
-    async def write_to_remote(
-      self,
-      remote_metadata: dynamo.nixl_connect.RdmaMetadata,
-      local_tensor: torch.Tensor
-    ) -> None:
-      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
-
-      with await self.connector.begin_write(descriptor, remote_metadata) as write_op:
-        # Wait for the operation to complete writing local_tensor to the remote worker.
-        await write_op.wait_for_completion()
-""",
-    "older": """
-    async def write_to_remote(
-      self,
-      remote_metadata: dynamo.nixl_connect.RdmaMetadata,
-      local_tensor: torch.Tensor
-    ) -> None:
-      descriptor = dynamo.nixl_connect.Descriptor(local_tensor)
-
-      with self.connector.begin_write(descriptor, remote_metadata) as write_op:
-        # Wait for the operation to complete writing local_tensor to the remote worker.
-        await write_op.wait_for_completion()
-""",
-}
+SNIPPETS = examples()
+CONNECTOR_INIT = SNIPPETS["connector_init"]
+READABLE = SNIPPETS["readable"]
+READ = SNIPPETS["read"]
+WRITABLE = SNIPPETS["writable"]
+WRITE = SNIPPETS["write"]
 
 
 def make_worker(*snippets):
