@@ -71,50 +71,53 @@ def pattern(n):
     return torch.arange(n, dtype=torch.float32) * 0.5 - 7
 
 
+def exchange(owner_snippets, peer_snippets, elements, passive, active):
+    """Two workers made of the snippets, the owner's passive example against the peer's active
+    one over `elements` floats: ``passive(owner, source, target)`` and ``active(peer, remote,
+    source, target)`` are their calls. Returns (source, target) once both ended."""
+
+    async def main():
+        owner, peer = make_worker(*owner_snippets), make_worker(*peer_snippets)
+        owner.peer, peer.peer = peer, owner
+        await owner.async_init()
+        await peer.async_init()
+        source = pattern(elements)
+        target = torch.zeros(elements, dtype=torch.float32)
+
+        async def active_side():
+            remote = memwire.RdmaMetadata.from_json(await peer.sideband.get())
+            await active(peer, remote, source, target)
+
+        await asyncio.wait_for(asyncio.gather(passive(owner, source, target), active_side()), 30)
+        return source, target
+
+    return asyncio.run(main())
+
+
 @pytest.mark.parametrize("init", ["current", "older"])
 @pytest.mark.parametrize("passive", ["current", "older"])
 @pytest.mark.parametrize("active", ["current", "older"])
 def test_readable_then_read(init, passive, active):
-    async def main():
-        owner = make_worker(CONNECTOR_INIT[init], READABLE[passive])
-        reader = make_worker(CONNECTOR_INIT[init], READ[active])
-        owner.peer, reader.peer = reader, owner
-        await owner.async_init()
-        await reader.async_init()
-        source = pattern(1 << 16)
-        target = torch.zeros(1 << 16, dtype=torch.float32)
-
-        async def read_side():
-            remote = memwire.RdmaMetadata.from_json(await reader.sideband.get())
-            await reader.read_from_remote(remote, target)
-
-        await asyncio.wait_for(asyncio.gather(owner.send_data(source), read_side()), 30)
-        return source, target
-
-    source, target = asyncio.run(main())
+    source, target = exchange(
+        [CONNECTOR_INIT[init], READABLE[passive]],
+        [CONNECTOR_INIT[init], READ[active]],
+        1 << 16,
+        lambda owner, source, target: owner.send_data(source),
+        lambda reader, remote, source, target: reader.read_from_remote(remote, target),
+    )
     assert torch.equal(source, target)
 
 
 @pytest.mark.parametrize("passive", ["current", "older"])
 @pytest.mark.parametrize("active", ["current", "older"])
 def test_writable_then_write(passive, active):
-    async def main():
-        owner = make_worker(CONNECTOR_INIT["current"], WRITABLE[passive])
-        writer = make_worker(CONNECTOR_INIT["current"], WRITE[active])
-        owner.peer, writer.peer = writer, owner
-        await owner.async_init()
-        await writer.async_init()
-        source = pattern(3 << 16)
-        target = torch.zeros(3 << 16, dtype=torch.float32)
-
-        async def write_side():
-            remote = memwire.RdmaMetadata.from_json(await writer.sideband.get())
-            await writer.write_to_remote(remote, source)
-
-        await asyncio.wait_for(asyncio.gather(owner.recv_data(target), write_side()), 30)
-        return source, target
-
-    source, target = asyncio.run(main())
+    source, target = exchange(
+        [CONNECTOR_INIT["current"], WRITABLE[passive]],
+        [CONNECTOR_INIT["current"], WRITE[active]],
+        3 << 16,
+        lambda owner, source, target: owner.recv_data(target),
+        lambda writer, remote, source, target: writer.write_to_remote(remote, source),
+    )
     assert torch.equal(source, target)
 
 
