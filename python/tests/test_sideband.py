@@ -29,16 +29,28 @@ def channel_url(request):
     return "nats", url, lambda: memwire.NatsChannel(url)
 
 
+@pytest.fixture
+def new_worker(channel_url):
+    """Makes a Worker on the channel, with a connector of its own (in the event loop that uses it)."""
+    make = channel_url[2]
+    return lambda: memwire.Worker(memwire.Connector(), make())
+
+
 def unique(prefix):
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-def test_publish_and_read_by_name(channel_url):
-    _, _, make = channel_url
+def start_stage(children, stage, channel_url, mode, prefix, count, dim):
+    """memwire-<stage> (producer or consumer) over the channel, in `mode`, for the names
+    prefix.req-0..count-1 and embeddings of `dim` floats."""
+    kind, url, _ = channel_url
+    return children([program(f"services/memwire-{stage}"), f"--{kind}", url, "--mode", mode, "--prefix", prefix,
+                     "--requests", str(count), "--dim", str(dim), "--timeout", "30"], stdin=False)
 
+
+def test_publish_and_read_by_name(new_worker):
     async def main():
-        owner = memwire.Worker(memwire.Connector(), make())
-        reader = memwire.Worker(memwire.Connector(), make())
+        owner, reader = new_worker(), new_worker()
         name = unique("py.pub")
         data = np.random.default_rng(1).integers(0, 256, 1 << 20, dtype=np.uint8)
         # The reader starts first and waits for the name to appear.
@@ -56,12 +68,9 @@ def test_publish_and_read_by_name(channel_url):
     asyncio.run(main())
 
 
-def test_serve_and_request(channel_url):
-    _, _, make = channel_url
-
+def test_serve_and_request(new_worker):
     async def main():
-        owner = memwire.Worker(memwire.Connector(), make())
-        asker = memwire.Worker(memwire.Connector(), make())
+        owner, asker = new_worker(), new_worker()
         prefix = unique("py.srv")
         served = []
 
@@ -94,12 +103,9 @@ def test_serve_and_request(channel_url):
     asyncio.run(main())
 
 
-def test_async_serve_handler(channel_url):
-    _, _, make = channel_url
-
+def test_async_serve_handler(new_worker):
     async def main():
-        owner = memwire.Worker(memwire.Connector(), make())
-        asker = memwire.Worker(memwire.Connector(), make())
+        owner, asker = new_worker(), new_worker()
         prefix = unique("py.async")
 
         async def handler(name):
@@ -114,11 +120,9 @@ def test_async_serve_handler(channel_url):
     asyncio.run(main())
 
 
-def test_unknown_names_and_bad_names(channel_url):
-    _, _, make = channel_url
-
+def test_unknown_names_and_bad_names(new_worker):
     async def main():
-        worker = memwire.Worker(memwire.Connector(), make())
+        worker = new_worker()
         with pytest.raises(memwire.NotFoundError):
             await worker.read(unique("py.none"), memwire.Descriptor(bytearray(8)), timeout=2)
         with pytest.raises(memwire.TimeoutError):
@@ -134,15 +138,15 @@ def test_unknown_names_and_bad_names(channel_url):
 # --- with C++ programs ----------------------------------------------------------------------
 
 
-def test_python_publishes_and_the_cpp_cli_gets(channel_url, children, tmp_path):
-    kind, url, make = channel_url
+def test_python_publishes_and_the_cpp_cli_gets(new_worker, channel_url, children, tmp_path):
+    kind, url, _ = channel_url
     cli = program("services/memwire")
     data = np.random.default_rng(2).integers(0, 256, (3 << 20) + 17, dtype=np.uint8)
     name = unique("py.to-cpp")
     out = tmp_path / "out.bin"
 
     async def main():
-        owner = memwire.Worker(memwire.Connector(), make())
+        owner = new_worker()
         async with await owner.publish(name, memwire.Descriptor(data)) as lease:
             child = children([cli, "get", name, str(out), f"--{kind}", url, "--timeout", "20"], stdin=False)
             status = await lease.wait(timeout=30)
@@ -155,8 +159,8 @@ def test_python_publishes_and_the_cpp_cli_gets(channel_url, children, tmp_path):
     assert out.read_bytes() == data.tobytes()
 
 
-def test_the_cpp_cli_serves_and_python_reads(channel_url, children, tmp_path):
-    kind, url, make = channel_url
+def test_the_cpp_cli_serves_and_python_reads(new_worker, channel_url, children, tmp_path):
+    kind, url, _ = channel_url
     cli = program("services/memwire")
     data = np.random.default_rng(3).integers(0, 256, (2 << 20) + 5, dtype=np.uint8)
     source = tmp_path / "in.bin"
@@ -165,7 +169,7 @@ def test_the_cpp_cli_serves_and_python_reads(channel_url, children, tmp_path):
     child = children([cli, "serve", name, str(source), f"--{kind}", url, "--count", "1"], stdin=False)
 
     async def main():
-        reader = memwire.Worker(memwire.Connector(), make())
+        reader = new_worker()
         target = np.zeros_like(data)
         op = await reader.read(name, memwire.Descriptor(target), timeout=20, wait=True)
         return op, target
@@ -176,18 +180,15 @@ def test_the_cpp_cli_serves_and_python_reads(channel_url, children, tmp_path):
     assert child.wait(20) == 0, child.stderr_tail()
 
 
-def test_cpp_consumer_requests_from_a_python_server(channel_url, children):
-    kind, url, make = channel_url
-    consumer = program("services/memwire-consumer")
+def test_cpp_consumer_requests_from_a_python_server(new_worker, channel_url, children):
     prefix = unique("pyserve")
     dim, count = 256, 3
 
     async def main():
-        owner = memwire.Worker(memwire.Connector(), make())
+        owner = new_worker()
         handler = lambda name: memwire.Descriptor(embedding(int(name.rsplit("-", 1)[1]), dim))  # noqa: E731
         async with await owner.serve(prefix, handler):
-            child = children([consumer, f"--{kind}", url, "--mode", "request", "--prefix", prefix,
-                              "--requests", str(count), "--dim", str(dim), "--timeout", "30"], stdin=False)
+            child = start_stage(children, "consumer", channel_url, "request", prefix, count, dim)
             code = await asyncio.get_running_loop().run_in_executor(None, child.wait, 60)
             return code, child
 
@@ -196,18 +197,15 @@ def test_cpp_consumer_requests_from_a_python_server(channel_url, children):
     assert f"{count}/{count} embeddings verified" in child.process.stdout.read().decode()
 
 
-def test_cpp_consumer_reads_what_python_publishes(channel_url, children):
-    kind, url, make = channel_url
-    consumer = program("services/memwire-consumer")
+def test_cpp_consumer_reads_what_python_publishes(new_worker, channel_url, children):
     prefix = unique("pypub")
     dim, count = 300, 2
 
     async def main():
-        owner = memwire.Worker(memwire.Connector(), make())
+        owner = new_worker()
         arrays = [embedding(i, dim) for i in range(count)]
         leases = [await owner.publish(f"{prefix}.req-{i}", memwire.Descriptor(a)) for i in range(count) for a in [arrays[i]]]
-        child = children([consumer, f"--{kind}", url, "--mode", "read", "--prefix", prefix,
-                          "--requests", str(count), "--dim", str(dim), "--timeout", "30"], stdin=False)
+        child = start_stage(children, "consumer", channel_url, "read", prefix, count, dim)
         code = await asyncio.get_running_loop().run_in_executor(None, child.wait, 60)
         for lease in leases:
             lease.close()
@@ -217,46 +215,41 @@ def test_cpp_consumer_reads_what_python_publishes(channel_url, children):
     assert code == 0, child.stderr_tail()
 
 
-def test_python_requests_from_the_cpp_producer(channel_url, children):
-    kind, url, make = channel_url
-    producer = program("services/memwire-producer")
+async def expect_embeddings(new_worker, prefix, count, dim, fetch):
+    """Fetches prefix.req-0..count-1 into zeroed memory with ``fetch(worker, name, descriptor)``
+    on a new worker, and checks each embedding."""
+    worker = new_worker()
+    for request_id in range(count):
+        local = np.zeros(dim, dtype=np.float32)
+        await fetch(worker, f"{prefix}.req-{request_id}", memwire.Descriptor(local))
+        assert (local == embedding(request_id, dim)).all(), request_id
+
+
+def test_python_requests_from_the_cpp_producer(new_worker, channel_url, children):
     prefix = unique("cppserve")
     dim, count = 200, 3
-    child = children([producer, f"--{kind}", url, "--mode", "writable", "--prefix", prefix,
-                      "--requests", str(count), "--dim", str(dim), "--timeout", "30"], stdin=False)
+    child = start_stage(children, "producer", channel_url, "writable", prefix, count, dim)
 
-    async def main():
-        asker = memwire.Worker(memwire.Connector(), make())
-        for request_id in range(count):
-            local = np.zeros(dim, dtype=np.float32)
-            for _ in range(100):  # the producer may not serve yet: NotFound until it does
-                try:
-                    await asker.request(f"{prefix}.req-{request_id}", memwire.Descriptor(local), timeout=10)
-                    break
-                except memwire.NotFoundError:
-                    await asyncio.sleep(0.05)
-            assert (local == embedding(request_id, dim)).all(), request_id
+    async def request(asker, name, local):
+        for _ in range(100):  # the producer may not serve yet: NotFound until it does
+            try:
+                return await asker.request(name, local, timeout=10)
+            except memwire.NotFoundError:
+                await asyncio.sleep(0.05)
 
-    asyncio.run(main())
+    asyncio.run(expect_embeddings(new_worker, prefix, count, dim, request))
     assert child.wait(30) == 0, child.stderr_tail()
 
 
-def test_python_reads_what_the_cpp_producer_publishes(channel_url, children):
-    kind, url, make = channel_url
-    producer = program("services/memwire-producer")
+def test_python_reads_what_the_cpp_producer_publishes(new_worker, channel_url, children):
     prefix = unique("cpppub")
     dim, count = 128, 2
-    child = children([producer, f"--{kind}", url, "--mode", "readable", "--prefix", prefix,
-                      "--requests", str(count), "--dim", str(dim), "--timeout", "30"], stdin=False)
+    child = start_stage(children, "producer", channel_url, "readable", prefix, count, dim)
 
-    async def main():
-        reader = memwire.Worker(memwire.Connector(), make())
-        for request_id in range(count):
-            local = np.zeros(dim, dtype=np.float32)
-            await reader.read(f"{prefix}.req-{request_id}", memwire.Descriptor(local), timeout=20, wait=True)
-            assert (local == embedding(request_id, dim)).all(), request_id
+    def read(reader, name, local):
+        return reader.read(name, local, timeout=20, wait=True)
 
-    asyncio.run(main())
+    asyncio.run(expect_embeddings(new_worker, prefix, count, dim, read))
     assert child.wait(30) == 0, child.stderr_tail()
 
 
