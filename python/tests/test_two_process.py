@@ -20,13 +20,17 @@ KINDS = ["numpy", pytest.param("torch", marks=pytest.mark.skipif(not HAVE_TORCH,
 SHAPES = [(4096 * 3 + 5, 3), (8 << 20, 1)]
 
 
+def each_kind_and_shape(test):
+    """The test for every kind of buffer (KINDS) in every shape (SHAPES)."""
+    return pytest.mark.parametrize("kind", KINDS)(pytest.mark.parametrize("size,descs", SHAPES)(test))
+
+
 def local(kind, size, seed, descs, fill):
     buffers = make_buffers(kind, size, seed, descs, fill)
     return buffers, [memwire.Descriptor(b) for b in buffers]
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("size,descs", SHAPES)
+@each_kind_and_shape
 def test_read_from_a_python_peer(peer, kind, size, descs):
     seed = 11
     other = peer("readable", kind, size, seed, descs)
@@ -45,8 +49,7 @@ def test_read_from_a_python_peer(peer, kind, size, descs):
     assert other.read_line().startswith("done COMPLETE -")
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("size,descs", SHAPES)
+@each_kind_and_shape
 def test_a_python_peer_reads_from_us(peer, kind, size, descs):
     seed = 12
     other = peer("read", kind, size, seed, descs)
@@ -62,8 +65,7 @@ def test_a_python_peer_reads_from_us(peer, kind, size, descs):
     assert other.read_line().split()[:3] == ["done", "COMPLETE", "ok"]
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("size,descs", SHAPES)
+@each_kind_and_shape
 def test_write_into_a_python_peer(peer, kind, size, descs):
     seed = 13
     other = peer("writable", kind, size, seed, descs)
@@ -78,8 +80,7 @@ def test_write_into_a_python_peer(peer, kind, size, descs):
     assert other.read_line().split()[:3] == ["done", "COMPLETE", "ok"]
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("size,descs", SHAPES)
+@each_kind_and_shape
 def test_a_python_peer_writes_into_us(peer, kind, size, descs):
     seed = 14
     other = peer("write", kind, size, seed, descs)
