@@ -17,6 +17,8 @@ PRELUDE = textwrap.dedent(
     import numpy as np
     import memwire
     faulthandler.enable()
+    def http_worker(endpoint):
+        return memwire.Worker(memwire.Connector(), memwire.HttpChannel(endpoint.url))
     """
 )
 
@@ -30,7 +32,8 @@ def run_child(body, timeout=60):
 
 
 def check(body):
-    rc, out, err = run_child(body)
+    """Runs `body` in a child; it must exit 0 having reached its end (where it prints "ok")."""
+    rc, out, err = run_child(textwrap.dedent(body) + 'print("ok")\n')
     assert rc == 0 and out.strip().endswith("ok"), f"exit {rc}\nstdout: {out[-2000:]}\nstderr: {err[-4000:]}"
     return out
 
@@ -40,13 +43,12 @@ def test_a_lease_left_unreleased_in_a_returning_coroutine():
         """
         async def main():
             endpoint = memwire.HttpEndpoint()
-            worker = memwire.Worker(memwire.Connector(), memwire.HttpChannel(endpoint.url))
+            worker = http_worker(endpoint)
             data = bytearray(4096)
             lease = await worker.publish("left.behind", memwire.Descriptor(data))
             await asyncio.sleep(0.05)
         for _ in range(3):
             asyncio.run(main())
-        print("ok")
         """
     )
 
@@ -56,14 +58,14 @@ def test_a_returned_lease_outlives_its_worker_and_connector():
         """
         endpoint = memwire.HttpEndpoint()
         async def publish():
-            worker = memwire.Worker(memwire.Connector(), memwire.HttpChannel(endpoint.url))
+            worker = http_worker(endpoint)
             return await worker.publish("returned", memwire.Descriptor(bytearray(4096)))
         async def main():
             lease = await publish()
             gc.collect()
             # The lease still works: its worker, connector and channel are alive under it.
             assert lease.name == "returned" and lease.metadata() is not None
-            reader = memwire.Worker(memwire.Connector(), memwire.HttpChannel(endpoint.url))
+            reader = http_worker(endpoint)
             target = bytearray(4096)
             await reader.read("returned", memwire.Descriptor(target), timeout=10)
             del lease
@@ -71,7 +73,6 @@ def test_a_returned_lease_outlives_its_worker_and_connector():
             # Collected: released, so the name is withdrawn.
             assert "returned" not in await reader.channel.list()
         asyncio.run(main())
-        print("ok")
         """
     )
 
@@ -81,14 +82,13 @@ def test_a_lease_in_a_reference_cycle_is_collected_safely():
         """
         endpoint = memwire.HttpEndpoint()
         async def main():
-            worker = memwire.Worker(memwire.Connector(), memwire.HttpChannel(endpoint.url))
+            worker = http_worker(endpoint)
             lease = await worker.publish("cycle", memwire.Descriptor(bytearray(64)))
             worker.cycle = lease  # worker -> lease -> worker: only the collector frees them
             del worker, lease
             gc.collect()
         asyncio.run(main())
         gc.collect()
-        print("ok")
         """
     )
 
@@ -108,7 +108,6 @@ def test_operations_outlive_the_connector_they_came_from():
         for _ in range(3):
             asyncio.run(main())
         gc.collect()
-        print("ok")
         """
     )
 
@@ -130,7 +129,6 @@ def test_an_operation_keeps_its_memory_when_only_the_native_half_is_left():
             assert target == bytes([7]) * (1 << 20), "the source's memory was freed under it"
             native.close()
         asyncio.run(main())
-        print("ok")
         """
     )
 
@@ -140,10 +138,10 @@ def test_a_subscription_left_open_outlives_its_worker():
         """
         endpoint = memwire.HttpEndpoint()
         async def main():
-            worker = memwire.Worker(memwire.Connector(), memwire.HttpChannel(endpoint.url))
+            worker = http_worker(endpoint)
             return await worker.serve("served", lambda name: bytearray(b"x" * 16))
         async def ask():
-            requester = memwire.Worker(memwire.Connector(), memwire.HttpChannel(endpoint.url))
+            requester = http_worker(endpoint)
             target = bytearray(16)
             await requester.request("served.a", memwire.Descriptor(target), timeout=10)
             assert target == b"x" * 16
@@ -152,7 +150,6 @@ def test_a_subscription_left_open_outlives_its_worker():
         asyncio.run(ask())
         del subscription
         gc.collect()
-        print("ok")
         """
     )
 
