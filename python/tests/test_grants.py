@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import memwire
+from block_pools import block_pools
 
 TRANSPORTS = ["tcp", "shm"]
 BLOCK = 1024
@@ -17,12 +18,8 @@ BLOCKS = 16
 @pytest.fixture(params=TRANSPORTS)
 def side(request):
     """(owner's memory, owner's pool, peer connector, peer's pool) with the peer's blocks 'p'."""
-    owner = memwire.Connector(transports=[request.param], environment=False, name="decode")
-    peer = memwire.Connector(transports=[request.param], environment=False, name="prefill")
-    there = np.zeros(BLOCKS * BLOCK, dtype=np.uint8)
-    here = np.full(BLOCKS * BLOCK, ord("p"), dtype=np.uint8)
-    with owner.register_pool((there, BLOCK)) as pool, peer.register_pool((here, BLOCK)) as local:
-        yield there, pool, peer, local, here
+    with block_pools(request.param, BLOCKS, BLOCK) as pools:
+        yield pools
 
 
 def block(memory, index):

@@ -6,10 +6,10 @@ prefill's cancel() ends decode's waits with Cancelled and its reason."""
 import threading
 import time
 
-import numpy as np
 import pytest
 
 import memwire
+from block_pools import block_pools
 
 TRANSPORTS = ["tcp", "shm"]
 BLOCK = 1024
@@ -18,11 +18,8 @@ BLOCKS = 8
 
 @pytest.fixture(params=TRANSPORTS)
 def pair(request):
-    decode = memwire.Connector(transports=[request.param], environment=False, name="decode")
-    prefill = memwire.Connector(transports=[request.param], environment=False, name="prefill")
-    there = np.zeros(BLOCKS * BLOCK, dtype=np.uint8)
-    here = np.full(BLOCKS * BLOCK, ord("p"), dtype=np.uint8)
-    with decode.register_pool((there, BLOCK)) as pool, prefill.register_pool((here, BLOCK)) as local:
+    """(decode's memory, decode's pool, prefill's connector, prefill's pool)."""
+    with block_pools(request.param, BLOCKS, BLOCK) as (there, pool, prefill, local, _):
         yield there, pool, prefill, local
 
 
