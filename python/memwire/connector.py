@@ -440,12 +440,24 @@ class Connector:
             raise InvalidArgumentError("a read-only pool cannot receive blocks")
         return pool
 
-    def _blocks(self, cls, start, pool):
+    def _block_transfer(self, remote_metadata, pairs, local_pool, tag, slice, receiving):
+        """read_blocks (``receiving``) and write_blocks: their arguments checked in one order,
+        then the native call, armed for the running loop's completions when there is one."""
+        remote = PoolMetadata.coerce(remote_metadata)
+        pool = self._local_pool(local_pool, receiving=receiving)
+        blocks, raw_tag, part = as_pairs(pairs), as_tag(tag), as_slice(slice)
         loop = self._loop()
-        op = cls.__new__(cls)
+        op = BlockTransfer.__new__(BlockTransfer)
         notifier, token = op._arm(loop) if loop is not None else (None, 0)
         try:
-            native = start(notifier, token)
+            if receiving:
+                native = self._native.read_blocks(
+                    remote._native, blocks, pool._native, raw_tag, part, notifier, token, pool
+                )
+            else:
+                native = self._native.write_blocks(
+                    pool._native, blocks, remote._native, raw_tag, part, notifier, token, pool
+                )
         except BaseException:
             if loop is not None:
                 op._completions_forget()
@@ -462,30 +474,12 @@ class Connector:
         is here. ``slice=(remote_offset, local_offset, length)`` moves only that part of each
         pair's blocks (C++'s BlockSlice; pools of different block sizes pair when it fits
         both). Returns a BlockTransfer (await it or use it directly)."""
-        remote = PoolMetadata.coerce(remote_metadata)
-        pool = self._local_pool(local_pool, receiving=True)
-        blocks, raw_tag, part = as_pairs(pairs), as_tag(tag), as_slice(slice)
-        return self._blocks(
-            BlockTransfer,
-            lambda notifier, token: self._native.read_blocks(
-                remote._native, blocks, pool._native, raw_tag, part, notifier, token, pool
-            ),
-            pool,
-        )
+        return self._block_transfer(remote_metadata, pairs, local_pool, tag, slice, receiving=True)
 
     def write_blocks(self, local_pool, pairs, remote_metadata, tag="", slice=None):
         """Writes local blocks into remote ones; ``pairs`` and ``slice`` as in read_blocks.
         The owner receives ``tag`` only once the blocks are in its memory."""
-        remote = PoolMetadata.coerce(remote_metadata)
-        pool = self._local_pool(local_pool, receiving=False)
-        blocks, raw_tag, part = as_pairs(pairs), as_tag(tag), as_slice(slice)
-        return self._blocks(
-            BlockTransfer,
-            lambda notifier, token: self._native.write_blocks(
-                pool._native, blocks, remote._native, raw_tag, part, notifier, token, pool
-            ),
-            pool,
-        )
+        return self._block_transfer(remote_metadata, pairs, local_pool, tag, slice, receiving=False)
 
 
 __all__ = [
