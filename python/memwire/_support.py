@@ -3,6 +3,7 @@ each event loop (a native Notifier whose eventfd the loop watches), which the co
 operations and the sideband's calls both wait on."""
 
 import math
+import operator
 
 from . import _memwire
 from .errors import InvalidArgumentError
@@ -30,6 +31,16 @@ def reason_text(reason):
     if not isinstance(reason, str):
         raise InvalidArgumentError(f"a reason is a string, not {type(reason).__name__}")
     return reason
+
+
+def read_only(attribute, doc=None):
+    """A read-only property: the object's ``attribute`` (dotted for a part's: "_native.url")."""
+    return property(operator.attrgetter(attribute), doc=doc)
+
+
+def native_answer(method, doc=None):
+    """A read-only property: what the native object's ``method()`` answers."""
+    return property(lambda self: getattr(self._native, method)(), doc=doc)
 
 
 class EndsWithBlock:

@@ -15,7 +15,7 @@ from .metadata import RdmaMetadata
 from .pool import Pool, PoolMetadata, as_pairs, as_regions, as_slice, as_tag
 from .types import OperationKind, OperationStatus
 from ._support import DEFAULT_TIMEOUT, TIMED_OUT, EndsWithAsyncBlock, completions_for, reason_text
-from ._support import timeout_seconds
+from ._support import native_answer, read_only, timeout_seconds
 
 #: How long wait_for_completion watches an unfinished operation before it lets the event loop
 #: wake it: a small transfer usually ends sooner than a loop wake-up takes (0: never watch).
@@ -108,17 +108,13 @@ class _Operation(EndsWithAsyncBlock):
         return OperationKind(self._native.kind())
 
     @property
-    def transport(self):
-        """The transport that moved the bytes: "shm", "tcp" or "verbs" ("" before known)."""
-        return self._native.transport()
-
-    @property
-    def error_message(self):
-        return self._native.error_message()
-
-    @property
     def descriptors(self):
         return list(self._descriptors)
+
+    transport = native_answer(
+        "transport", 'The transport that moved the bytes: "shm", "tcp" or "verbs" ("" before known).'
+    )
+    error_message = native_answer("error_message")
 
     async def wait_for_completion(self, timeout=None):
         """Waits until the operation ends, at most ``timeout`` seconds (default DEFAULT_TIMEOUT).
@@ -316,13 +312,8 @@ class Connector:
         self._runtime = runtime
         self._namespace = namespace or ""
 
-    @property
-    def name(self):
-        return self._native.name
-
-    @property
-    def hostname(self):
-        return self._native.hostname
+    name = read_only("_native.name")
+    hostname = read_only("_native.hostname")
 
     @property
     def namespace(self):

@@ -3,6 +3,7 @@
 from . import _memwire
 from .errors import InvalidArgumentError
 from .types import Device, DeviceKind
+from ._support import read_only
 
 
 def _is_torch_tensor(data):
@@ -121,27 +122,13 @@ class Descriptor:
             )
         self._readonly = access == 1
 
-    @property
-    def ptr(self):
-        return self._ptr
-
-    @property
-    def size(self):
-        return self._size
-
-    @property
-    def device(self):
-        return self._device
-
-    @property
-    def readonly(self):
-        """True for memory that may only be a source (bytes, read-only buffers)."""
-        return self._readonly
-
-    @property
-    def data(self):
-        """The object the memory belongs to."""
-        return self._owner
+    ptr = read_only("_ptr")
+    size = read_only("_size")
+    device = read_only("_device")
+    readonly = read_only(
+        "_readonly", "True for memory that may only be a source (bytes, read-only buffers)."
+    )
+    data = read_only("_owner", "The object the memory belongs to.")
 
     @property
     def is_registered(self):

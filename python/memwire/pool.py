@@ -21,7 +21,7 @@ from .descriptor import Descriptor
 from .metadata import JsonMetadata, metadata_field
 from .errors import CancelledError, InvalidArgumentError, TimeoutError
 from .types import Device
-from ._support import EndsWithAsyncBlock, reason_text, timeout_seconds
+from ._support import EndsWithAsyncBlock, native_answer, reason_text, timeout_seconds
 
 #: A tag a peer sent once its transfer's bytes were in the pool (or, for a read, once it had
 #: them all). With ``authenticated``, ``peer`` is the name of the grant (``Pool.metadata_for``)
@@ -276,14 +276,10 @@ class Pool(EndsWithAsyncBlock):
         )
         return BlockGrant(native)
 
-    @property
-    def peer_faults(self):
-        """Frames peers sent against the protocol (each refused, its connection closed)."""
-        return self._native.peer_faults()
-
-    @property
-    def block_count(self):
-        return self._native.block_count()
+    peer_faults = native_answer(
+        "peer_faults", "Frames peers sent against the protocol (each refused, its connection closed)."
+    )
+    block_count = native_answer("block_count")
 
     @property
     def regions(self):

@@ -16,7 +16,8 @@ from .connector import ReadOperation, WritableOperation
 from .errors import NotFoundError
 from .metadata import RdmaMetadata
 from .types import OperationStatus
-from ._support import EndsWithAsyncBlock, EndsWithBlock, completions_for, reason_text, timeout_seconds
+from ._support import EndsWithAsyncBlock, EndsWithBlock, completions_for, read_only, reason_text
+from ._support import timeout_seconds
 
 
 def _ms(seconds):
@@ -199,13 +200,8 @@ class HttpEndpoint(EndsWithBlock):
         self._native = _memwire.HttpEndpoint(bind_address, port, token)
         self._native.start()
 
-    @property
-    def url(self):
-        return self._native.url
-
-    @property
-    def port(self):
-        return self._native.port
+    url = read_only("_native.url")
+    port = read_only("_native.port")
 
     def stop(self):
         self._native.stop()

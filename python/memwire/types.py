@@ -4,6 +4,7 @@ import enum
 
 from . import _memwire
 from .errors import InvalidArgumentError
+from ._support import read_only
 
 
 class DeviceKind(enum.IntEnum):
@@ -75,13 +76,8 @@ class Device:
         self._kind = kind
         self._id = ident
 
-    @property
-    def kind(self):
-        return self._kind
-
-    @property
-    def id(self):
-        return self._id
+    kind = read_only("_kind")
+    id = read_only("_id")
 
     def __str__(self):
         return "cpu" if self._kind == DeviceKind.HOST else f"cuda:{self._id}"
