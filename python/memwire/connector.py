@@ -368,16 +368,7 @@ class Connector:
         (local_descriptors, remote_metadata): the argument types tell them apart."""
         if not _looks_like_metadata(remote_metadata) and _looks_like_metadata(local_descriptors):
             remote_metadata, local_descriptors = local_descriptors, remote_metadata
-        remote = RdmaMetadata.coerce(remote_metadata)  # pairing is checked by the core
-        descriptors = as_descriptors(local_descriptors, writable_target=True)
-        loop = self._loop()
-        op = ReadOperation.__new__(ReadOperation)
-        notifier, token = op._arm(loop) if loop is not None else (None, 0)
-        native = self._native.begin_read(remote._native, [d._spec() for d in descriptors], notifier, token, descriptors)
-        op._connector, op._native, op._descriptors = self, native, descriptors
-        if loop is None:
-            op._loop = op._done = None
-        return op
+        return self._begin(ReadOperation, remote_metadata, local_descriptors)
 
     def begin_write(self, local_descriptors, remote_metadata):
         """Writes local memory into a remote writable operation; the transfer starts now.
@@ -386,12 +377,22 @@ class Connector:
         too."""
         if _looks_like_metadata(local_descriptors) and not _looks_like_metadata(remote_metadata):
             local_descriptors, remote_metadata = remote_metadata, local_descriptors
+        return self._begin(WriteOperation, remote_metadata, local_descriptors)
+
+    def _begin(self, cls, remote_metadata, local_descriptors):
+        """begin_read (cls ReadOperation) and begin_write, their arguments in order: the transfer
+        starts now, armed for the running loop's completions when there is one."""
+        reading = cls is ReadOperation
         remote = RdmaMetadata.coerce(remote_metadata)  # pairing is checked by the core
-        descriptors = as_descriptors(local_descriptors, writable_target=False)
+        descriptors = as_descriptors(local_descriptors, writable_target=reading)
         loop = self._loop()
-        op = WriteOperation.__new__(WriteOperation)
+        op = cls.__new__(cls)
         notifier, token = op._arm(loop) if loop is not None else (None, 0)
-        native = self._native.begin_write([d._spec() for d in descriptors], remote._native, notifier, token, descriptors)
+        specs = [d._spec() for d in descriptors]
+        if reading:
+            native = self._native.begin_read(remote._native, specs, notifier, token, descriptors)
+        else:
+            native = self._native.begin_write(specs, remote._native, notifier, token, descriptors)
         op._connector, op._native, op._descriptors = self, native, descriptors
         if loop is None:
             op._loop = op._done = None
