@@ -1,6 +1,7 @@
 """One process: the nixl_connect surface, memwire's errors, timeouts and asyncio cancellation."""
 
 import asyncio
+import functools
 import gc
 import json
 import os
@@ -16,6 +17,16 @@ import memwire
 
 def run(coro):
     return asyncio.run(coro)
+
+
+def in_a_loop(test):
+    """Runs the coroutine function `test` in a fresh event loop: a plain test to pytest."""
+
+    @functools.wraps(test)
+    def run_it(*args, **kwargs):
+        return run(test(*args, **kwargs))
+
+    return run_it
 
 
 # --- enums, Device, Descriptor, metadata --------------------------------------------------
@@ -117,33 +128,31 @@ def test_cuda_array_interface_descriptor():
         memwire.Descriptor(CudaArray())
 
 
-def test_metadata_round_trip_and_strict_parsing():
-    async def main():
-        c = memwire.Connector()
-        data = np.arange(100, dtype=np.uint8)
-        op = await c.create_readable(memwire.Descriptor(data))
-        md = op.metadata()
-        again = memwire.RdmaMetadata.from_json(md.to_json())
-        assert again == md and md.model_dump_json() == md.to_json()
-        assert md.operation_kind == memwire.OperationKind.READ
-        assert md.descriptors[0]["size"] == 100 and len(md.notification_key) == 32
-        assert md.connector == c.name
-        fields = json.loads(md.to_json())
-        for broken in (
-            "not json",
-            "{}",
-            json.dumps(dict(fields, surprise=1)),
-            json.dumps(dict(fields, descriptors=[])),
-            json.dumps(dict(fields, operation_kind=7)),
-            json.dumps(dict(fields, notification_key="")),
-        ):
-            with pytest.raises(memwire.InvalidMetadataError):
-                memwire.RdmaMetadata.from_json(broken)
+@in_a_loop
+async def test_metadata_round_trip_and_strict_parsing():
+    c = memwire.Connector()
+    data = np.arange(100, dtype=np.uint8)
+    op = await c.create_readable(memwire.Descriptor(data))
+    md = op.metadata()
+    again = memwire.RdmaMetadata.from_json(md.to_json())
+    assert again == md and md.model_dump_json() == md.to_json()
+    assert md.operation_kind == memwire.OperationKind.READ
+    assert md.descriptors[0]["size"] == 100 and len(md.notification_key) == 32
+    assert md.connector == c.name
+    fields = json.loads(md.to_json())
+    for broken in (
+        "not json",
+        "{}",
+        json.dumps(dict(fields, surprise=1)),
+        json.dumps(dict(fields, descriptors=[])),
+        json.dumps(dict(fields, operation_kind=7)),
+        json.dumps(dict(fields, notification_key="")),
+    ):
         with pytest.raises(memwire.InvalidMetadataError):
-            await c.begin_read("[1,2]", memwire.Descriptor(bytearray(100)))
-        op.cancel()
-
-    run(main())
+            memwire.RdmaMetadata.from_json(broken)
+    with pytest.raises(memwire.InvalidMetadataError):
+        await c.begin_read("[1,2]", memwire.Descriptor(bytearray(100)))
+    op.cancel()
 
 
 def test_connector_identity():
@@ -157,133 +166,119 @@ def test_connector_identity():
 # --- the rules, as typed errors -----------------------------------------------------------
 
 
-def test_pairing_errors():
-    async def main():
-        c = memwire.Connector()
-        readable = await c.create_readable(memwire.Descriptor(bytearray(64)))
-        writable = await c.create_writable(memwire.Descriptor(bytearray(64)))
-        with pytest.raises(memwire.PairingError):
-            await c.begin_read(writable.metadata(), memwire.Descriptor(bytearray(64)))
-        with pytest.raises(memwire.PairingError):
-            await c.begin_write(memwire.Descriptor(bytearray(64)), readable.metadata())
-        assert isinstance(memwire.PairingError("x"), ValueError)
-
-    run(main())
+@in_a_loop
+async def test_pairing_errors():
+    c = memwire.Connector()
+    readable = await c.create_readable(memwire.Descriptor(bytearray(64)))
+    writable = await c.create_writable(memwire.Descriptor(bytearray(64)))
+    with pytest.raises(memwire.PairingError):
+        await c.begin_read(writable.metadata(), memwire.Descriptor(bytearray(64)))
+    with pytest.raises(memwire.PairingError):
+        await c.begin_write(memwire.Descriptor(bytearray(64)), readable.metadata())
+    assert isinstance(memwire.PairingError("x"), ValueError)
 
 
-def test_size_and_count_mismatch():
-    async def main():
-        c = memwire.Connector()
-        readable = await c.create_readable(memwire.Descriptor(bytearray(64)))
-        with pytest.raises(memwire.SizeMismatchError):
-            await c.begin_read(readable.metadata(), memwire.Descriptor(bytearray(65)))
-        with pytest.raises(memwire.SizeMismatchError):
-            await c.begin_read(readable.metadata(), [memwire.Descriptor(bytearray(32)), memwire.Descriptor(bytearray(32))])
+@in_a_loop
+async def test_size_and_count_mismatch():
+    c = memwire.Connector()
+    readable = await c.create_readable(memwire.Descriptor(bytearray(64)))
+    with pytest.raises(memwire.SizeMismatchError):
+        await c.begin_read(readable.metadata(), memwire.Descriptor(bytearray(65)))
+    with pytest.raises(memwire.SizeMismatchError):
+        await c.begin_read(readable.metadata(), [memwire.Descriptor(bytearray(32)), memwire.Descriptor(bytearray(32))])
+    with pytest.raises(memwire.InvalidArgumentError):
+        await c.begin_read(readable.metadata(), [])
+
+
+@in_a_loop
+async def test_bytes_cannot_receive():
+    c = memwire.Connector()
+    readable = await c.create_readable(memwire.Descriptor(bytearray(3)))
+    with pytest.raises(memwire.InvalidArgumentError):
+        await c.create_writable(memwire.Descriptor(b"abc"))
+    with pytest.raises(memwire.InvalidArgumentError):
+        await c.begin_read(readable.metadata(), memwire.Descriptor(b"abc"))
+
+
+@in_a_loop
+async def test_wait_times_out_with_memwire_timeout_error():
+    c = memwire.Connector()
+    op = await c.create_readable(memwire.Descriptor(bytearray(64)))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(memwire.TimeoutError) as caught:
+        await op.wait_for_completion(timeout=0.2)
+    assert 0.15 < loop.time() - started < 2
+    assert isinstance(caught.value, TimeoutError) and caught.value.code == memwire.ErrorCode.TIMEOUT
+    assert op.status == memwire.OperationStatus.INITIALIZED  # a timeout leaves it as it was
+    for bad in (0, -1, float("inf"), float("nan"), "soon"):
         with pytest.raises(memwire.InvalidArgumentError):
-            await c.begin_read(readable.metadata(), [])
-
-    run(main())
+            await op.wait_for_completion(timeout=bad)
 
 
-def test_bytes_cannot_receive():
-    async def main():
-        c = memwire.Connector()
-        readable = await c.create_readable(memwire.Descriptor(bytearray(3)))
-        with pytest.raises(memwire.InvalidArgumentError):
-            await c.create_writable(memwire.Descriptor(b"abc"))
-        with pytest.raises(memwire.InvalidArgumentError):
-            await c.begin_read(readable.metadata(), memwire.Descriptor(b"abc"))
-
-    run(main())
-
-
-def test_wait_times_out_with_memwire_timeout_error():
-    async def main():
-        c = memwire.Connector()
-        op = await c.create_readable(memwire.Descriptor(bytearray(64)))
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        with pytest.raises(memwire.TimeoutError) as caught:
-            await op.wait_for_completion(timeout=0.2)
-        assert 0.15 < loop.time() - started < 2
-        assert isinstance(caught.value, TimeoutError) and caught.value.code == memwire.ErrorCode.TIMEOUT
-        assert op.status == memwire.OperationStatus.INITIALIZED  # a timeout leaves it as it was
-        for bad in (0, -1, float("inf"), float("nan"), "soon"):
-            with pytest.raises(memwire.InvalidArgumentError):
-                await op.wait_for_completion(timeout=bad)
-
-    run(main())
+@in_a_loop
+async def test_an_expired_readable_is_refused():
+    owner = memwire.Connector(metadata_ttl=0.05)
+    op = await owner.create_readable(memwire.Descriptor(bytearray(64)))
+    md = op.metadata()
+    await asyncio.sleep(0.2)
+    with pytest.raises((memwire.ExpiredError, memwire.AccessDeniedError)):
+        read = await memwire.Connector().begin_read(md, memwire.Descriptor(bytearray(64)))
+        await read.wait_for_completion(timeout=5)
 
 
-def test_an_expired_readable_is_refused():
-    async def main():
-        owner = memwire.Connector(metadata_ttl=0.05)
-        op = await owner.create_readable(memwire.Descriptor(bytearray(64)))
-        md = op.metadata()
-        await asyncio.sleep(0.2)
-        with pytest.raises((memwire.ExpiredError, memwire.AccessDeniedError)):
-            read = await memwire.Connector().begin_read(md, memwire.Descriptor(bytearray(64)))
-            await read.wait_for_completion(timeout=5)
+@in_a_loop
+async def test_results_only_once_complete_and_cancel_rules():
+    a, b = memwire.Connector(), memwire.Connector()
+    src = np.arange(1 << 16, dtype=np.uint32)
+    dst = np.zeros_like(src)
+    readable = await a.create_readable(memwire.Descriptor(src))
+    read = await b.begin_read(readable.metadata(), memwire.Descriptor(dst))
+    # The read may end between begin_read and here: then results() must have its data.
+    try:
+        early = read.results()
+    except memwire.InvalidArgumentError:
+        pass
+    else:
+        assert read.status == memwire.OperationStatus.COMPLETE and early[0].data is dst
+    await read.wait_for_completion(timeout=10)
+    assert read.results()[0].data is dst and (dst == src).all()
+    read.cancel()  # completed: nothing changes
+    assert read.status == memwire.OperationStatus.COMPLETE
+    assert await readable.wait_for_completion(timeout=10) == memwire.OperationStatus.COMPLETE
 
-    run(main())
-
-
-def test_results_only_once_complete_and_cancel_rules():
-    async def main():
-        a, b = memwire.Connector(), memwire.Connector()
-        src = np.arange(1 << 16, dtype=np.uint32)
-        dst = np.zeros_like(src)
-        readable = await a.create_readable(memwire.Descriptor(src))
-        read = await b.begin_read(readable.metadata(), memwire.Descriptor(dst))
-        # The read may end between begin_read and here: then results() must have its data.
-        try:
-            early = read.results()
-        except memwire.InvalidArgumentError:
-            pass
-        else:
-            assert read.status == memwire.OperationStatus.COMPLETE and early[0].data is dst
-        await read.wait_for_completion(timeout=10)
-        assert read.results()[0].data is dst and (dst == src).all()
-        read.cancel()  # completed: nothing changes
-        assert read.status == memwire.OperationStatus.COMPLETE
-        assert await readable.wait_for_completion(timeout=10) == memwire.OperationStatus.COMPLETE
-
-        # An errored operation cannot be cancelled.
-        gone = await a.create_readable(memwire.Descriptor(bytearray(64)))
-        md = gone.metadata()
-        gone.close()  # revokes access
-        failed = await b.begin_read(md, memwire.Descriptor(bytearray(64)))
-        with pytest.raises(memwire.MemwireError):
-            await failed.wait_for_completion(timeout=10)
-        assert failed.status == memwire.OperationStatus.ERRORED
-        with pytest.raises(memwire.InvalidArgumentError):
-            failed.cancel()
-        with pytest.raises(memwire.InvalidArgumentError):
-            failed.results()  # never completed: no results, whatever the timing
-
-    run(main())
+    # An errored operation cannot be cancelled.
+    gone = await a.create_readable(memwire.Descriptor(bytearray(64)))
+    md = gone.metadata()
+    gone.close()  # revokes access
+    failed = await b.begin_read(md, memwire.Descriptor(bytearray(64)))
+    with pytest.raises(memwire.MemwireError):
+        await failed.wait_for_completion(timeout=10)
+    assert failed.status == memwire.OperationStatus.ERRORED
+    with pytest.raises(memwire.InvalidArgumentError):
+        failed.cancel()
+    with pytest.raises(memwire.InvalidArgumentError):
+        failed.results()  # never completed: no results, whatever the timing
 
 
 # --- cancellation -------------------------------------------------------------------------
 
 
-def test_cancelling_the_awaiting_task_cancels_a_passive_operation():
-    async def main():
-        a, b = memwire.Connector(), memwire.Connector()
-        op = await a.create_readable(memwire.Descriptor(bytearray(4096)))
-        md = op.metadata()
-        task = asyncio.create_task(op.wait_for_completion(timeout=30))
-        await asyncio.sleep(0.05)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert op.status == memwire.OperationStatus.CANCELLED
-        # Its memory is no longer readable.
-        with pytest.raises(memwire.MemwireError):
-            read = await b.begin_read(md, memwire.Descriptor(bytearray(4096)))
-            await read.wait_for_completion(timeout=10)
-
-    run(main())
+@in_a_loop
+async def test_cancelling_the_awaiting_task_cancels_a_passive_operation():
+    a, b = memwire.Connector(), memwire.Connector()
+    op = await a.create_readable(memwire.Descriptor(bytearray(4096)))
+    md = op.metadata()
+    task = asyncio.create_task(op.wait_for_completion(timeout=30))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert op.status == memwire.OperationStatus.CANCELLED
+    # Its memory is no longer readable.
+    with pytest.raises(memwire.MemwireError):
+        read = await b.begin_read(md, memwire.Descriptor(bytearray(4096)))
+        await read.wait_for_completion(timeout=10)
 
 
 def test_cancelling_the_awaiting_task_cancels_an_active_operation():
@@ -323,17 +318,15 @@ def test_cancel_reaches_a_waiter_through_the_callback_as_cancelled_error_with_th
     run(main())
 
 
-def test_context_managers_end_unfinished_operations():
-    async def main():
-        c = memwire.Connector()
-        with await c.create_readable(memwire.Descriptor(bytearray(64))) as op:
-            pass
-        assert op.status == memwire.OperationStatus.CANCELLED
-        async with c.create_writable(memwire.Descriptor(bytearray(64))) as op2:
-            pass
-        assert op2.status == memwire.OperationStatus.CANCELLED
-
-    run(main())
+@in_a_loop
+async def test_context_managers_end_unfinished_operations():
+    c = memwire.Connector()
+    with await c.create_readable(memwire.Descriptor(bytearray(64))) as op:
+        pass
+    assert op.status == memwire.OperationStatus.CANCELLED
+    async with c.create_writable(memwire.Descriptor(bytearray(64))) as op2:
+        pass
+    assert op2.status == memwire.OperationStatus.CANCELLED
 
 
 # --- loops and the interpreter ------------------------------------------------------------
@@ -393,38 +386,34 @@ print("exiting", flush=True)
     assert b"exiting" in result.stdout
 
 
-def test_waits_after_a_timeout_and_several_waiters():
-    async def main():
-        a, b = memwire.Connector(), memwire.Connector()
-        src = np.arange(4096, dtype=np.uint8)
-        readable = await a.create_readable(memwire.Descriptor(src))
+@in_a_loop
+async def test_waits_after_a_timeout_and_several_waiters():
+    a, b = memwire.Connector(), memwire.Connector()
+    src = np.arange(4096, dtype=np.uint8)
+    readable = await a.create_readable(memwire.Descriptor(src))
+    with pytest.raises(memwire.TimeoutError):
+        await readable.wait_for_completion(timeout=0.05)
+    # Two waiters at once; one gives up early, the other still sees the completion.
+    first = asyncio.create_task(readable.wait_for_completion(timeout=30))
+    impatient = asyncio.create_task(readable.wait_for_completion(timeout=0.05))
+    with pytest.raises(memwire.TimeoutError):
+        await impatient
+    assert not first.done()
+    dst = np.zeros_like(src)
+    read = await b.begin_read(readable.metadata(), memwire.Descriptor(dst))
+    assert await read.wait_for_completion(timeout=10) == memwire.OperationStatus.COMPLETE
+    assert await asyncio.wait_for(first, 10) == memwire.OperationStatus.COMPLETE
+    assert (dst == src).all()
+
+
+@in_a_loop
+async def test_many_short_waits_stay_bounded():
+    c = memwire.Connector()
+    op = await c.create_writable(memwire.Descriptor(bytearray(8)))
+    for _ in range(200):
         with pytest.raises(memwire.TimeoutError):
-            await readable.wait_for_completion(timeout=0.05)
-        # Two waiters at once; one gives up early, the other still sees the completion.
-        first = asyncio.create_task(readable.wait_for_completion(timeout=30))
-        impatient = asyncio.create_task(readable.wait_for_completion(timeout=0.05))
-        with pytest.raises(memwire.TimeoutError):
-            await impatient
-        assert not first.done()
-        dst = np.zeros_like(src)
-        read = await b.begin_read(readable.metadata(), memwire.Descriptor(dst))
-        assert await read.wait_for_completion(timeout=10) == memwire.OperationStatus.COMPLETE
-        assert await asyncio.wait_for(first, 10) == memwire.OperationStatus.COMPLETE
-        assert (dst == src).all()
+            await op.wait_for_completion(timeout=0.001)
+    from memwire._support import completions_for
 
-    run(main())
-
-
-def test_many_short_waits_stay_bounded():
-    async def main():
-        c = memwire.Connector()
-        op = await c.create_writable(memwire.Descriptor(bytearray(8)))
-        for _ in range(200):
-            with pytest.raises(memwire.TimeoutError):
-                await op.wait_for_completion(timeout=0.001)
-        from memwire._support import completions_for
-
-        completions = completions_for(asyncio.get_running_loop())
-        assert len(completions.watching) == 0 and len(completions.futures) <= 2
-
-    run(main())
+    completions = completions_for(asyncio.get_running_loop())
+    assert len(completions.watching) == 0 and len(completions.futures) <= 2
