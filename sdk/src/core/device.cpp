@@ -3,19 +3,12 @@
 #include <charconv>
 
 #include "memwire/error.hpp"
+#include "util/enum_names.hpp"
 
 namespace memwire {
 
 std::string_view to_string(DeviceKind kind) noexcept {
-  switch (kind) {
-    case DeviceKind::Unspecified:
-      return "unspecified";
-    case DeviceKind::Host:
-      return "cpu";
-    case DeviceKind::Cuda:
-      return "cuda";
-  }
-  return "unknown";
+  return detail::enum_name<DeviceKind::Cuda>(kind, {"unspecified", "cpu", "cuda"}, "unknown");
 }
 
 Device::Device(DeviceKind kind, int id) : kind_(kind), id_(id) {

@@ -5,20 +5,12 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "util/enum_names.hpp"
+
 namespace memwire {
 
 std::string_view to_string(LogLevel level) noexcept {
-  switch (level) {
-    case LogLevel::Debug:
-      return "debug";
-    case LogLevel::Info:
-      return "info";
-    case LogLevel::Warn:
-      return "warn";
-    case LogLevel::Error:
-      return "error";
-  }
-  return "info";
+  return detail::enum_name<LogLevel::Error>(level, {"debug", "info", "warn", "error"}, "info");
 }
 
 std::optional<LogLevel> parse_log_level(std::string_view text) noexcept {
