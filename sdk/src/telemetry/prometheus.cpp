@@ -1,5 +1,6 @@
 // Prometheus text exposition of a TelemetrySnapshot.
 #include <charconv>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -97,38 +98,49 @@ std::string to_prometheus(const TelemetrySnapshot& snapshot) {
     labelled("_count").value(out, std::to_string(histogram.count));
   }
 
-  family(out, "memwire_registered_bytes", "gauge",
-         "Local memory that remote peers may read or write right now.");
-  Sample("memwire_registered_bytes").value(out, std::to_string(snapshot.registered_bytes));
-  family(out, "memwire_registrations_total", "counter",
-         "Readable and writable operations created.");
-  Sample("memwire_registrations_total").value(out, std::to_string(snapshot.registrations));
-  family(out, "memwire_memory_regions_total", "counter",
-         "Device memory registrations (RDMA memory regions) made.");
-  Sample("memwire_memory_regions_total").value(out, std::to_string(snapshot.memory_regions));
-  family(out, "memwire_peer_faults_total", "counter",
-         "Accepted connections that ended in a remote access error, a flush or garbage.");
-  Sample("memwire_peer_faults_total").value(out, std::to_string(snapshot.peer_faults));
-  family(out, "memwire_refused_connections_total", "counter",
-         "Connections refused because their source had too many faults.");
-  Sample("memwire_refused_connections_total")
-      .value(out, std::to_string(snapshot.refused_connections));
-  family(out, "memwire_refused_grants_total", "counter",
-         "Requests for remote keys refused: the connector held its limit of them.");
-  Sample("memwire_refused_grants_total").value(out, std::to_string(snapshot.refused_grants));
+  // The series without labels: one sample each.
+  const struct {
+    std::string_view name, type, help;
+    std::uint64_t value;
+  } unlabelled[] = {
+      {"memwire_registered_bytes", "gauge",
+       "Local memory that remote peers may read or write right now.", snapshot.registered_bytes},
+      {"memwire_registrations_total", "counter", "Readable and writable operations created.",
+       snapshot.registrations},
+      {"memwire_memory_regions_total", "counter",
+       "Device memory registrations (RDMA memory regions) made.", snapshot.memory_regions},
+      {"memwire_peer_faults_total", "counter",
+       "Accepted connections that ended in a remote access error, a flush or garbage.",
+       snapshot.peer_faults},
+      {"memwire_refused_connections_total", "counter",
+       "Connections refused because their source had too many faults.",
+       snapshot.refused_connections},
+      {"memwire_refused_grants_total", "counter",
+       "Requests for remote keys refused: the connector held its limit of them.",
+       snapshot.refused_grants},
+  };
+  for (const auto& series : unlabelled) {
+    family(out, series.name, series.type, series.help);
+    Sample(series.name).value(out, std::to_string(series.value));
+  }
 
-  family(out, "memwire_connections", "gauge", "Data-plane connections open now.");
-  for (const auto& connections : snapshot.connections)
-    Sample("memwire_connections")
-        .label("transport", connections.transport)
-        .label("direction", connections.direction)
-        .value(out, std::to_string(connections.open));
-  family(out, "memwire_connections_opened_total", "counter", "Data-plane connections opened.");
-  for (const auto& connections : snapshot.connections)
-    Sample("memwire_connections_opened_total")
-        .label("transport", connections.transport)
-        .label("direction", connections.direction)
-        .value(out, std::to_string(connections.opened));
+  // Connections by transport and direction: open now, and opened since the connector started.
+  const struct {
+    std::string_view name, type, help;
+    std::uint64_t ConnectionCount::*value;
+  } by_connection[] = {
+      {"memwire_connections", "gauge", "Data-plane connections open now.", &ConnectionCount::open},
+      {"memwire_connections_opened_total", "counter", "Data-plane connections opened.",
+       &ConnectionCount::opened},
+  };
+  for (const auto& series : by_connection) {
+    family(out, series.name, series.type, series.help);
+    for (const auto& connections : snapshot.connections)
+      Sample(series.name)
+          .label("transport", connections.transport)
+          .label("direction", connections.direction)
+          .value(out, std::to_string(connections.*series.value));
+  }
   return out;
 }
 
