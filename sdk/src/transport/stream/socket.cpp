@@ -122,27 +122,29 @@ sockaddr_un abstract_address(const std::string& name, socklen_t& length) {
   return address;
 }
 
-}  // namespace
-
-FileDescriptor listen_unix(const std::string& name) {
+// An AF_UNIX stream socket that `attach` (::bind or ::connect) gave the abstract address of
+// `name`; Error{failure} ("<what> @<name>: <errno text>") when it could not.
+FileDescriptor unix_socket(const std::string& name, int (*attach)(int, const sockaddr*, socklen_t),
+                           ErrorCode failure, const std::string& what) {
   socklen_t length = 0;
   auto address = abstract_address(name, length);
   FileDescriptor fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) throw Error(ErrorCode::Transport, errno_text("socket"));
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), length) != 0)
-    throw Error(ErrorCode::Transport, errno_text(("bind @" + name).c_str()));
+  if (attach(fd.get(), reinterpret_cast<sockaddr*>(&address), length) != 0)
+    throw Error(failure, errno_text((what + " @" + name).c_str()));
+  return fd;
+}
+
+}  // namespace
+
+FileDescriptor listen_unix(const std::string& name) {
+  auto fd = unix_socket(name, ::bind, ErrorCode::Transport, "bind");
   if (::listen(fd.get(), 512) != 0) throw Error(ErrorCode::Transport, errno_text("listen"));
   return fd;
 }
 
 FileDescriptor connect_unix(const std::string& name) {
-  socklen_t length = 0;
-  auto address = abstract_address(name, length);
-  FileDescriptor fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) throw Error(ErrorCode::Transport, errno_text("socket"));
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), length) != 0)
-    throw Error(ErrorCode::PeerLost, errno_text(("connect @" + name).c_str()));
-  return fd;
+  return unix_socket(name, ::connect, ErrorCode::PeerLost, "connect");
 }
 
 int peer_process(int fd) {
