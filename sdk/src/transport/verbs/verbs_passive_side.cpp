@@ -126,12 +126,7 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
           "this connection already began the operation");
     return;
   }
-  if (connection.inbound.size() >= kMaxInboundPerConnection) {
-    reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Transport,
-          "too many operations begun on one connection (" +
-              std::to_string(kMaxInboundPerConnection) + ")");
-    return;
-  }
+  if (refused_as_full(connection, notice)) return;
   std::size_t keys = registration->descriptors().size();
   for (const auto& [key, entry] : connection.inbound) keys += entry.grant->rkeys().size();
   if (keys > kMaxKeysPerConnection) {
@@ -146,7 +141,20 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
   // Remembered so that losing this connection fails the operation and ends the grant.
   connection.inbound[notice.key] = {registration, grant, {}};
   port_.watch_expiry(registration, grant);
-  if (!connection.send_grant(notice.seq, grant))
+  send_grant(connection, notice.seq, grant);
+}
+
+bool VerbsPassiveSide::refused_as_full(Connection& connection, const Notice& notice) {
+  if (connection.inbound.size() < kMaxInboundPerConnection) return false;
+  reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Transport,
+        "too many operations begun on one connection (" + std::to_string(kMaxInboundPerConnection) +
+            ")");
+  return true;
+}
+
+void VerbsPassiveSide::send_grant(Connection& connection, std::uint64_t seq,
+                                  const std::shared_ptr<AccessGrant>& grant, bool bind) {
+  if (!connection.send_grant(seq, grant, bind))
     port_.fail_connection(
         connection,
         Error(ErrorCode::Transport, "verbs: cannot post to the QP of " + describe(connection)));
@@ -253,28 +261,17 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
     }
     entry.pool_transfers[notice.seq] = std::move(transfer);
     // The keys this connection holds already: no bind, no new region.
-    if (!connection.send_grant(notice.seq, entry.grant, /*bind=*/false))
-      port_.fail_connection(
-          connection,
-          Error(ErrorCode::Transport, "verbs: cannot post to the QP of " + describe(connection)));
+    send_grant(connection, notice.seq, entry.grant, /*bind=*/false);
     return;
   }
-  if (connection.inbound.size() >= kMaxInboundPerConnection) {
-    reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Transport,
-          "too many operations begun on one connection (" +
-              std::to_string(kMaxInboundPerConnection) + ")");
-    return;
-  }
+  if (refused_as_full(connection, notice)) return;
   auto grant = request ? grant_request(connection, notice, *registration, request)
                        : grant_to(connection, notice, *registration);
   if (!grant) return;
   auto& entry = connection.inbound[entry_key];
   entry = {registration, grant, {}};
   entry.pool_transfers[notice.seq] = std::move(transfer);
-  if (!connection.send_grant(notice.seq, grant))
-    port_.fail_connection(
-        connection,
-        Error(ErrorCode::Transport, "verbs: cannot post to the QP of " + describe(connection)));
+  send_grant(connection, notice.seq, grant);
 }
 
 void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice,

@@ -53,6 +53,13 @@ class VerbsPassiveSide {
   void on_abort(Connection& connection, const Notice& notice);
   void reply(Connection& connection, NoticeType type, std::uint64_t seq,
              std::optional<ErrorCode> error = std::nullopt, std::string text = {});
+  // True, once Accept refused it, when a Begin would hold more operations on the connection than
+  // it may (kMaxInboundPerConnection).
+  bool refused_as_full(Connection& connection, const Notice& notice);
+  // Sends the keys of `grant` in answer to Begin `seq` (`bind`: bind its windows first); a QP
+  // that takes no post fails the connection.
+  void send_grant(Connection& connection, std::uint64_t seq,
+                  const std::shared_ptr<AccessGrant>& grant, bool bind = true);
 
   VerbsPort& port_;
   const std::shared_ptr<RegistrationTable> registrations_;
