@@ -11,17 +11,11 @@
 
 #include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
+#include "parse_metadata.hpp"
 
 namespace {
 
-std::optional<memwire::RdmaMetadata> parse(std::string_view json) {
-  try {
-    return memwire::RdmaMetadata::from_json(json);
-  } catch (const memwire::Error& error) {
-    if (error.code() != memwire::ErrorCode::InvalidMetadata) std::abort();
-    return std::nullopt;
-  }
-}
+constexpr auto parse = parse_metadata<memwire::RdmaMetadata>;
 
 }  // namespace
 

@@ -13,17 +13,11 @@
 
 #include "memwire/error.hpp"
 #include "memwire/pool.hpp"
+#include "parse_metadata.hpp"
 
 namespace {
 
-std::optional<memwire::PoolMetadata> parse(std::string_view json) {
-  try {
-    return memwire::PoolMetadata::from_json(json);
-  } catch (const memwire::Error& error) {
-    if (error.code() != memwire::ErrorCode::InvalidMetadata) std::abort();
-    return std::nullopt;
-  }
-}
+constexpr auto parse = parse_metadata<memwire::PoolMetadata>;
 
 [[noreturn]] void finding(const char* what) {
   std::fprintf(stderr, "pool metadata: %s\n", what);
