@@ -38,6 +38,7 @@
 
 #include "bench_support.hpp"
 #include "memwire/memwire.hpp"
+#include "slot_layout.hpp"
 #include "support/child_process.hpp"
 #include "support/pattern.hpp"
 #include "transfer_bench_args.hpp"
@@ -140,55 +141,17 @@ class Peer {
 // Local buffers: SLOTS of SIZE bytes, each split into DESCS descriptors, GAP x their size apart.
 struct LocalBuffers {
   PageBuffer memory;
-  std::vector<std::vector<Descriptor>> slots;
-  unsigned gap = 1;
+  bench::SlotLayout layout;
 
   LocalBuffers(std::size_t size, unsigned descs, unsigned slot_count, std::uint64_t seed,
                unsigned gap_factor = 1)
-      : memory(size * slot_count * gap_factor), gap(gap_factor) {
-    const std::size_t piece = size / descs;
-    for (unsigned s = 0; s < slot_count; ++s) {
-      std::byte* base = memory.data() + s * size * gap;
-      if (seed != 0 && gap == 1) {
-        test_support::fill_pattern({base, size}, seed);
-      } else {
-        std::memset(base, 0, size * gap);  // touch every page: no page faults while timed
-      }
-      std::vector<Descriptor> list;
-      for (unsigned d = 0; d < descs; ++d) {
-        const std::size_t length = d + 1 == descs ? size - piece * d : piece;
-        std::byte* start = base + piece * d * gap;
-        if (seed != 0 && gap > 1)
-          test_support::fill_pattern({start, length}, descriptor_seed(seed, d));
-        list.emplace_back(start, length);
-      }
-      slots.push_back(std::move(list));
-    }
-  }
+      : memory(size * slot_count * gap_factor),
+        layout(memory.data(), size, descs, slot_count, seed, gap_factor) {}
 
   // Empty when every slot holds the pattern of `seed`; else where it first does not.
   std::string damage(std::uint64_t seed) const {
-    if (gap > 1) {
-      for (std::size_t s = 0; s < slots.size(); ++s)
-        for (unsigned d = 0; d < slots[s].size(); ++d) {
-          const auto& piece = slots[s][d];
-          std::span<const std::byte> bytes(static_cast<const std::byte*>(piece.ptr()),
-                                           piece.size());
-          if (test_support::first_mismatch(bytes, descriptor_seed(seed, d)) != bytes.size())
-            return "data differs after transfer: buffer " + std::to_string(s) + ", descriptor " +
-                   std::to_string(d);
-        }
-      return "";
-    }
-    const std::size_t size = memory.size() / slots.size();
-    for (std::size_t s = 0; s < slots.size(); ++s) {
-      auto bad = test_support::first_mismatch({memory.data() + s * size, size}, seed);
-      if (bad != size) {
-        return "data differs after transfer: buffer " + std::to_string(s) + " of " +
-               std::to_string(slots.size()) + ", byte " + std::to_string(bad);
-      }
-    }
-    return "";
+    auto where = layout.damage(seed);
+    return where.empty() ? where : "data differs after transfer: " + where;
   }
 };
 
@@ -215,7 +178,7 @@ BatchResult run_batch(Connector& connector, Peer& peer, LocalBuffers& local, boo
                       std::size_t count, std::size_t conc) {
   auto metadata = peer.publish(read, count, false);
   auto window = std::make_shared<Window>();
-  for (unsigned s = 0; s < local.slots.size(); ++s) window->free_slots.push_back(s);
+  for (unsigned s = 0; s < local.layout.slots.size(); ++s) window->free_slots.push_back(s);
   std::vector<std::optional<Operation>> operations(count);
   BatchResult result;
 
@@ -236,9 +199,9 @@ BatchResult run_batch(Connector& connector, Peer& peer, LocalBuffers& local, boo
       ++window->in_flight;
     }
     if (read) {
-      operations[i].emplace(connector.begin_read(metadata[i], local.slots[slot]));
+      operations[i].emplace(connector.begin_read(metadata[i], local.layout.slots[slot]));
     } else {
-      operations[i].emplace(connector.begin_write(local.slots[slot], metadata[i]));
+      operations[i].emplace(connector.begin_write(local.layout.slots[slot], metadata[i]));
     }
     operations[i]->on_complete([window, slot](OperationStatus) {
       std::lock_guard lock(window->mutex);
@@ -373,7 +336,7 @@ json latency(const Args& args, Connector& connector, Peer& peer) {
     std::string used;
     for (std::size_t i = 0; i < total; ++i) {
       const auto start = Clock::now();
-      auto read = connector.begin_read(metadata[i], local.slots[0]);
+      auto read = connector.begin_read(metadata[i], local.layout.slots[0]);
       const double begin_us = seconds_since(start) * 1e6;  // the request is on the socket
       read.wait_for_completion(kReply);
       const double active_us = seconds_since(start) * 1e6;
@@ -449,7 +412,7 @@ json fan_in(const Args& args, Connector& connector, Peer& first) {
       const auto start = Clock::now();
       std::vector<ReadOperation> reads;
       for (unsigned i = 0; i < owners; ++i)
-        reads.push_back(connector.begin_read(metadata[i], local.slots[i]));
+        reads.push_back(connector.begin_read(metadata[i], local.layout.slots[i]));
       for (auto& read : reads) read.wait_for_completion(kReply);
       for (auto* peer : peers) {
         if (peer->expect_line("a completion") != "c") fail("peer did not report completion");
@@ -519,7 +482,7 @@ json connections(const Args& args, Connector& connector, Peer& first) {
     std::vector<ReadOperation> reads;
     for (unsigned i = 0; i < owners; ++i)
       for (unsigned c = 0; c < conc; ++c)
-        reads.push_back(connector.begin_read(metadata[i][c], local.slots[i * conc + c]));
+        reads.push_back(connector.begin_read(metadata[i][c], local.layout.slots[i * conc + c]));
     for (auto& read : reads) read.wait_for_completion(kReply);
     const double ms = seconds_since(start) * 1e3;
     for (auto* peer : peers) {

@@ -28,6 +28,7 @@
 
 #include "bench_support.hpp"
 #include "memwire/memwire.hpp"
+#include "slot_layout.hpp"
 #include "support/pattern.hpp"
 
 namespace {
@@ -56,66 +57,28 @@ struct Buffers {
   bool use_shared = false;
   PageBuffer plain;
   std::optional<SharedBuffer> shared;
-  std::byte* memory = nullptr;
-  std::size_t size = 0;
-  unsigned gap = 1;
-  std::vector<std::vector<Descriptor>> slots;
+  bench::SlotLayout layout;
 
   void allocate(std::size_t slot_size, unsigned descs, unsigned slot_count, std::uint64_t seed,
                 unsigned gap_factor) {
-    gap = std::max(1u, gap_factor);
+    const unsigned gap = std::max(1u, gap_factor);
     plain = PageBuffer();  // the old buffers leave before the new ones arrive
     shared.reset();
-    slots.clear();
+    layout = {};
+    std::byte* memory = nullptr;
     if (use_shared) {
       memory = shared.emplace(slot_size * slot_count * gap).data();
     } else {
       plain = PageBuffer(slot_size * slot_count * gap);
       memory = plain.data();
     }
-    size = slot_size;
-    const std::size_t piece = slot_size / descs;
-    for (unsigned s = 0; s < slot_count; ++s) {
-      std::byte* base = memory + s * slot_size * gap;
-      std::span<std::byte> slot(base, slot_size);
-      if (seed != 0 && gap == 1) {
-        test_support::fill_pattern(slot, seed);
-      } else {
-        std::memset(base, 0, slot_size * gap);  // touch every page: no page faults while timed
-      }
-      std::vector<Descriptor> list;
-      for (unsigned d = 0; d < descs; ++d) {
-        const std::size_t length = d + 1 == descs ? slot_size - piece * d : piece;
-        std::byte* start = base + piece * d * gap;
-        if (seed != 0 && gap > 1)
-          test_support::fill_pattern({start, length}, bench::descriptor_seed(seed, d));
-        list.emplace_back(start, length);
-      }
-      slots.push_back(std::move(list));
-    }
+    layout = bench::SlotLayout(memory, slot_size, descs, slot_count, seed, gap);
   }
 
   // "ok" when every buffer holds the pattern of `seed`; else where it first does not.
   std::string damage(std::uint64_t seed) const {
-    if (gap > 1) {
-      for (std::size_t s = 0; s < slots.size(); ++s)
-        for (unsigned d = 0; d < slots[s].size(); ++d) {
-          const auto& piece = slots[s][d];
-          std::span<const std::byte> bytes(static_cast<const std::byte*>(piece.ptr()),
-                                           piece.size());
-          if (test_support::first_mismatch(bytes, bench::descriptor_seed(seed, d)) != bytes.size())
-            return "buffer " + std::to_string(s) + ", descriptor " + std::to_string(d);
-        }
-      return "ok";
-    }
-    for (std::size_t s = 0; s < slots.size(); ++s) {
-      auto bad = test_support::first_mismatch({memory + s * size, size}, seed);
-      if (bad != size) {
-        return "buffer " + std::to_string(s) + " of " + std::to_string(slots.size()) + ", byte " +
-               std::to_string(bad);
-      }
-    }
-    return "ok";
+    auto where = layout.damage(seed);
+    return where.empty() ? "ok" : where;
   }
 };
 
@@ -158,7 +121,7 @@ void publish(Buffers& buffers, std::size_t count, bool each, Create create) {
   operations.reserve(count);
   std::string lines;
   for (std::size_t i = 0; i < count; ++i) {
-    operations.push_back(create(buffers.slots[i % buffers.slots.size()]));
+    operations.push_back(create(buffers.layout.slots[i % buffers.layout.slots.size()]));
     lines += operations.back().metadata().to_json();
     lines += '\n';
   }
