@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench_support.hpp"
+#include "loopback_http.hpp"
 #include "memwire/sideband/http.hpp"
 #include "memwire/sideband/nats.hpp"
 #include "sample_metadata.hpp"
@@ -36,18 +37,6 @@ RdmaMetadata kv_metadata(std::size_t count, std::uint64_t seed) {
   return test_support::sample_metadata(seed, shape);
 }
 
-template <class F>
-Summary measure(int iterations, F&& call) {
-  for (int i = 0; i < iterations / 10 + 1; ++i) call();  // connections, caches
-  std::vector<double> samples;
-  for (int i = 0; i < iterations; ++i) {
-    const auto start = Clock::now();
-    call();
-    samples.push_back(seconds_since(start) * 1e6);
-  }
-  return summarize(std::move(samples));
-}
-
 nlohmann::json figures(const Summary& s) {
   return {{"p50_us", s.median}, {"p99_us", s.p99}, {"min_us", s.min}, {"max_us", s.max}};
 }
@@ -64,30 +53,23 @@ int main(int argc, char** argv) {
   std::string url;
   std::vector<std::size_t> counts = {1, 2048};
   int iterations = 300;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--nats") {
-      url = value;
-    } else if (key == "--descriptors") {
-      counts.clear();
-      for (const auto& item : split(value)) counts.push_back(std::stoul(item));
-    } else if (key == "--iterations") {
-      iterations = std::max(10, std::stoi(value));
-    } else {
-      std::fprintf(stderr, "metadata_scale: unknown option %s\n", key.c_str());
-      return 2;
-    }
-  }
+  const bool parsed = parse_options(
+      argc, argv, "metadata_scale",
+      {{"--nats", [&](const std::string& value) { url = value; }},
+       {"--descriptors",
+        [&](const std::string& value) {
+          counts.clear();
+          for (const auto& item : split(value)) counts.push_back(std::stoul(item));
+        }},
+       {"--iterations", [&](const std::string& value) { iterations = iterations_of(value); }}});
+  if (!parsed) return 2;
   if (url.empty()) {
     std::fprintf(stderr, "metadata_scale: --nats URL is required\n");
     return 2;
   }
   try {
-    sideband::HttpEndpoint endpoint;
-    endpoint.start();
-    sideband::HttpChannelOptions http_options;
-    http_options.url = endpoint.url();
-    sideband::HttpChannel http(http_options);
+    LoopbackHttp loopback;
+    auto& http = *loopback.channel;
     sideband::NatsOptions nats_options;
     nats_options.servers = {url};
     nats_options.kv_bucket = "memwire_bench_scale";
@@ -104,17 +86,19 @@ int main(int argc, char** argv) {
       owner.publish(name, metadata, 0ms);
       if (http.fetch(name, 5s) != metadata || reader.fetch(name, 5s) != metadata)
         throw std::runtime_error("fetched metadata differs from the published");
-      const auto made = measure(iterations, [&] {
+      const auto made = latency_us(iterations, iterations / 10 + 1, [&] {
         auto built = kv_metadata(count, count);
         auto text = built.to_json();
         asm volatile("" : : "r"(text.data()) : "memory");
       });
-      const auto parsed = measure(iterations, [&] {
+      const auto parsed = latency_us(iterations, iterations / 10 + 1, [&] {
         auto back = RdmaMetadata::from_json(document);
         asm volatile("" : : "r"(&back) : "memory");
       });
-      const auto over_http = measure(iterations, [&] { http.fetch(name, 5s); });
-      const auto over_nats = measure(iterations, [&] { reader.fetch(name, 5s); });
+      const auto over_http =
+          latency_us(iterations, iterations / 10 + 1, [&] { http.fetch(name, 5s); });
+      const auto over_nats =
+          latency_us(iterations, iterations / 10 + 1, [&] { reader.fetch(name, 5s); });
       std::printf(
           "%5zu descriptors  %7zu B  made p50 %8.1f us  parsed %8.1f us  HTTP fetch %8.1f us  "
           "NATS fetch %8.1f us\n",
@@ -149,16 +133,18 @@ int main(int argc, char** argv) {
     owner.publish_pool("bench.pool", pool, 0ms);
     if (http.fetch_pool("bench.pool", 5s) != pool || reader.fetch_pool("bench.pool", 5s) != pool)
       throw std::runtime_error("fetched pool metadata differs from the published");
-    const auto pool_made = measure(iterations, [&] {
+    const auto pool_made = latency_us(iterations, iterations / 10 + 1, [&] {
       auto text = pool_metadata().to_json();
       asm volatile("" : : "r"(text.data()) : "memory");
     });
-    const auto pool_parsed = measure(iterations, [&] {
+    const auto pool_parsed = latency_us(iterations, iterations / 10 + 1, [&] {
       auto back = PoolMetadata::from_json(pool_document);
       asm volatile("" : : "r"(&back) : "memory");
     });
-    const auto pool_http = measure(iterations, [&] { http.fetch_pool("bench.pool", 5s); });
-    const auto pool_nats = measure(iterations, [&] { reader.fetch_pool("bench.pool", 5s); });
+    const auto pool_http =
+        latency_us(iterations, iterations / 10 + 1, [&] { http.fetch_pool("bench.pool", 5s); });
+    const auto pool_nats =
+        latency_us(iterations, iterations / 10 + 1, [&] { reader.fetch_pool("bench.pool", 5s); });
     std::printf(
         "pool of 320,000 blocks  %zu B  made p50 %8.1f us  parsed %8.1f us  HTTP fetch_pool %8.1f "
         "us  NATS fetch_pool %8.1f us\n",

@@ -134,22 +134,17 @@ nlohmann::json fan_in(std::size_t owners, const Options& options) {
 
 int main(int argc, char** argv) {
   Options options;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--owners") {
-      options.owners.clear();
-      for (const auto& item : split(value)) options.owners.push_back(std::stoul(item));
-    } else if (key == "--size") {
-      options.size = parse_sizes(value).at(0);
-    } else if (key == "--rounds") {
-      options.rounds = std::stoul(value);
-    } else if (key == "--warmup") {
-      options.warmup = std::stoul(value);
-    } else {
-      std::fprintf(stderr, "fanin_raw: unknown option %s\n", key.c_str());
-      return 2;
-    }
-  }
+  const bool parsed = parse_options(
+      argc, argv, "fanin_raw",
+      {{"--owners",
+        [&](const std::string& value) {
+          options.owners.clear();
+          for (const auto& item : split(value)) options.owners.push_back(std::stoul(item));
+        }},
+       {"--size", [&](const std::string& value) { options.size = parse_sizes(value).at(0); }},
+       {"--rounds", [&](const std::string& value) { options.rounds = std::stoul(value); }},
+       {"--warmup", [&](const std::string& value) { options.warmup = std::stoul(value); }}});
+  if (!parsed) return 2;
   // Each owner is a process, and the reader holds all of them at once: bounded.
   for (std::size_t owners : options.owners)
     if (owners == 0 || owners > 1024) {

@@ -61,63 +61,44 @@ class Server {
   std::thread thread_;
 };
 
+void run(LatencyOptions& given) {
+  const int iterations = given.iterations;
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+  const std::string document = sample_metadata().to_json();
+  Server server(document);
+  std::unique_ptr<CURL, CurlDeleter> curl(curl_easy_init());
+  if (!curl) throw std::runtime_error("curl_easy_init");
+  const std::string url =
+      "http://127.0.0.1:" + std::to_string(server.port()) + "/v1/metadata/bench.live";
+  std::string body;
+  curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl.get(), CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, append);
+  curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &body);
+  auto get = [&] {
+    body.clear();
+    if (curl_easy_perform(curl.get()) != CURLE_OK) throw std::runtime_error("GET failed");
+    long status = 0;
+    curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &status);
+    if (status != 200 || body.size() != document.size())
+      throw std::runtime_error("unexpected reply " + std::to_string(status));
+  };
+  const auto s = latency_us(iterations, iterations / 10 + 1, get);  // warm-ups as memwire's
+  std::printf("raw httplib + curl GET  p50 %7.1f us  p99 %7.1f us  (%zu B body)\n", s.median, s.p99,
+              document.size());
+  nlohmann::json report = {{"body_bytes", document.size()},
+                           {"get",
+                            {{"p50_us", s.median},
+                             {"p90_us", s.p90},
+                             {"p99_us", s.p99},
+                             {"min_us", s.min},
+                             {"max_us", s.max},
+                             {"samples", s.count}}}};
+  curl.reset();
+  std::printf("%s\n", nlohmann::json{{"http_raw", report}}.dump().c_str());
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  int iterations = 2000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::string(argv[i]) == "--iterations") {
-      iterations = std::max(10, std::stoi(argv[i + 1]));
-    } else {
-      std::fprintf(stderr, "http_get_raw: unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
-  try {
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    const std::string document = sample_metadata().to_json();
-    Server server(document);
-    std::unique_ptr<CURL, CurlDeleter> curl(curl_easy_init());
-    if (!curl) throw std::runtime_error("curl_easy_init");
-    const std::string url =
-        "http://127.0.0.1:" + std::to_string(server.port()) + "/v1/metadata/bench.live";
-    std::string body;
-    curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
-    curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl.get(), CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, append);
-    curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &body);
-    auto get = [&] {
-      body.clear();
-      if (curl_easy_perform(curl.get()) != CURLE_OK) throw std::runtime_error("GET failed");
-      long status = 0;
-      curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &status);
-      if (status != 200 || body.size() != document.size())
-        throw std::runtime_error("unexpected reply " + std::to_string(status));
-    };
-    for (int i = 0; i < iterations / 10 + 1; ++i) get();  // warm up, as the memwire side does
-    std::vector<double> samples;
-    for (int i = 0; i < iterations; ++i) {
-      const auto start = Clock::now();
-      get();
-      samples.push_back(seconds_since(start) * 1e6);
-    }
-    const auto s = summarize(std::move(samples));
-    std::printf("raw httplib + curl GET  p50 %7.1f us  p99 %7.1f us  (%zu B body)\n", s.median,
-                s.p99, document.size());
-    nlohmann::json report = {{"body_bytes", document.size()},
-                             {"get",
-                              {{"p50_us", s.median},
-                               {"p90_us", s.p90},
-                               {"p99_us", s.p99},
-                               {"min_us", s.min},
-                               {"max_us", s.max},
-                               {"samples", s.count}}}};
-    curl.reset();
-    std::printf("%s\n", nlohmann::json{{"http_raw", report}}.dump().c_str());
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "http_get_raw: %s\n", error.what());
-    return 1;
-  }
-  return 0;
-}
+int main(int argc, char** argv) { return latency_main(argc, argv, "http_get_raw", false, run); }

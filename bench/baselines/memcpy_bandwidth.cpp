@@ -17,21 +17,14 @@ int main(int argc, char** argv) {
   auto sizes = parse_sizes("4K,64K,1M,16M,64M,256M,1G");
   int trials = 5, large_trials = 3;
   std::size_t target_bytes = 256ull << 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--sizes") {
-      sizes = parse_sizes(value);
-    } else if (key == "--trials") {
-      trials = std::stoi(value);
-    } else if (key == "--large-trials") {
-      large_trials = std::stoi(value);
-    } else if (key == "--target-bytes") {
-      target_bytes = parse_sizes(value).at(0);
-    } else {
-      std::fprintf(stderr, "memcpy_bandwidth: unknown option %s\n", key.c_str());
-      return 2;
-    }
-  }
+  const bool parsed = parse_options(
+      argc, argv, "memcpy_bandwidth",
+      {{"--sizes", [&](const std::string& value) { sizes = parse_sizes(value); }},
+       {"--trials", [&](const std::string& value) { trials = std::stoi(value); }},
+       {"--large-trials", [&](const std::string& value) { large_trials = std::stoi(value); }},
+       {"--target-bytes",
+        [&](const std::string& value) { target_bytes = parse_sizes(value).at(0); }}});
+  if (!parsed) return 2;
   nlohmann::json results = nlohmann::json::array();
   for (std::size_t size : sizes) {
     PageBuffer source(size), target(size);

@@ -63,96 +63,63 @@ void answer(natsConnection* connection, natsSubscription*, natsMsg* raw, void* c
   }
 }
 
-template <class F>
-Summary measure(int iterations, F&& call) {
-  for (int i = 0; i < iterations / 10 + 1; ++i) call();  // warm up, as nats_fetch_latency does
-  std::vector<double> samples;
-  samples.reserve(static_cast<std::size_t>(iterations));
-  for (int i = 0; i < iterations; ++i) {
-    const auto start = Clock::now();
-    call();
-    samples.push_back(seconds_since(start) * 1e6);
-  }
-  return summarize(std::move(samples));
-}
-
 nlohmann::json to_json(const Summary& s) {
   return {{"p50_us", s.median}, {"p90_us", s.p90}, {"p99_us", s.p99},
           {"min_us", s.min},    {"max_us", s.max}, {"samples", s.count}};
 }
 
+void run(LatencyOptions& given) {
+  const int iterations = given.iterations;
+  auto& url = given.nats_url;
+  const auto server = memwire::test_support::private_server_unless_given(url);
+  // The bytes memwire's publisher replies with: its entry around the metadata.
+  const std::string payload =
+      R"({"expires_at_ms":0,"metadata":)" + sample_metadata().to_json() + "}";
+  nlohmann::json report;
+  {
+    Connection responder = connect(url);
+    Connection requester = connect(url);
+    natsSubscription* raw_subscription = nullptr;
+    check(natsConnection_Subscribe(&raw_subscription, responder.get(), "bench.raw.md", answer,
+                                   const_cast<std::string*>(&payload)),
+          "subscribe");
+    Subscription subscription(raw_subscription);
+    check(natsConnection_Flush(responder.get()), "flush");
+    const auto request = latency_us(iterations, iterations / 10 + 1, [&] {
+      natsMsg* raw = nullptr;
+      check(natsConnection_Request(&raw, requester.get(), "bench.raw.md", "", 0, 2000), "request");
+      Message reply(raw);
+    });
+    std::printf("raw nats request/reply  p50 %7.1f us  p99 %7.1f us  (%zu B reply)\n",
+                request.median, request.p99, payload.size());
+
+    jsCtx* raw_js = nullptr;
+    check(natsConnection_JetStream(&raw_js, requester.get(), nullptr), "jetstream");
+    JetStream js(raw_js);
+    kvConfig config;
+    kvConfig_Init(&config);
+    config.Bucket = "bench_raw";
+    kvStore* raw_kv = nullptr;
+    check(js_CreateKeyValue(&raw_kv, js.get(), &config), "create kv");
+    KeyValue kv(raw_kv);
+    check(kvStore_Put(nullptr, kv.get(), "bench.raw", payload.data(),
+                      static_cast<int>(payload.size())),
+          "kv put");
+    const auto get = latency_us(iterations, iterations / 10 + 1, [&] {
+      kvEntry* raw = nullptr;
+      check(kvStore_Get(&raw, kv.get(), "bench.raw"), "kv get");
+      Entry entry(raw);
+    });
+    std::printf("raw nats kv get         p50 %7.1f us  p99 %7.1f us\n", get.median, get.p99);
+    kv.reset();
+    js_DeleteKeyValue(js.get(), "bench_raw");
+    report = {{"payload_bytes", payload.size()},
+              {"request_reply", to_json(request)},
+              {"kv_get", to_json(get)}};
+  }
+  std::printf("%s\n", nlohmann::json{{"nats_raw", report}}.dump().c_str());
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  std::string url;
-  int iterations = 2000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--nats") {
-      url = value;
-    } else if (key == "--iterations") {
-      iterations = std::max(10, std::stoi(value));
-    } else {
-      std::fprintf(stderr, "nats_request_raw: unknown option %s\n", key.c_str());
-      return 2;
-    }
-  }
-  try {
-    std::unique_ptr<memwire::test_support::NatsServer> server;
-    if (url.empty()) {
-      server = std::make_unique<memwire::test_support::NatsServer>();
-      url = server->url();
-    }
-    // The bytes memwire's publisher replies with: its entry around the metadata.
-    const std::string payload =
-        R"({"expires_at_ms":0,"metadata":)" + sample_metadata().to_json() + "}";
-    nlohmann::json report;
-    {
-      Connection responder = connect(url);
-      Connection requester = connect(url);
-      natsSubscription* raw_subscription = nullptr;
-      check(natsConnection_Subscribe(&raw_subscription, responder.get(), "bench.raw.md", answer,
-                                     const_cast<std::string*>(&payload)),
-            "subscribe");
-      Subscription subscription(raw_subscription);
-      check(natsConnection_Flush(responder.get()), "flush");
-      const auto request = measure(iterations, [&] {
-        natsMsg* raw = nullptr;
-        check(natsConnection_Request(&raw, requester.get(), "bench.raw.md", "", 0, 2000),
-              "request");
-        Message reply(raw);
-      });
-      std::printf("raw nats request/reply  p50 %7.1f us  p99 %7.1f us  (%zu B reply)\n",
-                  request.median, request.p99, payload.size());
-
-      jsCtx* raw_js = nullptr;
-      check(natsConnection_JetStream(&raw_js, requester.get(), nullptr), "jetstream");
-      JetStream js(raw_js);
-      kvConfig config;
-      kvConfig_Init(&config);
-      config.Bucket = "bench_raw";
-      kvStore* raw_kv = nullptr;
-      check(js_CreateKeyValue(&raw_kv, js.get(), &config), "create kv");
-      KeyValue kv(raw_kv);
-      check(kvStore_Put(nullptr, kv.get(), "bench.raw", payload.data(),
-                        static_cast<int>(payload.size())),
-            "kv put");
-      const auto get = measure(iterations, [&] {
-        kvEntry* raw = nullptr;
-        check(kvStore_Get(&raw, kv.get(), "bench.raw"), "kv get");
-        Entry entry(raw);
-      });
-      std::printf("raw nats kv get         p50 %7.1f us  p99 %7.1f us\n", get.median, get.p99);
-      kv.reset();
-      js_DeleteKeyValue(js.get(), "bench_raw");
-      report = {{"payload_bytes", payload.size()},
-                {"request_reply", to_json(request)},
-                {"kv_get", to_json(get)}};
-    }
-    std::printf("%s\n", nlohmann::json{{"nats_raw", report}}.dump().c_str());
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "nats_request_raw: %s\n", error.what());
-    return 1;
-  }
-  return 0;
-}
+int main(int argc, char** argv) { return latency_main(argc, argv, "nats_request_raw", true, run); }

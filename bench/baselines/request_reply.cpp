@@ -68,28 +68,21 @@ double cpu_seconds(const rusage& usage) {
 
 int main(int argc, char** argv) {
   Options options;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--socket") {
-      options.socket = value;
-    } else if (key == "--request") {
-      options.request = parse_sizes(value).at(0);
-    } else if (key == "--reply") {
-      options.reply = parse_sizes(value).at(0);
-    } else if (key == "--samples") {
-      options.samples = std::stoul(value);
-    } else if (key == "--warmup") {
-      options.warmup = std::stoul(value);
-    } else if (key == "--depth") {
-      options.depths.clear();
-      for (const auto& item : split(value)) options.depths.push_back(std::stoul(item));
-    } else if (key == "--pipelined-ops") {
-      options.pipelined_ops = std::stoul(value);
-    } else {
-      std::fprintf(stderr, "request_reply: unknown option %s\n", key.c_str());
-      return 2;
-    }
-  }
+  const bool parsed = parse_options(
+      argc, argv, "request_reply",
+      {{"--socket", [&](const std::string& value) { options.socket = value; }},
+       {"--request", [&](const std::string& value) { options.request = parse_sizes(value).at(0); }},
+       {"--reply", [&](const std::string& value) { options.reply = parse_sizes(value).at(0); }},
+       {"--samples", [&](const std::string& value) { options.samples = std::stoul(value); }},
+       {"--warmup", [&](const std::string& value) { options.warmup = std::stoul(value); }},
+       {"--depth",
+        [&](const std::string& value) {
+          options.depths.clear();
+          for (const auto& item : split(value)) options.depths.push_back(std::stoul(item));
+        }},
+       {"--pipelined-ops",
+        [&](const std::string& value) { options.pipelined_ops = std::stoul(value); }}});
+  if (!parsed) return 2;
   const bool tcp = options.socket == "tcp";
   if (!tcp && options.socket != "unix") {
     std::fprintf(stderr, "request_reply: --socket is tcp or unix\n");

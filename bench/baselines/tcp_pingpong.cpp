@@ -51,19 +51,12 @@ int serve(int listener, const std::vector<std::size_t>& sizes, std::size_t round
 int main(int argc, char** argv) {
   auto sizes = parse_sizes("64,4K");
   std::size_t samples = 10000, warmup = 1000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--sizes") {
-      sizes = parse_sizes(value);
-    } else if (key == "--samples") {
-      samples = std::stoul(value);
-    } else if (key == "--warmup") {
-      warmup = std::stoul(value);
-    } else {
-      std::fprintf(stderr, "tcp_pingpong: unknown option %s\n", key.c_str());
-      return 2;
-    }
-  }
+  const bool parsed =
+      parse_options(argc, argv, "tcp_pingpong",
+                    {{"--sizes", [&](const std::string& value) { sizes = parse_sizes(value); }},
+                     {"--samples", [&](const std::string& value) { samples = std::stoul(value); }},
+                     {"--warmup", [&](const std::string& value) { warmup = std::stoul(value); }}});
+  if (!parsed) return 2;
   try {
     Socket listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_in address{};

@@ -9,9 +9,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -47,6 +50,69 @@ inline Summary summarize(std::vector<double> samples) {
   summary.max = samples.back();
   summary.count = samples.size();
   return summary;
+}
+
+// Microseconds per call of `call`: `warmups` calls unmeasured (connections, caches), then
+// `iterations` timed one by one.
+template <class Call>
+Summary latency_us(int iterations, int warmups, Call&& call) {
+  for (int i = 0; i < warmups; ++i) call();
+  std::vector<double> samples;
+  samples.reserve(static_cast<std::size_t>(iterations));
+  for (int i = 0; i < iterations; ++i) {
+    const auto start = Clock::now();
+    call();
+    samples.push_back(seconds_since(start) * 1e6);
+  }
+  return summarize(std::move(samples));
+}
+
+// What a benchmark does with the value of each of its options ("--key value").
+using OptionHandlers = std::map<std::string, std::function<void(const std::string& value)>>;
+
+// Hands each "--key value" pair of the command line to its key's handler (a last key without a
+// value is passed over). False, having said so on stderr as `program`, at a key it has none for.
+inline bool parse_options(int argc, char** argv, const char* program,
+                          const OptionHandlers& handlers) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i];
+    const auto handler = handlers.find(key);
+    if (handler == handlers.end()) {
+      std::fprintf(stderr, "%s: unknown option %s\n", program, key.c_str());
+      return false;
+    }
+    handler->second(argv[i + 1]);
+  }
+  return true;
+}
+
+// --iterations N: at least 10.
+inline int iterations_of(const std::string& value) { return std::max(10, std::stoi(value)); }
+
+// The latency benchmarks' options: --iterations N (at least 10) and, for those over NATS,
+// --nats URL (none: they start a private server).
+struct LatencyOptions {
+  int iterations = 2000;
+  std::string nats_url;
+};
+
+// A latency benchmark's main: reads its options (`with_nats`: --nats too), then runs `body`. A
+// bad command line exits 2; an exception, printed as `program`'s, exits 1.
+inline int latency_main(int argc, char** argv, const char* program, bool with_nats,
+                        const std::function<void(LatencyOptions&)>& body) {
+  LatencyOptions options;
+  OptionHandlers handlers{{"--iterations", [&](const std::string& value) {
+                             options.iterations = iterations_of(value);
+                           }}};
+  if (with_nats) handlers["--nats"] = [&](const std::string& value) { options.nats_url = value; };
+  if (!parse_options(argc, argv, program, handlers)) return 2;
+  try {
+    body(options);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "%s: %s\n", program, error.what());
+    return 1;
+  }
+  return 0;
 }
 
 // One "Vm..." line of /proc/<pid>/status, in KiB; 0 when absent.

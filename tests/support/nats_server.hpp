@@ -127,4 +127,13 @@ class NatsCluster {
   std::vector<std::unique_ptr<NatsServer>> nodes_;
 };
 
+// For a program that takes --nats URL: a private server when it was given none (`url` is then
+// set to the server's), else no server.
+inline std::unique_ptr<NatsServer> private_server_unless_given(std::string& url) {
+  if (!url.empty()) return nullptr;
+  auto server = std::make_unique<NatsServer>();
+  url = server->url();
+  return server;
+}
+
 }  // namespace memwire::test_support
