@@ -13,14 +13,13 @@ process's, with every connection live. The last line is the result as JSON.
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from overhead import Peer, page_buffer  # noqa: E402
+from overhead import Peer, page_buffer, print_result  # noqa: E402
 
 SIZE = 1 << 20
 
@@ -93,10 +92,7 @@ def main():
               f"round p50 {p50:8.2f} ms  p99 {entry['round_ms']['p99']:8.2f} ms  "
               f"aggregate {entry['aggregate_gbps']:.2f} GB/s", flush=True)
     result = {"transport": args.transport, "fanin": results}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    print(json.dumps(result))
+    print_result(result, args.json)
 
 
 if __name__ == "__main__":

@@ -130,6 +130,14 @@ async def python_throughput(memwire, peer, transport, trials):
     return statistics.median(rates)
 
 
+def print_result(result, json_path):
+    """Prints the result as one JSON line, and writes it to json_path (--json) when given."""
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=1)
+    print(json.dumps(result))
+
+
 def cpp(bench, args):
     out = subprocess.run([bench] + args, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
@@ -199,10 +207,7 @@ def main():
         f"16 MiB READ C++ {result['read_16m_gbps']['cpp']:.2f} GB/s, Python {result['read_16m_gbps']['python']:.2f} GB/s "
         f"(x{result['throughput_ratio']:.2f}, target >= 0.95)"
     )
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    print(json.dumps(result))
+    print_result(result, args.json)
 
 
 if __name__ == "__main__":
