@@ -6,16 +6,12 @@ if(NOT MEMWIRE_HAVE_HTTP)
 endif()
 # One binary for the HTTP channel and what runs on it: the name rules (../name_test.cpp) and the
 # workers (../worker/tests.cmake adds them).
-add_executable(memwire_sideband_tests
-  ${CMAKE_CURRENT_LIST_DIR}/../name_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/http_endpoint_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/http_channel_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/http_process_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/http_authz_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/http_pool_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/http_quota_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/registry_full_disk_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/telemetry_test.cpp)
+set(sideband_tests_sources
+  ../name_test.cpp http_endpoint_test.cpp http_channel_test.cpp http_process_test.cpp
+  http_authz_test.cpp http_pool_test.cpp http_quota_test.cpp registry_full_disk_test.cpp
+  telemetry_test.cpp)
+list(TRANSFORM sideband_tests_sources PREPEND ${CMAKE_CURRENT_LIST_DIR}/)
+add_executable(memwire_sideband_tests ${sideband_tests_sources})
 target_link_libraries(memwire_sideband_tests
   PRIVATE memwire-sideband-internal memwire_test_support PkgConfig::CPP_HTTPLIB
           nlohmann_json::nlohmann_json GTest::gtest_main Threads::Threads)

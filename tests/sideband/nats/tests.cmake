@@ -6,14 +6,11 @@ if(NOT MEMWIRE_HAVE_NATS)
   return()
 endif()
 find_package(OpenSSL REQUIRED)
-add_executable(memwire_nats_tests
-  ${CMAKE_CURRENT_LIST_DIR}/nats_channel_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/nats_security_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/nats_entry_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/nats_hostile_parts_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/nats_authz_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/nats_pool_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/nats_server_start_test.cpp)
+set(nats_tests_sources
+  nats_channel_test.cpp nats_security_test.cpp nats_entry_test.cpp nats_hostile_parts_test.cpp
+  nats_authz_test.cpp nats_pool_test.cpp nats_server_start_test.cpp)
+list(TRANSFORM nats_tests_sources PREPEND ${CMAKE_CURRENT_LIST_DIR}/)
+add_executable(memwire_nats_tests ${nats_tests_sources})
 # nats_authz_test loads deploy/nats/roles.conf as it is into its server.
 target_compile_definitions(memwire_nats_tests PRIVATE
   MEMWIRE_DEPLOY_NATS_DIR="${PROJECT_SOURCE_DIR}/deploy/nats")
