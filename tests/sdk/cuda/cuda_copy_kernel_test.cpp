@@ -12,6 +12,7 @@
 #include "cuda/cuda_driver.hpp"
 #include "cuda/kernel_copies.hpp"
 #include "memwire/error.hpp"
+#include "support/cuda_memory.hpp"
 #include "support/pattern.hpp"
 
 namespace memwire::detail {
@@ -20,28 +21,9 @@ extern const char kCopyRunsPtx[];
 
 using namespace memwire;
 using namespace memwire::detail;
+using memwire::test_support::DeviceBytes;
 
 namespace {
-
-#define REQUIRE_CUDA()                                                           \
-  const CudaDriver* driver = CudaDriver::get();                                  \
-  if (driver == nullptr)                                                         \
-    GTEST_SKIP() << "no CUDA device here: " << CudaDriver::unavailable_reason(); \
-  driver->use_device(0)
-
-class Device {
- public:
-  Device(const CudaDriver& driver, std::size_t size)
-      : driver_(driver), memory_(static_cast<std::byte*>(driver.allocate_device(size))) {}
-  ~Device() { driver_.free_device(memory_); }
-  Device(const Device&) = delete;
-  Device& operator=(const Device&) = delete;
-  std::byte* data() const { return memory_; }
-
- private:
-  const CudaDriver& driver_;
-  std::byte* memory_;
-};
 
 struct Planned {
   std::size_t from, to, length;
@@ -77,7 +59,7 @@ TEST(CudaCopyKernel, ManyRunsDeviceToDevice) {
   std::vector<std::byte> source(kSize), expected(kSize), got(kSize);
   test_support::fill_pattern(source, 7);
   test_support::fill_pattern(expected, 8);
-  Device from(*driver, kSize), to(*driver, kSize);
+  DeviceBytes from(*driver, kSize), to(*driver, kSize);
   driver->copy_to_device(from.data(), source.data(), kSize);
   driver->copy_to_device(to.data(), expected.data(), kSize);
   std::vector<CopyRun> runs;
@@ -98,7 +80,7 @@ TEST(CudaCopyKernel, ManyRunsThroughHostAndBack) {
   test_support::fill_pattern(source, 9);
   test_support::fill_pattern(host, 10);
   expected_host = host;
-  Device from(*driver, kSize), back(*driver, kSize);
+  DeviceBytes from(*driver, kSize), back(*driver, kSize);
   driver->copy_to_device(from.data(), source.data(), kSize);
   const auto planned = plan_runs(kSize);
   std::vector<CopyRun> gather, scatter;
@@ -123,7 +105,7 @@ TEST(CudaCopyKernel, RefusesARunThatWrapsAround) {
   REQUIRE_CUDA();
   const auto& kernel = CopyKernel::of(*driver, 0);
   if (!kernel.available()) GTEST_SKIP() << kernel.unavailable_reason();
-  Device to(*driver, 4096);
+  DeviceBytes to(*driver, 4096);
   const CopyRun runs[] = {{to.data(), to.data() + 1024, 64},
                           {to.data(), reinterpret_cast<const void*>(UINTPTR_MAX - 10), 100}};
   DeviceBuffer table(*driver);

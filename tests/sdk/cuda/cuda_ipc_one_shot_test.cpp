@@ -8,41 +8,16 @@
 
 #include "cuda/cuda_driver.hpp"
 #include "memwire/memwire.hpp"
+#include "support/cuda_memory.hpp"
 #include "support/pattern.hpp"
 #include "support/test_peer_process.hpp"
 
 using namespace memwire;
 using namespace std::chrono_literals;
 using memwire::detail::CudaDriver;
+using memwire::test_support::DeviceBytes;
 
 namespace {
-
-// GPU memory of this test, filled and checked through host copies.
-class GpuBytes {
- public:
-  GpuBytes(const CudaDriver& driver, std::size_t size)
-      : driver_(driver), size_(size), memory_(driver.allocate_device(size)) {}
-  ~GpuBytes() { driver_.free_device(memory_); }
-  GpuBytes(const GpuBytes&) = delete;
-  GpuBytes& operator=(const GpuBytes&) = delete;
-
-  Descriptor descriptor() const { return Descriptor(memory_, size_, Device(DeviceKind::Cuda, 0)); }
-  void fill(std::uint64_t seed) const {
-    std::vector<std::byte> host(size_);
-    test_support::fill_pattern(host, seed);
-    driver_.copy_to_device(memory_, host.data(), size_);
-  }
-  std::size_t first_mismatch(std::uint64_t seed) const {
-    std::vector<std::byte> host(size_);
-    driver_.copy_to_host(host.data(), memory_, size_);
-    return test_support::first_mismatch(host, seed);
-  }
-
- private:
-  const CudaDriver& driver_;
-  std::size_t size_;
-  void* memory_;
-};
 
 // The shm offer of a one-shot operation over GPU memory says its owner takes CUDA IPC.
 std::string cuda_ipc_attribute(const RdmaMetadata& metadata) {
@@ -61,15 +36,12 @@ std::string cuda_ipc_attribute(const RdmaMetadata& metadata) {
 // as it is at the read (a staged one would have given the bytes of the creation). The written
 // bytes must reach the device and stay there (the owner's stand-ins are not copied over them).
 TEST(CudaMultiProcess, OneShotGpuToGpuOnOneHostGoesThroughCudaIpc) {
-  const auto* driver = CudaDriver::get();
-  if (driver == nullptr)
-    GTEST_SKIP() << "no CUDA device here: " << CudaDriver::unavailable_reason();
-  driver->use_device(0);
+  REQUIRE_CUDA();
   ConnectorOptions options;
   options.transports = {"shm"};
   Connector connector(options);
   constexpr std::size_t kSize = 24u << 20;
-  GpuBytes readable_memory(*driver, kSize), writable_memory(*driver, kSize);
+  DeviceBytes readable_memory(*driver, kSize), writable_memory(*driver, kSize);
   readable_memory.fill(5);
   writable_memory.fill(1);
   auto readable = connector.create_readable({readable_memory.descriptor()});

@@ -10,46 +10,15 @@
 #include "cuda/cuda_staging.hpp"
 #include "cuda/pinned_pool.hpp"
 #include "memwire/memwire.hpp"
+#include "support/cuda_memory.hpp"
 #include "support/pattern.hpp"
 
 using namespace memwire;
 using namespace std::chrono_literals;
 using memwire::detail::CudaDriver;
+using memwire::test_support::DeviceBytes;
 
 namespace {
-
-#define REQUIRE_CUDA()                                                           \
-  const CudaDriver* driver = CudaDriver::get();                                  \
-  if (driver == nullptr)                                                         \
-    GTEST_SKIP() << "no CUDA device here: " << CudaDriver::unavailable_reason(); \
-  driver->use_device(0)
-
-// Device memory for one test, filled with a pattern and read back whole.
-class DeviceBytes {
- public:
-  DeviceBytes(const CudaDriver& driver, std::size_t size)
-      : driver_(driver), size_(size), memory_(driver.allocate_device(size)) {}
-  ~DeviceBytes() { driver_.free_device(memory_); }
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-
-  Descriptor descriptor() const { return Descriptor(memory_, size_, Device(DeviceKind::Cuda, 0)); }
-  void fill(std::uint64_t seed) const {
-    std::vector<std::byte> host(size_);
-    test_support::fill_pattern(host, seed);
-    driver_.copy_to_device(memory_, host.data(), size_);
-  }
-  std::size_t first_mismatch(std::uint64_t seed) const {
-    std::vector<std::byte> host(size_);
-    driver_.copy_to_host(host.data(), memory_, size_);
-    return test_support::first_mismatch(host, seed);
-  }
-
- private:
-  const CudaDriver& driver_;
-  std::size_t size_;
-  void* memory_;
-};
 
 // Sizes that end neither on a chunk (2 MiB) nor on a request (1 MiB below) boundary.
 const std::vector<std::size_t> kSizes = {(5u << 20) + 3, (7u << 20) + 1000, 4096, (1u << 20) - 1};

@@ -15,7 +15,10 @@
 #include "cuda/cuda_driver.hpp"
 #include "cuda/ipc_mappings.hpp"
 #include "memwire/memwire.hpp"
+#include "support/cuda_memory.hpp"
+#include "support/error_code_of.hpp"
 #include "support/pattern.hpp"
+#include "support/tcp_only.hpp"
 #include "transport/stream/cuda_ipc_pieces.hpp"
 #include "transport/stream/frame.hpp"
 
@@ -25,20 +28,9 @@ using memwire::detail::CudaDriver;
 using memwire::detail::FrameIpcAllocation;
 using memwire::detail::FramePiece;
 using memwire::detail::OpenedAllocation;
+using namespace memwire::test_support;
 
 namespace {
-
-#define REQUIRE_CUDA()                                                           \
-  const CudaDriver* driver = CudaDriver::get();                                  \
-  if (driver == nullptr)                                                         \
-    GTEST_SKIP() << "no CUDA device here: " << CudaDriver::unavailable_reason(); \
-  driver->use_device(0)
-
-ConnectorOptions only(const std::string& transport) {
-  ConnectorOptions options;
-  options.transports = {transport};
-  return options;
-}
 
 std::optional<ErrorCode> code_of(const std::function<void()>& action) {
   try {
@@ -47,15 +39,6 @@ std::optional<ErrorCode> code_of(const std::function<void()>& action) {
     return error.code();
   }
   return std::nullopt;
-}
-
-std::string message_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
 }
 
 // A table of one allocation of 1 MiB at 0x10000, which opens at `opened` with `size` bytes.
@@ -111,15 +94,22 @@ TEST(CudaIpcPieces, EveryLieOfThePeerIsRefusedBeforeAByteMoves) {
             ErrorCode::Protocol);
 }
 
+// A version 2 (CUDA IPC) frame header of `type` whose table holds `allocations` entries.
+template <class Header>
+Header with_ipc_table(detail::FrameType type, decltype(Header::ipc_allocations) allocations) {
+  Header header;
+  header.type = type;
+  header.flags = detail::frame_flags::kCudaIpc | detail::frame_flags::kCrossMemory;
+  header.ipc_allocations = allocations;
+  header.version = detail::kCudaIpcVersion;
+  return header;
+}
+
 // The wire: a table is bounded by the piece count, and only version 2 frames carry one, so a
 // build that predates CUDA IPC refuses such a frame by its version instead of misreading it.
 TEST(CudaIpcFrames, TheTableIsBoundedAndVersioned) {
-  detail::PoolFrameHeader pool;
-  pool.type = detail::FrameType::PoolWriteRequest;
-  pool.flags = detail::frame_flags::kCudaIpc | detail::frame_flags::kCrossMemory;
+  auto pool = with_ipc_table<detail::PoolFrameHeader>(detail::FrameType::PoolWriteRequest, 2);
   pool.piece_count = 4;
-  pool.ipc_allocations = 2;
-  pool.version = detail::kCudaIpcVersion;
   auto header = detail::as_frame(pool);
   EXPECT_EQ(detail::frame_header_problem(header), std::nullopt);
   EXPECT_EQ(detail::piece_request_inline_bytes(header), 4 * 32 + 2 * 80u);
@@ -140,12 +130,8 @@ TEST(CudaIpcFrames, TheTableIsBoundedAndVersioned) {
 // by the piece count, version 2 only; a version 2 one-shot request names its version in the
 // refusal an older build gives.
 TEST(CudaIpcFrames, OneShotRequestsCarryABoundedTableInVersion2Only) {
-  detail::FrameHeader header;
-  header.type = detail::FrameType::ReadPiecesRequest;
-  header.flags = detail::frame_flags::kCudaIpc | detail::frame_flags::kCrossMemory;
+  auto header = with_ipc_table<detail::FrameHeader>(detail::FrameType::ReadPiecesRequest, 1);
   header.index = 3;
-  header.ipc_allocations = 1;
-  header.version = detail::kCudaIpcVersion;
   EXPECT_EQ(detail::frame_header_problem(header), std::nullopt);
   EXPECT_EQ(detail::piece_request_inline_bytes(header), 3 * 32 + 80u);
   header.ipc_allocations = 4;
@@ -167,7 +153,7 @@ TEST(CudaIpcFrames, OneShotRequestsCarryABoundedTableInVersion2Only) {
 
 TEST(CudaPoolWithoutDriver, AGpuPoolIsRefusedWithTheReason) {
   if (CudaDriver::get() != nullptr) GTEST_SKIP() << "a CUDA driver is loaded here";
-  Connector connector(only("tcp"));
+  Connector connector(transport_only("tcp"));
   std::byte byte{};
   const auto action = [&] {
     (void)connector.register_pool({{&byte, 1, 0, 1, Device(DeviceKind::Cuda, 0)}});
@@ -178,7 +164,7 @@ TEST(CudaPoolWithoutDriver, AGpuPoolIsRefusedWithTheReason) {
 
 TEST(CudaPoolRegions, HostAndGpuRegionsDoNotMixInOnePool) {
   std::vector<std::byte> host(4096);
-  Connector connector(only("tcp"));
+  Connector connector(transport_only("tcp"));
   EXPECT_EQ(code_of([&] {
               (void)connector.register_pool({{host.data(), 1024, 0, 4, {}},
                                              {host.data(), 1024, 0, 4, Device::parse("cuda:0")}});
@@ -188,7 +174,7 @@ TEST(CudaPoolRegions, HostAndGpuRegionsDoNotMixInOnePool) {
 
 TEST(CudaPoolRegions, HostMemoryNamedCudaAndSpansPastTheAllocationAreRefused) {
   REQUIRE_CUDA();
-  Connector connector(only("tcp"));
+  Connector connector(transport_only("tcp"));
   std::vector<std::byte> host(4096);
   EXPECT_EQ(code_of([&] {
               (void)connector.register_pool({{host.data(), 1024, 0, 4, Device::parse("cuda:0")}});
@@ -259,7 +245,7 @@ std::string pairs_differ(const std::vector<BlockPair>& pairs, const std::vector<
 
 TEST_P(CudaPool, GpuBlocksMoveByIndexBothWaysWithTagsAfterTheirBytes) {
   REQUIRE_CUDA();
-  Connector owner(only(GetParam())), peer(only(GetParam()));
+  Connector owner(transport_only(GetParam())), peer(transport_only(GetParam()));
   GpuPoolMemory owned{*driver}, mine{*driver};
   std::vector<std::byte> pattern(kBlock * kBlocks);
   test_support::fill_pattern(pattern, 31);
@@ -295,7 +281,7 @@ TEST_P(CudaPool, GpuBlocksMoveByIndexBothWaysWithTagsAfterTheirBytes) {
 
 TEST_P(CudaPool, GpuAndHostPoolsPair) {
   REQUIRE_CUDA();
-  Connector owner(only(GetParam())), peer(only(GetParam()));
+  Connector owner(transport_only(GetParam())), peer(transport_only(GetParam()));
   GpuPoolMemory device{*driver};
   std::vector<std::byte> host(kBlock * kBlocks), pattern(kBlock * kBlocks);
   test_support::fill_pattern(host, 41);
@@ -329,7 +315,7 @@ TEST_P(CudaPool, GpuAndHostPoolsPair) {
 
 TEST_P(CudaPool, StaleMetadataAndUnequalBlocksAreRefused) {
   REQUIRE_CUDA();
-  Connector owner(only(GetParam())), peer(only(GetParam()));
+  Connector owner(transport_only(GetParam())), peer(transport_only(GetParam()));
   GpuPoolMemory owned{*driver}, mine{*driver};
   auto pool = owner.register_pool({owned.region()});
   const auto stale = pool.metadata();

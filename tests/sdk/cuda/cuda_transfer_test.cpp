@@ -11,77 +11,16 @@
 #include "cuda/cuda_driver.hpp"
 #include "cuda/pinned_pool.hpp"
 #include "memwire/memwire.hpp"
+#include "support/cuda_memory.hpp"
 #include "support/error_code_of.hpp"
 #include "support/pattern.hpp"
+#include "support/tcp_only.hpp"
 #include "support/test_peer_process.hpp"
 
 using namespace memwire;
 using namespace std::chrono_literals;
 using memwire::detail::CudaDriver;
-
-namespace {
-
-const CudaDriver* driver_or_skip_reason(std::string& reason) {
-  const auto* driver = CudaDriver::get();
-  if (driver == nullptr) reason = "no CUDA device here: " + CudaDriver::unavailable_reason();
-  return driver;
-}
-
-#define REQUIRE_CUDA()                                           \
-  std::string skip_reason;                                       \
-  const CudaDriver* driver = driver_or_skip_reason(skip_reason); \
-  if (driver == nullptr) GTEST_SKIP() << skip_reason;            \
-  driver->use_device(0)
-
-// Device memory for one test, with host copies in and out.
-class DeviceBuffer {
- public:
-  DeviceBuffer(const CudaDriver& driver, std::size_t size)
-      : driver_(driver), size_(size), memory_(driver.allocate_device(size)) {}
-  ~DeviceBuffer() { driver_.free_device(memory_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void* data() const { return memory_; }
-  std::size_t size() const { return size_; }
-  Descriptor descriptor(std::size_t offset = 0, std::size_t length = 0) const {
-    return Descriptor(static_cast<std::byte*>(memory_) + offset, length ? length : size_ - offset,
-                      Device(DeviceKind::Cuda, 0));
-  }
-  void fill(std::uint64_t seed) const {
-    std::vector<std::byte> host(size_);
-    test_support::fill_pattern(host, seed);
-    driver_.copy_to_device(memory_, host.data(), size_);
-  }
-  // Index of the first byte that differs from the pattern `seed`; size() when none does.
-  std::size_t first_mismatch(std::uint64_t seed) const {
-    std::vector<std::byte> host(size_);
-    driver_.copy_to_host(host.data(), memory_, size_);
-    return test_support::first_mismatch(host, seed);
-  }
-
- private:
-  const CudaDriver& driver_;
-  std::size_t size_;
-  void* memory_;
-};
-
-ConnectorOptions only(const std::string& transport) {
-  ConnectorOptions options;
-  options.transports = {transport};
-  return options;
-}
-
-std::string failure_message(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
-
-}  // namespace
+using namespace memwire::test_support;
 
 TEST(CudaOptions, StagingLimitComesFromTheEnvironment) {
   ::setenv("MEMWIRE_CUDA_STAGING_LIMIT", "1048576", 1);
@@ -95,68 +34,67 @@ TEST(CudaOptions, StagingLimitComesFromTheEnvironment) {
 // Without a driver, the same build refuses cuda:N as before, and says why.
 TEST(CudaWithoutDriver, CudaDescriptorsAreRefusedWithTheReason) {
   if (CudaDriver::get() != nullptr) GTEST_SKIP() << "a CUDA driver is loaded here";
-  Connector connector(only("tcp"));
+  Connector connector(transport_only("tcp"));
   std::byte byte{};
   const auto action = [&] {
     (void)connector.create_readable({Descriptor(&byte, 1, Device::parse("cuda:0"))});
   };
   EXPECT_EQ(test_support::error_code_of(action), ErrorCode::InvalidArgument);
-  EXPECT_NE(failure_message(action).find("needs the CUDA driver"), std::string::npos)
-      << failure_message(action);
+  EXPECT_NE(message_of(action).find("needs the CUDA driver"), std::string::npos)
+      << message_of(action);
 }
 
 TEST(CudaDescriptors, HostMemoryNamedCudaIsRefused) {
   REQUIRE_CUDA();
-  Connector connector(only("tcp"));
+  Connector connector(transport_only("tcp"));
   std::vector<std::byte> host(64);
   const auto action = [&] {
     (void)connector.create_readable(
         {Descriptor(host.data(), host.size(), Device::parse("cuda:0"))});
   };
   EXPECT_EQ(test_support::error_code_of(action), ErrorCode::InvalidArgument);
-  EXPECT_NE(failure_message(action).find("not CUDA device memory"), std::string::npos)
-      << failure_message(action);
+  EXPECT_NE(message_of(action).find("not CUDA device memory"), std::string::npos)
+      << message_of(action);
 }
 
 TEST(CudaDescriptors, RangePastTheAllocationIsRefused) {
   REQUIRE_CUDA();
-  Connector connector(only("tcp"));
-  DeviceBuffer buffer(*driver, 4096);
+  Connector connector(transport_only("tcp"));
+  DeviceBytes buffer(*driver, 4096);
   const auto action = [&] {
     (void)connector.create_writable(
-        {Descriptor(static_cast<std::byte*>(buffer.data()) + 1024, 4096, Device::parse("cuda:0"))});
+        {Descriptor(buffer.data() + 1024, 4096, Device::parse("cuda:0"))});
   };
   EXPECT_EQ(test_support::error_code_of(action), ErrorCode::InvalidArgument);
-  EXPECT_NE(failure_message(action).find("past the end of their CUDA allocation"),
-            std::string::npos)
-      << failure_message(action);
+  EXPECT_NE(message_of(action).find("past the end of their CUDA allocation"), std::string::npos)
+      << message_of(action);
 }
 
 TEST(CudaDescriptors, ADeviceThatIsNotThereIsRefused) {
   REQUIRE_CUDA();
-  Connector connector(only("tcp"));
-  DeviceBuffer buffer(*driver, 4096);
+  Connector connector(transport_only("tcp"));
+  DeviceBytes buffer(*driver, 4096);
   const auto action = [&] {
     (void)connector.create_readable(
         {Descriptor(buffer.data(), buffer.size(), Device(DeviceKind::Cuda, 7))});
   };
   EXPECT_EQ(test_support::error_code_of(action), ErrorCode::InvalidArgument);
-  EXPECT_NE(failure_message(action).find("cuda:7 does not exist"), std::string::npos)
-      << failure_message(action);
+  EXPECT_NE(message_of(action).find("cuda:7 does not exist"), std::string::npos)
+      << message_of(action);
 }
 
 TEST(CudaDescriptors, StagingPastItsLimitIsRefusedAndGivenBackWhenTheOperationEnds) {
   REQUIRE_CUDA();
-  auto options = only("tcp");
+  auto options = transport_only("tcp");
   options.cuda_staging_limit = 1u << 20;
   Connector connector(options);
-  DeviceBuffer buffer(*driver, 1u << 20);
+  DeviceBytes buffer(*driver, 1u << 20);
   {
     auto held = connector.create_writable({buffer.descriptor()});
     const auto action = [&] { (void)connector.create_readable({buffer.descriptor(0, 4096)}); };
     EXPECT_EQ(test_support::error_code_of(action), ErrorCode::Transport);
-    EXPECT_NE(failure_message(action).find("cuda_staging_limit"), std::string::npos)
-        << failure_message(action);
+    EXPECT_NE(message_of(action).find("cuda_staging_limit"), std::string::npos)
+        << message_of(action);
   }
   auto again = connector.create_readable({buffer.descriptor()});
   EXPECT_EQ(again.metadata().descriptors().front().device.to_string(), "cuda:0");
@@ -190,15 +128,15 @@ TEST_P(CudaTransfer, ReadFromGpuIntoGpu) {
   // The log says which way the GPU's bytes went.
   std::mutex log_mutex;
   std::string log;
-  auto logged = only(GetParam());
+  auto logged = transport_only(GetParam());
   logged.log_level = LogLevel::Debug;
   logged.log = [&](std::string_view line) {
     std::lock_guard lock(log_mutex);
     log.append(line).append("\n");
   };
-  Connector owner(logged), reader(only(GetParam()));
+  Connector owner(logged), reader(transport_only(GetParam()));
   constexpr std::size_t kSize = 48u << 20;
-  DeviceBuffer source(*driver, kSize), target(*driver, kSize);
+  DeviceBytes source(*driver, kSize), target(*driver, kSize);
   source.fill(11);
   // Three descriptors of different sizes over one allocation each side.
   const std::vector<Descriptor> from{source.descriptor(0, 1000), source.descriptor(1000, 9u << 20),
@@ -219,9 +157,9 @@ TEST_P(CudaTransfer, ReadFromGpuIntoGpu) {
 
 TEST_P(CudaTransfer, WriteFromGpuIntoGpu) {
   REQUIRE_CUDA();
-  Connector owner(only(GetParam())), writer(only(GetParam()));
+  Connector owner(transport_only(GetParam())), writer(transport_only(GetParam()));
   constexpr std::size_t kSize = 40u << 20;
-  DeviceBuffer source(*driver, kSize), target(*driver, kSize);
+  DeviceBytes source(*driver, kSize), target(*driver, kSize);
   source.fill(12);
   auto writable = owner.create_writable({target.descriptor()});
   auto write = writer.begin_write({source.descriptor()}, writable.metadata());
@@ -233,9 +171,9 @@ TEST_P(CudaTransfer, WriteFromGpuIntoGpu) {
 
 TEST_P(CudaTransfer, HostAndGpuEndsPair) {
   REQUIRE_CUDA();
-  Connector gpu_side(only(GetParam())), host_side(only(GetParam()));
+  Connector gpu_side(transport_only(GetParam())), host_side(transport_only(GetParam()));
   constexpr std::size_t kSize = 8u << 20;
-  DeviceBuffer device(*driver, kSize);
+  DeviceBytes device(*driver, kSize);
   std::vector<std::byte> host(kSize);
   test_support::fill_pattern(host, 13);
   // Host readable -> GPU reader.
@@ -264,7 +202,7 @@ TEST(CudaMultiProcess, AnotherProcessReadsAndWritesOurGpuMemory) {
   options.transports = {"shm", "tcp"};
   Connector connector(options);
   constexpr std::size_t kSize = 16u << 20;
-  DeviceBuffer readable_memory(*driver, kSize), writable_memory(*driver, kSize);
+  DeviceBytes readable_memory(*driver, kSize), writable_memory(*driver, kSize);
   readable_memory.fill(3);
   auto readable = connector.create_readable({readable_memory.descriptor()});
   auto writable = connector.create_writable({writable_memory.descriptor()});
