@@ -19,9 +19,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using pool_cases::PoolSide;
-using test_support::error_code_of;
-using test_support::NatsServer;
-using test_support::NatsServerOptions;
+using namespace memwire::test_support;
 
 NatsOptions options_for(const NatsServer& server) {
   NatsOptions options;

@@ -16,11 +16,7 @@
 namespace {
 
 using namespace std::chrono_literals;
-using memwire::test_support::ChildProcess;
-using memwire::test_support::free_loopback_port;
-using memwire::test_support::parse_prometheus;
-using memwire::test_support::PrometheusText;
-using memwire::test_support::RegistryProcess;
+using namespace memwire::test_support;
 
 PrometheusText scrape(std::uint16_t port) {
   httplib::Client client("127.0.0.1", port);

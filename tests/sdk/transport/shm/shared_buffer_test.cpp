@@ -9,10 +9,7 @@
 
 using namespace memwire;
 using namespace std::chrono_literals;
-using memwire::test_support::error_code_of;
-using memwire::test_support::fill_pattern;
-using memwire::test_support::first_mismatch;
-using memwire::test_support::shared_mappings;
+using namespace memwire::test_support;
 
 namespace {
 

@@ -13,13 +13,10 @@
 
 using namespace memwire;
 using namespace memwire::detail;
+using namespace memwire::test_support;
 using namespace std::chrono_literals;
 
 namespace {
-
-using RawPeer = test_support::RawStreamPeer;
-
-using memwire::test_support::tcp_only;
 
 struct AccessControl : ::testing::Test {
   Connector owner{tcp_only()};
@@ -33,7 +30,7 @@ struct AccessControl : ::testing::Test {
 
 TEST_F(AccessControl, TheRightTokenReads) {
   auto readable = owner.create_readable(view);
-  RawPeer peer(readable.metadata());
+  RawStreamPeer peer(readable.metadata());
   peer.send(peer.request(FrameType::ReadRequest, 0, 100, 16));
   auto [code, bytes] = peer.answer();
   EXPECT_EQ(code, 0);
@@ -42,7 +39,7 @@ TEST_F(AccessControl, TheRightTokenReads) {
 
 TEST_F(AccessControl, ForgedTokenIsRefused) {
   auto writable = owner.create_writable(view);
-  RawPeer peer(writable.metadata());
+  RawStreamPeer peer(writable.metadata());
   auto forged = peer.request(FrameType::WriteRequest, 0, 0, 16);
   forged.token[3] ^= 1;
   peer.send(forged, payload);
@@ -57,7 +54,7 @@ TEST_F(AccessControl, ForgedTokenIsRefused) {
 
 TEST_F(AccessControl, WrongKeyIsNotFound) {
   auto writable = owner.create_writable(view);
-  RawPeer peer(writable.metadata());
+  RawStreamPeer peer(writable.metadata());
   auto request = peer.request(FrameType::WriteRequest, 0, 0, 16);
   request.key = random_id();
   peer.send(request, payload);
@@ -67,7 +64,7 @@ TEST_F(AccessControl, WrongKeyIsNotFound) {
 
 TEST_F(AccessControl, OutOfBoundsIsRefused) {
   auto writable = owner.create_writable(view);
-  RawPeer peer(writable.metadata());
+  RawStreamPeer peer(writable.metadata());
   struct Case {
     std::uint32_t index;
     std::uint64_t offset;
@@ -90,19 +87,19 @@ TEST_F(AccessControl, OutOfBoundsIsRefused) {
 
 TEST_F(AccessControl, LeastPrivilegeReadableCannotBeWritten) {
   auto readable = owner.create_readable(view);
-  RawPeer peer(readable.metadata());
+  RawStreamPeer peer(readable.metadata());
   peer.send(peer.request(FrameType::WriteRequest, 0, 0, 16), payload);
   EXPECT_EQ(peer.answer().first, wire_code(ErrorCode::AccessDenied));
   EXPECT_EQ(memory, untouched);
   auto writable = owner.create_writable(view);
-  RawPeer writer(writable.metadata());
+  RawStreamPeer writer(writable.metadata());
   writer.send(writer.request(FrameType::ReadRequest, 0, 0, 16));
   EXPECT_EQ(writer.answer().first, wire_code(ErrorCode::AccessDenied));
 }
 
 TEST_F(AccessControl, AccessAfterCancelIsRefused) {
   auto writable = owner.create_writable(view);
-  RawPeer peer(writable.metadata());
+  RawStreamPeer peer(writable.metadata());
   writable.cancel();
   peer.send(peer.request(FrameType::WriteRequest, 0, 0, 16), payload);
   EXPECT_EQ(peer.answer().first, wire_code(ErrorCode::NotFound));
@@ -111,7 +108,7 @@ TEST_F(AccessControl, AccessAfterCancelIsRefused) {
 
 TEST_F(AccessControl, AccessAfterCompletionIsRefused) {
   auto writable = owner.create_writable(view);
-  RawPeer peer(writable.metadata());
+  RawStreamPeer peer(writable.metadata());
   // Every byte: a write of part of it would not complete it.
   const std::vector<std::byte> whole(memory.size(), std::byte{0xee});
   peer.send(peer.request(FrameType::WriteRequest, 0, 0, whole.size()), whole);
@@ -130,7 +127,7 @@ TEST_F(AccessControl, AccessAfterCompletionIsRefused) {
 
 TEST_F(AccessControl, ForgedCompletionNoticeIsRefused) {
   auto writable = owner.create_writable(view);
-  RawPeer peer(writable.metadata());
+  RawStreamPeer peer(writable.metadata());
   auto notice = peer.request(FrameType::Notice, 0, 0, 0);
   notice.token = random_id();
   peer.send(notice);
@@ -140,7 +137,7 @@ TEST_F(AccessControl, ForgedCompletionNoticeIsRefused) {
 
 TEST_F(AccessControl, ErrorNoticeReachesThePassiveSide) {
   auto writable = owner.create_writable(view);
-  RawPeer peer(writable.metadata());
+  RawStreamPeer peer(writable.metadata());
   auto notice = peer.request(FrameType::Notice, 0, 0, 0);
   notice.code = wire_code(ErrorCode::Transport);
   const std::string reason = "disk on fire";
@@ -160,21 +157,21 @@ TEST_F(AccessControl, ErrorNoticeReachesThePassiveSide) {
 
 TEST_F(AccessControl, GarbageClosesTheConnectionWithoutHarm) {
   auto writable = owner.create_writable(view);
-  RawPeer peer(writable.metadata());
+  RawStreamPeer peer(writable.metadata());
   FrameHeader garbage;
   garbage.magic = 0xdeadbeef;
   peer.send(garbage);
   EXPECT_TRUE(peer.hung_up()) << "the server answered garbage instead of hanging up";
   EXPECT_EQ(memory, untouched);
   // And keeps serving others.
-  RawPeer other(writable.metadata());
+  RawStreamPeer other(writable.metadata());
   other.send(other.request(FrameType::WriteRequest, 0, 0, 16), payload);
   EXPECT_EQ(other.answer().first, 0);
 }
 
 TEST_F(AccessControl, CrossMemoryRequestsNeedAKnownLocalProcess) {
   auto readable = owner.create_readable(view);
-  RawPeer peer(readable.metadata());  // over TCP: the kernel cannot vouch for our process
+  RawStreamPeer peer(readable.metadata());  // over TCP: the kernel cannot vouch for our process
   auto request = peer.request(FrameType::ReadRequest, 0, 0, 16);
   request.flags = frame_flags::kCrossMemory;
   request.peer_address = reinterpret_cast<std::uintptr_t>(payload.data());

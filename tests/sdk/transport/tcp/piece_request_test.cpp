@@ -14,13 +14,10 @@
 
 using namespace memwire;
 using namespace memwire::detail;
+using namespace memwire::test_support;
 using namespace std::chrono_literals;
 
 namespace {
-
-using RawPeer = test_support::RawStreamPeer;
-
-using memwire::test_support::tcp_only;
 
 std::vector<std::byte> as_bytes(const std::vector<FramePiece>& pieces) {
   std::vector<std::byte> bytes(pieces.size() * sizeof(FramePiece));
@@ -47,7 +44,7 @@ struct PieceRequests : ::testing::Test {
                                Descriptor(memory.data() + 4096, 64)};
 
   // A piece request; a write carries `data` after the list.
-  void send_pieces(RawPeer& peer, FrameType type, const std::vector<FramePiece>& pieces,
+  void send_pieces(RawStreamPeer& peer, FrameType type, const std::vector<FramePiece>& pieces,
                    const std::vector<std::byte>& data = {}) {
     auto header =
         peer.request(type, static_cast<std::uint32_t>(pieces.size()), 0, total_length(pieces));
@@ -93,7 +90,7 @@ TEST(PieceCodec, LengthsMustAddUpWithoutWrapping) {
 
 TEST_F(PieceRequests, ReadReturnsEveryPieceInOrder) {
   auto readable = owner.create_readable(view);
-  RawPeer peer(readable.metadata());
+  RawStreamPeer peer(readable.metadata());
   // Out of order, across both descriptors, overlapping (allowed: bounds are what protect).
   std::vector<FramePiece> pieces{
       {1, 0, 60, 4, 0}, {0, 0, 100, 16, 0}, {0, 0, 108, 16, 0}, {0, 0, 0, 4096, 0}};
@@ -110,7 +107,7 @@ TEST_F(PieceRequests, ReadReturnsEveryPieceInOrder) {
 
 TEST_F(PieceRequests, WriteLandsEveryPieceAndLaterOverlapsWin) {
   auto writable = owner.create_writable(view);
-  RawPeer peer(writable.metadata());
+  RawStreamPeer peer(writable.metadata());
   std::vector<FramePiece> pieces{{1, 0, 0, 8, 0}, {0, 0, 10, 8, 0}, {0, 0, 14, 8, 0}};
   std::vector<std::byte> data(24);
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = std::byte(0xa0 + i);
@@ -125,7 +122,7 @@ TEST_F(PieceRequests, WriteLandsEveryPieceAndLaterOverlapsWin) {
 
 TEST_F(PieceRequests, OnePieceOutOfBoundsRefusesTheWholeRequest) {
   auto writable = owner.create_writable(view);
-  RawPeer peer(writable.metadata());
+  RawStreamPeer peer(writable.metadata());
   const std::vector<std::vector<FramePiece>> hostile{
       {{0, 0, 0, 16, 0}, {1, 0, 60, 16, 0}},         // past the end of the second
       {{0, 0, 0, 16, 0}, {2, 0, 0, 16, 0}},          // no third descriptor
@@ -146,7 +143,7 @@ TEST_F(PieceRequests, OnePieceOutOfBoundsRefusesTheWholeRequest) {
 
 TEST_F(PieceRequests, TheRightKeyTokenAndKindAreNeeded) {
   auto readable = owner.create_readable(view);
-  RawPeer peer(readable.metadata());
+  RawStreamPeer peer(readable.metadata());
   const std::vector<FramePiece> pieces{{0, 0, 0, 16, 0}, {1, 0, 0, 16, 0}};
   auto header = peer.request(FrameType::ReadPiecesRequest, 2, 0, 32);
   header.token = random_id();
@@ -166,7 +163,7 @@ TEST_F(PieceRequests, TheRightKeyTokenAndKindAreNeeded) {
 TEST_F(PieceRequests, TooManyOrNoPiecesCloseTheConnection) {
   auto readable = owner.create_readable(view);
   for (std::uint32_t count : {kMaxFramePieces + 1, 0u, ~0u}) {
-    RawPeer peer(readable.metadata());
+    RawStreamPeer peer(readable.metadata());
     std::vector<FramePiece> pieces(std::min<std::uint32_t>(count, kMaxFramePieces + 1),
                                    FramePiece{0, 0, 0, 1, 0});
     auto header = peer.request(FrameType::ReadPiecesRequest, count, 0, total_length(pieces));
@@ -175,7 +172,7 @@ TEST_F(PieceRequests, TooManyOrNoPiecesCloseTheConnection) {
     EXPECT_TRUE(peer.hung_up()) << count;
   }
   // A full list is fine.
-  RawPeer peer(readable.metadata());
+  RawStreamPeer peer(readable.metadata());
   std::vector<FramePiece> pieces(kMaxFramePieces, FramePiece{0, 0, 0, 1, 0});
   send_pieces(peer, FrameType::ReadPiecesRequest, pieces);
   auto [code, payload] = peer.answer();
@@ -185,7 +182,7 @@ TEST_F(PieceRequests, TooManyOrNoPiecesCloseTheConnection) {
 
 TEST_F(PieceRequests, LengthsThatDoNotAddUpCloseTheConnection) {
   auto writable = owner.create_writable(view);
-  RawPeer peer(writable.metadata());
+  RawStreamPeer peer(writable.metadata());
   const std::vector<FramePiece> pieces{{0, 0, 0, 16, 0}, {1, 0, 0, 16, 0}};
   peer.send(peer.request(FrameType::WritePiecesRequest, 2, 0, 40),
             as_bytes(pieces));  // says 40, the pieces say 32: where the next frame starts is lost
@@ -196,7 +193,7 @@ TEST_F(PieceRequests, LengthsThatDoNotAddUpCloseTheConnection) {
 
 TEST_F(PieceRequests, CrossMemoryPiecesNeedAKnownLocalProcess) {
   auto readable = owner.create_readable(view);
-  RawPeer peer(readable.metadata());  // over TCP: the kernel cannot vouch for our process
+  RawStreamPeer peer(readable.metadata());  // over TCP: the kernel cannot vouch for our process
   std::vector<std::byte> landing(32, std::byte{0xee});
   const std::vector<FramePiece> pieces{
       {0, 0, 0, 16, reinterpret_cast<std::uintptr_t>(landing.data())},

@@ -15,13 +15,10 @@
 #include "memwire/descriptor.hpp"
 #include "verbs_recording_port.hpp"
 
-using namespace memwire;
-using namespace memwire::detail;
-using namespace memwire::detail::verbs;
-using namespace std::chrono_literals;
-using memwire::test_support::RecordingPort;
-
+namespace memwire::detail::verbs {
 namespace {
+
+using namespace std::chrono_literals;
 
 class VerbsActiveSideTest : public ::testing::Test {
  protected:
@@ -50,7 +47,7 @@ class VerbsActiveSideTest : public ::testing::Test {
   std::vector<std::byte> remote_memory_ = std::vector<std::byte>(8192);
   std::unique_ptr<Connector> owner_;
   std::unique_ptr<ReadableOperation> readable_;
-  RecordingPort port_;
+  test_support::RecordingPort port_;
   VerbsActiveSide side_{port_, 4096, nullptr};
 };
 
@@ -79,3 +76,4 @@ TEST_F(VerbsActiveSideTest, AnOfferWithRemoteKeysOfTheOldProtocolIsRefused) {
 }
 
 }  // namespace
+}  // namespace memwire::detail::verbs

@@ -18,13 +18,10 @@
 #include "util/ids.hpp"
 #include "verbs_recording_port.hpp"
 
-using namespace memwire;
-using namespace memwire::detail;
-using namespace memwire::detail::verbs;
-using namespace std::chrono_literals;
-using memwire::test_support::RecordingPort;
-
+namespace memwire::detail::verbs {
 namespace {
+
+using namespace std::chrono_literals;
 
 class VerbsPassiveSideTest : public ::testing::Test {
  protected:
@@ -56,7 +53,7 @@ class VerbsPassiveSideTest : public ::testing::Test {
 
   std::vector<std::byte> memory_ = std::vector<std::byte>(4096);
   std::shared_ptr<RegistrationTable> table_ = std::make_shared<RegistrationTable>();
-  RecordingPort port_;
+  test_support::RecordingPort port_;
   VerbsPassiveSide side_{port_, table_};
   Connection connection_{nullptr, nullptr, CmId{}, false, "reader", "10.0.0.2:1"};
 };
@@ -195,3 +192,4 @@ TEST_F(VerbsPassiveSideTest, NoticesOfTheActiveSideAreIgnored) {
 }
 
 }  // namespace
+}  // namespace memwire::detail::verbs

@@ -22,9 +22,7 @@
 
 using namespace memwire;
 using namespace std::chrono_literals;
-using memwire::test_support::fill_pattern;
-using memwire::test_support::first_mismatch;
-using memwire::test_support::RawVerbsPeer;
+using namespace memwire::test_support;
 
 namespace {
 
