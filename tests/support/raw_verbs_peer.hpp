@@ -19,12 +19,25 @@
 #include <string>
 #include <vector>
 
+#include "memwire/connector_options.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/pool.hpp"
 #include "transport/verbs/verbs_wire.hpp"
 #include "util/ids.hpp"
 
 namespace memwire::test_support {
+
+// The owner of the raw-QP tests: verbs alone, keys made as `access` says ("auto", "windows",
+// "pd"). A source that keeps faulting is never refused: the tests fault on purpose (hundreds of
+// bad connections), and some read the count.
+inline ConnectorOptions verbs_owner_options(const std::string& access) {
+  ConnectorOptions options;
+  options.transports = {"verbs"};
+  options.connect_timeout = std::chrono::seconds(5);
+  options.rdma.access = access;
+  options.rdma.max_access_faults = 0;
+  return options;
+}
 
 // The owner's verbs listeners as its metadata names them: the offer's address, then rail1,
 // ... when it has several.
@@ -161,13 +174,7 @@ class RawVerbsPeer {
   // it; pool_begin() also collects the owner's answer (one key per region).
   ibv_wc_status send_pool_begin(const PoolMetadata& metadata, std::uint64_t seq,
                                 const std::string& tag = "") {
-    detail::verbs::Notice notice;
-    notice.type = detail::verbs::NoticeType::PoolBegin;
-    notice.seq = seq;
-    notice.key = parse_id(metadata.key()).value_or(Id128{});
-    notice.token = parse_id(metadata.token()).value_or(Id128{});
-    notice.kind = OperationKind::Read;
-    notice.generation = metadata.generation();
+    auto notice = pool_begin_for(metadata, seq, OperationKind::Read);
     notice.tag = tag;
     return send(notice);
   }
@@ -182,14 +189,7 @@ class RawVerbsPeer {
   Grant grant_begin(const PoolMetadata& metadata, std::uint64_t seq, OperationKind kind,
                     std::size_t windows,
                     std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-    detail::verbs::Notice notice;
-    notice.type = detail::verbs::NoticeType::PoolBegin;
-    notice.seq = seq;
-    notice.key = parse_id(metadata.key()).value_or(Id128{});
-    notice.token = parse_id(metadata.token()).value_or(Id128{});
-    notice.kind = kind;
-    notice.generation = metadata.generation();
-    if (send(notice) != IBV_WC_SUCCESS) return {};
+    if (send(pool_begin_for(metadata, seq, kind)) != IBV_WC_SUCCESS) return {};
     return await_grant(seq, windows, timeout);
   }
 
@@ -244,6 +244,35 @@ class RawVerbsPeer {
     return rkey;
   }
 
+  // A notice of `type` for transfer `seq` of `metadata`'s operation, as memwire's active side
+  // sends it.
+  static detail::verbs::Notice notice_for(const RdmaMetadata& metadata,
+                                          detail::verbs::NoticeType type, std::uint64_t seq) {
+    detail::verbs::Notice notice;
+    notice.type = type;
+    notice.seq = seq;
+    notice.key = parse_id(metadata.notification_key()).value_or(Id128{});
+    notice.token = parse_id(metadata.token()).value_or(Id128{});
+    notice.kind = metadata.operation_kind() == OperationKind::Read ? OperationKind::Read
+                                                                   : OperationKind::Write;
+    // Done claims every byte the metadata describes, as memwire's active side does.
+    notice.bytes = metadata.total_size();
+    return notice;
+  }
+
+  // A pool transfer's Begin of `kind` under `metadata`'s token.
+  static detail::verbs::Notice pool_begin_for(const PoolMetadata& metadata, std::uint64_t seq,
+                                              OperationKind kind) {
+    detail::verbs::Notice notice;
+    notice.type = detail::verbs::NoticeType::PoolBegin;
+    notice.seq = seq;
+    notice.key = parse_id(metadata.key()).value_or(Id128{});
+    notice.token = parse_id(metadata.token()).value_or(Id128{});
+    notice.kind = kind;
+    notice.generation = metadata.generation();
+    return notice;
+  }
+
  private:
   // A request that neither completes nor fails within this ends the attempt: a test must not
   // hang on a QP that the other end stopped answering.
@@ -294,20 +323,6 @@ class RawVerbsPeer {
       }
     }
     return grant;
-  }
-
-  static detail::verbs::Notice notice_for(const RdmaMetadata& metadata,
-                                          detail::verbs::NoticeType type, std::uint64_t seq) {
-    detail::verbs::Notice notice;
-    notice.type = type;
-    notice.seq = seq;
-    notice.key = parse_id(metadata.notification_key()).value_or(Id128{});
-    notice.token = parse_id(metadata.token()).value_or(Id128{});
-    notice.kind = metadata.operation_kind() == OperationKind::Read ? OperationKind::Read
-                                                                   : OperationKind::Write;
-    // Done claims every byte the metadata describes, as memwire's active side does.
-    notice.bytes = metadata.total_size();
-    return notice;
   }
 
   void post_receive(std::size_t slot) {

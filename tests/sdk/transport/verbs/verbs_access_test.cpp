@@ -20,28 +20,14 @@
 
 using namespace memwire;
 using namespace std::chrono_literals;
-using memwire::test_support::fill_pattern;
-using memwire::test_support::first_mismatch;
-using memwire::test_support::rail_addresses;
-using memwire::test_support::RawVerbsPeer;
+using namespace memwire::test_support;
 
 namespace {
-
-ConnectorOptions owner_options(const std::string& access) {
-  ConnectorOptions options;
-  options.transports = {"verbs"};
-  options.connect_timeout = 5s;
-  options.rdma.access = access;
-  // Guessing tests make hundreds of bad connections on purpose: the source is not refused
-  // here (ASourceThatKeepsFaultingIsRefused checks the limit).
-  options.rdma.max_access_faults = 0;
-  return options;
-}
 
 bool rdma_available() {
   static const bool available = [] {
     try {
-      Connector probe(owner_options("auto"));
+      Connector probe(verbs_owner_options("auto"));
       return true;
     } catch (const Error&) {
       return false;
@@ -83,13 +69,13 @@ class VerbsAccess : public ::testing::TestWithParam<const char*> {
     if (!rdma_available()) GTEST_SKIP() << "no RDMA device (run under integration/rxe)";
     if (std::string(GetParam()) == "windows") {
       try {
-        Connector probe(owner_options("windows"));
+        Connector probe(verbs_owner_options("windows"));
       } catch (const Error& error) {
         GTEST_SKIP() << "this device binds no type-2 memory windows: " << error.what();
       }
     }
   }
-  ConnectorOptions options() const { return owner_options(GetParam()); }
+  ConnectorOptions options() const { return verbs_owner_options(GetParam()); }
 };
 
 TEST_P(VerbsAccess, NoRemoteKeyLeavesInTheMetadata) {
@@ -433,7 +419,7 @@ TEST(VerbsAccessLimits, KeysHeldOnOneConnectionAreBounded) {
   // A peer holding tokens cannot pile up the device's windows (or regions) on one connection:
   // past 65,536 keys its next Begin is refused, and the keys it holds still work. (Slow under
   // TCG, tens of seconds: one access mode, one rail.)
-  Connector owner(owner_options("auto"));
+  Connector owner(verbs_owner_options("auto"));
   constexpr std::size_t kDescriptors = 33000;
   std::vector<std::byte> memory(kDescriptors);
   std::vector<Descriptor> descriptors;
@@ -456,7 +442,7 @@ TEST(VerbsAccessLimits, AnUnknownAccessModeKeepsVerbsFromStarting) {
   // Never a silent fallback to one shared protection domain: the verbs transport refuses to
   // start, and says why.
   if (!rdma_available()) GTEST_SKIP() << "no RDMA device (run under integration/rxe)";
-  auto options = owner_options("shared");
+  auto options = verbs_owner_options("shared");
   options.transports = {"verbs", "tcp"};
   std::mutex mutex;
   std::string lines;

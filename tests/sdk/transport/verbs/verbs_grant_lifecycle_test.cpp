@@ -19,25 +19,15 @@
 
 using namespace memwire;
 using namespace std::chrono_literals;
-using memwire::test_support::rail_addresses;
-using memwire::test_support::RawVerbsPeer;
+using namespace memwire::test_support;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
-ConnectorOptions owner_options(const std::string& access) {
-  ConnectorOptions options;
-  options.transports = {"verbs"};
-  options.connect_timeout = 5s;
-  options.rdma.access = access;
-  options.rdma.max_access_faults = 0;  // counted, never refused: the tests read the count
-  return options;
-}
-
 // The reason (empty) when `access` works here, else why the test skips.
 std::string unavailable(const std::string& access) {
   try {
-    Connector probe(owner_options(access));
+    Connector probe(verbs_owner_options(access));
     return {};
   } catch (const Error& error) {
     return error.what();
@@ -61,17 +51,6 @@ std::unique_ptr<RawVerbsPeer> stalling_peer(const std::string& address, const st
   return peer;
 }
 
-detail::verbs::Notice begin_of(const RdmaMetadata& metadata, std::uint64_t seq) {
-  detail::verbs::Notice notice;
-  notice.type = detail::verbs::NoticeType::Begin;
-  notice.seq = seq;
-  notice.key = parse_id(metadata.notification_key()).value_or(Id128{});
-  notice.token = parse_id(metadata.token()).value_or(Id128{});
-  notice.kind = OperationKind::Read;
-  notice.bytes = metadata.total_size();
-  return notice;
-}
-
 // The owner handles a notice on its progress thread: under TCG, give it a moment.
 void let_the_owner_handle_it() { std::this_thread::sleep_for(700ms); }
 
@@ -81,7 +60,7 @@ class VerbsGrantLifecycle : public ::testing::TestWithParam<const char*> {
     if (const auto why = unavailable(GetParam()); !why.empty())
       GTEST_SKIP() << "no RDMA device or no " << GetParam() << " here: " << why;
   }
-  ConnectorOptions options() const { return owner_options(GetParam()); }
+  ConnectorOptions options() const { return verbs_owner_options(GetParam()); }
 };
 
 // Windows only: a protection domain per connection binds nothing.
@@ -94,13 +73,14 @@ class VerbsStalledBinds : public ::testing::Test {
 };
 
 TEST_F(VerbsStalledBinds, ACancelWhoseBindStallsClosesThatConnectionBeforeItReturns) {
-  Connector owner(owner_options("windows"));
+  Connector owner(verbs_owner_options("windows"));
   std::vector<std::byte> memory(4096);
   auto readable = owner.create_readable({Descriptor(std::span(memory))});
   const auto metadata = readable.metadata();
   auto staller = stalling_peer(address_of(metadata.endpoint()), "staller");
   // Granted: its window's bind waits behind the refusal the peer never receives.
-  ASSERT_EQ(staller->send(begin_of(metadata, 1)), IBV_WC_SUCCESS);
+  ASSERT_EQ(staller->send(RawVerbsPeer::notice_for(metadata, detail::verbs::NoticeType::Begin, 1)),
+            IBV_WC_SUCCESS);
   let_the_owner_handle_it();
   const auto start = Clock::now();
   readable.cancel();
@@ -120,7 +100,7 @@ TEST_F(VerbsStalledBinds, ACancelWhoseBindStallsClosesThatConnectionBeforeItRetu
 }
 
 TEST_F(VerbsStalledBinds, APoolsStalledGrantsAreRevokedTogetherNotOneAfterAnother) {
-  Connector owner(owner_options("windows"));
+  Connector owner(verbs_owner_options("windows"));
   std::vector<std::byte> blocks(16 * 4096);
   auto pool = owner.register_pool({BlockRegion{blocks.data(), 4096, 0, 16, {}}});
   const auto metadata = pool.metadata();
