@@ -15,31 +15,16 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr std::size_t kBlock = 4096;
-constexpr std::size_t kBlocks = 8;
+constexpr std::size_t kBlock = FilledBlocks::kBlock;
 
-struct Blocks {
-  explicit Blocks(char fill) : memory(kBlocks * kBlock, static_cast<std::byte>(fill)) {}
-  std::vector<BlockRegion> regions() { return {{memory.data(), kBlock, 0, kBlocks, {}}}; }
-  bool block_is(std::size_t index, char value) const {
-    for (std::size_t i = 0; i < kBlock; ++i)
-      if (memory[index * kBlock + i] != static_cast<std::byte>(value)) return false;
-    return true;
-  }
-  std::vector<std::byte> memory;
+struct Blocks : FilledBlocks {
+  explicit Blocks(char fill) : FilledBlocks(8, fill) {}
 };
 
-class LayerCancel : public PoolTransportConformance {
- protected:
-  ConnectorOptions named(const std::string& name) const {
-    auto options = this->options();
-    options.name = name;
-    return options;
-  }
-};
+using LayerCancel = PoolTransportConformance;
 
 TEST_P(LayerCancel, ReceiversCancelClosesTheGrantAndTheSendersTransfersFailAtOnce) {
-  Connector decode(named("decode")), prefill(named("prefill"));
+  Connector decode(options_named("decode")), prefill(options_named("prefill"));
   Blocks there(0), here('p');
   auto pool = decode.register_pool(there.regions());
   auto local = prefill.register_pool(here.regions());
@@ -67,7 +52,7 @@ TEST_P(LayerCancel, ReceiversCancelClosesTheGrantAndTheSendersTransfersFailAtOnc
 }
 
 TEST_P(LayerCancel, ReceiversCancelEndsItsWaitsOnOtherThreads) {
-  Connector decode(named("decode"));
+  Connector decode(options_named("decode"));
   Blocks there(0);
   auto pool = decode.register_pool(there.regions());
   LayerReceiver receive(pool, pool.grant("prefill", "req-5", {0}, Access::Write, 30s), "req-5");
@@ -82,7 +67,7 @@ TEST_P(LayerCancel, ReceiversCancelEndsItsWaitsOnOtherThreads) {
 }
 
 TEST_P(LayerCancel, ACancelledSenderSendsNothingMore) {
-  Connector decode(named("decode")), prefill(named("prefill"));
+  Connector decode(options_named("decode")), prefill(options_named("prefill"));
   Blocks there(0), here('p');
   auto pool = decode.register_pool(there.regions());
   auto local = prefill.register_pool(here.regions());

@@ -55,6 +55,24 @@ bool block_is_zero(PoolMemory& memory, std::uint64_t index) {
   return true;
 }
 
+// After a transfer of `pairs` into `landed` (the local side's blocks when `into_local`, else the
+// remote's): each block a pair names holds the pattern seed_base + its source block, and every
+// other of the 96 pool blocks is still zero.
+void expect_exactly_the_pairs(PoolMemory& landed, const std::vector<BlockPair>& pairs,
+                              bool into_local, std::uint64_t seed_base) {
+  std::set<std::uint64_t> written;
+  for (const auto& pair : pairs) {
+    const auto target = into_local ? pair.local : pair.remote;
+    const auto source = into_local ? pair.remote : pair.local;
+    EXPECT_TRUE(block_holds(landed, target, seed_base + source)) << "block " << target;
+    written.insert(target);
+  }
+  for (std::uint64_t b = 0; b < 96; ++b)
+    if (!written.contains(b)) {
+      EXPECT_TRUE(block_is_zero(landed, b)) << "block " << b << " touched";
+    }
+}
+
 // Pairs that cover a run of consecutive blocks, blocks of both regions, and scattered ones.
 std::vector<BlockPair> mixed_pairs() {
   std::vector<BlockPair> pairs;
@@ -89,15 +107,7 @@ TEST_P(PoolConformance, ReadMovesExactlyTheNamedBlocks) {
   auto read = reader.read_blocks(remote.metadata(), pairs, local);
   ASSERT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
   EXPECT_EQ(read.transport(), transport());
-  std::set<std::uint64_t> written;
-  for (const auto& pair : pairs) {
-    EXPECT_TRUE(block_holds(here, pair.local, 1000 + pair.remote)) << "block " << pair.local;
-    written.insert(pair.local);
-  }
-  for (std::uint64_t b = 0; b < 96; ++b)
-    if (!written.contains(b)) {
-      EXPECT_TRUE(block_is_zero(here, b)) << "block " << b << " touched";
-    }
+  expect_exactly_the_pairs(here, pairs, /*into_local=*/true, 1000);
   // Gaps between a spaced region's blocks are not the pool's: never touched.
   for (std::size_t i = 0; i < 32; ++i)
     for (std::size_t at = (2 * i + 1) * kBlock; at < (2 * i + 2) * kBlock; at += 512)
@@ -113,15 +123,7 @@ TEST_P(PoolConformance, WriteMovesExactlyTheNamedBlocks) {
   const auto pairs = mixed_pairs();
   auto write = writer.write_blocks(local, pairs, remote.metadata());
   ASSERT_EQ(write.wait_for_completion(30s), OperationStatus::Complete);
-  std::set<std::uint64_t> written;
-  for (const auto& pair : pairs) {
-    EXPECT_TRUE(block_holds(there, pair.remote, 2000 + pair.local)) << "block " << pair.remote;
-    written.insert(pair.remote);
-  }
-  for (std::uint64_t b = 0; b < 96; ++b)
-    if (!written.contains(b)) {
-      EXPECT_TRUE(block_is_zero(there, b)) << "block " << b << " touched";
-    }
+  expect_exactly_the_pairs(there, pairs, /*into_local=*/false, 2000);
 }
 
 TEST_P(PoolConformance, LargeRunsMoveInChunks) {

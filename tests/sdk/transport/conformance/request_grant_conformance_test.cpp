@@ -14,34 +14,15 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr std::size_t kBlock = 4096;
+constexpr std::size_t kBlock = FilledBlocks::kBlock;
 constexpr std::size_t kBlocks = 16;
 
-struct Blocks {
-  explicit Blocks(char fill = 0) : memory(kBlocks * kBlock, static_cast<std::byte>(fill)) {}
-  std::vector<BlockRegion> regions() { return {{memory.data(), kBlock, 0, kBlocks, {}}}; }
-  std::span<std::byte> block(std::size_t index) {
-    return std::span(memory).subspan(index * kBlock, kBlock);
-  }
-  bool block_is(std::size_t index, char value) {
-    for (auto byte : block(index))
-      if (byte != static_cast<std::byte>(value)) return false;
-    return true;
-  }
-  std::vector<std::byte> memory;
+struct Blocks : FilledBlocks {
+  explicit Blocks(char fill = 0) : FilledBlocks(kBlocks, fill) {}
 };
 
 void wait_ok(Operation& operation, std::chrono::milliseconds timeout) {
   ASSERT_EQ(operation.wait_for_completion(timeout), OperationStatus::Complete);
-}
-
-std::string message_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(nothing thrown)";
 }
 
 class RequestGrants : public PoolTransportConformance {
@@ -49,15 +30,10 @@ class RequestGrants : public PoolTransportConformance {
   void SetUp() override {
     PoolTransportConformance::SetUp();
     if (IsSkipped()) return;
-    owner_.emplace(named("decode"));
-    peer_.emplace(named("prefill"));
+    owner_.emplace(options_named("decode"));
+    peer_.emplace(options_named("prefill"));
     pool_.emplace(owner_->register_pool(there_.regions()));
     local_.emplace(peer_->register_pool(here_.regions()));
-  }
-  ConnectorOptions named(const std::string& name) const {
-    auto options = this->options();
-    options.name = name;
-    return options;
   }
   // Writes local block 0 ('p') into remote `block` under `metadata`.
   void write(const PoolMetadata& metadata, std::uint64_t block, const std::string& tag = "") {

@@ -99,6 +99,12 @@ class TransportConformance : public ::testing::TestWithParam<std::string> {
   ConnectorOptions options(std::size_t chunk = 1u << 20, unsigned connections = 2) const {
     return conformance_options(transport(), chunk, connections);
   }
+  // options(), the connector named `name` (the name a pool's peers know it by).
+  ConnectorOptions options_named(const std::string& name) const {
+    auto named = options();
+    named.name = name;
+    return named;
+  }
   // For a peer process (tests/support/test_peer.cpp): the same transport.
   std::vector<std::string> peer_environment() const {
     std::vector<std::string> environment{"MEMWIRE_TRANSPORTS=" + transport()};
@@ -115,6 +121,27 @@ class PoolTransportConformance : public TransportConformance {
     TransportConformance::SetUp();
     if (!IsSkipped() && !claims().pools) GTEST_SKIP() << transport() << " moves no pool blocks";
   }
+};
+
+// A pool's memory for the grant and layer tests: `count` blocks of kBlock bytes, every byte
+// `fill` to begin with.
+struct FilledBlocks {
+  static constexpr std::size_t kBlock = 4096;
+  FilledBlocks(std::size_t count, char fill)
+      : memory(count * kBlock, static_cast<std::byte>(fill)) {}
+  std::vector<BlockRegion> regions() {
+    return {{memory.data(), kBlock, 0, memory.size() / kBlock, {}}};
+  }
+  std::span<std::byte> block(std::size_t index) {
+    return std::span(memory).subspan(index * kBlock, kBlock);
+  }
+  // Whether every byte of block `index` is `value`.
+  bool block_is(std::size_t index, char value) const {
+    for (std::size_t i = 0; i < kBlock; ++i)
+      if (memory[index * kBlock + i] != static_cast<std::byte>(value)) return false;
+    return true;
+  }
+  std::vector<std::byte> memory;
 };
 
 // Distinct buffers, one per descriptor, each with its own pattern seed.
