@@ -13,6 +13,7 @@
 #include "memwire/error.hpp"
 #include "memwire/sideband/http.hpp"
 #include "support/error_code_of.hpp"
+#include "support/http_channel_options.hpp"
 #include "support/metadata_samples.hpp"
 #include "support/registry_process.hpp"
 #include "support/temp_dir.hpp"
@@ -21,10 +22,7 @@ namespace memwire::sideband {
 namespace {
 
 using namespace std::chrono_literals;
-using test_support::error_code_of;
-using test_support::RegistryProcess;
-using test_support::sample_metadata;
-using test_support::TempDir;
+using namespace memwire::test_support;
 
 constexpr const char* kOwnerA = "owner-a-0123456789abcdef";
 constexpr const char* kOwnerB = "owner-b-0123456789abcdef";
@@ -43,10 +41,7 @@ class HttpGrants : public ::testing::Test {
         std::vector<std::string>{"--token", kAdmin, "--grants", dir_.file("grants")});
   }
   HttpChannel channel(const char* token) {
-    HttpChannelOptions options;
-    options.url = registry_->url();
-    options.token = token;
-    return HttpChannel(options);
+    return HttpChannel(http_channel_options(registry_->url(), token));
   }
   // The status and body of a raw request with `token`.
   std::pair<int, std::string> raw(const std::string& method, const std::string& path,

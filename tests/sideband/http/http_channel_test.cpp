@@ -14,6 +14,7 @@
 #include "memwire/error_codes.hpp"
 #include "memwire/sideband/http.hpp"
 #include "support/error_code_of.hpp"
+#include "support/http_channel_options.hpp"
 #include "support/loopback.hpp"
 #include "support/metadata_samples.hpp"
 #include "support/temp_dir.hpp"
@@ -23,19 +24,11 @@ namespace {
 using namespace memwire;
 using namespace memwire::sideband;
 using namespace std::chrono_literals;
-using memwire::test_support::error_code_of;
-using test_support::sample_metadata;
-
-HttpChannelOptions channel_options(const std::string& url, std::string token = {}) {
-  HttpChannelOptions options;
-  options.url = url;
-  options.token = std::move(token);
-  return options;
-}
+using namespace memwire::test_support;
 
 TEST(HttpChannelErrors, SlowServerIsTimeoutNotNotFound) {
   test_support::SilentListener silent;
-  HttpChannel channel(channel_options(silent.url()));
+  HttpChannel channel(http_channel_options(silent.url()));
   auto started = std::chrono::steady_clock::now();
   EXPECT_EQ(error_code_of([&] { channel.fetch("x", 300ms); }), ErrorCode::Timeout);
   auto took = std::chrono::steady_clock::now() - started;
@@ -45,8 +38,8 @@ TEST(HttpChannelErrors, SlowServerIsTimeoutNotNotFound) {
 }
 
 TEST(HttpChannelErrors, NoServerIsTransportAfterBoundedRetries) {
-  auto options =
-      channel_options("http://127.0.0.1:" + std::to_string(test_support::free_loopback_port()));
+  auto options = http_channel_options("http://127.0.0.1:" +
+                                      std::to_string(test_support::free_loopback_port()));
   options.max_retries = 2;
   options.retry_backoff = 10ms;
   HttpChannel channel(options);
@@ -56,7 +49,7 @@ TEST(HttpChannelErrors, NoServerIsTransportAfterBoundedRetries) {
 }
 
 TEST(HttpChannelErrors, BadUrlIsInvalidArgument) {
-  EXPECT_EQ(error_code_of([] { HttpChannel channel(channel_options("ftp://x")); }),
+  EXPECT_EQ(error_code_of([] { HttpChannel channel(http_channel_options("ftp://x")); }),
             ErrorCode::InvalidArgument);
 }
 
@@ -79,7 +72,7 @@ TEST(HttpChannelErrors, RepliesLargerThanTheLimitFailAtOnce) {
   int port = server.bind_to_any_port("127.0.0.1");
   std::thread thread([&] { server.listen_after_bind(); });
   {
-    auto options = channel_options("http://127.0.0.1:" + std::to_string(port));
+    auto options = http_channel_options("http://127.0.0.1:" + std::to_string(port));
     options.max_reply_size = 1 << 20;
     HttpChannel channel(options);
     for (const char* name : {"declared", "endless"}) {
@@ -97,7 +90,7 @@ TEST(HttpChannelErrors, RepliesLargerThanTheLimitFailAtOnce) {
   }
   server.stop();
   thread.join();
-  auto options = channel_options("http://127.0.0.1:1");
+  auto options = http_channel_options("http://127.0.0.1:1");
   options.max_reply_size = 0;
   EXPECT_EQ(error_code_of([&] { HttpChannel channel(options); }), ErrorCode::InvalidArgument);
 }
@@ -127,7 +120,7 @@ TEST(HttpChannelWire, OneKeptHandleSendsEachCallAsItsOwn) {
   int port = server.bind_to_any_port("127.0.0.1");
   std::thread thread([&] { server.listen_after_bind(); });
   {
-    HttpChannel channel(channel_options("http://127.0.0.1:" + std::to_string(port), "s3cret"));
+    HttpChannel channel(http_channel_options("http://127.0.0.1:" + std::to_string(port), "s3cret"));
     channel.publish("wire.a", sample_metadata(4), 0ms);
     EXPECT_EQ(channel.fetch("wire.a", 2s), sample_metadata(4));
     channel.request("wire.b", sample_metadata(5, OperationKind::Write), 2s);
@@ -156,9 +149,9 @@ TEST(HttpChannelAuth, WrongOrMissingTokenIsAccessDenied) {
   options.token = "s3cret";
   HttpEndpoint endpoint(options);
   endpoint.start();
-  HttpChannel right(channel_options(endpoint.url(), "s3cret"));
-  HttpChannel wrong(channel_options(endpoint.url(), "guess"));
-  HttpChannel none(channel_options(endpoint.url()));
+  HttpChannel right(http_channel_options(endpoint.url(), "s3cret"));
+  HttpChannel wrong(http_channel_options(endpoint.url(), "guess"));
+  HttpChannel none(http_channel_options(endpoint.url()));
   right.publish("private", sample_metadata(1), 0ms);
   EXPECT_EQ(right.fetch("private", 1s), sample_metadata(1));
   for (auto* channel : {&wrong, &none}) {
@@ -186,16 +179,16 @@ TEST(HttpChannelTls, HttpsWithATrustedCertificate) {
   endpoint.start();
   ASSERT_EQ(endpoint.url().substr(0, 8), "https://");
 
-  auto trusted = channel_options(endpoint.url());
+  auto trusted = http_channel_options(endpoint.url());
   trusted.ca_file = cert;
   HttpChannel channel(trusted);
   channel.publish("secure", sample_metadata(1), 0ms);
   EXPECT_EQ(channel.fetch("secure", 2s), sample_metadata(1));
 
   // Without the CA the certificate is refused; plain HTTP to a TLS port fails too.
-  HttpChannel untrusting(channel_options(endpoint.url()));
+  HttpChannel untrusting(http_channel_options(endpoint.url()));
   EXPECT_EQ(error_code_of([&] { untrusting.fetch("secure", 2s); }), ErrorCode::Transport);
-  HttpChannel plain(channel_options("http://127.0.0.1:" + std::to_string(endpoint.port())));
+  HttpChannel plain(http_channel_options("http://127.0.0.1:" + std::to_string(endpoint.port())));
   EXPECT_NE(error_code_of([&] { plain.fetch("secure", 2s); }), ErrorCode::NotFound);
 }
 

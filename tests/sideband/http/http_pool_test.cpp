@@ -13,6 +13,7 @@
 #include "memwire/sideband/http.hpp"
 #include "sideband/pool_cases.hpp"
 #include "support/error_code_of.hpp"
+#include "support/http_channel_options.hpp"
 #include "support/metadata_samples.hpp"
 #include "support/registry_process.hpp"
 #include "support/temp_dir.hpp"
@@ -23,17 +24,7 @@ namespace {
 using namespace std::chrono_literals;
 using pool_cases::PoolSide;
 using pool_cases::read_three_blocks;
-using test_support::error_code_of;
-using test_support::RegistryProcess;
-using test_support::sample_metadata;
-using test_support::TempDir;
-
-HttpChannelOptions at(const std::string& url, std::string token = {}) {
-  HttpChannelOptions options;
-  options.url = url;
-  options.token = std::move(token);
-  return options;
-}
+using namespace memwire::test_support;
 
 // A raw request, as a forger would send it: no HttpChannel in between.
 httplib::Result raw_put(const std::string& url, const std::string& path, const std::string& body,
@@ -47,8 +38,8 @@ httplib::Result raw_put(const std::string& url, const std::string& path, const s
 class HttpPools : public ::testing::Test {
  protected:
   RegistryProcess registry_;
-  HttpChannel owner_{at(registry_.url())};
-  HttpChannel reader_{at(registry_.url())};
+  HttpChannel owner_{http_channel_options(registry_.url())};
+  HttpChannel reader_{http_channel_options(registry_.url())};
 };
 
 TEST_F(HttpPools, ForgedBodiesAreRefusedAndNothingIsStored) {
@@ -88,9 +79,9 @@ TEST(HttpPoolGrants, TokensPublishOnlyWhatTheirGrantAllows) {
   TempDir dir;
   std::ofstream(dir.file("grants")) << kOwner << " publish a\n" << kReader << " read *\n";
   RegistryProcess registry({"--grants", dir.file("grants")});
-  HttpChannel owning(at(registry.url(), kOwner));
-  HttpChannel reading(at(registry.url(), kReader));
-  HttpChannel nobody(at(registry.url(), "not-a-token-0123456789"));
+  HttpChannel owning(http_channel_options(registry.url(), kOwner));
+  HttpChannel reading(http_channel_options(registry.url(), kReader));
+  HttpChannel nobody(http_channel_options(registry.url(), "not-a-token-0123456789"));
 
   PoolSide owner, other;
   owning.publish_pool("a.kv", owner.pool->metadata(), 0ms);
@@ -117,14 +108,14 @@ TEST(HttpPoolState, PoolsSurviveARestart) {
   PoolSide owner(500), reader;
   {
     RegistryProcess registry({"--state", dir.file("state")});
-    HttpChannel channel(at(registry.url()));
+    HttpChannel channel(http_channel_options(registry.url()));
     channel.publish_pool("kept", owner.pool->metadata(), 0ms);
     channel.publish_pool("dropped", owner.pool->metadata(), 0ms);
     channel.withdraw_pool("dropped");
     channel.publish("kept", sample_metadata(9), 0ms);
   }
   RegistryProcess registry({"--state", dir.file("state")});
-  HttpChannel channel(at(registry.url()));
+  HttpChannel channel(http_channel_options(registry.url()));
   auto fetched = channel.fetch_pool("kept", 2s);
   EXPECT_EQ(fetched, owner.pool->metadata());
   EXPECT_EQ(channel.fetch("kept", 2s), sample_metadata(9));

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "memwire/error.hpp"
@@ -118,31 +119,34 @@ TEST(HttpProcesses, CliExitCodes) {
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
-TEST(HttpProcesses, GraphWorkersConsumerReadsProducersReadable) {
+// The graph workers over a fresh registry, in their modes, for five names of 4096 floats (the
+// consumer first when `consumer_first`): both exit 0, the consumer's last line says `said`.
+void expect_graph_workers(const char* producer_mode, const char* consumer_mode, bool consumer_first,
+                          const std::string& said) {
   RegistryProcess registry;
-  ChildProcess producer({memwire::test::producer_program(), "--http", registry.url(), "--mode",
-                         "readable", "--requests", "5", "--dim", "4096"});
-  ChildProcess consumer({memwire::test::consumer_program(), "--http", registry.url(), "--mode",
-                         "read", "--requests", "5", "--dim", "4096"});
+  auto stage = [&](const char* program, const char* mode) {
+    return std::make_unique<ChildProcess>(std::vector<std::string>{
+        program, "--http", registry.url(), "--mode", mode, "--requests", "5", "--dim", "4096"});
+  };
+  std::unique_ptr<ChildProcess> producer, consumer;
+  if (consumer_first) consumer = stage(memwire::test::consumer_program(), consumer_mode);
+  producer = stage(memwire::test::producer_program(), producer_mode);
+  if (!consumer) consumer = stage(memwire::test::consumer_program(), consumer_mode);
   std::string last;
-  while (auto line = consumer.read_line(30s)) last = *line;
-  EXPECT_EQ(consumer.wait(30s), 0);
-  EXPECT_EQ(producer.wait(30s), 0);
-  EXPECT_NE(last.find("5/5 embeddings verified"), std::string::npos) << last;
+  while (auto line = consumer->read_line(30s)) last = *line;
+  EXPECT_EQ(consumer->wait(30s), 0);
+  EXPECT_EQ(producer->wait(30s), 0);
+  EXPECT_NE(last.find(said), std::string::npos) << last;
 }
 
+TEST(HttpProcesses, GraphWorkersConsumerReadsProducersReadable) {
+  expect_graph_workers("readable", "read", false, "5/5 embeddings verified");
+}
+
+// The consumer may ask before the producer serves: it retries "not found" until then.
 TEST(HttpProcesses, GraphWorkersProducerWritesIntoConsumersWritable) {
-  RegistryProcess registry;
-  // The consumer may ask before the producer serves: it retries "not found" until then.
-  ChildProcess consumer({memwire::test::consumer_program(), "--http", registry.url(), "--mode",
-                         "request", "--requests", "5", "--dim", "4096"});
-  ChildProcess producer({memwire::test::producer_program(), "--http", registry.url(), "--mode",
-                         "writable", "--requests", "5", "--dim", "4096"});
-  std::string last;
-  while (auto line = consumer.read_line(30s)) last = *line;
-  EXPECT_EQ(consumer.wait(30s), 0);
-  EXPECT_EQ(producer.wait(30s), 0);
-  EXPECT_NE(last.find("producer wrote into consumer's writable memory"), std::string::npos) << last;
+  expect_graph_workers("writable", "request", true,
+                       "producer wrote into consumer's writable memory");
 }
 
 TEST(HttpProcesses, RegistryRestartedKeepsNamesAndServers) {

@@ -16,6 +16,7 @@
 #include "memwire/error.hpp"
 #include "memwire/sideband/http.hpp"
 #include "support/error_code_of.hpp"
+#include "support/http_channel_options.hpp"
 #include "support/metadata_samples.hpp"
 #include "support/registry_process.hpp"
 #include "support/temp_dir.hpp"
@@ -25,19 +26,13 @@ namespace {
 
 using namespace std::chrono_literals;
 using json = nlohmann::json;
-using test_support::error_code_of;
-using test_support::RegistryProcess;
-using test_support::sample_metadata;
-using test_support::TempDir;
+using namespace memwire::test_support;
 
 constexpr const char* kOwnerA = "owner-a-0123456789abcdef";
 constexpr const char* kOwnerB = "owner-b-0123456789abcdef";
 
 HttpChannel channel_at(const std::string& url, const char* token) {
-  HttpChannelOptions options;
-  options.url = url;
-  options.token = token;
-  return HttpChannel(options);
+  return HttpChannel(http_channel_options(url, token));
 }
 
 // The status and parsed body of a raw PUT, as any HTTP client sees it.
