@@ -24,18 +24,14 @@
 #include "memwire/sideband/nats.hpp"
 #include "support/error_code_of.hpp"
 #include "support/metadata_samples.hpp"
+#include "support/nats_connection_events.hpp"
 #include "support/nats_server.hpp"
 
 namespace memwire::sideband {
 namespace {
 
 using namespace std::chrono_literals;
-using memwire::test_support::error_code_of;
-using test_support::NatsServer;
-using test_support::NatsServerOptions;
-
-using test_support::hex32;
-using test_support::sample_metadata;
+using namespace memwire::test_support;
 
 NatsOptions options_for(const NatsServer& server) {
   NatsOptions options;
@@ -308,34 +304,9 @@ TEST(NatsChannelConnect, NoJetStreamIsTransport) {
   }
 }
 
-// Counts connection events so a test can wait for "reconnected" without polling.
-struct Reconnects {
-  std::mutex mutex;
-  std::condition_variable changed;
-  int disconnected = 0;
-  int reconnected = 0;
-
-  void hook(NatsOptions& options) {
-    options.on_disconnected = [this] {
-      std::lock_guard lock(mutex);
-      ++disconnected;
-      changed.notify_all();
-    };
-    options.on_reconnected = [this] {
-      std::lock_guard lock(mutex);
-      ++reconnected;
-      changed.notify_all();
-    };
-  }
-  bool wait_reconnected(int count, std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mutex);
-    return changed.wait_for(lock, timeout, [&] { return reconnected >= count; });
-  }
-};
-
 TEST_F(NatsChannelTest, ServerRestartKeepsPublishedNames) {
-  Reconnects owner_events;
-  Reconnects reader_events;
+  NatsConnectionEvents owner_events;
+  NatsConnectionEvents reader_events;
   auto owner_options = options_for(server_);
   owner_events.hook(owner_options);
   auto reader_options = options_for(server_);
@@ -377,7 +348,7 @@ TEST_F(NatsChannelTest, WaitForSurvivesServerRestart) {
 }
 
 TEST_F(NatsChannelTest, CrashedServerComesBackWithItsStore) {
-  Reconnects events;
+  NatsConnectionEvents events;
   auto options = options_for(server_);
   events.hook(options);
   NatsChannel reader(options);

@@ -22,6 +22,7 @@
 #include "memwire/sideband/nats.hpp"
 #include "support/error_code_of.hpp"
 #include "support/metadata_samples.hpp"
+#include "support/nats_connection_events.hpp"
 #include "support/nats_server.hpp"
 
 namespace memwire::sideband {
@@ -31,6 +32,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using memwire::test_support::error_code_of;
 using test_support::NatsCluster;
+using test_support::NatsConnectionEvents;
 
 using test_support::hex32;
 using test_support::sample_metadata;
@@ -90,25 +92,6 @@ std::string stream_leader(const NatsCluster& cluster, const std::string& stream)
   natsConnection_Destroy(connection);
   return leader;
 }
-
-// Waits for a channel's reconnected event.
-struct ReconnectEvents {
-  std::mutex mutex;
-  std::condition_variable changed;
-  int reconnects = 0;
-
-  void hook(NatsOptions& options) {
-    options.on_reconnected = [this] {
-      std::lock_guard lock(mutex);
-      ++reconnects;
-      changed.notify_all();
-    };
-  }
-  bool wait(std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mutex);
-    return changed.wait_for(lock, timeout, [&] { return reconnects > 0; });
-  }
-};
 
 class NatsClusterTest : public ::testing::Test {
  protected:
@@ -242,7 +225,7 @@ TEST_F(NatsClusterTest, ANewClientGetsInOnceTheRegistrysLeaderIsElected) {
 // and serve() subscription come back there, and a client on a third node gets answers from the
 // live owner (the registry no longer holds the name, so only the owner can answer).
 TEST_F(NatsClusterTest, OwnerMovesToAnotherNodeAndKeepsAnswering) {
-  ReconnectEvents events;
+  NatsConnectionEvents events;
   auto owner_options = options_for(cluster_, 0);
   events.hook(owner_options);
   NatsChannel owner(owner_options);
@@ -259,7 +242,7 @@ TEST_F(NatsClusterTest, OwnerMovesToAnotherNodeAndKeepsAnswering) {
   EXPECT_EQ(client.fetch("moving.owner", 2s), metadata);
 
   cluster_.node(0).stop(/*graceful=*/false);
-  ASSERT_TRUE(events.wait(15s)) << "the owner did not reconnect";
+  ASSERT_TRUE(events.wait_reconnected(1, 15s)) << "the owner did not reconnect";
   EXPECT_EQ(owner.connected_url(), cluster_.node(1).url());
   owner.flush(2s);  // its subscriptions are back on node 1
 
@@ -299,7 +282,7 @@ TEST_F(NatsClusterTest, RequestToADeadOwnerFailsFast) {
 // One comma-separated entry (as a --nats flag gives it) is a server list: the client goes on
 // to the next node when its server dies.
 TEST_F(NatsClusterTest, CommaSeparatedServerListFailsOver) {
-  ReconnectEvents events;
+  NatsConnectionEvents events;
   auto options = options_for(cluster_, 0);
   options.servers = {cluster_.node(0).url() + ", " + cluster_.node(1).url() + "," +
                      cluster_.node(2).url()};
@@ -308,7 +291,7 @@ TEST_F(NatsClusterTest, CommaSeparatedServerListFailsOver) {
   ASSERT_EQ(channel.connected_url(), cluster_.node(0).url());
   channel.publish("comma.list", sample_metadata(9), 0ms);
   cluster_.node(0).stop(/*graceful=*/false);
-  ASSERT_TRUE(events.wait(15s));
+  ASSERT_TRUE(events.wait_reconnected(1, 15s));
   EXPECT_EQ(channel.connected_url(), cluster_.node(1).url());
   EXPECT_EQ(eventually([&] { return channel.fetch("comma.list", 2s); }), sample_metadata(9));
 }

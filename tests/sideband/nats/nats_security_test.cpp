@@ -25,12 +25,7 @@ namespace memwire::sideband {
 namespace {
 
 using namespace std::chrono_literals;
-using memwire::test_support::error_code_of;
-using test_support::NatsServer;
-using test_support::NatsServerOptions;
-
-using test_support::sample_metadata;
-using test_support::TempDir;
+using namespace memwire::test_support;
 
 bool have_openssl_tool() { return std::system("openssl version >/dev/null 2>&1") == 0; }
 
@@ -57,13 +52,19 @@ void make_certificates(const TempDir& dir) {
   }
 }
 
+// A server that speaks TLS with make_certificates' server certificate.
+NatsServerOptions tls_server(const TempDir& dir) {
+  NatsServerOptions options;
+  options.tls_cert_file = dir.file("server.pem");
+  options.tls_key_file = dir.file("server.key");
+  return options;
+}
+
 TEST(NatsChannelTls, ServerCertificateCheckedAgainstTheCa) {
   if (!have_openssl_tool()) GTEST_SKIP() << "the openssl tool is needed to make certificates";
   TempDir dir;
   ASSERT_NO_FATAL_FAILURE(make_certificates(dir));
-  NatsServerOptions server_options;
-  server_options.tls_cert_file = dir.file("server.pem");
-  server_options.tls_key_file = dir.file("server.key");
+  auto server_options = tls_server(dir);
   NatsServer server(server_options);
 
   NatsOptions options;
@@ -95,9 +96,7 @@ TEST(NatsChannelTls, MutualTlsNeedsAClientCertificate) {
   if (!have_openssl_tool()) GTEST_SKIP() << "the openssl tool is needed to make certificates";
   TempDir dir;
   ASSERT_NO_FATAL_FAILURE(make_certificates(dir));
-  NatsServerOptions server_options;
-  server_options.tls_cert_file = dir.file("server.pem");
-  server_options.tls_key_file = dir.file("server.key");
+  auto server_options = tls_server(dir);
   server_options.tls_ca_file = dir.file("ca.pem");
   server_options.tls_verify_clients = true;
   NatsServer server(server_options);
