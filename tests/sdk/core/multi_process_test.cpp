@@ -14,9 +14,7 @@
 
 using namespace memwire;
 using namespace std::chrono_literals;
-using memwire::test_support::ChildProcess;
-using memwire::test_support::failure_code;
-using memwire::test_support::start_test_peer;
+using namespace memwire::test_support;
 
 namespace {
 
@@ -27,32 +25,38 @@ ConnectorOptions tcp_options(std::size_t chunk = 4u << 20) {
   return options;
 }
 
+// Reads the readable of `metadata` (`size` bytes) into fresh memory over `connector`, checks
+// every byte against the pattern of `seed`, and says which transport moved them.
+std::string read_checked(Connector& connector, const RdmaMetadata& metadata, std::size_t size,
+                         std::uint64_t seed) {
+  std::vector<std::byte> target(size);
+  auto read = connector.begin_read(metadata, {Descriptor(std::span(target))});
+  EXPECT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
+  EXPECT_EQ(first_mismatch(target, seed), size);
+  return read.transport();
+}
+
 }  // namespace
 
 TEST(MultiProcess, ReadFromAnotherProcess) {
   constexpr std::size_t kSize = 64u << 20;
-  auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "5"});
-  auto metadata = RdmaMetadata::from_json(expect_line(child));
+  PublishingPeer peer("readable", kSize, 5);
   Connector connector(tcp_options());
-  std::vector<std::byte> target(kSize);
-  auto read = connector.begin_read(metadata, {Descriptor(std::span(target))});
-  EXPECT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
-  EXPECT_EQ(memwire::test_support::first_mismatch(target, 5), kSize);
-  EXPECT_EQ(expect_line(child), "complete tcp");
-  EXPECT_EQ(child.wait(10s), 0);
+  read_checked(connector, peer.metadata, kSize, 5);
+  EXPECT_EQ(expect_line(peer.child), "complete tcp");
+  EXPECT_EQ(peer.child.wait(10s), 0);
 }
 
 TEST(MultiProcess, WriteIntoAnotherProcess) {
   constexpr std::size_t kSize = 16u << 20;
-  auto child = start_test_peer({"publish", "writable", std::to_string(kSize), "9"});
-  auto metadata = RdmaMetadata::from_json(expect_line(child));
+  PublishingPeer peer("writable", kSize, 9);
   Connector connector(tcp_options());
   std::vector<std::byte> source(kSize);
   memwire::test_support::fill_pattern(source, 9);
-  auto write = connector.begin_write({Descriptor(std::span(source))}, metadata);
+  auto write = connector.begin_write({Descriptor(std::span(source))}, peer.metadata);
   EXPECT_EQ(write.wait_for_completion(30s), OperationStatus::Complete);
-  EXPECT_EQ(expect_line(child), "complete tcp");  // the child verified every byte
-  EXPECT_EQ(child.wait(10s), 0);
+  EXPECT_EQ(expect_line(peer.child), "complete tcp");  // the peer verified every byte
+  EXPECT_EQ(peer.child.wait(10s), 0);
 }
 
 TEST(MultiProcess, AnotherProcessReadsAndWritesUs) {
@@ -76,14 +80,13 @@ TEST(MultiProcess, AnotherProcessReadsAndWritesUs) {
 
 TEST(MultiProcess, PassivePeerKilledMidTransferFailsTheReader) {
   constexpr std::size_t kSize = 512u << 20;
-  auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "1"});
-  auto metadata = RdmaMetadata::from_json(expect_line(child, 60s));
+  PublishingPeer peer("readable", kSize, 1);
   Connector connector(tcp_options(4096));
   std::vector<std::byte> target(kSize);
   // Stopped first, so the read is certainly in flight when the peer dies.
-  child.kill(SIGSTOP);
-  auto read = connector.begin_read(metadata, {Descriptor(std::span(target))});
-  child.kill(SIGKILL);
+  peer.child.kill(SIGSTOP);
+  auto read = connector.begin_read(peer.metadata, {Descriptor(std::span(target))});
+  peer.child.kill(SIGKILL);
   auto started = std::chrono::steady_clock::now();
   EXPECT_EQ(failure_code(read, 10s), ErrorCode::PeerLost);
   EXPECT_LT(std::chrono::steady_clock::now() - started, 10s);
@@ -112,46 +115,38 @@ TEST(MultiProcess, ActivePeerKilledMidTransferFailsTheOwner) {
 
 TEST(MultiProcess, DroppedReadStopsWritingIntoLocalMemory) {
   constexpr std::size_t kSize = 8u << 20;
-  auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "2"});
-  auto metadata = RdmaMetadata::from_json(expect_line(child));
+  PublishingPeer peer("readable", kSize, 2);
   Connector connector(tcp_options(65536));
   std::vector<std::byte> target(kSize, std::byte{0x11});
-  child.kill(SIGSTOP);  // requests queue up at the stopped owner
+  peer.child.kill(SIGSTOP);  // requests queue up at the stopped owner
   {
-    auto read = connector.begin_read(metadata, {Descriptor(std::span(target))});
+    auto read = connector.begin_read(peer.metadata, {Descriptor(std::span(target))});
   }  // dropped unfinished: cancelled, local memory no longer written
-  child.kill(SIGCONT);
+  peer.child.kill(SIGCONT);
   // The owner learns the reader gave up, and its late answers were drained, not written.
-  EXPECT_EQ(expect_line(child),
+  EXPECT_EQ(expect_line(peer.child),
             "error cancelled: the active side reported: dropped by the active side");
-  EXPECT_EQ(child.wait(10s), 1);
+  EXPECT_EQ(peer.child.wait(10s), 1);
   EXPECT_EQ(target, std::vector<std::byte>(kSize, std::byte{0x11}));
 }
 
 TEST(MultiProcess, SameHostProcessesUseShm) {
   constexpr std::size_t kSize = 64u << 20;
-  auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "8"});
-  auto metadata = RdmaMetadata::from_json(expect_line(child));
+  PublishingPeer peer("readable", kSize, 8);
   ConnectorOptions options;
   options.transports = {"shm", "tcp"};
   Connector connector(options);
-  std::vector<std::byte> target(kSize);
-  auto read = connector.begin_read(metadata, {Descriptor(std::span(target))});
-  EXPECT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
-  EXPECT_EQ(read.transport(), "shm");
-  EXPECT_EQ(memwire::test_support::first_mismatch(target, 8), kSize);
-  EXPECT_EQ(expect_line(child), "complete shm");
+  EXPECT_EQ(read_checked(connector, peer.metadata, kSize, 8), "shm");
+  EXPECT_EQ(expect_line(peer.child), "complete shm");
 }
 
 TEST(MultiProcess, AnotherProcessesSharedBufferIsReadThroughAMapping) {
   constexpr std::size_t kSize = 64u << 20;
-  auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "12"},
-                               {"MEMWIRE_PEER_SHARED=1"});
-  auto metadata = RdmaMetadata::from_json(expect_line(child));
+  PublishingPeer peer("readable", kSize, 12, {"MEMWIRE_PEER_SHARED=1"});
   std::vector<std::byte> target(kSize);
   {
     Connector connector;
-    auto read = connector.begin_read(metadata, {Descriptor(std::span(target))});
+    auto read = connector.begin_read(peer.metadata, {Descriptor(std::span(target))});
     EXPECT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
     EXPECT_EQ(read.transport(), "shm");
     EXPECT_GT(memwire::test_support::shared_mappings(), 0)
@@ -159,42 +154,34 @@ TEST(MultiProcess, AnotherProcessesSharedBufferIsReadThroughAMapping) {
   }
   EXPECT_EQ(memwire::test_support::shared_mappings(), 0) << "mappings outlived the connector";
   EXPECT_EQ(memwire::test_support::first_mismatch(target, 12), kSize);
-  EXPECT_EQ(expect_line(child), "complete shm");
+  EXPECT_EQ(expect_line(peer.child), "complete shm");
 }
 
 TEST(MultiProcess, WriteIntoAnotherProcessesSharedBufferCompletesItVerified) {
   constexpr std::size_t kSize = (16u << 20) + 9;
-  auto child = start_test_peer({"publish", "writable", std::to_string(kSize), "13"},
-                               {"MEMWIRE_PEER_SHARED=1"});
-  auto metadata = RdmaMetadata::from_json(expect_line(child));
+  PublishingPeer peer("writable", kSize, 13, {"MEMWIRE_PEER_SHARED=1"});
   std::vector<std::byte> source(kSize);
   memwire::test_support::fill_pattern(source, 13);
   Connector connector;
-  auto write = connector.begin_write({Descriptor(std::span(source))}, metadata);
+  auto write = connector.begin_write({Descriptor(std::span(source))}, peer.metadata);
   EXPECT_EQ(write.wait_for_completion(30s), OperationStatus::Complete);
   EXPECT_GT(memwire::test_support::shared_mappings(), 0);
-  EXPECT_EQ(expect_line(child), "complete shm");  // the child checked every byte
+  EXPECT_EQ(expect_line(peer.child), "complete shm");  // the peer checked every byte
 }
 
 TEST(MultiProcess, RefusedCrossMemoryAccessFallsBackToTcpAndSaysWhy) {
   if (getuid() != 0) GTEST_SKIP() << "needs root to start a peer as another user";
   constexpr std::size_t kSize = 4u << 20;
   // The owner runs as nobody: the kernel will not let it copy into our (root's) memory.
-  auto child = start_test_peer({"publish", "readable", std::to_string(kSize), "6"},
-                               {"MEMWIRE_PEER_AS_NOBODY=1"});
-  auto metadata = RdmaMetadata::from_json(expect_line(child));
+  PublishingPeer peer("readable", kSize, 6, {"MEMWIRE_PEER_AS_NOBODY=1"});
   std::vector<std::string> logged;
   ConnectorOptions options;
   options.transports = {"shm", "tcp"};
   options.log = [&](std::string_view line) { logged.emplace_back(line); };
   Connector connector(options);
-  std::vector<std::byte> target(kSize);
-  auto read = connector.begin_read(metadata, {Descriptor(std::span(target))});
-  EXPECT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
-  EXPECT_EQ(read.transport(), "tcp");
-  EXPECT_EQ(memwire::test_support::first_mismatch(target, 6), kSize);
+  EXPECT_EQ(read_checked(connector, peer.metadata, kSize, 6), "tcp");
   ASSERT_EQ(logged.size(), 1u);
   EXPECT_NE(logged[0].find("shm unusable"), std::string::npos) << logged[0];
   EXPECT_NE(logged[0].find("refused"), std::string::npos) << logged[0];
-  EXPECT_EQ(expect_line(child), "complete tcp");
+  EXPECT_EQ(expect_line(peer.child), "complete tcp");
 }

@@ -39,6 +39,28 @@ std::string tcp_address(const RdmaMetadata& metadata) {
   return "";
 }
 
+// An owner over tcp alone (otherwise as `options` say) with a readable of 4 KiB: what the flood
+// tests connect to.
+struct TcpOwner {
+  explicit TcpOwner(ConnectorOptions options = {}) : connector(tcp_alone(std::move(options))) {}
+  static ConnectorOptions tcp_alone(ConnectorOptions options) {
+    options.transports = {"tcp"};
+    return options;
+  }
+  std::string address() const { return tcp_address(readable.metadata()); }
+
+  Connector connector;
+  std::vector<std::byte> source = std::vector<std::byte>(4096);
+  ReadableOperation readable = connector.create_readable({Descriptor(std::span(source))});
+};
+
+// Options that let one peer hold at most `connections` connections to the owner.
+ConnectorOptions capped_per_peer(unsigned connections) {
+  ConnectorOptions options;
+  options.max_connections_per_peer = connections;
+  return options;
+}
+
 // Connects without sending a byte; invalid when the kernel refused at once.
 FileDescriptor silent_connection(const std::string& address) {
   auto peer = detail::parse_host_port(address);
@@ -165,24 +187,16 @@ TEST(ConnectionFlood, IdleSocketsCostBoundedThreads) {
 
 TEST(ConnectionFlood, ConnectionsThatNeverSpeakAreClosed) {
   ConnectorOptions options;
-  options.transports = {"tcp"};
   options.handshake_timeout = 300ms;
-  Connector owner(options);
-  std::vector<std::byte> source(4096);
-  auto readable = owner.create_readable({Descriptor(std::span(source))});
-  auto silent = silent_connection(tcp_address(readable.metadata()));
+  TcpOwner owner(options);
+  auto silent = silent_connection(owner.address());
   ASSERT_TRUE(silent);
   EXPECT_TRUE(closed_by_peer(silent.get(), 5s));
 }
 
 TEST(ConnectionFlood, ConnectionsPerPeerAreCapped) {
-  ConnectorOptions options;
-  options.transports = {"tcp"};
-  options.max_connections_per_peer = 4;
-  Connector owner(options);
-  std::vector<std::byte> source(4096);
-  auto readable = owner.create_readable({Descriptor(std::span(source))});
-  const auto address = tcp_address(readable.metadata());
+  TcpOwner owner(capped_per_peer(4));
+  const auto address = owner.address();
   std::vector<FileDescriptor> sockets;
   for (int n = 0; n < 12; ++n) sockets.push_back(silent_connection(address));
   int refused = 0;
@@ -270,12 +284,9 @@ FileDescriptor said_hello(const std::string& address) {
 
 TEST(ConnectionFlood, ConnectionsIdleAfterTheirFirstFrameAreClosed) {
   ConnectorOptions options;
-  options.transports = {"tcp"};
   options.idle_timeout = 300ms;
-  Connector owner(options);
-  std::vector<std::byte> source(4096);
-  auto readable = owner.create_readable({Descriptor(std::span(source))});
-  auto idle = said_hello(tcp_address(readable.metadata()));
+  TcpOwner owner(options);
+  auto idle = said_hello(owner.address());
   ASSERT_TRUE(idle);
   const auto began = std::chrono::steady_clock::now();
   EXPECT_TRUE(closed_by_peer(idle.get(), 5s));
@@ -283,13 +294,8 @@ TEST(ConnectionFlood, ConnectionsIdleAfterTheirFirstFrameAreClosed) {
 }
 
 TEST(ConnectionFlood, ALockedOutReaderIsToldWhy) {
-  ConnectorOptions options;
-  options.transports = {"tcp"};
-  options.max_connections_per_peer = 2;
-  Connector owner(options);
-  std::vector<std::byte> source(4096);
-  auto readable = owner.create_readable({Descriptor(std::span(source))});
-  const auto address = tcp_address(readable.metadata());
+  TcpOwner owner(capped_per_peer(2));
+  const auto address = owner.address();
   std::vector<FileDescriptor> squatters;
   for (int n = 0; n < 2; ++n) squatters.push_back(said_hello(address));
   std::this_thread::sleep_for(200ms);  // both admitted
@@ -298,7 +304,7 @@ TEST(ConnectionFlood, ALockedOutReaderIsToldWhy) {
   reader_options.transports = {"tcp"};
   Connector reader(reader_options);
   std::vector<std::byte> destination(4096);
-  auto read = reader.begin_read(readable.metadata(), {Descriptor(std::span(destination))});
+  auto read = reader.begin_read(owner.readable.metadata(), {Descriptor(std::span(destination))});
   std::string message;
   try {
     read.wait_for_completion(10s);
@@ -314,12 +320,8 @@ TEST(ConnectionFlood, ALockedOutReaderIsToldWhy) {
 // the reader's send then fails, but the refusal it had not read yet is still its reason. Here
 // an owner refuses and resets at once, before the reader's Hello is out or read.
 TEST(ConnectionFlood, ARefusalFollowedByAResetIsStillTheReason) {
-  ConnectorOptions options;
-  options.transports = {"tcp"};
-  Connector owner(options);
-  std::vector<std::byte> source(4096);
-  auto readable = owner.create_readable({Descriptor(std::span(source))});
-  const auto metadata = readable.metadata();
+  TcpOwner owner;
+  const auto metadata = owner.readable.metadata();
   const auto real_address = tcp_address(metadata);
 
   FileDescriptor listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
