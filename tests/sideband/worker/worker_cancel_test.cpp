@@ -16,6 +16,7 @@
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/worker.hpp"
 #include "sideband/conformance/channel_world.hpp"
+#include "sideband/worker/owner_and_peer.hpp"
 #include "support/channels.hpp"
 #include "support/test_peer_process.hpp"
 
@@ -28,17 +29,13 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kTimeout = 20s;  // what a call would wait without the stop
 
-class WorkerCancelTest : public ::testing::TestWithParam<std::string> {
+// The reader is the peer: its bytes come over a socket from the (stoppable) owner.
+class WorkerCancelTest : public OwnerAndPeerChannels {
  protected:
   void SetUp() override {
-    world_ = conformance::make_channel_world(GetParam());
-    owner_channel_ = world_->connect();
-    reader_channel_ = world_->connect();
-    ConnectorOptions tcp_only;
-    tcp_only.transports = {"tcp"};  // bytes come over a socket from the (stoppable) owner
-    reader_connector_ = std::make_unique<Connector>(tcp_only);
+    OwnerAndPeerChannels::SetUp();
     owner_ = std::make_unique<Worker>(owner_connector_, *owner_channel_);
-    reader_ = std::make_unique<Worker>(*reader_connector_, *reader_channel_);
+    reader_ = std::make_unique<Worker>(*peer_connector_, *peer_channel_);
   }
 
   // Runs `call`, requesting a stop once `when` is ready; returns the error's code and message
@@ -74,11 +71,7 @@ class WorkerCancelTest : public ::testing::TestWithParam<std::string> {
 
   std::chrono::milliseconds prompt() const { return world_->abandon_bound() + 1500ms; }
 
-  std::unique_ptr<conformance::ChannelWorld> world_;
-  std::unique_ptr<Channel> owner_channel_;
-  std::unique_ptr<Channel> reader_channel_;
   Connector owner_connector_;
-  std::unique_ptr<Connector> reader_connector_;
   std::unique_ptr<Worker> owner_;
   std::unique_ptr<Worker> reader_;
 };

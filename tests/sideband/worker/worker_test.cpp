@@ -17,6 +17,7 @@
 #include "memwire/memwire.hpp"
 #include "memwire/sideband/http.hpp"
 #include "sideband/conformance/channel_world.hpp"
+#include "sideband/worker/owner_and_peer.hpp"
 #include "support/channels.hpp"
 #include "support/error_code_of.hpp"
 #include "support/sanitizers.hpp"
@@ -404,22 +405,14 @@ TEST_P(LeaseRenewalTest, ServeAnswersLongAfterItsConnectorsLifetime) {
 // the writer's connection drop at once, and the request must end then with PeerLost instead of
 // waiting out its timeout for a reply that never comes. The name is served here; the writing
 // is done by a separate process (tests/support/test_peer.cpp), SIGKILLed in the middle.
-class RequestOwnerKilledTest : public ::testing::TestWithParam<std::string> {
+// The requester is the peer: a real connection that drops when the writer dies.
+class RequestOwnerKilledTest : public OwnerAndPeerChannels {
  protected:
   void SetUp() override {
-    world_ = conformance::make_channel_world(GetParam());
-    owner_channel_ = world_->connect();
-    requester_channel_ = world_->connect();
-    ConnectorOptions tcp_only;
-    tcp_only.transports = {"tcp"};  // a real connection that drops when the writer dies
-    requester_connector_ = std::make_unique<Connector>(tcp_only);
-    requester_ = std::make_unique<Worker>(*requester_connector_, *requester_channel_);
+    OwnerAndPeerChannels::SetUp();
+    requester_ = std::make_unique<Worker>(*peer_connector_, *peer_channel_);
   }
 
-  std::unique_ptr<conformance::ChannelWorld> world_;  // a real server of the channel
-  std::unique_ptr<Channel> owner_channel_;
-  std::unique_ptr<Channel> requester_channel_;
-  std::unique_ptr<Connector> requester_connector_;
   std::unique_ptr<Worker> requester_;
 };
 
