@@ -154,11 +154,23 @@ INSTANTIATE_TEST_SUITE_P(Channels, CliOverChannel,
                          ::testing::ValuesIn(memwire::test_support::enabled_channels()),
                          [](const auto& info) { return info.param; });
 
+// The environment of a program that moves bytes over tcp alone.
+const std::vector<std::string> kTcpOnly{"MEMWIRE_TRANSPORTS=tcp"};
+
 class Cli : public ::testing::Test {
  protected:
   std::vector<std::string> with_registry(std::vector<std::string> args) const {
     args.insert(args.end(), {"--http", registry_.url()});
     return args;
+  }
+  // The owner of "cli.stalled" (4 MiB, the pattern of `seed`) over tcp alone, stopped
+  // (SIGSTOP): its kernel still accepts connections, and nothing answers them.
+  Server stalled_owner(unsigned seed) const {
+    auto in = dir_.file("in.bin");
+    write_pattern(in, 4 << 20, seed);
+    Server server(with_registry({"serve", "cli.stalled", in}), kTcpOnly);
+    server.process().kill(SIGSTOP);
+    return server;
   }
   RegistryProcess registry_;
   TempDir dir_;
@@ -236,16 +248,11 @@ TEST_F(Cli, GetWritesOnlyRegularFilesAndLeavesNothingBehind) {
 // Issue 14 items 9 and 14: a read that times out leaves no temporary file, and says after how
 // long it gave up (it said "after 1 ms" after the whole --timeout).
 TEST_F(Cli, TimedOutGetReportsItsTimeoutAndCleansUp) {
-  auto in = dir_.file("in.bin");
-  write_pattern(in, 4 << 20, 6);
-  // TCP only: a stopped owner's kernel still accepts the connection; nothing answers.
-  const std::vector<std::string> tcp{"MEMWIRE_TRANSPORTS=tcp"};
-  Server server(with_registry({"serve", "cli.stalled", in}), tcp);
-  server.process().kill(SIGSTOP);
+  auto server = stalled_owner(6);
   auto out = dir_.file("out.bin");
   auto started = std::chrono::steady_clock::now();
   auto got = run_cli(dir_, with_registry({"get", "cli.stalled", out, "--timeout", "1.5"}), 20s,
-                     "true", tcp);
+                     "true", kTcpOnly);
   auto took = std::chrono::steady_clock::now() - started;
   server.process().kill(SIGCONT);
   EXPECT_EQ(got.status, 4) << got.err;
@@ -259,15 +266,11 @@ TEST_F(Cli, TimedOutGetReportsItsTimeoutAndCleansUp) {
 // A get ended by SIGTERM or SIGINT mid-read removes its temporary file and exits as the signal
 // would have (128 + signal).
 TEST_F(Cli, InterruptedGetRemovesItsTemporaryFile) {
-  auto in = dir_.file("in.bin");
-  write_pattern(in, 4 << 20, 11);
-  const std::vector<std::string> tcp{"MEMWIRE_TRANSPORTS=tcp"};
-  Server server(with_registry({"serve", "cli.stalled", in}), tcp);
-  server.process().kill(SIGSTOP);
+  auto server = stalled_owner(11);
   for (int signal : {SIGTERM, SIGINT}) {
     std::vector<std::string> args{kCli,        "get", "cli.stalled", dir_.file("out.bin"),
                                   "--timeout", "30",  "--http",      registry_.url()};
-    ChildProcess get(args, tcp);
+    ChildProcess get(args, kTcpOnly);
     // The temporary file appears once the read started.
     auto deadline = std::chrono::steady_clock::now() + 10s;
     while (leftovers(dir_.path()).empty() && std::chrono::steady_clock::now() < deadline)
