@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <thread>
 
@@ -52,6 +53,21 @@ void learn_wait(std::chrono::nanoseconds waited) noexcept {
   if (waited >= kLongestTypicalWait) return;
   const auto average = typical_wait_ns.load(std::memory_order_relaxed);
   typical_wait_ns.store(average + (waited.count() - average) / 16, std::memory_order_relaxed);
+}
+
+// The operations whose finish() runs on this thread now (settle and callbacks), innermost
+// first: a wait for one of them from there has its answer (the operation is final), where
+// waiting for the settling to end would wait for itself. A frame on finish()'s stack.
+struct FinishingFrame {
+  const void* operation;
+  const FinishingFrame* outer;
+};
+thread_local const FinishingFrame* finishing_on_this_thread = nullptr;
+
+bool finishing_here(const void* operation) noexcept {
+  for (auto* frame = finishing_on_this_thread; frame != nullptr; frame = frame->outer)
+    if (frame->operation == operation) return true;
+  return false;
 }
 
 void relax() noexcept {
@@ -117,12 +133,8 @@ OperationStatus OperationCore::wait(std::chrono::milliseconds timeout) const {
   const auto deadline = entered + timeout;
   bool waited = false;
   // A callback (or settle) that asks for its own operation's end has it: final already.
-  bool finishing_here = false;
-  if (!settled_.load(std::memory_order_acquire)) {
-    std::lock_guard lock(mutex_);
-    finishing_here = settling_ && finishing_thread_ == std::this_thread::get_id();
-  }
-  if (!settled_.load(std::memory_order_acquire) && !finishing_here && timeout.count() > 0) {
+  const bool from_own_finish = finishing_here(this);
+  if (!settled_.load(std::memory_order_acquire) && !from_own_finish && timeout.count() > 0) {
     waited = true;
     // At most one spinning waiter per two CPUs: the threads that end operations (a peer's, or
     // this process's transport threads) keep theirs. Others sleep at once.
@@ -137,7 +149,7 @@ OperationStatus OperationCore::wait(std::chrono::milliseconds timeout) const {
     if (spin.count() > 0) spinning_waiters.fetch_sub(1, std::memory_order_relaxed);
   }
   std::unique_lock lock(mutex_);
-  auto done = [&] { return is_terminal(status_) && (!settling_ || finishing_here); };
+  auto done = [&] { return is_terminal(status_) && (!settling_ || from_own_finish); };
   if (!finished_.wait_until(lock, deadline, done)) {
     throw Error(ErrorCode::Timeout, "operation not finished after " +
                                         std::to_string(timeout.count()) + " ms (status " +
@@ -208,12 +220,22 @@ bool OperationCore::finish(OperationStatus status, std::optional<Error> error,
     status_ = status;
     error_ = std::move(error);
     settling_ = true;  // until settle() and the callbacks ran: no wait returns before
-    finishing_thread_ = std::this_thread::get_id();
     record_end_locked();
     transport = transport_;
   }
   log_end(status, transport);
-  if (settle) settle();
+  const FinishingFrame frame{this, finishing_on_this_thread};
+  finishing_on_this_thread = &frame;
+  // One that throws still lets the others run and the waiters go; the first is rethrown after.
+  std::exception_ptr thrown;
+  auto run = [&](const auto& work) {
+    try {
+      work();
+    } catch (...) {
+      if (!thrown) thrown = std::current_exception();
+    }
+  };
+  if (settle) run(settle);
   // The callbacks run before any wait returns: a waiter may drop what they captured as soon as
   // its wait returns. One added meanwhile (even by a callback) runs in the next round.
   for (std::vector<Callback> callbacks;;) {
@@ -225,11 +247,13 @@ bool OperationCore::finish(OperationStatus status, std::optional<Error> error,
       }
       callbacks.swap(callbacks_);
     }
-    for (auto& callback : callbacks) callback(status);
+    for (auto& callback : callbacks) run([&] { callback(status); });
     callbacks.clear();
   }
+  finishing_on_this_thread = frame.outer;
   settled_.store(true, std::memory_order_release);
   finished_.notify_all();
+  if (thrown) std::rethrow_exception(thrown);
   return true;
 }
 

@@ -9,7 +9,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "memwire/error.hpp"
@@ -72,10 +71,10 @@ class OperationCore {
 
   // Returns Complete; throws the failure, Error{Cancelled} (with its reason) or Error{Timeout}.
   // With a driver (below), first drives it for a short while; without one, or when another
-  // thread drives it, spins briefly before it sleeps. Either way it looks at the operation (or the socket) without
-  // sleeping for about as long as waits here typically last: a small operation often ends
-  // within a network round trip, and waking a sleeping thread costs about as much again (a
-  // halted vCPU's wake-up goes through the hypervisor).
+  // thread drives it, spins briefly before it sleeps. Either way it looks at the operation (or the
+  // socket) without sleeping for about as long as waits here typically last: a small operation
+  // often ends within a network round trip, and waking a sleeping thread costs about as much again
+  // (a halted vCPU's wake-up goes through the hypervisor).
   OperationStatus wait(std::chrono::milliseconds timeout) const;
   // A transport whose one request's answer ends this operation: waiters may read it themselves.
   // Completion callbacks may then run on the waiting thread (see Operation::on_complete).
@@ -122,7 +121,6 @@ class OperationCore {
   std::string transport_;
   std::vector<Callback> callbacks_;
   bool settling_ = false;  // final, but waiters wait for finish's `settle` and the callbacks
-  std::thread::id finishing_thread_;  // the thread running them
   // Final and settled: what wait() watches while it spins, set once the lock is free again.
   std::atomic<bool> settled_{false};
   Observation observation_;

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <future>
+#include <stdexcept>
 #include <thread>
 
 #include "memwire/memwire.hpp"
@@ -142,6 +143,18 @@ TEST_F(OperationTest, ACallbackMayWaitForItsOwnOperation) {
   auto read = peer.begin_read(readable.metadata(), target_view);
   EXPECT_EQ(read.wait_for_completion(5s), OperationStatus::Complete);
   EXPECT_EQ(waited_inside.get_future().get(), OperationStatus::Complete);
+}
+
+// A callback that throws neither keeps the others from running nor the waiters from returning:
+// its exception reaches whoever ended the operation (here the caller of cancel()).
+TEST_F(OperationTest, ACallbackThatThrowsLeavesTheWaitsAndOtherCallbacksAlone) {
+  auto readable = owner.create_readable(source_view);
+  bool second_ran = false;
+  readable.on_complete([](OperationStatus) { throw std::runtime_error("callback failed"); });
+  readable.on_complete([&](OperationStatus) { second_ran = true; });
+  EXPECT_THROW(readable.cancel(), std::runtime_error);
+  EXPECT_TRUE(second_ran);
+  EXPECT_EQ(error_code_of([&] { readable.wait_for_completion(2s); }), ErrorCode::Cancelled);
 }
 
 TEST_F(OperationTest, ResultsOnlyOnceComplete) {
