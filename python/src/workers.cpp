@@ -62,12 +62,12 @@ class PyLease {
   // Lease::close(reason), then lets go of what it kept alive.
   void close(const std::string& reason) {
     if (lease_ && !reason.empty()) closed_because_ = ": " + reason;
-    if (lease_ && !reason.empty() && !birth_.inherited())
+    if (lease_ && !birth_.inherited())
       without_gil([&] {
-        lease_->close(reason);  // a wait in another thread hears the reason
+        lease_->close(reason);  // withdraws the name; a wait in another thread hears the reason
         return 0;
       });
-    end_native(lease_, birth_);  // ending the lease withdraws its name
+    end_native(lease_, birth_);
     end_native(worker_, birth_);
     owners_ = py::none();
   }
