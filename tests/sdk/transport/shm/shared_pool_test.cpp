@@ -7,13 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "memwire/memwire.hpp"
 #include "support/pattern.hpp"
+#include "support/random_pairs.hpp"
 #include "support/shared_mappings.hpp"
 
 using namespace memwire;
@@ -55,14 +55,7 @@ std::span<std::byte> block_of(std::byte* base, std::uint64_t index, std::size_t 
 
 // 64 random distinct pairs (1 MiB: above the size that moves through memory).
 std::vector<BlockPair> random_pairs(std::uint64_t seed) {
-  std::vector<std::uint64_t> remote(kBlocks), local(kBlocks);
-  for (std::uint64_t b = 0; b < kBlocks; ++b) remote[b] = local[b] = b;
-  std::mt19937_64 random(seed);
-  std::shuffle(remote.begin(), remote.end(), random);
-  std::shuffle(local.begin(), local.end(), random);
-  std::vector<BlockPair> pairs;
-  for (std::size_t i = 0; i < 64; ++i) pairs.push_back({remote[i], local[i]});
-  return pairs;
+  return memwire::test_support::random_pairs(kBlocks, 64, seed);
 }
 
 struct SharedBufferPools : ::testing::Test {
