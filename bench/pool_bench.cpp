@@ -3,7 +3,10 @@
 // awaits tags). Pool metadata crosses a pipe once, as a sideband would carry it.
 //
 //   pool_bench --transport tcp|shm [--samples 2000] [--rounds 20] [--layers 64]
-//              [--only metadata|scattered|sliced|tagged|layers]
+//              [--only metadata|scattered|sliced|tagged|layers] [--memory plain|shared]
+//
+// --memory shared: both pools are a SharedBuffer each (over shm the peer then copies the
+// owner's blocks through its own mapping); plain (the default): ordinary memory.
 //
 // Figures (medians; the last line is everything as JSON):
 // - metadata: an 80 x 2 x 2,000-block pool's JSON size, and made + parsed against a
@@ -59,12 +62,31 @@ constexpr std::uint64_t kHalf = kBlock / 2;
 constexpr std::uint64_t kHalfBlocks = 4096;  // 32 MiB, as the 16 KiB blocks: alike in cache
 constexpr std::uint64_t kFirstHalf = kBlocks + kSmallBlocks;
 
-std::vector<BlockRegion> pool_regions(std::vector<std::byte>& memory) {
-  return {{memory.data(), kBlock, 0, kBlocks, {}},
-          {memory.data() + kBlocks * kBlock, kSmall, 0, kSmallBlocks, {}},
-          {memory.data() + kBlocks * kBlock + kSmallBlocks * kSmall, kHalf, 0, kHalfBlocks, {}}};
-}
 constexpr std::size_t kPoolBytes = kBlocks * kBlock + kSmallBlocks * kSmall + kHalfBlocks * kHalf;
+
+// A pool's bytes: ordinary memory, or a SharedBuffer.
+class PoolBytes {
+ public:
+  explicit PoolBytes(bool shared) {
+    if (shared) {
+      shared_.emplace(kPoolBytes);
+    } else {
+      plain_.resize(kPoolBytes);
+    }
+  }
+  std::byte* data() { return shared_ ? shared_->data() : plain_.data(); }
+
+ private:
+  std::vector<std::byte> plain_;
+  std::optional<SharedBuffer> shared_;
+};
+
+std::vector<BlockRegion> pool_regions(PoolBytes& memory) {
+  auto* base = memory.data();
+  return {{base, kBlock, 0, kBlocks, {}},
+          {base + kBlocks * kBlock, kSmall, 0, kSmallBlocks, {}},
+          {base + kBlocks * kBlock + kSmallBlocks * kSmall, kHalf, 0, kHalfBlocks, {}}};
+}
 
 double now_seconds() {
   timespec spec{};
@@ -123,9 +145,9 @@ std::vector<BlockPair> layer_pairs(unsigned layer) {
 }
 
 // The decode side: owns a pool, answers commands until told to quit.
-int decode(const std::string& transport, int commands, int answers) {
+int decode(const std::string& transport, bool shared, int commands, int answers) {
   Connector connector(options_for(transport));
-  std::vector<std::byte> memory(kPoolBytes);
+  PoolBytes memory(shared);
   auto pool = connector.register_pool(pool_regions(memory));
   put(answers, pool.metadata().to_json());
   for (;;) {
@@ -183,7 +205,7 @@ struct Prefill {
   Connector& connector;
   Pool& pool;
   PoolMetadata remote;
-  std::vector<std::byte>& memory;
+  PoolBytes& memory;
 };
 
 // From begin to completed.
@@ -442,6 +464,7 @@ int main(int argc, char** argv) {
   std::string transport = "tcp";
   unsigned samples = 2000, rounds = 20, layers = 64;
   std::string only;
+  bool shared = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--transport") transport = value;
@@ -450,6 +473,7 @@ int main(int argc, char** argv) {
     if (flag == "--layers") layers = std::min<unsigned>(64, std::stoul(value));
     // One figure: metadata, scattered, sliced, tagged or layers.
     if (flag == "--only") only = value;
+    if (flag == "--memory") shared = value == "shared";
   }
   int to_decode[2], from_decode[2];
   if (::pipe(to_decode) != 0 || ::pipe(from_decode) != 0) return 1;
@@ -459,7 +483,7 @@ int main(int argc, char** argv) {
     ::close(to_decode[1]);
     ::close(from_decode[0]);
     try {
-      ::_exit(decode(transport, to_decode[0], from_decode[1]));
+      ::_exit(decode(transport, shared, to_decode[0], from_decode[1]));
     } catch (const std::exception& error) {
       std::fprintf(stderr, "decode: %s\n", error.what());
       ::_exit(1);
@@ -467,10 +491,10 @@ int main(int argc, char** argv) {
   }
   ::close(to_decode[0]);
   ::close(from_decode[1]);
-  json report{{"transport", transport}};
+  json report{{"transport", transport}, {"memory", shared ? "shared" : "plain"}};
   try {
     Connector connector(options_for(transport));
-    std::vector<std::byte> memory(kPoolBytes);
+    PoolBytes memory(shared);
     auto pool = connector.register_pool(pool_regions(memory));
     Prefill prefill{connector, pool, PoolMetadata::from_json(get(from_decode[0])), memory};
     const auto registrations = connector.telemetry().registrations;

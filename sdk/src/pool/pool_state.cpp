@@ -23,10 +23,11 @@ std::vector<Interval> joined(std::vector<Interval> intervals) {
   return out;
 }
 
-// Whether the regions' spans hold bytes that are no region's block. Blocks are listed one by
-// one for strided regions, up to kMostListed; past that the answer is "yes", which only costs
-// such a pool the transports that grant whole spans.
-bool blocks_leave_gaps(const std::vector<BlockRegion>& regions) {
+// The regions' spans, joined, when every byte in them is some region's block; nullopt when
+// bytes that are no block's lie inside (a strided region's gaps no other region fills). Blocks
+// are listed one by one for strided regions, up to kMostListed; past that the answer is
+// "gaps", which only costs such a pool the transports that grant (or map) whole spans.
+std::optional<std::vector<Interval>> runs_without_gaps(const std::vector<BlockRegion>& regions) {
   constexpr std::uint64_t kMostListed = 1u << 20;
   std::vector<Interval> spans, blocks;
   std::uint64_t listed = 0;
@@ -38,11 +39,13 @@ bool blocks_leave_gaps(const std::vector<BlockRegion>& regions) {
       blocks.push_back(spans.back());
       continue;
     }
-    if ((listed += region.count) > kMostListed) return true;
+    if ((listed += region.count) > kMostListed) return std::nullopt;
     for (std::uint64_t i = 0; i < region.count; ++i)
       blocks.emplace_back(base + i * stride, base + i * stride + region.block_size);
   }
-  return joined(std::move(spans)) != joined(std::move(blocks));
+  auto joined_spans = joined(std::move(spans));
+  if (joined_spans != joined(std::move(blocks))) return std::nullopt;
+  return joined_spans;
 }
 
 }  // namespace
@@ -52,7 +55,8 @@ PoolState::PoolState(PoolOptions options, std::uint64_t generation,
     : options_(std::move(options)),
       generation_(generation),
       regions_(std::move(regions)),
-      has_gaps_(blocks_leave_gaps(regions_)) {
+      block_runs_(runs_without_gaps(regions_).value_or(std::vector<Interval>{})),
+      has_gaps_(!regions_.empty() && block_runs_.empty()) {
   std::uint64_t first = 0;
   for (const auto& region : regions_) {
     first_block_.push_back(first);
@@ -186,6 +190,18 @@ bool PoolState::revoke(std::string_view peer) {
   grantee_.erase(found->second);
   grants_.erase(found);
   return true;
+}
+
+std::span<std::byte> PoolState::block_run_holding(const std::byte* data, std::size_t length) const {
+  const auto first = reinterpret_cast<std::uintptr_t>(data);
+  // The last run that starts at or before `data`: the only one that may hold it.
+  auto run =
+      std::upper_bound(block_runs_.begin(), block_runs_.end(), first,
+                       [](std::uintptr_t at, const Interval& run) { return at < run.first; });
+  if (run == block_runs_.begin()) return {};
+  --run;
+  if (first >= run->second || length > run->second - first) return {};
+  return {reinterpret_cast<std::byte*>(run->first), run->second - run->first};
 }
 
 void PoolState::check_blocks(std::uint32_t region, std::uint64_t offset,

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -86,6 +87,10 @@ class PoolState {
   // gaps no other region's blocks fill): a transport that can only grant whole spans (verbs
   // keys) must not serve such a pool. Interleaved K/V regions fill each other's gaps.
   bool has_gaps() const noexcept { return has_gaps_; }
+  // The run of blocks (regions joined where they meet) that holds all of [data, data + length)
+  // in a pool without gaps; empty otherwise. Every byte in it is a block's: what a same-host
+  // peer may map to copy blocks itself without seeing anything else.
+  std::span<std::byte> block_run_holding(const std::byte* data, std::size_t length) const;
   // Bytes of block `region`, [offset, offset + length): throws AccessDenied unless they lie in
   // the region's blocks (never in the gaps of a strided region).
   void check_blocks(std::uint32_t region, std::uint64_t offset, std::uint64_t length) const;
@@ -155,6 +160,8 @@ class PoolState {
   const PoolOptions options_;
   const std::uint64_t generation_;
   const std::vector<BlockRegion> regions_;
+  // Without gaps: the regions' spans, joined and sorted (every byte a block's); else empty.
+  const std::vector<std::pair<std::uintptr_t, std::uintptr_t>> block_runs_;
   const bool has_gaps_;
   std::optional<PoolMetadata> metadata_;
   std::shared_ptr<const GpuPoolMemory> gpu_;

@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <random>
 #include <span>
 #include <thread>
 #include <vector>
@@ -91,6 +93,29 @@ TEST_F(RegistrationTableTest, RevokeAllAbandonsEveryLiveRegistration) {
   EXPECT_EQ(outside->status(), OperationStatus::Initialized);
   auto later = add();  // the table still works afterwards
   EXPECT_EQ(table_->find(later->key()), later);
+}
+
+// Thousands of keys coming and going in random order, the table growing and shrinking: every
+// live key is found, every erased one is not (erasing moves other keys of its probe run).
+TEST_F(RegistrationTableTest, KeysStayFoundWhileOthersComeAndGoInAnyOrder) {
+  std::mt19937 random(5);
+  std::vector<std::shared_ptr<Registration>> live, gone;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 3000; ++i) live.push_back(add());
+    std::shuffle(live.begin(), live.end(), random);
+    // All but a few leave: the table shrinks under them.
+    while (live.size() > 20) {
+      table_->erase(live.back()->key());
+      gone.push_back(std::move(live.back()));
+      live.pop_back();
+      if (live.size() % 250 == 0) {
+        for (const auto& registration : live)
+          ASSERT_EQ(table_->find(registration->key()), registration) << "round " << round;
+        for (const auto& registration : gone)
+          ASSERT_EQ(table_->find(registration->key()), nullptr) << "round " << round;
+      }
+    }
+  }
 }
 
 // Many live keys, found from several threads while others come and go.

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <functional>
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -18,6 +17,7 @@
 #include "support/cuda_memory.hpp"
 #include "support/error_code_of.hpp"
 #include "support/pattern.hpp"
+#include "support/random_pairs.hpp"
 #include "support/tcp_only.hpp"
 #include "transport/stream/cuda_ipc_pieces.hpp"
 #include "transport/stream/frame.hpp"
@@ -221,14 +221,7 @@ struct GpuPoolMemory {
 };
 
 std::vector<BlockPair> random_pairs(std::uint64_t seed, std::size_t count) {
-  std::vector<std::uint64_t> remote(kBlocks), local(kBlocks);
-  for (std::uint64_t i = 0; i < kBlocks; ++i) remote[i] = local[i] = i;
-  std::mt19937_64 random(seed);
-  std::shuffle(remote.begin(), remote.end(), random);
-  std::shuffle(local.begin(), local.end(), random);
-  std::vector<BlockPair> pairs;
-  for (std::size_t i = 0; i < count; ++i) pairs.push_back({remote[i], local[i]});
-  return pairs;
+  return test_support::random_pairs(kBlocks, count, seed);
 }
 
 // Whether every pair's bytes agree between the two pools' memory.

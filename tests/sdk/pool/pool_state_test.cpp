@@ -44,6 +44,25 @@ TEST(PoolGaps, AStridedRegionLeavesGapsThatInterleavedRegionsFill) {
       << "V blocks half the size fill half of each gap";
 }
 
+TEST(PoolGaps, ARunOfBlocksHoldsARangeOnlyWhenNoGapLiesInTheSpans) {
+  // K and V interleaved, then a second run elsewhere: two runs, each all blocks.
+  auto pool = pool_of({{at(0x10000), 4096, 8192, 8, {}},
+                       {at(0x11000), 4096, 8192, 8, {}},
+                       {at(0x40000), 512, 0, 4, {}}});
+  auto run = pool.block_run_holding(at(0x13000), 8192);
+  EXPECT_EQ(run.data(), at(0x10000));
+  EXPECT_EQ(run.size(), 16u * 4096);
+  run = pool.block_run_holding(at(0x40100), 512);
+  EXPECT_EQ(run.data(), at(0x40000));
+  EXPECT_EQ(run.size(), 2048u);
+  EXPECT_TRUE(pool.block_run_holding(at(0x1f000), 8192).empty()) << "past the run's end";
+  EXPECT_TRUE(pool.block_run_holding(at(0x30000), 16).empty()) << "between the runs";
+  EXPECT_TRUE(pool.block_run_holding(at(0x1000), 16).empty()) << "before every run";
+  // A region with gaps no other fills: no run at all.
+  EXPECT_TRUE(
+      pool_of({{at(0x10000), 4096, 8192, 8, {}}}).block_run_holding(at(0x10000), 16).empty());
+}
+
 TEST(PoolGaps, PiecesMustLieInsideOneBlockOfAStridedRegion) {
   auto pool = pool_of({{at(0x10000), 4096, 8192, 8, {}}, {at(0x40000), 512, 0, 4, {}}});
   pool.check_blocks(0, 8192, 4096);

@@ -52,8 +52,10 @@ inline constexpr std::uint8_t kCrossMemory = 1;
 // The request is the whole transfer: serving it completes the operation, no notice follows.
 inline constexpr std::uint8_t kCompletes = 2;
 // Cross-memory request: "if that memory is in one of your SharedBuffers, tell me where instead
-// of copying". The answer then carries a SharedLocation as payload, the active side copies
-// through its own mapping, and a completion notice always follows.
+// of copying". The answer then carries a SharedLocation as payload (a piece request's: a
+// SharedSpan, then each piece's offset in it, a u64 each), the active side copies through its
+// own mapping, and a one-shot operation's completion notice always follows. Pool requests may
+// ask too (PROTOCOL.md says when the owner answers so).
 inline constexpr std::uint8_t kMapped = 4;
 // A pool write request that is its transfer's last: the owner delivers the transfer's tag once
 // its bytes landed, before it answers, and no PoolEnd follows.
@@ -184,6 +186,19 @@ inline bool pieces_add_up(const FrameHeader& header, std::span<const FramePiece>
     total += piece.length;
   }
   return total == header.length;
+}
+
+// The most a mapped answer to a piece request holds: a SharedSpan, and a u64 per piece.
+inline constexpr std::uint64_t kMostMappedPiecesAnswer = 32 + 8 * std::uint64_t{kMaxFramePieces};
+
+// The most inline payload a frame other than a piece request may claim and still be gathered
+// before it is handled: a text, or a mapped piece answer's locations. One that claims more is
+// not waited for: its handler refuses it.
+inline std::uint64_t most_gathered_bytes(const FrameHeader& header) {
+  const bool mapped =
+      header.code == 0 && (header.flags & frame_flags::kMapped) != 0 &&
+      (header.type == FrameType::ReadResponse || header.type == FrameType::WriteResponse);
+  return mapped ? kMostMappedPiecesAnswer : FrameHeader::kMaxText;
 }
 
 // Of a frame's payload, the bytes its receiver needs before it can handle the frame at all (a

@@ -9,12 +9,12 @@ namespace memwire::detail {
 std::uint64_t StreamActiveSide::expect(std::shared_ptr<StreamTransfer> transfer,
                                        std::byte* destination, std::uint64_t length,
                                        std::optional<AccessGate::Pin> pin, std::byte* local,
-                                       std::vector<iovec> pieces) {
+                                       std::vector<iovec> pieces, std::vector<iovec> local_pieces) {
   std::lock_guard lock(mutex_);
   if (closed_) return 0;
   auto id = next_id_++;
   pending_.emplace(id, Pending{std::move(transfer), destination, length, std::move(pin), local,
-                               std::move(pieces)});
+                               std::move(pieces), std::move(local_pieces)});
   waiting_.store(pending_.size(), std::memory_order_relaxed);
   return id;
 }
@@ -157,7 +157,8 @@ std::optional<std::string> StreamActiveSide::unasked_in(const FrameHeader& heade
   // A cross-memory request holds a pin; only one that passed `local` asked for a mapping.
   const bool cross = pending.pin.has_value();
   if ((header.flags & frame_flags::kMapped) &&
-      (pending.local == nullptr || header.type == FrameType::NoticeResponse))
+      ((pending.local == nullptr && pending.local_pieces.empty()) ||
+       header.type == FrameType::NoticeResponse))
     return "mapped answer to a request that did not ask for one";
   if ((header.flags & frame_flags::kCrossMemory) && !cross)
     return "cross-memory answer to a request that was not one";
@@ -218,6 +219,8 @@ void StreamActiveSide::lost_mid_answer(StreamConnection& connection, Pending& pe
 
 void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHeader& header,
                                    Pending pending) {
+  if (!pending.local_pieces.empty())
+    return copy_mapped_pieces(connection, header, std::move(pending));
   SharedLocation location;
   if (header.length != sizeof location)
     return break_protocol(connection, std::move(pending), "mapped answer of the wrong length");
@@ -237,6 +240,43 @@ void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHead
   } catch (const Error& error) {
     return fail(pending, error);
   }
+  mapped_copy_done(connection, pending);
+}
+
+void StreamActiveSide::copy_mapped_pieces(StreamConnection& connection, const FrameHeader& header,
+                                          Pending pending) {
+  const auto& blocks = pending.local_pieces;
+  SharedSpan span;
+  std::vector<std::uint64_t> offsets(blocks.size());
+  if (header.length != sizeof span + offsets.size() * sizeof(std::uint64_t))
+    return break_protocol(connection, std::move(pending), "mapped answer of the wrong length");
+  if (!connection.receive(&span, sizeof span) ||
+      !connection.receive(offsets.data(), offsets.size() * sizeof(std::uint64_t)))
+    return lost_mid_answer(connection, pending);
+  const bool reading = header.type == FrameType::ReadResponse;
+  try {
+    auto mapping = mappings_.map(span, /*writable=*/!reading);
+    // Every block is checked before any is copied: a bad answer touches nothing.
+    for (std::size_t i = 0; i < blocks.size(); ++i)
+      if (offsets[i] > mapping->size() || blocks[i].iov_len > mapping->size() - offsets[i])
+        throw Error(ErrorCode::Protocol, "mapped answer points outside the span it maps");
+    // Still pinned: a cancel waits for these copies to end before the caller reuses the blocks.
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      auto* remote = mapping->base() + offsets[i];
+      auto* local = static_cast<std::byte*>(blocks[i].iov_base);
+      if (reading) {
+        copy_bulk(local, remote, blocks[i].iov_len);
+      } else {
+        copy_bulk(remote, local, blocks[i].iov_len);
+      }
+    }
+  } catch (const Error& error) {
+    return fail(pending, error);
+  }
+  mapped_copy_done(connection, pending);
+}
+
+void StreamActiveSide::mapped_copy_done(StreamConnection& connection, Pending& pending) {
   pending.pin.reset();
   pending.transfer->mapped = true;
   chunk_done(connection, pending.transfer);

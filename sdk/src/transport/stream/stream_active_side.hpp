@@ -77,10 +77,13 @@ class StreamActiveSide final : public FrameHandler {
   // requests pass `local`, the chunk of the caller's buffer, and a `pin` that keeps it alive
   // while the passive side copies into or out of it, or we copy through a mapping, until the
   // answer is handled.
-  // A piece request's read names its `pieces` instead: the blocks its answer fills in turn.
+  // A piece request's read names its `pieces` instead: the blocks its answer fills in turn. A
+  // cross-memory piece request that asked for a mapping passes its blocks as `local_pieces`, in
+  // the request's order.
   std::uint64_t expect(std::shared_ptr<StreamTransfer> transfer, std::byte* destination,
                        std::uint64_t length, std::optional<AccessGate::Pin> pin = std::nullopt,
-                       std::byte* local = nullptr, std::vector<iovec> pieces = {});
+                       std::byte* local = nullptr, std::vector<iovec> pieces = {},
+                       std::vector<iovec> local_pieces = {});
 
   void on_frame(StreamConnection& connection, const FrameHeader& header) override;
   void on_closed(StreamConnection& connection, const Error& reason) override;
@@ -94,8 +97,9 @@ class StreamActiveSide final : public FrameHandler {
     std::byte* destination;  // where a read's payload lands; null for other requests
     std::uint64_t length;
     std::optional<AccessGate::Pin> pin;
-    std::byte* local;           // cross-memory: the caller's chunk
-    std::vector<iovec> pieces;  // a piece request's read: where its answer's bytes land
+    std::byte* local;                 // cross-memory: the caller's chunk
+    std::vector<iovec> pieces;        // a piece request's read: where its answer's bytes land
+    std::vector<iovec> local_pieces;  // a cross-memory piece request's blocks, if it asked kMapped
   };
 
   std::optional<Pending> take(std::uint64_t request_id);
@@ -119,6 +123,10 @@ class StreamActiveSide final : public FrameHandler {
   void fail_all(std::optional<Pending> taken, const Error& why);
   // The passive side answered with where its SharedBuffer holds the bytes: copy them here.
   void copy_mapped(StreamConnection& connection, const FrameHeader& header, Pending pending);
+  // The same for a piece request's blocks, each where the answer says in the span it names.
+  void copy_mapped_pieces(StreamConnection& connection, const FrameHeader& header, Pending pending);
+  // The bytes moved through a mapping: the pin goes, and a notice will say so.
+  void mapped_copy_done(StreamConnection& connection, Pending& pending);
   void chunk_done(StreamConnection& connection, const std::shared_ptr<StreamTransfer>& transfer);
 
   mutable std::mutex mutex_;

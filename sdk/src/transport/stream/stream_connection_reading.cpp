@@ -225,9 +225,10 @@ void StreamConnection::read_frames() {
       break;
     }
     // Gathered before the handler runs. A piece list is bounded by its count; a text or a
-    // location claiming more than a text may hold is not waited for: its handler refuses it.
+    // mapped answer's locations claiming more than they may hold is not waited for: its handler
+    // refuses it.
     auto wanted = inline_payload_bytes(header);
-    if (!is_piece_request(header.type) && wanted > FrameHeader::kMaxText) wanted = 0;
+    if (!is_piece_request(header.type) && wanted > most_gathered_bytes(header)) wanted = 0;
     if (buffered() < sizeof header + wanted) {
       if (refill_inbox() != Refill::Got) break;
       continue;

@@ -4,7 +4,6 @@
 #include "cuda/cuda_staging.hpp"
 #include "pool/pool_state.hpp"
 #include "transport/shm/cross_memory.hpp"
-#include "transport/shm/shared_memory_index.hpp"
 #include "util/peer_name.hpp"
 
 namespace memwire::detail {
@@ -323,6 +322,9 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
         response.keep_alive = registration;
       }
     } else {
+      check_cross_memory();
+      // Memory the peer may map: it copies the blocks itself, once this answer is out.
+      if (answer_mapped_pieces(connection, header, *registration, grant != nullptr, memory)) return;
       copy_pieces(header, pieces, memory, response);
       {  // unpinned: completing revokes, which waits for pins
         auto copied = std::move(pin);
@@ -357,29 +359,11 @@ std::vector<iovec> StreamPassiveSide::peer_ranges(std::span<const FramePiece> pi
 void StreamPassiveSide::copy_pieces(const FrameHeader& header, std::span<const FramePiece> pieces,
                                     std::vector<iovec>& memory, OutFrame& response) {
   const bool writing = is_write_request(header.type);
-  check_cross_memory();
   const auto theirs = peer_ranges(pieces);
   auto failure = writing ? copy_from_process(peer_process_, theirs, memory)
                          : copy_to_process(peer_process_, theirs, memory);
   if (failure) throw Error(ErrorCode::Transport, *failure);
   if (!writing) response.header.flags = frame_flags::kCrossMemory;
-}
-
-bool StreamPassiveSide::answer_mapped(StreamConnection& connection, const FrameHeader& request,
-                                      const std::byte* data) {
-  if ((request.flags & frame_flags::kMapped) == 0) return false;
-  auto location = find_shared(data, request.length);
-  if (!location) return false;
-  OutFrame response;
-  response.header.type =
-      request.type == FrameType::ReadRequest ? FrameType::ReadResponse : FrameType::WriteResponse;
-  response.header.request_id = request.request_id;
-  response.header.flags = frame_flags::kCrossMemory | frame_flags::kMapped;
-  response.text.assign(reinterpret_cast<const char*>(&*location), sizeof *location);
-  // Never completes here, even for kCompletes: the bytes move after this answer, and the
-  // active side's notice says when they have.
-  connection.send(std::move(response));
-  return true;
 }
 
 void StreamPassiveSide::finish_request(StreamConnection& connection, const FrameHeader& request,

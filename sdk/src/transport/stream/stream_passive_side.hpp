@@ -101,9 +101,18 @@ class StreamPassiveSide final : public FrameHandler {
   // Who sent a tag: the connector its Hello named, else the connection's address.
   std::string peer_name(const StreamConnection& connection) const;
   // Answers a kMapped request for memory in a SharedBuffer with its location; false when the
-  // request did not ask or the memory is not shared (then it is copied as usual).
+  // request did not ask or the memory is not shared (then it is copied as usual). In
+  // stream_passive_mapped.cpp, as the next.
   static bool answer_mapped(StreamConnection& connection, const FrameHeader& request,
                             const std::byte* data);
+  // The same for a checked cross-memory piece request whose blocks are `memory`: the span of the
+  // SharedBuffer the peer maps, and where each block lies in it. A pool's span is the run of its
+  // blocks they lie in, mapped only when every byte of it is a block's (no gaps, whole pages),
+  // and never under a request grant or for a tagged write (the owner must know their bytes are
+  // in before it goes on). False: copy as usual.
+  static bool answer_mapped_pieces(StreamConnection& connection, const FrameHeader& request,
+                                   const Registration& registration, bool under_request_grant,
+                                   std::span<const iovec> memory);
   // Throws unless cross-memory copies with this peer are allowed.
   void check_cross_memory() const;
   void touch(const std::shared_ptr<Registration>& registration);

@@ -253,11 +253,16 @@ class StreamTransport final : public Transport {
     std::uint64_t id = 0;
     auto& active = connection.active();
     if (cross) {
-      // The passive side copies into or out of the blocks itself: pinned until it says so.
+      // The passive side copies into or out of the blocks itself, or (its memory a SharedBuffer)
+      // says where they are and we copy: pinned until its answer has been handled.
       auto pin = transfer->gate().pin();
       if (!pin) return false;  // already cancelled
       frame.header.flags |= frame_flags::kCrossMemory;
-      id = active.expect(state, nullptr, request.length, std::move(pin));
+      // Not a tagged pool write: its tag must reach the owner after its bytes (PROTOCOL.md).
+      const bool may_map = gpu == nullptr && (reading || state->pool_notice == PoolNotice::None);
+      if (may_map) frame.header.flags |= frame_flags::kMapped;
+      id = active.expect(state, nullptr, request.length, std::move(pin), nullptr, {},
+                         may_map ? std::move(memory) : std::vector<iovec>{});
     } else if (reading) {
       id = active.expect(state, nullptr, request.length, std::nullopt, nullptr, std::move(memory));
     } else {

@@ -1,6 +1,7 @@
 // A hostile or broken owner on the same host answering a shm read with a "mapped" location
-// that does not hold up, or with an answer cut short: the reader fails with a clear error,
-// never hangs or crashes, and its buffer stays untouched.
+// that does not hold up (of one range, or of a piece request's blocks), or with an answer cut
+// short: the reader fails with a clear error, never hangs or crashes, and its buffer stays
+// untouched.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -8,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <functional>
 #include <thread>
 
@@ -91,6 +93,26 @@ Answer mapped_answer(SharedLocation location, std::size_t payload_length) {
   };
 }
 
+// Answers a piece request with `span` and `offsets` as a mapped answer, claiming
+// `payload_length` bytes (all of them by default).
+Answer mapped_pieces_answer(SharedSpan span, std::vector<std::uint64_t> offsets,
+                            std::size_t payload_length = 0) {
+  return [span, offsets, payload_length](int socket, const FrameHeader& request) {
+    std::vector<std::byte> payload(sizeof span + offsets.size() * sizeof(std::uint64_t));
+    std::memcpy(payload.data(), &span, sizeof span);
+    std::memcpy(payload.data() + sizeof span, offsets.data(),
+                offsets.size() * sizeof(std::uint64_t));
+    if (payload_length != 0) payload.resize(payload_length);
+    FrameHeader answer;
+    answer.type = FrameType::ReadResponse;
+    answer.request_id = request.request_id;
+    answer.flags = frame_flags::kCrossMemory | frame_flags::kMapped;
+    answer.length = payload.size();
+    iovec parts[2] = {{&answer, sizeof answer}, {payload.data(), payload.size()}};
+    send_all(socket, parts, 2);
+  };
+}
+
 // A real owner's metadata, pointed at the fake owner's socket.
 RdmaMetadata metadata_pointing_at(const std::string& json, const std::string& real_address,
                                   const std::string& fake_address) {
@@ -129,13 +151,27 @@ struct BrokenOwnerAnswers : ::testing::Test {
   }
 
   ErrorCode read_through(Answer answer, bool hang_up = false) {
-    auto readable = owner.create_readable({Descriptor(std::span(source))});
+    return read_through(std::move(answer), {Descriptor(std::span(source))},
+                        {Descriptor(std::span(target))}, hang_up);
+  }
+
+  // The same in two halves: one piece request of two blocks.
+  ErrorCode read_pieces_through(Answer answer) {
+    const auto half = kSize / 2;
+    return read_through(std::move(answer),
+                        {Descriptor(source.data(), half), Descriptor(source.data() + half, half)},
+                        {Descriptor(target.data(), half), Descriptor(target.data() + half, half)});
+  }
+
+  ErrorCode read_through(Answer answer, std::vector<Descriptor> from, std::vector<Descriptor> into,
+                         bool hang_up = false) {
+    auto readable = owner.create_readable(std::move(from));
     const auto metadata = readable.metadata();
     FakeOwner fake(std::move(answer), hang_up);
     auto read = reader.begin_read(
         metadata_pointing_at(metadata.to_json(), metadata.endpoint().transports.at(0).address,
                              fake.address()),
-        {Descriptor(std::span(target))});
+        std::move(into));
     return error_code_of([&] { read.wait_for_completion(10s); });
   }
 };
@@ -179,6 +215,31 @@ TEST_F(BrokenOwnerAnswers, APipeIsRefusedWithoutBlocking) {
 TEST_F(BrokenOwnerAnswers, AnAnswerOfTheWrongLengthBreaksTheConnection) {
   SharedLocation location{};
   EXPECT_EQ(read_through(location, 8), ErrorCode::Protocol);
+  EXPECT_EQ(target, untouched);
+}
+
+TEST_F(BrokenOwnerAnswers, APieceThatLiesOutsideItsSpanIsRefusedBeforeAnyBlockIsCopied) {
+  ASSERT_EQ(::ftruncate(file.get(), kSize), 0);
+  const SharedSpan span{static_cast<std::uint64_t>(file.get()), inode_of(file.get()), 0, kSize};
+  // The first block lies in the span; the second would end past it.
+  EXPECT_EQ(read_pieces_through(mapped_pieces_answer(span, {0, kSize / 2 + 4096})),
+            ErrorCode::Protocol);
+  EXPECT_EQ(target, untouched);
+}
+
+TEST_F(BrokenOwnerAnswers, ASpanThatDoesNotStartOnAPageIsRefused) {
+  ASSERT_EQ(::ftruncate(file.get(), 2 * kSize), 0);
+  const SharedSpan span{static_cast<std::uint64_t>(file.get()), inode_of(file.get()), 100, kSize};
+  EXPECT_EQ(read_pieces_through(mapped_pieces_answer(span, {0, kSize / 2})), ErrorCode::Transport);
+  EXPECT_EQ(target, untouched);
+}
+
+TEST_F(BrokenOwnerAnswers, AMappedPieceAnswerOfTheWrongLengthBreaksTheConnection) {
+  ASSERT_EQ(::ftruncate(file.get(), kSize), 0);
+  const SharedSpan span{static_cast<std::uint64_t>(file.get()), inode_of(file.get()), 0, kSize};
+  // One offset for two pieces.
+  EXPECT_EQ(read_pieces_through(mapped_pieces_answer(span, {0, kSize / 2}, sizeof span + 8)),
+            ErrorCode::Protocol);
   EXPECT_EQ(target, untouched);
 }
 

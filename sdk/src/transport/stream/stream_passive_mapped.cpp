@@ -1,0 +1,107 @@
+// The owner's answers that let a same-host peer copy through its own mapping of the owner's
+// SharedBuffer (kMapped): where the requested bytes lie in the file, instead of copying them.
+// Asked for, and given only after the request was checked like any other.
+#include <unistd.h>
+
+#include "core/registration.hpp"
+#include "pool/pool_state.hpp"
+#include "transport/shm/shared_memory_index.hpp"
+#include "transport/stream/stream_passive_side.hpp"
+
+namespace memwire::detail {
+namespace {
+
+FrameType answer_type(const FrameHeader& request) {
+  return request.type == FrameType::ReadRequest || request.type == FrameType::ReadPiecesRequest ||
+                 request.type == FrameType::PoolReadRequest
+             ? FrameType::ReadResponse
+             : FrameType::WriteResponse;
+}
+
+OutFrame mapped_answer(const FrameHeader& request) {
+  OutFrame response;
+  response.header.type = answer_type(request);
+  response.header.request_id = request.request_id;
+  response.header.flags = frame_flags::kCrossMemory | frame_flags::kMapped;
+  return response;
+}
+
+// Where each block lies in `span`, if all of them lie in the file part it names, which begins
+// at `span_begin` in this process.
+std::optional<std::vector<std::uint64_t>> offsets_in(std::span<const iovec> memory,
+                                                     const std::byte* span_begin,
+                                                     std::uint64_t span_length) {
+  std::vector<std::uint64_t> offsets;
+  offsets.reserve(memory.size());
+  for (const auto& block : memory) {
+    const auto* data = static_cast<const std::byte*>(block.iov_base);
+    if (data < span_begin) return std::nullopt;
+    const auto offset = static_cast<std::uint64_t>(data - span_begin);
+    if (offset > span_length || block.iov_len > span_length - offset) return std::nullopt;
+    offsets.push_back(offset);
+  }
+  return offsets;
+}
+
+}  // namespace
+
+bool StreamPassiveSide::answer_mapped(StreamConnection& connection, const FrameHeader& request,
+                                      const std::byte* data) {
+  if ((request.flags & frame_flags::kMapped) == 0) return false;
+  auto location = find_shared(data, request.length);
+  if (!location) return false;
+  auto response = mapped_answer(request);
+  response.text.assign(reinterpret_cast<const char*>(&*location), sizeof *location);
+  // Never completes here, even for kCompletes: the bytes move after this answer, and the
+  // active side's notice says when they have.
+  connection.send(std::move(response));
+  return true;
+}
+
+bool StreamPassiveSide::answer_mapped_pieces(StreamConnection& connection,
+                                             const FrameHeader& request,
+                                             const Registration& registration,
+                                             bool under_request_grant,
+                                             std::span<const iovec> memory) {
+  if ((request.flags & frame_flags::kMapped) == 0 || memory.empty()) return false;
+  const auto* first = static_cast<const std::byte*>(memory.front().iov_base);
+  std::optional<SharedLocation> location;
+  const std::byte* span_begin = nullptr;
+  SharedSpan span;
+  if (const auto* pool = registration.pool().get()) {
+    // Not when the owner must know the bytes are in before it goes on: a request grant's
+    // release waits for them, and a tagged write's tag is delivered once they landed.
+    if (under_request_grant || (is_write_request(request.type) && as_pool(request).tag_bytes != 0))
+      return false;
+    // The peer maps the run of blocks the first one lies in, nothing beside: a run that starts
+    // or ends inside a page would show it bytes that are no block's.
+    static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    const auto run = pool->block_run_holding(first, memory.front().iov_len);
+    if (run.empty() || reinterpret_cast<std::uintptr_t>(run.data()) % page != 0 ||
+        run.size() % page != 0)
+      return false;
+    location = find_shared(run.data(), run.size());
+    if (!location || location->offset % page != 0) return false;
+    span_begin = run.data();
+    span = {location->fd, location->inode, location->offset, run.size()};
+  } else {
+    // A one-shot operation's: the whole buffer, as for a single range (answer_mapped).
+    location = find_shared(first, memory.front().iov_len);
+    if (!location) return false;
+    span_begin = first - location->offset;
+    span = {location->fd, location->inode, 0, location->file_size};
+  }
+  const auto offsets = offsets_in(memory, span_begin, span.length);
+  if (!offsets) return false;  // not all in that span: copied as usual
+  auto response = mapped_answer(request);
+  response.text.reserve(sizeof span + offsets->size() * sizeof(std::uint64_t));
+  response.text.append(reinterpret_cast<const char*>(&span), sizeof span);
+  response.text.append(reinterpret_cast<const char*>(offsets->data()),
+                       offsets->size() * sizeof(std::uint64_t));
+  // No completion here (a one-shot's notice follows), no tag (a read's PoolEnd comes once the
+  // peer copied; a tagged write is never answered so).
+  connection.send(std::move(response));
+  return true;
+}
+
+}  // namespace memwire::detail
