@@ -83,6 +83,9 @@ struct OutFrame {
   // Declared before `pin`, so destroyed after it: the pin must go before the gate it points into.
   std::shared_ptr<const void> keep_alive;  // owner of `gate` and `data`
   std::optional<AccessGate::Pin> pin;      // held from the first byte sent to the last
+  // A pool request's transfer (kept alive by keep_alive): should its bytes not go, the PoolEnd
+  // that goes instead carries its failure.
+  const OperationCore* operation = nullptr;
   // Runs once the last byte is out (after the pin is let go), on the thread that sent it.
   OnceTask on_sent;
   // Runs instead when the frame is dropped with its connection.

@@ -331,6 +331,13 @@ std::size_t StreamConnection::frame_parts(OutFrame& frame, std::vector<iovec>& p
           end.tag_bytes = 0;
           frame.header = as_frame(end);
           frame.text.clear();
+          // With the reason the transfer ended (a LayerSender's cancel reason), as its own
+          // failure notice would say: the owner ends the tag's waits on the first it reads.
+          if (auto failure = frame.operation ? frame.operation->failure() : std::nullopt) {
+            frame.header.code = wire_code(failure->code());
+            frame.text = std::string(failure->message()).substr(0, FrameHeader::kMaxText);
+            frame.header.length = frame.text.size();
+          }
         } else if (is_piece_request(frame.header.type)) {
           // Without its bytes a piece request would break the framing: an empty single write
           // goes instead, refused by the peer, so its request accounting still balances.

@@ -265,6 +265,7 @@ class StreamTransport final : public Transport {
       frame.pieces = std::move(memory);
       frame.gate = &transfer->gate();
       frame.keep_alive = transfer;
+      frame.operation = transfer.get();
     }
     frame.header.request_id = id;
     return id != 0 && connection.send(std::move(frame));
