@@ -90,6 +90,9 @@ struct OutFrame {
   OnceTask on_sent;
   // Runs instead when the frame is dropped with its connection.
   OnceTask on_dropped;
+  // Sent by the loop, never on the sender's thread: its caller goes on at once while the
+  // socket copies the payload (a pool write's blocks; see StreamTransfer::bytes_by_loop).
+  bool by_loop = false;
   std::size_t sent = 0;   // bytes of header and payload already out
   bool finished = false;  // every byte is out
   OutFrame() = default;

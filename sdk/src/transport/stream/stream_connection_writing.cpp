@@ -135,10 +135,11 @@ bool StreamConnection::send(OutFrame frame) {
   // loop (woken if it sleeps): it sends what gathered meanwhile in one sendmsg, where each
   // sender would have made its own (64 READs in flight: one per READ, and over TCP a segment
   // and an ACK each). Alone in flight (one READ at a time), it leaves at once: waiting for the
-  // loop would only add latency.
-  const bool to_loop = frame.pieces.empty() && frame.data == nullptr &&
-                       frame.text.size() <= kMostCopiedWhenHeld && !loop_.in_loop_thread() &&
-                       handler_->answers_due();
+  // loop would only add latency. A frame marked by_loop always goes to the loop.
+  const bool small_while_answers_due = frame.pieces.empty() && frame.data == nullptr &&
+                                       frame.text.size() <= kMostCopiedWhenHeld &&
+                                       handler_->answers_due();
+  const bool to_loop = (frame.by_loop || small_while_answers_due) && !loop_.in_loop_thread();
   std::unique_lock lock(mutex_);
   if (closing_) return false;
   if (writing_ || !queue_.empty() || to_loop) {
