@@ -209,7 +209,8 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   void read_after_send_failure();
   void read_frames();
   enum class Refill { Got, Again, Closed };
-  Refill refill_inbox();
+  // Reads at most `most` bytes more into the inbox.
+  Refill refill_inbox(std::size_t most = kInboxSize);
   // Fills the active sink from the inbox, then the socket; true once it is full (its
   // continuation has run).
   bool fill_sink();
@@ -309,6 +310,9 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   std::size_t inbox_begin_ = 0;
   std::size_t inbox_end_ = 0;
   std::size_t inline_left_ = 0;  // of the frame being handled: inline bytes not yet taken
+  // The last frame's payload, larger than the inbox, went straight to memory: the next refill
+  // at a frame boundary reads its header alone (read_frames).
+  bool header_alone_ = false;
   struct Sink {
     std::vector<iovec> pieces;  // empty: discarding
     std::uint64_t left = 0;
