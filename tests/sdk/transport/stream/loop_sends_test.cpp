@@ -13,6 +13,7 @@
 
 #include "core/access_gate.hpp"
 #include "memwire/error.hpp"
+#include "support/raw_connection_pair.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
 #include "transport/stream/stream_connection.hpp"
@@ -34,24 +35,12 @@ class NoFrames final : public FrameHandler {
 
 class LoopSends : public ::testing::Test {
  protected:
-  void SetUp() override {
-    int ends[2];
-    // A Unix socket pair: what a sender writes is in its peer's queue when the write returns.
-    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends), 0);
-    raw_ = FileDescriptor(ends[0]);
-    connection_ = std::make_shared<StreamConnection>(FileDescriptor(ends[1]),
-                                                     std::make_unique<NoFrames>(), "raw", loop_);
-    connection_->run();
-  }
-  void TearDown() override {
-    resume_loop();
-    if (connection_) connection_->join();
-  }
+  void TearDown() override { resume_loop(); }  // before the pair's connection is joined
 
   // The loop runs nothing else until resume_loop(): whatever it should send stays unsent.
   void hold_loop() {
     std::promise<void> entered;
-    loop_.post([&entered, resumed = resume_.get_future().share()] {
+    pair_.loop.post([&entered, resumed = resume_.get_future().share()] {
       entered.set_value();
       resumed.wait();
     });
@@ -63,14 +52,10 @@ class LoopSends : public ::testing::Test {
   }
   bool nothing_written() const {
     char byte = 0;
-    return ::recv(raw_.get(), &byte, 1, MSG_DONTWAIT | MSG_PEEK) < 0 && errno == EAGAIN;
+    return ::recv(pair_.raw.get(), &byte, 1, MSG_DONTWAIT | MSG_PEEK) < 0 && errno == EAGAIN;
   }
   std::pair<FrameHeader, std::string> receive_raw(std::size_t payload) {
-    FrameHeader header;
-    std::string bytes(payload, '\0');
-    EXPECT_TRUE(receive_all(raw_.get(), &header, sizeof header));
-    EXPECT_TRUE(receive_all(raw_.get(), bytes.data(), bytes.size()));
-    return {header, bytes};
+    return pair_.receive_raw(payload);
   }
 
   static OutFrame bulk_frame(const std::string& memory, AccessGate& gate) {
@@ -89,9 +74,8 @@ class LoopSends : public ::testing::Test {
     return frame;
   }
 
-  FileDescriptor raw_;
-  EventLoop loop_{"memwire-test"};
-  std::shared_ptr<StreamConnection> connection_;
+  test_support::RawConnectionPair pair_{std::make_unique<NoFrames>()};
+  std::shared_ptr<StreamConnection>& connection_ = pair_.connection;
   std::promise<void> resume_;
   bool resumed_ = false;
 };
