@@ -109,8 +109,9 @@ struct OutFrame {
 // Reading is the loop's: small frames arrive many per recv through an inbox; a frame's streamed
 // payload goes from the socket straight into registered memory (or is skipped). Writing: a
 // frame sent while nothing is queued goes out at once on the sender's thread, as far as the
-// socket takes it without blocking; the rest is queued and the loop sends it as the socket
-// drains. Answers the loop writes while more requests wait in the inbox go out together.
+// socket takes it without blocking (unless marked by_loop: a pool write's bytes, which its
+// caller must not copy); the rest is queued and the loop sends it as the socket drains.
+// Answers the loop writes while more requests wait in the inbox go out together.
 //
 // A thread waiting for the answer to a request it sent here may read in the loop's place
 // (drive()): the reading state below is then its own until it lets go. The loop never waits for
