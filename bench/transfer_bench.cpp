@@ -404,7 +404,7 @@ json fan_in(const Args& args, Connector& connector, Peer& first) {
     Owners owners_of_round(args, first, owners, size);
     const auto& peers = owners_of_round.peers;
     LocalBuffers local(size, 1, owners, 0);
-    std::vector<double> rounds_ms;
+    std::vector<double> rounds_ms, reads_ms;  // reads_ms: until this side's reads completed
     int threads = 0;
     for (std::size_t round = 0; round < args.warmup + args.samples; ++round) {
       std::vector<RdmaMetadata> metadata;
@@ -414,6 +414,7 @@ json fan_in(const Args& args, Connector& connector, Peer& first) {
       for (unsigned i = 0; i < owners; ++i)
         reads.push_back(connector.begin_read(metadata[i], local.layout.slots[i]));
       for (auto& read : reads) read.wait_for_completion(kReply);
+      if (round >= args.warmup) reads_ms.push_back(seconds_since(start) * 1e3);
       for (auto* peer : peers) {
         if (peer->expect_line("a completion") != "c") fail("peer did not report completion");
         if (auto done = peer->done(); done.errors > 0) fail("peer: " + done.reason);
@@ -421,18 +422,19 @@ json fan_in(const Args& args, Connector& connector, Peer& first) {
       if (round >= args.warmup) rounds_ms.push_back(seconds_since(start) * 1e3);
       threads = std::max(threads, thread_count());
     }
-    const auto r = summarize(rounds_ms);
+    const auto r = summarize(rounds_ms), read = summarize(reads_ms);
     const double aggregate = static_cast<double>(size) * owners / (r.median / 1e3) / 1e9;
     std::printf(
-        "%-5s fan-in owners=%-4u %6s each  round p50 %8.2f ms  p99 %8.2f ms  "
+        "%-5s fan-in owners=%-4u %6s each  round p50 %8.2f ms (reads done %.2f)  p99 %8.2f ms  "
         "aggregate %.2f GB/s  reader threads %d\n",
-        args.transport.c_str(), owners, size_name(size).c_str(), r.median, r.p99, aggregate,
-        threads);
+        args.transport.c_str(), owners, size_name(size).c_str(), r.median, read.median, r.p99,
+        aggregate, threads);
     std::fflush(stdout);
     results.push_back({{"owners", owners},
                        {"size", size},
                        {"rounds", r.count},
                        {"round_ms", {{"p50", r.median}, {"p99", r.p99}, {"max", r.max}}},
+                       {"reads_done_ms", {{"p50", read.median}}},
                        {"aggregate_gbps", aggregate},
                        {"reader_threads", threads}});
   }

@@ -108,8 +108,9 @@ void finish_batch(std::vector<Op>& operations, const std::shared_ptr<Batch>& bat
     }
   }
   operations.clear();  // unfinished ones are cancelled and revoked here
-  say("done " + std::to_string(errors) + " " + std::to_string(bench::proc_status_kb("VmHWM")) +
-      " " + std::to_string(bench::proc_status_kb("VmRSS")) + (reason.empty() ? "" : " " + reason));
+  const auto memory = bench::peak_and_resident();
+  say("done " + std::to_string(errors) + " " + std::to_string(memory.hwm_kb) + " " +
+      std::to_string(memory.rss_kb) + (reason.empty() ? "" : " " + reason));
 }
 
 template <class Op, class Create>

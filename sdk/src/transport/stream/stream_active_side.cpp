@@ -57,6 +57,7 @@ void send_completion_notice(const std::shared_ptr<StreamTransfer>& transfer) {
   if (connection) id = connection->active().expect(transfer, nullptr, 0);
   auto frame = notice_frame(*transfer->transfer, transfer->pool_transfer_id);
   frame.header.request_id = id;
+  frame.by_loop = transfer->bytes_by_loop;  // behind the bytes, which the loop sends
   if (id == 0 || !connection->send(std::move(frame)))
     transfer->transfer->fail(
         Error(ErrorCode::PeerLost, "connection lost before the completion notice"));

@@ -35,6 +35,9 @@ struct StreamTransfer {
   // A transfer between pools: its number on this connector, and when its tag goes.
   std::uint64_t pool_transfer_id = 0;
   PoolNotice pool_notice = PoolNotice::None;
+  // A pool write whose bytes go through the socket: its frames, the notice too, are sent by
+  // the loop (OutFrame::by_loop), so that write_blocks returns without copying them.
+  bool bytes_by_loop = false;
 };
 
 // Makes `header` a pool frame of `type` (PoolFrameHeader) of transfer `pool_transfer_id`.

@@ -83,10 +83,16 @@ struct OutFrame {
   // Declared before `pin`, so destroyed after it: the pin must go before the gate it points into.
   std::shared_ptr<const void> keep_alive;  // owner of `gate` and `data`
   std::optional<AccessGate::Pin> pin;      // held from the first byte sent to the last
+  // A pool request's transfer (kept alive by keep_alive): should its bytes not go, the PoolEnd
+  // that goes instead carries its failure.
+  const OperationCore* operation = nullptr;
   // Runs once the last byte is out (after the pin is let go), on the thread that sent it.
   OnceTask on_sent;
   // Runs instead when the frame is dropped with its connection.
   OnceTask on_dropped;
+  // Sent by the loop, never on the sender's thread: its caller goes on at once while the
+  // socket copies the payload (a pool write's blocks; see StreamTransfer::bytes_by_loop).
+  bool by_loop = false;
   std::size_t sent = 0;   // bytes of header and payload already out
   bool finished = false;  // every byte is out
   OutFrame() = default;
@@ -103,8 +109,9 @@ struct OutFrame {
 // Reading is the loop's: small frames arrive many per recv through an inbox; a frame's streamed
 // payload goes from the socket straight into registered memory (or is skipped). Writing: a
 // frame sent while nothing is queued goes out at once on the sender's thread, as far as the
-// socket takes it without blocking; the rest is queued and the loop sends it as the socket
-// drains. Answers the loop writes while more requests wait in the inbox go out together.
+// socket takes it without blocking (unless marked by_loop: a pool write's bytes, which its
+// caller must not copy); the rest is queued and the loop sends it as the socket drains.
+// Answers the loop writes while more requests wait in the inbox go out together.
 //
 // A thread waiting for the answer to a request it sent here may read in the loop's place
 // (drive()): the reading state below is then its own until it lets go. The loop never waits for
@@ -203,7 +210,8 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   void read_after_send_failure();
   void read_frames();
   enum class Refill { Got, Again, Closed };
-  Refill refill_inbox();
+  // Reads at most `most` bytes more into the inbox.
+  Refill refill_inbox(std::size_t most = kInboxSize);
   // Fills the active sink from the inbox, then the socket; true once it is full (its
   // continuation has run).
   bool fill_sink();
@@ -303,6 +311,9 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   std::size_t inbox_begin_ = 0;
   std::size_t inbox_end_ = 0;
   std::size_t inline_left_ = 0;  // of the frame being handled: inline bytes not yet taken
+  // The last frame's payload, larger than the inbox, went straight to memory: the next refill
+  // at a frame boundary reads its header alone (read_frames).
+  bool header_alone_ = false;
   struct Sink {
     std::vector<iovec> pieces;  // empty: discarding
     std::uint64_t left = 0;

@@ -33,7 +33,7 @@ void advance(std::vector<iovec>& parts, std::size_t& first, std::size_t bytes) {
 
 }  // namespace
 
-StreamConnection::Refill StreamConnection::refill_inbox() {
+StreamConnection::Refill StreamConnection::refill_inbox(std::size_t most) {
   if (inbox_begin_ > 0) {
     std::memmove(inbox_.get(), inbox_.get() + inbox_begin_, buffered());
     inbox_end_ -= inbox_begin_;
@@ -41,7 +41,7 @@ StreamConnection::Refill StreamConnection::refill_inbox() {
   }
   if (!maybe_more_) return Refill::Again;
   for (;;) {
-    const auto room = kInboxSize - inbox_end_;
+    const auto room = std::min(kInboxSize - inbox_end_, most);
     const ssize_t received = ::recv(socket_.get(), inbox_.get() + inbox_end_, room, MSG_DONTWAIT);
     if (received > 0) {
       inbox_end_ += static_cast<std::size_t>(received);
@@ -85,6 +85,7 @@ void StreamConnection::receive_into(std::vector<iovec> pieces, OnceTask then,
   for (const auto& piece : pieces) total += piece.iov_len;
   if (total == 0) return then();
   std::erase_if(pieces, [](const iovec& piece) { return piece.iov_len == 0; });
+  header_alone_ = total >= kInboxSize;
   {
     std::lock_guard lock(sink_mutex_);
     sink_ = Sink{std::move(pieces), total, std::move(then), std::move(pin), gate};
@@ -211,7 +212,11 @@ void StreamConnection::read_frames() {
       }
     }
     if (buffered() < sizeof(FrameHeader)) {
-      if (refill_inbox() != Refill::Got) break;
+      // Behind a payload larger than the inbox, the next header alone: another such payload
+      // likely follows, and then goes straight to memory rather than through the inbox (a
+      // copy more of up to 64 KiB a frame: 6% of a fan-in's 1 MiB answers).
+      const auto most = header_alone_ ? sizeof(FrameHeader) - buffered() : kInboxSize;
+      if (refill_inbox(most) != Refill::Got) break;
       continue;
     }
     FrameHeader header;
@@ -235,6 +240,7 @@ void StreamConnection::read_frames() {
     }
     inbox_begin_ += sizeof header;
     inline_left_ = wanted;
+    header_alone_ = false;  // until the handler streams a large payload (receive_into)
     handled = true;
     if (awaiting_first_frame_) {
       awaiting_first_frame_ = false;

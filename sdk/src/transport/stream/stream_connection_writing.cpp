@@ -135,10 +135,11 @@ bool StreamConnection::send(OutFrame frame) {
   // loop (woken if it sleeps): it sends what gathered meanwhile in one sendmsg, where each
   // sender would have made its own (64 READs in flight: one per READ, and over TCP a segment
   // and an ACK each). Alone in flight (one READ at a time), it leaves at once: waiting for the
-  // loop would only add latency.
-  const bool to_loop = frame.pieces.empty() && frame.data == nullptr &&
-                       frame.text.size() <= kMostCopiedWhenHeld && !loop_.in_loop_thread() &&
-                       handler_->answers_due();
+  // loop would only add latency. A frame marked by_loop always goes to the loop.
+  const bool small_while_answers_due = frame.pieces.empty() && frame.data == nullptr &&
+                                       frame.text.size() <= kMostCopiedWhenHeld &&
+                                       handler_->answers_due();
+  const bool to_loop = (frame.by_loop || small_while_answers_due) && !loop_.in_loop_thread();
   std::unique_lock lock(mutex_);
   if (closing_) return false;
   if (writing_ || !queue_.empty() || to_loop) {
@@ -331,6 +332,13 @@ std::size_t StreamConnection::frame_parts(OutFrame& frame, std::vector<iovec>& p
           end.tag_bytes = 0;
           frame.header = as_frame(end);
           frame.text.clear();
+          // With the reason the transfer ended (a LayerSender's cancel reason), as its own
+          // failure notice would say: the owner ends the tag's waits on the first it reads.
+          if (auto failure = frame.operation ? frame.operation->failure() : std::nullopt) {
+            frame.header.code = wire_code(failure->code());
+            frame.text = std::string(failure->message()).substr(0, FrameHeader::kMaxText);
+            frame.header.length = frame.text.size();
+          }
         } else if (is_piece_request(frame.header.type)) {
           // Without its bytes a piece request would break the framing: an empty single write
           // goes instead, refused by the peer, so its request accounting still balances.

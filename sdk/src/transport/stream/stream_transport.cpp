@@ -43,6 +43,12 @@ constexpr std::uint64_t kCrossMemoryMinimum = 128 << 10;
 // 8 x 1 MiB, the waiter reading one of them itself: round p50 2.17 -> 2.37 ms (9 alternating
 // rounds, ranges overlapping): no gain there, so the loop reads the large ones.
 constexpr std::uint64_t kMostBytesForWaiterToRead = 64 << 10;
+// A pool write with at least this much to send through the socket is sent by the loop: the
+// caller of write_blocks goes on at once (a layer stream's next compute) instead of paying the
+// socket's copy, and over loopback the peer's receive too (issue 35: a 512 KiB layer's
+// write_blocks took 130-250 us of prefill's thread, 9-30 us once the loop sent it). Below it, a
+// wake-up of the loop costs about what the copy does.
+constexpr std::uint64_t kLoopSendsFrom = 64 << 10;
 
 class StreamTransport final : public Transport {
  public:
@@ -136,6 +142,8 @@ class StreamTransport final : public Transport {
     state->single_request = requests.size() == 1 && !blocks;
     if (state->pool_notice == PoolNotice::Pipelined && requests.size() == 1)
       state->pool_notice = PoolNotice::InRequest;
+    state->bytes_by_loop = blocks && !cuda_ipc && transfer->kind() == OperationKind::Write &&
+                           socket_bytes(requests) >= kLoopSendsFrom;
 
     const bool reading = transfer->kind() == OperationKind::Read;
     auto lost = [&](OutboundConnection& connection) {
@@ -149,7 +157,7 @@ class StreamTransport final : public Transport {
       auto& connection = *connections[(first + n) % connections.size()];
       const bool sent = requests[n].pieces.size() == 1 && !blocks && !cuda_ipc
                             ? send_chunk(connection, state, requests[n], reading)
-                            : send_pieces(connection, state, requests[n], reading);
+                            : send_pieces(connection, state, requests[n], reading, n == 0);
       if (!sent) {
         lost(connection);
         return StartResult::taken();  // and failed: the peer is gone, no other transport helps
@@ -182,6 +190,14 @@ class StreamTransport final : public Transport {
   // Cross-memory for a same-host request large enough to repay it (see kCrossMemoryMinimum).
   bool cross_memory(std::uint64_t length) const {
     return settings_.cross_memory && length >= kCrossMemoryMinimum;
+  }
+
+  // What of `requests` travels in the socket itself (not copied across memory by the owner).
+  std::uint64_t socket_bytes(const std::vector<Request>& requests) const {
+    std::uint64_t bytes = 0;
+    for (const auto& request : requests)
+      if (!cross_memory(request.length)) bytes += request.length;
+    return bytes;
   }
 
   // A one-piece request: the single-block frames. False when the connection is gone (or the
@@ -224,7 +240,7 @@ class StreamTransport final : public Transport {
   // Many blocks in one request: the piece list, and over a socket their bytes straight between
   // it and the blocks (a write's after the list, a read's in the answer).
   bool send_pieces(OutboundConnection& connection, const std::shared_ptr<StreamTransfer>& state,
-                   const Request& request, bool reading) {
+                   const Request& request, bool reading, bool first) {
     const auto& transfer = state->transfer;
     const auto* gpu = transfer->cuda_ipc();
     // Through CUDA IPC, the owner copies however small the request: no other path exists.
@@ -266,10 +282,20 @@ class StreamTransport final : public Transport {
     } else if (reading) {
       id = active.expect(state, nullptr, request.length, std::nullopt, nullptr, std::move(memory));
     } else {
+      if (state->bytes_by_loop && first) {
+        // Queued for the loop, the first request leaves whole, pinned from now: the owner
+        // admits its transfer whatever a cancel does meanwhile, so that the cancel ends the
+        // tag's waits there (as when the caller wrote it at once; a transfer no request of
+        // reached the owner is unknown to it, and its failure ends no wait).
+        frame.pin = transfer->gate().pin();
+        if (!frame.pin) return false;  // already cancelled
+      }
       id = active.expect(state, nullptr, request.length);
       frame.pieces = std::move(memory);
       frame.gate = &transfer->gate();
       frame.keep_alive = transfer;
+      frame.operation = transfer.get();
+      frame.by_loop = state->bytes_by_loop;
     }
     frame.header.request_id = id;
     return id != 0 && connection.send(std::move(frame));

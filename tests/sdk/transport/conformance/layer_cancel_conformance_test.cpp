@@ -82,6 +82,33 @@ TEST_P(LayerCancel, ACancelledSenderSendsNothingMore) {
   EXPECT_TRUE(there.block_is(0, 0));
 }
 
+// A cancel right after a layer was sent, its bytes still on their way (over tcp the loop sends
+// them, not send()), ends decode's waits of the stream with Cancelled and the reason, unless
+// the layer's tag arrived behind all its bytes first. Never a wait that only times out: the
+// owner hears of the layer's transfer before its cancel.
+TEST_P(LayerCancel, ACancelRightAfterASendEndsTheStreamsWaitsUnlessTheLayerArrivedWhole) {
+  constexpr std::size_t kLayer = 64u << 20;
+  Connector decode(options_named("decode")), prefill(options_named("prefill"));
+  std::vector<std::byte> there(kLayer), here(kLayer, std::byte{'p'});
+  auto pool = decode.register_pool({{there.data(), kLayer, 0, 1, {}}});
+  auto local = prefill.register_pool({{here.data(), kLayer, 0, 1, {}}});
+  LayerReceiver receive(pool, "req-9", "prefill");
+  LayerSender send(prefill, local, pool.metadata(), "req-9");
+  send.send(0, {{0, 0}});
+  send.cancel("prefill preempted");
+  try {
+    receive.wait(0, 20s);
+    EXPECT_TRUE(there == here) << "the tag came before the layer's bytes";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::Cancelled) << error.what();
+    EXPECT_NE(std::string(error.what()).find("prefill preempted"), std::string::npos)
+        << error.what();
+    if (transport() == "verbs") return;  // there only the cancelled layer's waits end
+    const auto later = error_of([&] { receive.wait(1, 5s); });
+    EXPECT_EQ(later.code(), ErrorCode::Cancelled) << later.what();
+  }
+}
+
 MEMWIRE_CONFORMANCE_SUITE(LayerCancel);
 
 // The frames of a sender's cancel, played by hand over tcp: a layer whose transfer was admitted

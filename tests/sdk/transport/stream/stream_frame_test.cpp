@@ -17,6 +17,7 @@
 
 #include "core/access_gate.hpp"
 #include "memwire/error.hpp"
+#include "support/raw_connection_pair.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
 #include "transport/stream/stream_connection.hpp"
@@ -74,43 +75,25 @@ class Recorder final : public FrameHandler {
 // A connection reading one end of a socket pair; the test holds the other end raw.
 class FrameCodec : public ::testing::Test {
  protected:
-  void SetUp() override {
-    int ends[2];
-    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends), 0);
-    raw_ = FileDescriptor(ends[0]);
-    connection_ = std::make_shared<StreamConnection>(
-        FileDescriptor(ends[1]), std::make_unique<Recorder>(received_), "raw", loop_);
-    connection_->run();
-  }
   void send_raw(const void* data, std::size_t length) {
     iovec part{const_cast<void*>(data), length};
-    ASSERT_TRUE(send_all(raw_.get(), &part, 1));
+    ASSERT_TRUE(send_all(pair_.raw.get(), &part, 1));
   }
   void send_raw(const FrameHeader& header, const std::string& payload = {}) {
     send_raw(&header, sizeof header);
     if (!payload.empty()) send_raw(payload.data(), payload.size());
   }
-  // What the raw end receives next: one header and `payload` bytes.
   std::pair<FrameHeader, std::string> receive_raw(std::size_t payload) {
-    FrameHeader header;
-    std::string bytes(payload, '\0');
-    EXPECT_TRUE(receive_all(raw_.get(), &header, sizeof header));
-    EXPECT_TRUE(receive_all(raw_.get(), bytes.data(), bytes.size()));
-    return {header, bytes};
+    return pair_.receive_raw(payload);
   }
   std::vector<std::pair<FrameHeader, std::string>> frames() {
     std::lock_guard lock(received_->mutex);
     return received_->frames;
   }
 
-  void TearDown() override {
-    if (connection_) connection_->join();
-  }
-
   std::shared_ptr<Received> received_ = std::make_shared<Received>();
-  FileDescriptor raw_;
-  EventLoop loop_{"memwire-test"};
-  std::shared_ptr<StreamConnection> connection_;
+  test_support::RawConnectionPair pair_{std::make_unique<Recorder>(received_)};
+  std::shared_ptr<StreamConnection>& connection_ = pair_.connection;
 };
 
 FrameHeader full_header(FrameType type) {
@@ -292,7 +275,7 @@ TEST_F(FrameCodec, AnUnknownTypeClosesTheConnectionAndSaysWhy) {
 TEST_F(FrameCodec, TruncatedHeaderIsNotAFrame) {
   auto header = full_header(FrameType::Notice);
   send_raw(&header, sizeof header / 2);
-  raw_.reset();
+  pair_.raw.reset();
   EXPECT_EQ(received_->wait_closed(), "peer lost: connection to raw: peer closed the connection");
   EXPECT_TRUE(frames().empty());
 }
@@ -301,7 +284,7 @@ TEST_F(FrameCodec, TruncatedPayloadIsNotAFrame) {
   auto header = full_header(FrameType::Notice);
   header.length = 100;
   send_raw(header, std::string(40, 'p'));
-  raw_.reset();
+  pair_.raw.reset();
   EXPECT_EQ(received_->wait_closed(), "peer lost: connection to raw: peer closed the connection");
   EXPECT_TRUE(frames().empty());
 }
