@@ -209,7 +209,7 @@ void AccessGrant::invalidate_each(std::vector<AccessGrant*> grants) noexcept {
   for (auto* grant : grants)
     if (grant->end()) bound.push_back(grant);
   if (bound.empty()) return;
-  if (ProgressLoop::on_a_progress_thread()) {
+  if (ProgressLoop::runs_work_here()) {
     // It cannot wait for itself: the close comes later, unless the binds complete first.
     for (auto* grant : bound) grant->request_close(Clock::now() + kBindWait);
     return;

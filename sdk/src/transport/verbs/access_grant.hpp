@@ -53,14 +53,15 @@ struct BindableRegions {
 // - own regions: the descriptors registered with remote access in the connection's own
 //   protection domain, which no other QP shares (devices without type-2 windows).
 // invalidate() ends the access on any thread: at once, or, for a window whose bind is still in
-// the device's queue (deallocating it then would break the QP), when that bind completes. Off
-// the progress thread it waits for that completion: the device has usually run the bind
-// already (the peer holds its keys), only the progress thread has not read it yet. A bind that
+// the device's queue (deallocating it then would break the QP), when that bind completes. A
+// thread not running the engine waits for that completion: the device has usually run the bind
+// already (the peer holds its keys), only the engine has not read it yet. A bind that
 // does not complete within kBindWait sits behind work the peer stalls (a SEND it posts no
 // receive for: RC retries that forever), and the window may be bound all the same: the
 // connection is closed (destroying its QP destroys its windows) before invalidate() returns,
-// so an ended grant never leaves a key that works. On the progress thread, which cannot wait
-// for itself, the same close happens kBindWait later unless the bind completed by then.
+// so an ended grant never leaves a key that works. A thread running the engine (its progress
+// thread, or a waiter that took its work), which cannot wait for itself, has the same close
+// happen kBindWait later unless the bind completed by then.
 class AccessGrant {
  public:
   static constexpr std::chrono::seconds kBindWait{2};

@@ -28,7 +28,8 @@ class VerbsPort;
 // ends the transfer (a one-shot READ ends on its own READ completions). Abort is the error notice.
 // A transfer is a Stripe cut into slices; each rail pair it uses is a leg (an OutboundTransfer on
 // that pair's connection). A leg whose rail fails gives its slices back and the legs left (or a
-// pair not tried yet) move them. Runs on the engine's progress thread, but for next_seq().
+// pair not tried yet) move them. Runs under the engine's work (its progress thread, or a caller
+// or waiter that took it), but for next_seq().
 class VerbsActiveSide {
  public:
   // Throws Error{InvalidArgument} when `slice_bytes` is below 4096.
@@ -108,7 +109,7 @@ class VerbsActiveSide {
   const std::function<void(std::string_view)> log_;
   std::atomic<std::uint64_t> next_seq_{1};
 
-  // Progress thread only.
+  // Under the engine's work only.
   std::map<std::uint64_t, Connection*> transfers_;            // leg seq -> its connection
   std::map<std::uint64_t, std::shared_ptr<Stripe>> stripes_;  // transfer seq -> its stripe
   std::vector<std::shared_ptr<Stripe>> orphaned_;  // lost a leg: resumed after the handler

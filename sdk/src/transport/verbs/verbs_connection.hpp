@@ -25,8 +25,8 @@ namespace memwire::detail::verbs {
 
 // One RC queue pair to a peer connector, shared by every operation between the two: its own
 // CQ on the transport's completion channel, a ring of receive buffers for notices, a pool of
-// send buffers, and send-queue credits so that posting never overflows the queue. Used from
-// the progress thread only.
+// send buffers, and send-queue credits so that posting never overflows the queue. Used under
+// the engine's work only (its progress thread, or a caller or waiter that took it).
 class Connection {
  public:
   enum class State { Resolving, Connecting, Established, Closed };
@@ -91,7 +91,7 @@ class Connection {
   // queued will carry them. False on a post failure.
   bool return_credits();
 
-  // Book-keeping of the transport (progress thread only).
+  // Book-keeping of the transport (under the engine's work).
   const std::uint64_t serial = next_serial();  // never reused: what a one-shot claim holds
   State state = State::Resolving;
   const bool outgoing;

@@ -174,6 +174,8 @@ void Engine::arm_timer() {
   if (auto expiry = next_expiry(); expiry && (!next || *expiry < *next)) next = expiry;
   if (!stalled_binds_.empty() && (!next || stalled_binds_.begin()->first < *next))
     next = stalled_binds_.begin()->first;
+  if (next == timer_at_) return;  // armed for then already (a transfer begun, one ended, ...)
+  timer_at_ = next;
   itimerspec spec{};
   if (next) {
     // steady_clock is CLOCK_MONOTONIC; an all-zero it_value would disarm instead.
@@ -188,6 +190,7 @@ void Engine::arm_timer() {
 void Engine::on_timer() {
   std::uint64_t expirations = 0;
   [[maybe_unused]] auto drained = ::read(timer_.get(), &expirations, sizeof expirations);
+  timer_at_.reset();  // it went off: no longer armed
   const auto now = std::chrono::steady_clock::now();
   std::vector<std::shared_ptr<Connection>> late;
   for (const auto& [id, connection] : connections_)
