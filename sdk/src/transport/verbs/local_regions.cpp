@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/registration.hpp"
+#include "transport/verbs/descriptor_runs.hpp"
 
 namespace memwire::detail::verbs {
 
@@ -28,8 +29,13 @@ void acquire_local_regions(Rail& rail, OutboundTransfer& leg) {
     }
     return;
   }
-  for (const auto& descriptor : transfer.local())
-    leg.regions.push_back(cache.acquire(descriptor.ptr(), descriptor.size(), access));
+  const auto runs = runs_of(transfer.local());
+  std::vector<std::shared_ptr<const ibv_mr>> regions;
+  regions.reserve(runs.runs.size());
+  for (const auto& run : runs.runs) regions.push_back(cache.acquire(run.ptr(), run.size(), access));
+  leg.regions.reserve(runs.run_of.size());
+  for (const auto run : runs.run_of)
+    leg.regions.push_back(run == DescriptorRuns::kNone ? nullptr : regions[run]);
 }
 
 }  // namespace memwire::detail::verbs

@@ -190,7 +190,7 @@ bool Connection::flush() {
     auto& message = waiting_.front();
     if (message.bind) {
       if (!post_bind(message)) return false;
-      if (message.window < message.grant->rkeys().size()) continue;  // more windows to bind
+      if (message.window < message.grant->window_count()) continue;  // more windows to bind
     } else {
       if (free_send_slots_.empty()) break;
       // Only a Credits notice may take the peer's last receives.
@@ -204,7 +204,7 @@ bool Connection::flush() {
 
 bool Connection::post_bind(Waiting& message) {
   ibv_send_wr wr{};
-  // An empty descriptor has no window; a grant that ended binds nothing more.
+  // A grant that ended binds nothing more.
   if (!message.grant->prepare_bind(message.window++, wr)) return true;
   wr.wr_id = wr_id(Tag::Bind, next_bind_++ & ((std::uint64_t{1} << 56) - 1));
   ibv_send_wr* bad = nullptr;

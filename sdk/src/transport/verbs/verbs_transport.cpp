@@ -47,11 +47,9 @@ class VerbsTransport final : public Transport {
       }
       auto regions = std::make_shared<verbs::BindableRegions>();
       regions->device = engine_->device(rail);
-      for (const auto& descriptor : registration.descriptors())
-        regions->regions.push_back(
-            descriptor.size() == 0
-                ? verbs::Mr()
-                : regions->device->register_memory(descriptor.ptr(), descriptor.size(), access));
+      regions->runs = verbs::runs_of(registration.descriptors());
+      for (const auto& run : regions->runs.runs)
+        regions->regions.push_back(regions->device->register_memory(run.ptr(), run.size(), access));
       rails.push_back(std::move(regions));
     }
     registration.attach(std::make_unique<verbs::OfferedAccess>(

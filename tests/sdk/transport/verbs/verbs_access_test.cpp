@@ -212,6 +212,37 @@ TEST_P(VerbsAccess, APeerHoldingAsMetadataCannotReadBOrWriteWByGuessing) {
   EXPECT_EQ(writable_w.status(), OperationStatus::Initialized);
 }
 
+// One buffer cut into descriptors end to end is one region and one key (a window, or a region
+// in the connection's PD): every descriptor's key reaches every byte of the buffer, and not one
+// byte past it.
+TEST_P(VerbsAccess, DescriptorsEndToEndShareOneKeyThatEndsWhereTheyEnd) {
+  Connector owner(options());
+  constexpr std::size_t kPieces = 16, kPiece = 4096;
+  std::vector<std::byte> memory((kPieces + 1) * kPiece);  // the last piece is not offered
+  fill_pattern(memory, 47);
+  std::vector<Descriptor> pieces;
+  for (std::size_t i = 0; i < kPieces; ++i) pieces.emplace_back(memory.data() + i * kPiece, kPiece);
+  auto readable = owner.create_readable(pieces);
+  const auto metadata = readable.metadata();
+  RawVerbsPeer reader(rail_addresses(metadata).front());
+  const auto grant = reader.begin(metadata);
+  ASSERT_TRUE(grant.accepted);
+  ASSERT_EQ(grant.rkeys.size(), kPieces);
+  EXPECT_EQ(std::count(grant.rkeys.begin(), grant.rkeys.end(), grant.rkeys.front()),
+            static_cast<std::ptrdiff_t>(kPieces))
+      << "a key per descriptor";
+  // The first descriptor's key reads the last descriptor.
+  const auto base = reinterpret_cast<std::uintptr_t>(memory.data());
+  std::vector<std::byte> local(kPiece);
+  ASSERT_EQ(reader.access(true, local, base + (kPieces - 1) * kPiece, grant.rkeys.front()),
+            IBV_WC_SUCCESS);
+  EXPECT_TRUE(std::equal(local.begin(), local.end(), memory.begin() + (kPieces - 1) * kPiece));
+  // Half a page past the end: refused.
+  EXPECT_NE(reader.access(true, local, base + kPieces * kPiece - kPiece / 2, grant.rkeys.front()),
+            IBV_WC_SUCCESS)
+      << "the key reached past the descriptors";
+}
+
 TEST_P(VerbsAccess, ReadingAWithoutBeginIsRefusedWhateverTheKey) {
   Connector owner(options());
   std::vector<std::byte> a(16384), other(4096);
