@@ -78,7 +78,8 @@ std::vector<std::uint32_t> keys_by_descriptor(const DescriptorRuns& runs,
 
 std::shared_ptr<AccessGrant> AccessGrant::windows(std::shared_ptr<const BindableRegions> regions,
                                                   OperationKind kind,
-                                                  std::shared_ptr<KeyBudget> budget) {
+                                                  std::shared_ptr<KeyBudget> budget,
+                                                  UnboundWindows prepared) {
   std::shared_ptr<AccessGrant> grant(new AccessGrant());
   if (budget) {
     budget->take(regions->regions.size());  // given back by the grant's release, whatever happens
@@ -86,9 +87,10 @@ std::shared_ptr<AccessGrant> AccessGrant::windows(std::shared_ptr<const Bindable
     grant->keys_ = regions->regions.size();
   }
   grant->window_access_ = remote_access(kind);
-  auto windows = UnboundWindows::allocate(*regions->device, regions->regions.size());
-  grant->windows_ = std::move(windows.windows);
-  grant->window_keys_ = std::move(windows.keys);
+  if (prepared.windows.size() != regions->regions.size())
+    prepared = UnboundWindows::allocate(*regions->device, regions->regions.size());
+  grant->windows_ = std::move(prepared.windows);
+  grant->window_keys_ = std::move(prepared.keys);
   grant->rkeys_ = keys_by_descriptor(regions->runs, grant->window_keys_);
   grant->window_count_ = grant->windows_.size();
   grant->binds_ = grant->window_count_ > 0;

@@ -49,7 +49,9 @@ struct BindableRegions {
   std::vector<Mr> regions;  // one per run
 };
 
-// Memory windows with the keys they are to be bound with: unbound, they give access to nothing.
+// Memory windows allocated ahead of a grant, with the keys they are to be bound with: unbound,
+// they give access to nothing. An offer prepares them, so that a reader's Begin does not wait
+// for their allocation.
 struct UnboundWindows {
   std::vector<Mw> windows;
   std::vector<std::uint32_t> keys;
@@ -86,9 +88,11 @@ class AccessGrant {
   };
 
   // Each takes its keys from `budget` (null: uncounted) and gives them back once released.
+  // `prepared`: windows allocated ahead (one per region), else they are allocated now.
   static std::shared_ptr<AccessGrant> windows(std::shared_ptr<const BindableRegions> regions,
                                               OperationKind kind,
-                                              std::shared_ptr<KeyBudget> budget = nullptr);
+                                              std::shared_ptr<KeyBudget> budget = nullptr,
+                                              UnboundWindows prepared = {});
   // A window (or, with `own_pd`, a region in that PD) per range instead of per run:
   // rkeys() has one key per range, and nothing outside the ranges is reachable.
   static std::shared_ptr<AccessGrant> ranges(std::shared_ptr<const BindableRegions> regions,
