@@ -127,8 +127,11 @@ class Connection {
   static std::uint64_t next_serial() noexcept;
   struct Waiting;
   bool post_receive(std::uint64_t id);
-  bool post_control(const Waiting& message);
-  bool post_bind(Waiting& message);
+  // Fill `wr` with the next bind of `message` (false: none to post) or with its notice, and
+  // count them as posted; post_chain() posts them together.
+  bool prepare_bind(Waiting& message, ibv_send_wr& wr);
+  void prepare_control(const Waiting& message, ibv_send_wr& wr, ibv_sge& sge);
+  bool post_chain(ibv_send_wr* chain, unsigned count);
   bool flush();
 
   struct Signalled {
