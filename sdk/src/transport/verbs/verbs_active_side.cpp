@@ -96,6 +96,11 @@ bool VerbsActiveSide::announce_legs(Connection& connection) {
   return true;
 }
 
+bool VerbsActiveSide::leg_of_transfer(std::uint64_t leg_seq, std::uint64_t seq) const {
+  const auto found = stripes_.find(seq);
+  return found != stripes_.end() && found->second->legs.contains(leg_seq);
+}
+
 OutboundTransfer* VerbsActiveSide::leg_of(std::uint64_t leg_seq) {
   auto where = transfers_.find(leg_seq);
   if (where == transfers_.end()) return nullptr;

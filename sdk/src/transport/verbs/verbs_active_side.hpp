@@ -66,6 +66,9 @@ class VerbsActiveSide {
   // When check_stalls() wants to run next; nothing while no striped transfer moves.
   std::optional<std::chrono::steady_clock::time_point> next_stall_check();
 
+  // Whether `leg_seq` is a leg of the transfer numbered `seq`.
+  bool leg_of_transfer(std::uint64_t leg_seq, std::uint64_t seq) const;
+
   // The progress thread is gone (shutdown): every transfer left fails with `error`.
   void fail_all(const Error& error);
 

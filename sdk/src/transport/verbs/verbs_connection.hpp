@@ -101,6 +101,8 @@ class Connection {
   std::chrono::steady_clock::time_point deadline{};
   std::map<std::uint64_t, OutboundTransfer> outbound;  // active transfers, by seq
   std::deque<std::uint64_t> ready;                     // seqs with data left to post
+  // Completions polled by a caller that began a transfer and left for the engine's next drain.
+  std::deque<ibv_wc> unhandled;
   // Registrations a peer began here, with the access granted to this connection for each.
   struct Inbound {
     std::weak_ptr<Registration> registration;

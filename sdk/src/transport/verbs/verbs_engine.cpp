@@ -269,7 +269,7 @@ void Engine::start(const std::shared_ptr<ActiveTransfer>& transfer, const Transp
   // may drop the connector.
   const auto keep = shared_from_this();
   if (!loop_.commands_queued())
-    if (const BorrowedWork work(*this, BorrowedWork::Leftovers::LeaveToLoop); work) {
+    if (const BorrowedWork work(*this, seq); work) {
       if (loop_.stopping()) {
         transfer->fail(Error(ErrorCode::Cancelled, "the verbs transport is shutting down"));
         return;

@@ -117,21 +117,26 @@ class Engine final : public std::enable_shared_from_this<Engine>,
   void on_established(Connection& connection, const std::optional<std::string>& peer);
 
   // completions
-  void on_completions(Rail& rail);
+  // `beginning`: see drain(). True when completions were left for later.
+  bool on_completions(Rail& rail, std::optional<std::uint64_t> beginning = std::nullopt);
   void on_async_events(std::size_t rail);
-  void drain(Connection& connection);
+  // Handles the connection's completions: first those left for later, then its queue's. With
+  // `beginning` (a caller that began that transfer): only that transfer's batches and the
+  // send completions, which run no callback; what comes from then on is left for later (a
+  // notice, another transfer's batch: no other transfer's callback runs inside begin_read, whose
+  // caller may hold a lock it takes). True when completions were left.
+  bool drain(Connection& connection, std::optional<std::uint64_t> beginning = std::nullopt);
   // Drains every connection's queue, without waiting for its completion events (a waiter's).
   void poll_every_queue();
   // The loop's work, taken by another thread than the progress thread (a caller beginning a
   // transfer, a waiter): the completion channels are its own meanwhile, so that completions of
   // its own posts (rxe handles a post within the call) do not wake the progress thread only to
-  // wait for the work. A waiter handles the events left on them before it lets go; a caller
-  // beginning a transfer leaves them to the progress thread: the callbacks of other transfers
-  // must not run inside begin_read (the caller may hold a lock they take).
+  // wait for the work. It handles the events left on them before it lets go: a waiter all of
+  // them, a caller that began transfer `beginning` those drain() allows it, the rest being
+  // handed to the progress thread.
   class BorrowedWork {
    public:
-    enum class Leftovers { Handle, LeaveToLoop };
-    BorrowedWork(Engine& engine, Leftovers leftovers);
+    BorrowedWork(Engine& engine, std::optional<std::uint64_t> beginning);
     ~BorrowedWork();
     BorrowedWork(const BorrowedWork&) = delete;
     BorrowedWork& operator=(const BorrowedWork&) = delete;
@@ -139,7 +144,7 @@ class Engine final : public std::enable_shared_from_this<Engine>,
 
    private:
     Engine& engine_;
-    const Leftovers leftovers_;
+    const std::optional<std::uint64_t> beginning_;
     ProgressLoop::Work work_;
   };
   void watch_completions(bool watched);

@@ -26,17 +26,20 @@ void Engine::watch_completions(bool watched) {
   for (const auto& rail : rails_) loop_.set_watched(rail->completions->fd, watched);
 }
 
-Engine::BorrowedWork::BorrowedWork(Engine& engine, Leftovers leftovers)
-    : engine_(engine), leftovers_(leftovers), work_(engine.loop_.try_take_work()) {
+Engine::BorrowedWork::BorrowedWork(Engine& engine, std::optional<std::uint64_t> beginning)
+    : engine_(engine), beginning_(beginning), work_(engine.loop_.try_take_work()) {
   if (work_) engine_.watch_completions(false);
 }
 
 Engine::BorrowedWork::~BorrowedWork() {
   if (!work_) return;
   try {
-    if (leftovers_ == Leftovers::Handle)
-      for (const auto& rail : engine_.rails_) engine_.on_completions(*rail);
+    bool left = false;
+    for (const auto& rail : engine_.rails_)
+      left = engine_.on_completions(*rail, beginning_) || left;
     engine_.after_handler();
+    // The progress thread handles what was left, as it would have: after this returns.
+    if (left) engine_.run_on_loop([engine = &engine_] { engine->poll_every_queue(); });
   } catch (const std::exception&) {
   }
   engine_.watch_completions(true);
@@ -54,7 +57,7 @@ bool Engine::drive(std::uint64_t bytes, const std::atomic<bool>& settled,
                    std::chrono::steady_clock::time_point spin_until,
                    std::chrono::steady_clock::time_point until) {
   const auto entered = std::chrono::steady_clock::now();
-  BorrowedWork work(*this, BorrowedWork::Leftovers::Handle);
+  BorrowedWork work(*this, std::nullopt);
   if (!work || loop_.stopping()) return false;
   const bool small = bytes <= kMostBytesPolledFor;
   if (small) spin_until = std::max(spin_until, entered + typical_small_wait_ * 3 / 2);
