@@ -51,8 +51,8 @@ class MEMWIRE_API Operation {
   void cancel(std::string_view reason = {});
 
   // Runs `callback` once with the final status (at once when already final), on memwire's
-  // progress thread, or on the thread waiting for this operation when that thread read its
-  // answer itself (a small READ or WRITE over tcp or shm): keep it short and never block in it.
+  // progress thread, or on a thread that waits for this operation (a small one over tcp or shm)
+  // or for any of the connector's verbs operations, and reads answers itself: never block in it.
   // Every callback added before the end has run by the time any wait_for_completion returns.
   void on_complete(Callback callback);
 

@@ -46,13 +46,31 @@ void KeyBudget::take(std::size_t count) {
   } while (!held_.compare_exchange_weak(held, held + count));
 }
 
+UnboundWindows UnboundWindows::allocate(const VerbsDevice& device, std::size_t count) {
+  // A random 8-bit key in each rkey: a peer that saw one window's keys cannot predict the next
+  // binding's.
+  UnboundWindows prepared;
+  const auto random = random_id();
+  for (std::size_t index = 0; index < count; ++index) {
+    Mw window(ibv_alloc_mw(device.pd(), IBV_MW_TYPE_2));
+    if (!window)
+      throw Error(ErrorCode::Transport, "cannot allocate a memory window on " + device.name() +
+                                            ": " + std::strerror(errno));
+    prepared.keys.push_back((window->rkey & ~0xffu) | random[index % random.size()]);
+    prepared.windows.push_back(std::move(window));
+  }
+  return prepared;
+}
+
 namespace {
 
-// Keys a grant over `descriptors` holds: one per non-empty descriptor.
-template <typename Sized>
-std::size_t keys_for(const std::vector<Sized>& items, bool (*non_empty)(const Sized&)) {
-  std::size_t keys = 0;
-  for (const auto& item : items) keys += non_empty(item) ? 1 : 0;
+// Per descriptor, the key of its run (0 for an empty one).
+std::vector<std::uint32_t> keys_by_descriptor(const DescriptorRuns& runs,
+                                              const std::vector<std::uint32_t>& run_keys) {
+  std::vector<std::uint32_t> keys;
+  keys.reserve(runs.run_of.size());
+  for (const auto run : runs.run_of)
+    keys.push_back(run == DescriptorRuns::kNone ? 0 : run_keys[run]);
   return keys;
 }
 
@@ -60,34 +78,22 @@ std::size_t keys_for(const std::vector<Sized>& items, bool (*non_empty)(const Si
 
 std::shared_ptr<AccessGrant> AccessGrant::windows(std::shared_ptr<const BindableRegions> regions,
                                                   OperationKind kind,
-                                                  std::shared_ptr<KeyBudget> budget) {
+                                                  std::shared_ptr<KeyBudget> budget,
+                                                  UnboundWindows prepared) {
   std::shared_ptr<AccessGrant> grant(new AccessGrant());
   if (budget) {
-    const auto keys =
-        keys_for<Mr>(regions->regions, [](const Mr& region) { return static_cast<bool>(region); });
-    budget->take(keys);  // given back by the grant's release, whatever happens below
+    budget->take(regions->regions.size());  // given back by the grant's release, whatever happens
     grant->budget_ = std::move(budget);
-    grant->keys_ = keys;
+    grant->keys_ = regions->regions.size();
   }
   grant->window_access_ = remote_access(kind);
-  // A random 8-bit key in each window's rkey: a peer that saw one window's keys cannot
-  // predict the next binding's.
-  const auto random = random_id();
-  for (std::size_t index = 0; index < regions->regions.size(); ++index) {
-    if (!regions->regions[index]) {
-      grant->windows_.emplace_back();
-      grant->rkeys_.push_back(0);
-      continue;
-    }
-    Mw window(ibv_alloc_mw(regions->device->pd(), IBV_MW_TYPE_2));
-    if (!window)
-      throw Error(ErrorCode::Transport, "cannot allocate a memory window on " +
-                                            regions->device->name() + ": " + std::strerror(errno));
-    const std::uint32_t key = random[index % random.size()];
-    grant->rkeys_.push_back((window->rkey & ~0xffu) | key);
-    grant->windows_.push_back(std::move(window));
-    grant->binds_ = true;
-  }
+  if (prepared.windows.size() != regions->regions.size())
+    prepared = UnboundWindows::allocate(*regions->device, regions->regions.size());
+  grant->windows_ = std::move(prepared.windows);
+  grant->window_keys_ = std::move(prepared.keys);
+  grant->rkeys_ = keys_by_descriptor(regions->runs, grant->window_keys_);
+  grant->window_count_ = grant->windows_.size();
+  grant->binds_ = grant->window_count_ > 0;
   grant->bindable_ = std::move(regions);
   return grant;
 }
@@ -98,26 +104,22 @@ std::shared_ptr<AccessGrant> AccessGrant::own_regions(std::shared_ptr<const Verb
                                                       OperationKind kind,
                                                       std::shared_ptr<KeyBudget> budget) {
   std::shared_ptr<AccessGrant> grant(new AccessGrant());
+  const auto runs = runs_of(descriptors);
   if (budget) {
-    const auto keys = keys_for<Descriptor>(
-        descriptors, [](const Descriptor& descriptor) { return descriptor.size() != 0; });
-    budget->take(keys);
+    budget->take(runs.runs.size());
     grant->budget_ = std::move(budget);
-    grant->keys_ = keys;
+    grant->keys_ = runs.runs.size();
   }
   // A writable region needs local write for the device to write into it.
   const int access = kind == OperationKind::Read ? IBV_ACCESS_REMOTE_READ
                                                  : remote_access(kind) | IBV_ACCESS_LOCAL_WRITE;
-  for (const auto& descriptor : descriptors) {
-    if (descriptor.size() == 0) {
-      grant->own_.emplace_back();
-      grant->rkeys_.push_back(0);
-      continue;
-    }
-    auto region = device->register_memory(pd.get(), descriptor.ptr(), descriptor.size(), access);
-    grant->rkeys_.push_back(region->rkey);
+  std::vector<std::uint32_t> run_keys;
+  for (const auto& run : runs.runs) {
+    auto region = device->register_memory(pd.get(), run.ptr(), run.size(), access);
+    run_keys.push_back(region->rkey);
     grant->own_.push_back(std::move(region));
   }
+  grant->rkeys_ = keys_by_descriptor(runs, run_keys);
   grant->pd_ = std::move(pd);
   grant->device_ = std::move(device);
   return grant;
@@ -137,6 +139,10 @@ std::shared_ptr<AccessGrant> AccessGrant::ranges(
     return own_regions(std::move(device), std::move(own_pd), parts, kind, std::move(budget));
   }
   if (!regions) throw Error(ErrorCode::Transport, "verbs: the pool was not offered on this rail");
+  for (const auto& range : ranges)
+    if (range.index >= regions->runs.run_of.size() ||
+        regions->runs.run_of[range.index] == DescriptorRuns::kNone)
+      throw Error(ErrorCode::Transport, "verbs: a granted range outside the pool's regions");
   std::shared_ptr<AccessGrant> grant(new AccessGrant());
   if (budget) {
     budget->take(ranges.size());
@@ -144,18 +150,11 @@ std::shared_ptr<AccessGrant> AccessGrant::ranges(
     grant->keys_ = ranges.size();
   }
   grant->window_access_ = remote_access(kind);
-  const auto random = random_id();
-  for (std::size_t i = 0; i < ranges.size(); ++i) {
-    const auto& range = ranges[i];
-    if (range.index >= regions->regions.size() || !regions->regions[range.index])
-      throw Error(ErrorCode::Transport, "verbs: a granted range outside the pool's regions");
-    Mw window(ibv_alloc_mw(regions->device->pd(), IBV_MW_TYPE_2));
-    if (!window)
-      throw Error(ErrorCode::Transport, "cannot allocate a memory window on " +
-                                            regions->device->name() + ": " + std::strerror(errno));
-    grant->rkeys_.push_back((window->rkey & ~0xffu) | random[i % random.size()]);
-    grant->windows_.push_back(std::move(window));
-  }
+  auto windows = UnboundWindows::allocate(*regions->device, ranges.size());
+  grant->windows_ = std::move(windows.windows);
+  grant->window_keys_ = std::move(windows.keys);
+  grant->rkeys_ = grant->window_keys_;
+  grant->window_count_ = grant->windows_.size();
   grant->binds_ = !ranges.empty();
   grant->ranges_ = ranges;
   grant->bindable_ = std::move(regions);
@@ -170,17 +169,21 @@ AccessGrant::~AccessGrant() {
 bool AccessGrant::prepare_bind(std::size_t index, ibv_send_wr& wr) {
   std::lock_guard lock(mutex_);
   if (invalidated_ || index >= windows_.size() || !windows_[index]) return false;
-  const auto& region = bindable_->regions[ranges_.empty() ? index : ranges_[index].index];
+  const auto& runs = bindable_->runs;
+  // A window per run of the descriptors, or per granted range of blocks within one of them.
+  const auto run = ranges_.empty() ? index : runs.run_of[ranges_[index].index];
+  const auto& region = bindable_->regions[run];
   wr.opcode = IBV_WR_BIND_MW;
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.bind_mw.mw = windows_[index].get();
-  wr.bind_mw.rkey = rkeys_[index];
+  wr.bind_mw.rkey = window_keys_[index];
   wr.bind_mw.bind_info.mr = region.get();
   wr.bind_mw.bind_info.addr = reinterpret_cast<std::uintptr_t>(region->addr);
   wr.bind_mw.bind_info.length = region->length;
   if (!ranges_.empty()) {  // exactly the granted run of blocks
-    wr.bind_mw.bind_info.addr += ranges_[index].offset;
-    wr.bind_mw.bind_info.length = ranges_[index].length;
+    const auto& range = ranges_[index];
+    wr.bind_mw.bind_info.addr += runs.offset_in_run[range.index] + range.offset;
+    wr.bind_mw.bind_info.length = range.length;
   }
   wr.bind_mw.bind_info.mw_access_flags = static_cast<unsigned>(window_access_);
   ++binds_in_flight_;
@@ -209,7 +212,7 @@ void AccessGrant::invalidate_each(std::vector<AccessGrant*> grants) noexcept {
   for (auto* grant : grants)
     if (grant->end()) bound.push_back(grant);
   if (bound.empty()) return;
-  if (ProgressLoop::on_a_progress_thread()) {
+  if (ProgressLoop::runs_work_here()) {
     // It cannot wait for itself: the close comes later, unless the binds complete first.
     for (auto* grant : bound) grant->request_close(Clock::now() + kBindWait);
     return;

@@ -12,6 +12,7 @@
 
 #include "memwire/descriptor.hpp"
 #include "memwire/status.hpp"
+#include "transport/verbs/descriptor_runs.hpp"
 #include "transport/verbs/verbs_device.hpp"
 #include "transport/verbs/verbs_handles.hpp"
 
@@ -40,27 +41,40 @@ class KeyBudget {
 };
 
 // One passive operation's memory regions on one rail, registered for window binds only
-// (IBV_ACCESS_MW_BIND): they carry no usable remote key of their own.
+// (IBV_ACCESS_MW_BIND): they carry no usable remote key of their own. One per run of its
+// descriptors (DescriptorRuns): a window covers a run, and its key serves each descriptor in it.
 struct BindableRegions {
   std::shared_ptr<const VerbsDevice> device;  // outlives the regions (its PD)
-  std::vector<Mr> regions;                    // one per descriptor; null for an empty one
+  DescriptorRuns runs;
+  std::vector<Mr> regions;  // one per run
+};
+
+// Memory windows allocated ahead of a grant, with the keys they are to be bound with: unbound,
+// they give access to nothing. An offer prepares them, so that a reader's Begin does not wait
+// for their allocation.
+struct UnboundWindows {
+  std::vector<Mw> windows;
+  std::vector<std::uint32_t> keys;
+  // Throws Error{Transport} when the device has no more windows.
+  static UnboundWindows allocate(const VerbsDevice& device, std::size_t count);
 };
 
 // Remote access to one registration's memory for the one connection whose peer presented the
 // token, and for no other: the NIC enforces it. Two ways, by what the device can do:
-// - windows: a type-2 memory window per descriptor, bound by a work request on that
+// - windows: a type-2 memory window per run of descriptors, bound by a work request on that
 //   connection's QP (so usable from that QP alone), over the registration's bindable regions;
-// - own regions: the descriptors registered with remote access in the connection's own
+// - own regions: each run of descriptors registered with remote access in the connection's own
 //   protection domain, which no other QP shares (devices without type-2 windows).
 // invalidate() ends the access on any thread: at once, or, for a window whose bind is still in
-// the device's queue (deallocating it then would break the QP), when that bind completes. Off
-// the progress thread it waits for that completion: the device has usually run the bind
-// already (the peer holds its keys), only the progress thread has not read it yet. A bind that
+// the device's queue (deallocating it then would break the QP), when that bind completes. A
+// thread not running the engine waits for that completion: the device has usually run the bind
+// already (the peer holds its keys), only the engine has not read it yet. A bind that
 // does not complete within kBindWait sits behind work the peer stalls (a SEND it posts no
 // receive for: RC retries that forever), and the window may be bound all the same: the
 // connection is closed (destroying its QP destroys its windows) before invalidate() returns,
-// so an ended grant never leaves a key that works. On the progress thread, which cannot wait
-// for itself, the same close happens kBindWait later unless the bind completed by then.
+// so an ended grant never leaves a key that works. A thread running the engine (its progress
+// thread, or a waiter that took its work), which cannot wait for itself, has the same close
+// happen kBindWait later unless the bind completed by then.
 class AccessGrant {
  public:
   static constexpr std::chrono::seconds kBindWait{2};
@@ -74,10 +88,12 @@ class AccessGrant {
   };
 
   // Each takes its keys from `budget` (null: uncounted) and gives them back once released.
+  // `prepared`: windows allocated ahead (one per region), else they are allocated now.
   static std::shared_ptr<AccessGrant> windows(std::shared_ptr<const BindableRegions> regions,
                                               OperationKind kind,
-                                              std::shared_ptr<KeyBudget> budget = nullptr);
-  // A window (or, with `own_pd`, a region in that PD) per range instead of per descriptor:
+                                              std::shared_ptr<KeyBudget> budget = nullptr,
+                                              UnboundWindows prepared = {});
+  // A window (or, with `own_pd`, a region in that PD) per range instead of per run:
   // rkeys() has one key per range, and nothing outside the ranges is reachable.
   static std::shared_ptr<AccessGrant> ranges(std::shared_ptr<const BindableRegions> regions,
                                              std::shared_ptr<const VerbsDevice> device,
@@ -94,13 +110,16 @@ class AccessGrant {
   AccessGrant(const AccessGrant&) = delete;
   AccessGrant& operator=(const AccessGrant&) = delete;
 
-  // The remote keys the peer uses, one per descriptor (0 for an empty one).
+  // The remote keys the peer uses, one per descriptor (0 for an empty one); descriptors of one
+  // run share theirs.
   const std::vector<std::uint32_t>& rkeys() const noexcept { return rkeys_; }
   // Whether windows must be bound on the QP before the keys work (not for own regions).
   bool binds() const noexcept { return binds_; }
+  // How many windows it binds (one per run, or per range).
+  std::size_t window_count() const noexcept { return window_count_; }
 
   // Fills `wr` with the bind of window `index`; false when the grant ended meanwhile (nothing
-  // to post) or that window is empty. Counts the bind as in flight until bind_completed().
+  // to post). Counts the bind as in flight until bind_completed().
   bool prepare_bind(std::size_t index, ibv_send_wr& wr);
   void bind_completed() noexcept;
   // Ends remote access (see above). Idempotent.
@@ -141,8 +160,10 @@ class AccessGrant {
   std::shared_ptr<ibv_pd> pd_;                       // own regions: outlives them
   std::vector<Mr> own_;
   std::vector<Mw> windows_;
-  std::vector<Range> ranges_;  // per window, when it covers part of its region only
+  std::vector<std::uint32_t> window_keys_;  // what each window is bound with
+  std::vector<Range> ranges_;               // per window, when it covers part of its region only
   bool binds_ = false;
+  std::size_t window_count_ = 0;
   std::vector<std::uint32_t> rkeys_;
   unsigned binds_in_flight_ = 0;
   bool invalidated_ = false;

@@ -33,7 +33,9 @@ std::shared_ptr<AccessGrant> OfferedAccess::grant(const Registration& registrati
   if (own_pd)
     granted = AccessGrant::own_regions(device, own_pd, registration.descriptors(), kind, budget_);
   else if (rail < rails_.size() && rails_[rail])
-    granted = AccessGrant::windows(rails_[rail], kind, budget_);
+    granted = AccessGrant::windows(
+        rails_[rail], kind, budget_,
+        rail < prepared_.size() ? std::move(prepared_[rail]) : UnboundWindows{});
   else
     throw Error(ErrorCode::Transport, "verbs: the operation was not offered on " + device->name());
   // Grants of connections that ended are forgotten: the list stays as long as the live ones.
@@ -64,6 +66,7 @@ void OfferedAccess::revoke() noexcept {
   {
     std::lock_guard lock(mutex_);
     revoked_ = true;
+    prepared_.clear();
     for (const auto& weak : grants_)
       if (auto granted = weak.lock()) grants.push_back(std::move(granted));
     grants_.clear();

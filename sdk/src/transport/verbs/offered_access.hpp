@@ -29,9 +29,14 @@ class OfferedAccess final : public TransportState {
   // `rails`: per engine rail, its bindable regions, or null where grants register their own.
   // `budget`: the connector's remote keys, which every grant takes from. `forget`: callable on
   // any thread, drops the connections' entries for this operation once it is revoked.
+  // `prepared`: per rail, windows for the first grant there (a one-shot operation has one).
   OfferedAccess(std::vector<std::shared_ptr<const BindableRegions>> rails,
-                std::shared_ptr<KeyBudget> budget, std::function<void()> forget)
-      : rails_(std::move(rails)), budget_(std::move(budget)), forget_(std::move(forget)) {}
+                std::shared_ptr<KeyBudget> budget, std::function<void()> forget,
+                std::vector<UnboundWindows> prepared = {})
+      : rails_(std::move(rails)),
+        budget_(std::move(budget)),
+        forget_(std::move(forget)),
+        prepared_(std::move(prepared)) {}
 
   // Access to `registration` (the one this is attached to) for the connection on `rail` whose
   // peer presented the token: windows over the rail's bindable regions, or regions in
@@ -64,6 +69,7 @@ class OfferedAccess final : public TransportState {
   std::string claimant_;                        // the transfer a one-shot operation serves
   std::map<std::size_t, std::uint64_t> claim_;  // per rail, the connection that holds it
   std::vector<std::weak_ptr<AccessGrant>> grants_;
+  std::vector<UnboundWindows> prepared_;  // by rail, until a grant there takes them
 };
 
 }  // namespace memwire::detail::verbs

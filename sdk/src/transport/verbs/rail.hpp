@@ -22,7 +22,7 @@ struct Rail {
   CmId listener;
   std::string address;  // "ip:port" its listener is bound to
   std::uint64_t chunk_bytes = 0;
-  std::uint64_t bytes_moved = 0;  // progress thread only
+  std::uint64_t bytes_moved = 0;  // under the engine's work only
   std::uint64_t slices_moved = 0;
   bool own_pd_per_peer = false;  // no type-2 windows: a protection domain per accepted peer
   std::optional<std::chrono::steady_clock::time_point> failed_at;  // a connection on it last failed

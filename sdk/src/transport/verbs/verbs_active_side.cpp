@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/registration.hpp"
+#include "transport/verbs/local_regions.hpp"
 #include "transport/verbs/rail.hpp"
 #include "transport/verbs/rail_offer.hpp"
 #include "transport/verbs/transfer_notices.hpp"
@@ -93,6 +94,11 @@ bool VerbsActiveSide::announce_legs(Connection& connection) {
     settle(stripe);
   }
   return true;
+}
+
+bool VerbsActiveSide::leg_of_transfer(std::uint64_t leg_seq, std::uint64_t seq) const {
+  const auto found = stripes_.find(seq);
+  return found != stripes_.end() && found->second->legs.contains(leg_seq);
 }
 
 OutboundTransfer* VerbsActiveSide::leg_of(std::uint64_t leg_seq) {
@@ -237,6 +243,14 @@ bool VerbsActiveSide::open_leg(const std::shared_ptr<Stripe>& stripe, std::size_
       return true;
     }
     port_.send(*connection, begin_notice(entry));
+    // The local buffers' regions, while the owner grants the keys rather than after: a
+    // registration costs about as much as a round trip. Should it fail, the Accept retries it
+    // and fails the transfer.
+    try {
+      acquire_local_regions(port_.rail(chosen.local_rail), entry);
+    } catch (const Error&) {
+      entry.regions.clear();
+    }
   }
   return true;
 }
@@ -306,28 +320,9 @@ bool VerbsActiveSide::start_moving(Connection& connection, OutboundTransfer& leg
         reinterpret_cast<std::uintptr_t>(stripe.get()),
         port_.later([this, seq = stripe->seq] { break_transfer(seq); }));
   }
-  const int access = stripe->transfer->kind() == OperationKind::Read ? IBV_ACCESS_LOCAL_WRITE : 0;
   try {
-    auto& cache = port_.rail(connection.rail).local_regions;
-    if (const auto* blocks = stripe->transfer->blocks()) {
-      // The local pool's regions, registered once with the pool (held there): found, not made.
-      // A sliced transfer has a run per slice, mostly of one region: looked up once per
-      // change of region, not per run.
-      const auto& regions = blocks->local_pool->descriptors();
-      std::shared_ptr<const ibv_mr> current;
-      std::uint32_t current_region = 0;
-      for (const auto& segment : blocks->segments) {
-        if (!current || segment.local_region != current_region) {
-          const auto& region = regions[segment.local_region];
-          current = cache.acquire(region.ptr(), region.size(), access);
-          current_region = segment.local_region;
-        }
-        leg.regions.push_back(current);
-      }
-    } else {
-      for (const auto& descriptor : stripe->transfer->local())
-        leg.regions.push_back(cache.acquire(descriptor.ptr(), descriptor.size(), access));
-    }
+    // Mostly made already, while the owner granted the keys (open_leg).
+    if (leg.regions.empty()) acquire_local_regions(port_.rail(connection.rail), leg);
   } catch (const Error& error) {
     leg.regions.clear();
     stripe->transfer->fail(error);  // its abort tells the owner
@@ -430,14 +425,30 @@ void VerbsActiveSide::on_batch_done(Connection& connection, std::uint64_t seq) {
 }
 
 void VerbsActiveSide::finish_stripe(Connection& connection, std::uint64_t leg_seq, Stripe& stripe) {
-  // Every byte is in place: let go of the buffers, then ask the owner to complete.
-  for (auto other : stripe.legs)
-    if (auto* other_leg = leg_of(other)) other_leg->release_buffers();
-  stripe.pin.reset();
   stripe.done_sent = true;
   stripe.done_leg = leg_seq;
   const auto* blocks = stripe.transfer->blocks();
   auto done = transfer_notice(blocks ? NoticeType::PoolDone : NoticeType::Done, leg_seq, stripe);
+  if (!blocks && stripe.transfer->kind() == OperationKind::Read) {
+    // The READs completed: the bytes are here, and the owner granted this transfer alone
+    // (OfferedAccess::grant), so no other reader can have won. It succeeds now; Done lets the
+    // owner complete, and needs no Result. The pin goes first (a callback dropping the
+    // operation waits for it); the buffers' regions before this handler ends, so that no later
+    // transfer finds them (the caller may free the memory at once).
+    stripe.pin.reset();
+    std::vector<std::vector<std::shared_ptr<const ibv_mr>>> regions;
+    for (auto other : stripe.legs)
+      if (auto* other_leg = leg_of(other)) regions.push_back(std::exchange(other_leg->regions, {}));
+    done.bytes = stripe.transfer->remote().total_size();
+    done.first_index = kDoneWithoutResult;
+    end_transfer(leg_seq, std::nullopt);
+    port_.send(connection, done);
+    return;
+  }
+  // Every byte is in place: let go of the buffers, then ask the owner to complete.
+  for (auto other : stripe.legs)
+    if (auto* other_leg = leg_of(other)) other_leg->release_buffers();
+  stripe.pin.reset();
   if (blocks) {
     done.generation = blocks->generation;
     done.tag = blocks->tag;
@@ -447,16 +458,8 @@ void VerbsActiveSide::finish_stripe(Connection& connection, std::uint64_t leg_se
     if (leg != nullptr && leg->cached_keys && blocks->tag.empty())
       return end_transfer(leg_seq, std::nullopt);
   } else {
+    // A WRITE waits for its Result: it succeeds once the owner has its bytes.
     done.bytes = stripe.transfer->remote().total_size();
-    if (stripe.transfer->kind() == OperationKind::Read) {
-      // The READs completed: the bytes are here, and the owner granted this transfer alone
-      // (OfferedAccess::grant), so no other reader can have won. Done lets the owner complete;
-      // no Result needed. A WRITE waits for its Result: it succeeds once the owner has its
-      // bytes.
-      done.first_index = kDoneWithoutResult;
-      port_.send(connection, done);
-      return end_transfer(leg_seq, std::nullopt);
-    }
   }
   port_.send(connection, done);
 }

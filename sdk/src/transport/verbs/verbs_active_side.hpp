@@ -28,7 +28,8 @@ class VerbsPort;
 // ends the transfer (a one-shot READ ends on its own READ completions). Abort is the error notice.
 // A transfer is a Stripe cut into slices; each rail pair it uses is a leg (an OutboundTransfer on
 // that pair's connection). A leg whose rail fails gives its slices back and the legs left (or a
-// pair not tried yet) move them. Runs on the engine's progress thread, but for next_seq().
+// pair not tried yet) move them. Runs under the engine's work (its progress thread, or a caller
+// or waiter that took it), but for next_seq().
 class VerbsActiveSide {
  public:
   // Throws Error{InvalidArgument} when `slice_bytes` is below 4096.
@@ -64,6 +65,9 @@ class VerbsActiveSide {
   void check_stalls();
   // When check_stalls() wants to run next; nothing while no striped transfer moves.
   std::optional<std::chrono::steady_clock::time_point> next_stall_check();
+
+  // Whether `leg_seq` is a leg of the transfer numbered `seq`.
+  bool leg_of_transfer(std::uint64_t leg_seq, std::uint64_t seq) const;
 
   // The progress thread is gone (shutdown): every transfer left fails with `error`.
   void fail_all(const Error& error);
@@ -108,7 +112,7 @@ class VerbsActiveSide {
   const std::function<void(std::string_view)> log_;
   std::atomic<std::uint64_t> next_seq_{1};
 
-  // Progress thread only.
+  // Under the engine's work only.
   std::map<std::uint64_t, Connection*> transfers_;            // leg seq -> its connection
   std::map<std::uint64_t, std::shared_ptr<Stripe>> stripes_;  // transfer seq -> its stripe
   std::vector<std::shared_ptr<Stripe>> orphaned_;  // lost a leg: resumed after the handler

@@ -18,6 +18,8 @@ constexpr unsigned kReservedForNotices = 64;
 constexpr unsigned kCreditsReserve = 2;
 // A side with nothing to answer returns its credits on their own once this many are due.
 constexpr unsigned kCreditsDue = kReceiveSlots / 4;
+// Work requests of notices and binds posted together at most.
+constexpr unsigned kChain = 16;
 // Notices queued for a peer that returns no credits: past this the peer is not draining them.
 constexpr std::size_t kMaxWaitingNotices = 16384;
 
@@ -186,39 +188,53 @@ bool Connection::establish() {
 }
 
 bool Connection::flush() {
+  // What can go now goes in one post: a grant's binds and its Accept, or many notices, cost
+  // one call into the device (with rxe, into the kernel) instead of one each.
+  std::array<ibv_send_wr, kChain> chain{};
+  std::array<ibv_sge, kChain> elements{};
+  unsigned count = 0;
   while (state == State::Established && !waiting_.empty() && credits_ > 0) {
     auto& message = waiting_.front();
     if (message.bind) {
-      if (!post_bind(message)) return false;
-      if (message.window < message.grant->rkeys().size()) continue;  // more windows to bind
+      if (prepare_bind(message, chain[count])) ++count;
+      if (message.window >= message.grant->window_count()) waiting_.pop_front();
     } else {
       if (free_send_slots_.empty()) break;
       // Only a Credits notice may take the peer's last receives.
       if (peer_receives_ <= (message.credits_only ? 0 : kCreditsReserve)) break;
-      if (!post_control(message)) return false;
+      prepare_control(message, chain[count], elements[count]);
+      ++count;
+      waiting_.pop_front();
     }
-    waiting_.pop_front();
+    if (count == kChain) {
+      if (!post_chain(chain.data(), count)) return false;
+      count = 0;
+    }
   }
-  return true;
+  return post_chain(chain.data(), count);
 }
 
-bool Connection::post_bind(Waiting& message) {
-  ibv_send_wr wr{};
-  // An empty descriptor has no window; a grant that ended binds nothing more.
-  if (!message.grant->prepare_bind(message.window++, wr)) return true;
-  wr.wr_id = wr_id(Tag::Bind, next_bind_++ & ((std::uint64_t{1} << 56) - 1));
+bool Connection::post_chain(ibv_send_wr* chain, unsigned count) {
+  if (count == 0) return true;
+  for (unsigned i = 0; i + 1 < count; ++i) chain[i].next = &chain[i + 1];
+  chain[count - 1].next = nullptr;
   ibv_send_wr* bad = nullptr;
-  if (ibv_post_send(id_->qp, &wr, &bad) != 0) {
-    message.grant->bind_completed();
-    return false;
-  }
+  // On failure the connection fails: its close releases what the chain's entries held.
+  return ibv_post_send(id_->qp, chain, &bad) == 0;
+}
+
+bool Connection::prepare_bind(Waiting& message, ibv_send_wr& wr) {
+  wr = {};
+  // A grant that ended binds nothing more.
+  if (!message.grant->prepare_bind(message.window++, wr)) return false;
+  wr.wr_id = wr_id(Tag::Bind, next_bind_++ & ((std::uint64_t{1} << 56) - 1));
   --credits_;
   in_flight_.push_back({wr.wr_id, 1});
   binding_[wr.wr_id] = message.grant;
   return true;
 }
 
-bool Connection::post_control(const Waiting& message) {
+void Connection::prepare_control(const Waiting& message, ibv_send_wr& wr, ibv_sge& sge) {
   std::array<std::byte, kNoticeBytes> refusal;
   std::span<const std::byte> bytes(message.bytes.data(), message.size);
   if (message.grant && message.grant->invalidated()) {
@@ -232,28 +248,25 @@ bool Connection::post_control(const Waiting& message) {
     bytes = {refusal.data(), encode(refused, std::span<std::byte, kNoticeBytes>(refusal))};
   }
   const auto slot = free_send_slots_.front();
+  free_send_slots_.pop_front();
   std::byte* buffer = buffers_.get() + slot * kNoticeBytes;
   std::memcpy(buffer, bytes.data(), bytes.size());
   const auto returned = static_cast<std::uint16_t>(std::min<unsigned>(credits_due_, 0xffff));
   stamp_credits({buffer, bytes.size()}, returned);
-  ibv_sge sge{};
+  sge = {};
   sge.addr = reinterpret_cast<std::uintptr_t>(buffer);
   sge.length = static_cast<std::uint32_t>(bytes.size());
   sge.lkey = buffers_mr_->lkey;
-  ibv_send_wr wr{};
+  wr = {};
   wr.wr_id = wr_id(Tag::Control, slot);
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.opcode = IBV_WR_SEND;
   wr.send_flags = IBV_SEND_SIGNALED;
-  ibv_send_wr* bad = nullptr;
-  if (ibv_post_send(id_->qp, &wr, &bad) != 0) return false;
-  free_send_slots_.pop_front();
   --credits_;
   --peer_receives_;
   credits_due_ -= returned;
   in_flight_.push_back({wr.wr_id, 1});
-  return true;
 }
 
 bool Connection::notices_pending() const noexcept {

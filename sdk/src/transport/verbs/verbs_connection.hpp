@@ -25,8 +25,8 @@ namespace memwire::detail::verbs {
 
 // One RC queue pair to a peer connector, shared by every operation between the two: its own
 // CQ on the transport's completion channel, a ring of receive buffers for notices, a pool of
-// send buffers, and send-queue credits so that posting never overflows the queue. Used from
-// the progress thread only.
+// send buffers, and send-queue credits so that posting never overflows the queue. Used under
+// the engine's work only (its progress thread, or a caller or waiter that took it).
 class Connection {
  public:
   enum class State { Resolving, Connecting, Established, Closed };
@@ -91,7 +91,7 @@ class Connection {
   // queued will carry them. False on a post failure.
   bool return_credits();
 
-  // Book-keeping of the transport (progress thread only).
+  // Book-keeping of the transport (under the engine's work).
   const std::uint64_t serial = next_serial();  // never reused: what a one-shot claim holds
   State state = State::Resolving;
   const bool outgoing;
@@ -101,6 +101,8 @@ class Connection {
   std::chrono::steady_clock::time_point deadline{};
   std::map<std::uint64_t, OutboundTransfer> outbound;  // active transfers, by seq
   std::deque<std::uint64_t> ready;                     // seqs with data left to post
+  // Completions polled by a caller that began a transfer and left for the engine's next drain.
+  std::deque<ibv_wc> unhandled;
   // Registrations a peer began here, with the access granted to this connection for each.
   struct Inbound {
     std::weak_ptr<Registration> registration;
@@ -127,8 +129,11 @@ class Connection {
   static std::uint64_t next_serial() noexcept;
   struct Waiting;
   bool post_receive(std::uint64_t id);
-  bool post_control(const Waiting& message);
-  bool post_bind(Waiting& message);
+  // Fill `wr` with the next bind of `message` (false: none to post) or with its notice, and
+  // count them as posted; post_chain() posts them together.
+  bool prepare_bind(Waiting& message, ibv_send_wr& wr);
+  void prepare_control(const Waiting& message, ibv_send_wr& wr, ibv_sge& sge);
+  bool post_chain(ibv_send_wr* chain, unsigned count);
   bool flush();
 
   struct Signalled {

@@ -192,8 +192,10 @@ void Engine::listen(Rail& rail) {
 }
 
 void Engine::shutdown() {
-  // Notices already queued (a Result whose owner was just woken) still go out, briefly.
-  if (!loop_.on_loop_thread()) {
+  // Notices already queued (a Result whose owner was just woken) still go out, briefly: not
+  // waited for by a thread running the engine itself (a handler's callback closing the
+  // connector), which would wait for itself.
+  if (!loop_.holds_work()) {
     std::promise<void> flushed;
     auto done = flushed.get_future();
     if (run_on_loop([this, &flushed] {
@@ -203,8 +205,10 @@ void Engine::shutdown() {
       done.wait_for(kFlushOnClose);
   }
   loop_.stop();
+  // The progress thread is gone, and a waiter that ran the engine has let go: what they owned
+  // is ours now.
+  const auto work = loop_.holds_work() ? ProgressLoop::Work() : loop_.take_work();
   flushed_ = nullptr;
-  // The progress thread is gone: what it owned is ours now.
   std::vector<std::shared_ptr<Connection>> all;
   for (const auto& [id, connection] : connections_) all.push_back(connection);
   const Error closing(ErrorCode::Cancelled, "the connector is shutting down");
@@ -255,9 +259,28 @@ void Engine::start(const std::shared_ptr<ActiveTransfer>& transfer, const Transp
     if (auto engine = weak.lock())
       engine->run_on_loop([raw = engine.get(), seq, error] { raw->active_.abort(seq, error); });
   });
+  // Its waiter may read the completions that end it itself.
+  std::uint64_t bytes = 0;
+  for (const auto& descriptor : transfer->local()) bytes += descriptor.size();
+  transfer->drive_waits_with(weak_from_this(), bytes);
+  // Here, if no other thread runs the engine and nothing waits in its queue (transfers begun
+  // in order stay in order: a pool's tags arrive in it): the Begin (or a pool's first READ)
+  // leaves now, without waking the progress thread. Kept alive meanwhile: a failure's callback
+  // may drop the connector.
+  const auto keep = shared_from_this();
+  if (!loop_.commands_queued())
+    if (const BorrowedWork work(*this, seq); work) {
+      if (loop_.stopping()) {
+        transfer->fail(Error(ErrorCode::Cancelled, "the verbs transport is shutting down"));
+        return;
+      }
+      active_.begin(transfer, offer, seq);
+      arm_timer();  // watches its legs for stalls
+      return;
+    }
   if (!run_on_loop([this, transfer, offer, seq] {
         active_.begin(transfer, offer, seq);
-        arm_timer();  // watches its legs for stalls
+        arm_timer();
       }))
     transfer->fail(Error(ErrorCode::Cancelled, "the verbs transport is shutting down"));
 }

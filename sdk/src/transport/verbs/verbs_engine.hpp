@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/active_transfer.hpp"
+#include "core/operation_core.hpp"
 #include "telemetry/event_log.hpp"
 #include "transport/transport.hpp"
 #include "transport/verbs/local_mr_cache.hpp"
@@ -33,8 +34,12 @@ namespace memwire::detail::verbs {
 // of notices on top of RDMA READ/WRITE is the two sides': the engine hands each notice and
 // each completed batch to the side it concerns (VerbsActiveSide, VerbsPassiveSide), and a
 // failed connection's transfers to both. start(), shutdown() and the rails' accessors may be
-// called from any thread; they hand work to the progress thread.
-class Engine final : public std::enable_shared_from_this<Engine>, public VerbsPort {
+// called from any thread; they hand work to the progress thread, or do it themselves when they
+// can take the loop's work (ProgressLoop::try_take_work). A thread waiting for a transfer
+// reads the completions itself for a while (drive).
+class Engine final : public std::enable_shared_from_this<Engine>,
+                     public VerbsPort,
+                     public WaitDriver {
  public:
   static std::shared_ptr<Engine> create(const TransportContext& context);
   ~Engine();
@@ -53,10 +58,24 @@ class Engine final : public std::enable_shared_from_this<Engine>, public VerbsPo
   // each accepted connection has its own protection domain, and grants register there).
   bool grants_windows(std::size_t rail) const noexcept { return !rails_[rail]->own_pd_per_peer; }
 
-  // Begins moving the bytes of `transfer` to or from the owner behind `offer`.
+  // Begins moving the bytes of `transfer` to or from the owner behind `offer`: on the calling
+  // thread when no other thread runs the engine now (its first request leaves at once), else
+  // on the progress thread.
   void start(const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer);
 
-  // The port of the active and passive sides (VerbsPort), on the progress thread only.
+  // The waiter's side (see WaitDriver): a thread waiting for a transfer runs the engine in the
+  // progress thread's place, reading every completion queue and handling what it finds as the
+  // progress thread would (other transfers' completions too), until `settled` or `until`.
+  // `bytes`: what the transfer moves. A small one's queues are polled for about as long as
+  // small transfers take here (a poll reads memory the device writes: no system call, no
+  // wake-up); then, and for a large one at once, it sleeps on the completion channels, which
+  // the progress thread stops watching meanwhile. False at once when another thread runs the
+  // engine now.
+  bool drive(std::uint64_t bytes, const std::atomic<bool>& settled,
+             std::chrono::steady_clock::time_point spin_until,
+             std::chrono::steady_clock::time_point until) override;
+
+  // The port of the active and passive sides (VerbsPort), under the loop's work only.
   Rail& rail(std::size_t index) const noexcept override { return *rails_[index]; }
   const std::map<rdma_cm_id*, std::shared_ptr<Connection>>& connections() const noexcept override {
     return connections_;
@@ -98,9 +117,37 @@ class Engine final : public std::enable_shared_from_this<Engine>, public VerbsPo
   void on_established(Connection& connection, const std::optional<std::string>& peer);
 
   // completions
-  void on_completions(Rail& rail);
+  // `beginning`: see drain(). True when completions were left for later.
+  bool on_completions(Rail& rail, std::optional<std::uint64_t> beginning = std::nullopt);
   void on_async_events(std::size_t rail);
-  void drain(Connection& connection);
+  // Handles the connection's completions: first those left for later, then its queue's. With
+  // `beginning` (a caller that began that transfer): only that transfer's batches and the
+  // send completions, which run no callback; what comes from then on is left for later (a
+  // notice, another transfer's batch: no other transfer's callback runs inside begin_read, whose
+  // caller may hold a lock it takes). True when completions were left.
+  bool drain(Connection& connection, std::optional<std::uint64_t> beginning = std::nullopt);
+  // Drains every connection's queue, without waiting for its completion events (a waiter's).
+  void poll_every_queue();
+  // The loop's work, taken by another thread than the progress thread (a caller beginning a
+  // transfer, a waiter): the completion channels are its own meanwhile, so that completions of
+  // its own posts (rxe handles a post within the call) do not wake the progress thread only to
+  // wait for the work. It handles the events left on them before it lets go: a waiter all of
+  // them, a caller that began transfer `beginning` those drain() allows it, the rest being
+  // handed to the progress thread.
+  class BorrowedWork {
+   public:
+    BorrowedWork(Engine& engine, std::optional<std::uint64_t> beginning);
+    ~BorrowedWork();
+    BorrowedWork(const BorrowedWork&) = delete;
+    BorrowedWork& operator=(const BorrowedWork&) = delete;
+    explicit operator bool() const noexcept { return static_cast<bool>(work_); }
+
+   private:
+    Engine& engine_;
+    const std::optional<std::uint64_t> beginning_;
+    ProgressLoop::Work work_;
+  };
+  void watch_completions(bool watched);
   void handle(Connection& connection, const ibv_wc& completion);
   void on_work_error(Connection& connection, const ibv_wc& completion);
 
@@ -132,9 +179,10 @@ class Engine final : public std::enable_shared_from_this<Engine>, public VerbsPo
   const std::size_t max_connections_per_peer_;
   EventChannel events_;
   FileDescriptor timer_;
+  std::optional<std::chrono::steady_clock::time_point> timer_at_;  // when it goes off, if armed
   std::vector<std::unique_ptr<Rail>> rails_;  // after events_: their listeners go first
 
-  // Progress thread only.
+  // Under the loop's work only: the progress thread, or a thread that took it.
   std::map<rdma_cm_id*, std::shared_ptr<Connection>> connections_;
   std::map<std::string, std::shared_ptr<Connection>> pool_;  // outgoing, "peer@address"
   std::vector<std::shared_ptr<Connection>> graveyard_;
@@ -153,6 +201,9 @@ class Engine final : public std::enable_shared_from_this<Engine>, public VerbsPo
   const std::shared_ptr<KeyBudget> keys_;
   std::size_t prune_expiries_at_ = 4096;
   std::promise<void>* flushed_ = nullptr;  // set while shutdown() waits for notices to leave
+  std::vector<std::shared_ptr<Connection>> polled_;  // poll_every_queue()'s, kept for its capacity
+  // How long waits for small transfers last here (a moving average): how long a waiter polls.
+  std::chrono::nanoseconds typical_small_wait_{100'000};
   VerbsActiveSide active_;
   VerbsPassiveSide passive_;
 

@@ -20,11 +20,12 @@ constexpr std::chrono::seconds kEndedGrantExcuses{2};
 
 }  // namespace
 
-void Engine::on_completions(Rail& rail) {
+bool Engine::on_completions(Rail& rail, std::optional<std::uint64_t> beginning) {
+  bool left = false;
   for (;;) {
     ibv_cq* cq = nullptr;
     void* context = nullptr;
-    if (ibv_get_cq_event(rail.completions.get(), &cq, &context) != 0) return;  // drained
+    if (ibv_get_cq_event(rail.completions.get(), &cq, &context) != 0) return left;  // drained
     // Acknowledged at once: destroying a CQ waits for its events to be acknowledged. A CQ's
     // events cannot be read once it is destroyed, so `context` is a live connection.
     ibv_ack_cq_events(cq, 1);
@@ -35,7 +36,7 @@ void Engine::on_completions(Rail& rail) {
       fail_connection(connection, Error(ErrorCode::Transport, "verbs: ibv_req_notify_cq failed"));
       continue;
     }
-    drain(connection);
+    left = drain(connection, beginning) || left;
   }
 }
 
@@ -61,19 +62,39 @@ void Engine::on_async_events(std::size_t rail) {
   }
 }
 
-void Engine::drain(Connection& connection) {
-  if (connection.cq() == nullptr) return;
+bool Engine::drain(Connection& connection, std::optional<std::uint64_t> beginning) {
+  if (connection.cq() == nullptr) return false;
+  while (!beginning && !connection.unhandled.empty() &&
+         connection.state != Connection::State::Closed) {
+    const auto completion = connection.unhandled.front();
+    connection.unhandled.pop_front();
+    handle(connection, completion);
+  }
+  // What a caller that began `beginning` may handle: nothing that runs another transfer's
+  // callbacks.
+  const auto allowed = [&](const ibv_wc& completion) {
+    if (completion.status != IBV_WC_SUCCESS || !connection.unhandled.empty()) return false;
+    const auto tag = Connection::tag_of(completion.wr_id);
+    return tag == Connection::Tag::Control || tag == Connection::Tag::Bind ||
+           (tag == Connection::Tag::Data &&
+            active_.leg_of_transfer(Connection::value_of(completion.wr_id), *beginning));
+  };
   ibv_wc completions[32];
   while (connection.state != Connection::State::Closed) {
     const int count = ibv_poll_cq(connection.cq(), 32, completions);
     if (count < 0) {
       fail_connection(connection, Error(ErrorCode::Transport, "verbs: ibv_poll_cq failed"));
-      return;
+      break;
     }
-    if (count == 0) return;
-    for (int i = 0; i < count && connection.state != Connection::State::Closed; ++i)
-      handle(connection, completions[i]);
+    if (count == 0) break;
+    for (int i = 0; i < count && connection.state != Connection::State::Closed; ++i) {
+      if (beginning && !allowed(completions[i]))
+        connection.unhandled.push_back(completions[i]);
+      else
+        handle(connection, completions[i]);
+    }
   }
+  return !connection.unhandled.empty();
 }
 
 void Engine::handle(Connection& connection, const ibv_wc& completion) {
@@ -174,6 +195,8 @@ void Engine::arm_timer() {
   if (auto expiry = next_expiry(); expiry && (!next || *expiry < *next)) next = expiry;
   if (!stalled_binds_.empty() && (!next || stalled_binds_.begin()->first < *next))
     next = stalled_binds_.begin()->first;
+  if (next == timer_at_) return;  // armed for then already (a transfer begun, one ended, ...)
+  timer_at_ = next;
   itimerspec spec{};
   if (next) {
     // steady_clock is CLOCK_MONOTONIC; an all-zero it_value would disarm instead.
@@ -188,6 +211,7 @@ void Engine::arm_timer() {
 void Engine::on_timer() {
   std::uint64_t expirations = 0;
   [[maybe_unused]] auto drained = ::read(timer_.get(), &expirations, sizeof expirations);
+  timer_at_.reset();  // it went off: no longer armed
   const auto now = std::chrono::steady_clock::now();
   std::vector<std::shared_ptr<Connection>> late;
   for (const auto& [id, connection] : connections_)

@@ -21,7 +21,8 @@ class VerbsPort;
 // registration and grants that connection alone remote keys for it (the device then serves
 // the RDMA itself, and refuses every other QP); it ends the grant and completes the
 // registration on Done (answering with Result), and fails it on Abort or when the connections
-// that began it are lost. Runs on the engine's progress thread.
+// that began it are lost. Runs under the engine's work (its progress thread, or a waiter that
+// took it).
 class VerbsPassiveSide {
  public:
   VerbsPassiveSide(VerbsPort& port, std::shared_ptr<RegistrationTable> registrations)

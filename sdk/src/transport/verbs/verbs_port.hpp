@@ -23,8 +23,8 @@ struct Rail;
 // What the two sides of the verbs protocol (VerbsActiveSide, VerbsPassiveSide) may ask of the
 // engine that drives them, and no more: its rails and connections, opening and failing a
 // connection, sending a notice, running work later, watching a grant's expiry. The engine
-// implements it; a test implements it to drive a side without an RDMA device. Progress thread
-// only, but for later()'s callable.
+// implements it; a test implements it to drive a side without an RDMA device. Under the
+// engine's work only, but for later()'s callable.
 class VerbsPort {
  public:
   virtual ~VerbsPort() = default;

@@ -39,6 +39,7 @@ class VerbsTransport final : public Transport {
                            : IBV_ACCESS_MW_BIND | IBV_ACCESS_LOCAL_WRITE;
     TransportOffer offer{"verbs", {}, {}, {}};
     std::vector<std::shared_ptr<const verbs::BindableRegions>> rails;
+    std::vector<verbs::UnboundWindows> prepared(engine_->rail_count());
     for (std::size_t rail = 0; rail < engine_->rail_count(); ++rail) {
       verbs::add_rail(offer, rail, engine_->address(rail));
       if (!engine_->grants_windows(rail)) {
@@ -47,15 +48,18 @@ class VerbsTransport final : public Transport {
       }
       auto regions = std::make_shared<verbs::BindableRegions>();
       regions->device = engine_->device(rail);
-      for (const auto& descriptor : registration.descriptors())
-        regions->regions.push_back(
-            descriptor.size() == 0
-                ? verbs::Mr()
-                : regions->device->register_memory(descriptor.ptr(), descriptor.size(), access));
+      regions->runs = verbs::runs_of(registration.descriptors());
+      for (const auto& run : regions->runs.runs)
+        regions->regions.push_back(regions->device->register_memory(run.ptr(), run.size(), access));
+      // A one-shot operation's windows, unbound until its reader's Begin: allocated now, off
+      // the reader's path. A pool's grants come once per connection: each allocates its own.
+      if (!registration.pool())
+        prepared[rail] = verbs::UnboundWindows::allocate(*regions->device, regions->regions.size());
       rails.push_back(std::move(regions));
     }
     registration.attach(std::make_unique<verbs::OfferedAccess>(
-        std::move(rails), engine_->key_budget(), engine_->forget_grants_of(registration.key())));
+        std::move(rails), engine_->key_budget(), engine_->forget_grants_of(registration.key()),
+        std::move(prepared)));
     if (registration.pool()) {
       auto local = std::make_unique<PoolLocalRegions>();
       for (std::size_t rail = 0; rail < engine_->rail_count(); ++rail)

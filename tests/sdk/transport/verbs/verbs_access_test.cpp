@@ -166,9 +166,12 @@ TEST_P(VerbsAccess, APeerHoldingAsMetadataCannotReadBOrWriteWByGuessing) {
   const auto metadata_a = readable_a.metadata();
   const auto address = rail_addresses(metadata_a).front();
   RawVerbsPeer prober(address, "attacker");
+  const bool windows = std::string(GetParam()) == "windows";
   const auto before_b = prober.probe_region_rkey();
+  const auto before_b_window = windows ? prober.probe_window_rkey() : 0;
   auto readable_b = owner.create_readable({Descriptor(std::span(b))});
   const auto after_b = prober.probe_region_rkey();
+  const auto after_b_window = windows ? prober.probe_window_rkey() : 0;
   auto writable_w = owner.create_writable({Descriptor(std::span(w))});
   const auto after_w = prober.probe_region_rkey();
 
@@ -179,17 +182,20 @@ TEST_P(VerbsAccess, APeerHoldingAsMetadataCannotReadBOrWriteWByGuessing) {
   const auto w_address = reinterpret_cast<std::uintptr_t>(w.data());
   const auto read_b = guess_region_keys(address, true, b_address, 4096, before_b, after_b);
   EXPECT_TRUE(read_b.accepted.empty()) << read_b.accepted.size() << " keys read B";
+  // With windows, B's offer allocated its window already, unbound: it opens nothing.
+  if (windows) {
+    const auto unbound =
+        guess_region_keys(address, true, b_address, 4096, before_b_window, after_b_window);
+    EXPECT_TRUE(unbound.accepted.empty()) << unbound.accepted.size() << " keys read B unbound";
+    EXPECT_GE(unbound.tried, 256u) << "the guesses missed B's window";
+  }
   // A legitimate reader of B (with B's token) begins it: B's key now exists, for that
-  // reader's QP alone (its window, or its region in that connection's PD). Guessed from the
-  // attacker's QPs, it is refused.
-  const bool windows = std::string(GetParam()) == "windows";
-  const auto probe = [&] {
-    return windows ? prober.probe_window_rkey() : prober.probe_region_rkey();
-  };
+  // reader's QP alone (its window, bound now, or its region in that connection's PD, made
+  // now). Guessed from the attacker's QPs, it is refused.
   RawVerbsPeer reader_of_b(address, "reader-of-b");
-  const auto before_grant = probe();
+  const auto before_grant = windows ? before_b_window : prober.probe_region_rkey();
   ASSERT_TRUE(reader_of_b.begin(readable_b.metadata(), 1).accepted);
-  const auto after_grant = probe();
+  const auto after_grant = windows ? after_b_window : prober.probe_region_rkey();
   const auto granted_b =
       guess_region_keys(address, true, b_address, 4096, before_grant, after_grant);
   EXPECT_TRUE(granted_b.accepted.empty()) << granted_b.accepted.size() << " keys read B";
@@ -210,6 +216,37 @@ TEST_P(VerbsAccess, APeerHoldingAsMetadataCannotReadBOrWriteWByGuessing) {
             << " at B's grant to its reader, " << write_w.tried << " at W, none accepted\n";
   EXPECT_EQ(readable_b.status(), OperationStatus::InProgress);  // begun by its reader only
   EXPECT_EQ(writable_w.status(), OperationStatus::Initialized);
+}
+
+// One buffer cut into descriptors end to end is one region and one key (a window, or a region
+// in the connection's PD): every descriptor's key reaches every byte of the buffer, and not one
+// byte past it.
+TEST_P(VerbsAccess, DescriptorsEndToEndShareOneKeyThatEndsWhereTheyEnd) {
+  Connector owner(options());
+  constexpr std::size_t kPieces = 16, kPiece = 4096;
+  std::vector<std::byte> memory((kPieces + 1) * kPiece);  // the last piece is not offered
+  fill_pattern(memory, 47);
+  std::vector<Descriptor> pieces;
+  for (std::size_t i = 0; i < kPieces; ++i) pieces.emplace_back(memory.data() + i * kPiece, kPiece);
+  auto readable = owner.create_readable(pieces);
+  const auto metadata = readable.metadata();
+  RawVerbsPeer reader(rail_addresses(metadata).front());
+  const auto grant = reader.begin(metadata);
+  ASSERT_TRUE(grant.accepted);
+  ASSERT_EQ(grant.rkeys.size(), kPieces);
+  EXPECT_EQ(std::count(grant.rkeys.begin(), grant.rkeys.end(), grant.rkeys.front()),
+            static_cast<std::ptrdiff_t>(kPieces))
+      << "a key per descriptor";
+  // The first descriptor's key reads the last descriptor.
+  const auto base = reinterpret_cast<std::uintptr_t>(memory.data());
+  std::vector<std::byte> local(kPiece);
+  ASSERT_EQ(reader.access(true, local, base + (kPieces - 1) * kPiece, grant.rkeys.front()),
+            IBV_WC_SUCCESS);
+  EXPECT_TRUE(std::equal(local.begin(), local.end(), memory.begin() + (kPieces - 1) * kPiece));
+  // Half a page past the end: refused.
+  EXPECT_NE(reader.access(true, local, base + kPieces * kPiece - kPiece / 2, grant.rkeys.front()),
+            IBV_WC_SUCCESS)
+      << "the key reached past the descriptors";
 }
 
 TEST_P(VerbsAccess, ReadingAWithoutBeginIsRefusedWhateverTheKey) {

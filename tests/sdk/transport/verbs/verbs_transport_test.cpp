@@ -183,6 +183,29 @@ TEST(VerbsTransport, ConnectionIsReusedAcrossOperations) {
   }
 }
 
+// A thread waiting for a small READ reads its completions itself (Engine::drive): the READ's
+// callbacks run on it, not on the progress thread that would otherwise wake it. Not always:
+// the progress thread may have the answer first (it arrived before the wait began).
+TEST(VerbsTransport, ASmallReadsWaiterReadsItsOwnCompletions) {
+  REQUIRE_RDMA();
+  Connector owner(verbs_options()), peer(verbs_options());
+  std::vector<std::byte> source(4 * KiB), target(4 * KiB);
+  constexpr int kReads = 16;
+  int on_the_waiter = 0;
+  for (int round = 0; round < kReads; ++round) {
+    fill_pattern(source, 70 + round);
+    auto readable = owner.create_readable({Descriptor(std::span(source))});
+    auto read = peer.begin_read(readable.metadata(), {Descriptor(std::span(target))});
+    std::thread::id ran_on;
+    read.on_complete([&](OperationStatus) { ran_on = std::this_thread::get_id(); });
+    ASSERT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
+    ASSERT_EQ(first_mismatch(target, 70 + round), target.size()) << round;
+    if (ran_on == std::this_thread::get_id()) ++on_the_waiter;
+    ASSERT_EQ(readable.wait_for_completion(30s), OperationStatus::Complete);
+  }
+  EXPECT_GE(on_the_waiter, kReads / 2) << "the progress thread ended most READs";
+}
+
 // ---- refusals ------------------------------------------------------------------------------
 // (forged tokens, ended operations, cancels on either side, lost peers and the transfer matrix
 // are the conformance suite's, over every transport: tests/sdk/transport/conformance/)
