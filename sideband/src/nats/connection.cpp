@@ -307,9 +307,10 @@ void NatsConnection::connect() {
   }
   if (!options_.token.empty()) check(natsOptions_SetToken(o, options_.token.c_str()), "token");
   if (!options_.nkey_public.empty()) {
-    check(natsOptions_SetNKeyFromSeed(o, options_.nkey_public.c_str(),
-                                      options_.nkey_seed_file.c_str()),
-          "nkey");
+    nkey_signer_ = std::make_unique<NkeySigner>(options_.nkey_seed_file);
+    check(
+        natsOptions_SetNKey(o, options_.nkey_public.c_str(), &NkeySigner::sign, nkey_signer_.get()),
+        "nkey");
   }
   if (!options_.creds_file.empty()) {
     check(natsOptions_SetUserCredentialsFromFiles(o, options_.creds_file.c_str(), nullptr),
@@ -355,6 +356,12 @@ void NatsConnection::connect() {
 
   natsConnection* raw = nullptr;
   auto status = natsConnection_Connect(&raw, o);
+  // A signature nats.c cannot send (see NkeySigner) is refused before it leaves; a new
+  // connect brings a new nonce. Eight tries fail together once in 2^64.
+  for (int tries = 1; status != NATS_OK && nkey_signer_ && tries < 8; ++tries) {
+    if (!nkey_signer_->take_refused_signature()) break;
+    status = natsConnection_Connect(&raw, o);
+  }
   if (status != NATS_OK) {
     // No connection was made, so no callback will ever see the closure.
     delete closure;

@@ -13,6 +13,7 @@
 
 #include "handles.hpp"
 #include "memwire/sideband/nats.hpp"
+#include "nkey_signer.hpp"
 
 namespace memwire::sideband::nats_detail {
 
@@ -72,6 +73,8 @@ class NatsConnection {
   NatsOptions options_;
   std::string inbox_prefix_;
   std::shared_ptr<ConnectionEvents> events_;
+  // Signs for every (re)connect, so it outlives connection_.
+  std::unique_ptr<NkeySigner> nkey_signer_;
   ConnectionPtr connection_;
   JsPtr js_;
 };

@@ -8,13 +8,13 @@ endif()
 find_package(OpenSSL REQUIRED)
 set(nats_tests_sources
   nats_channel_test.cpp nats_security_test.cpp nats_entry_test.cpp nats_hostile_parts_test.cpp
-  nats_authz_test.cpp nats_pool_test.cpp nats_server_start_test.cpp)
+  nats_authz_test.cpp nats_pool_test.cpp nats_server_start_test.cpp nkey_signer_test.cpp)
 list(TRANSFORM nats_tests_sources PREPEND ${CMAKE_CURRENT_LIST_DIR}/)
 add_executable(memwire_nats_tests ${nats_tests_sources})
 # nats_authz_test loads deploy/nats/roles.conf as it is into its server.
 target_compile_definitions(memwire_nats_tests PRIVATE
   MEMWIRE_DEPLOY_NATS_DIR="${PROJECT_SOURCE_DIR}/deploy/nats")
-# nats_entry_test reaches into the library's private entry codec (sideband/src/nats/entry.hpp).
+# nats_entry_test and nkey_signer_test reach into the library's private parts (sideband/src/nats/).
 target_link_libraries(memwire_nats_tests
   PRIVATE memwire-sideband-internal memwire_test_support PkgConfig::LIBNATS OpenSSL::Crypto
           GTest::gtest_main Threads::Threads)

@@ -26,7 +26,7 @@ struct MEMWIRE_API NatsOptions {
   std::string password;
   std::string token;
   std::string nkey_public;     // NKey public key ("U..."), together with nkey_seed_file
-  std::string nkey_seed_file;  // file holding the NKey seed ("SU...")
+  std::string nkey_seed_file;  // file holding the NKey seed ("SU..."), read at each connect
   std::string creds_file;      // decentralised auth: JWT + seed in one .creds file
 
   // TLS: on when `tls` is set or any file is given (a "tls://" URL also turns it on).
