@@ -53,7 +53,8 @@ class MEMWIRE_API Operation {
   // Runs `callback` once with the final status (at once when already final), on memwire's
   // progress thread, or on a thread that waits for this operation (a small one over tcp or shm)
   // or for any of the connector's verbs operations, and reads answers itself: never block in it.
-  // Every callback added before the end has run by the time any wait_for_completion returns.
+  // Every callback added before the end has run by the time any wait_for_completion returns;
+  // once the operation has ended, a wait waits for them even past its deadline.
   void on_complete(Callback callback);
 
   // The transport that moves (or moved) the bytes: "tcp", "shm", "verbs"; empty before known.

@@ -149,11 +149,17 @@ OperationStatus OperationCore::wait(std::chrono::milliseconds timeout) const {
     if (spin.count() > 0) spinning_waiters.fetch_sub(1, std::memory_order_relaxed);
   }
   std::unique_lock lock(mutex_);
-  auto done = [&] { return is_terminal(status_) && (!settling_ || from_own_finish); };
-  if (!finished_.wait_until(lock, deadline, done)) {
-    throw Error(ErrorCode::Timeout, "operation not finished after " +
-                                        std::to_string(timeout.count()) + " ms (status " +
-                                        std::string(to_string(status_)) + ")");
+  auto settled = [&] { return is_terminal(status_) && (!settling_ || from_own_finish); };
+  if (!finished_.wait_until(lock, deadline, settled)) {
+    if (!is_terminal(status_)) {
+      throw Error(ErrorCode::Timeout, "operation not finished after " +
+                                          std::to_string(timeout.count()) + " ms (status " +
+                                          std::string(to_string(status_)) + ")");
+    }
+    // It ended; its callbacks, the end's last step, are running on memwire's thread. The
+    // deadline bounds the transfer, not them: a thread a callback told of the end, asking
+    // without waiting, gets the result rather than a Timeout with "status complete".
+    finished_.wait(lock, settled);
   }
   if (waited) learn_wait(std::chrono::steady_clock::now() - entered);
   // A wait returns only what it waited for: a cancelled operation's wait throws, as an errored

@@ -129,6 +129,26 @@ TEST_F(OperationTest, AWaitReturnsOnlyAfterTheCallbacksRan) {
   EXPECT_TRUE(callback_done);
 }
 
+// The pattern the Python binding uses: a callback tells another thread the operation ended,
+// which then asks for the result without waiting (0 ms). The later callbacks are still
+// running: the ended operation's wait waits for them past its deadline instead of throwing
+// Timeout with "status complete".
+TEST_F(OperationTest, AWaitOnAnEndedOperationWaitsForItsCallbacksPastItsDeadline) {
+  auto readable = owner.create_readable(source_view);
+  std::promise<void> ended;
+  std::atomic<bool> slow_done{false};
+  readable.on_complete([&](OperationStatus) { ended.set_value(); });
+  readable.on_complete([&](OperationStatus) {
+    std::this_thread::sleep_for(50ms);
+    slow_done = true;
+  });
+  auto read = peer.begin_read(readable.metadata(), target_view);
+  ended.get_future().get();
+  EXPECT_EQ(readable.wait_for_completion(0ms), OperationStatus::Complete);
+  EXPECT_TRUE(slow_done);
+  EXPECT_EQ(read.wait_for_completion(5s), OperationStatus::Complete);
+}
+
 // A callback that waits for its own operation has it at once (it is final), not a deadlock.
 TEST_F(OperationTest, ACallbackMayWaitForItsOwnOperation) {
   auto readable = owner.create_readable(source_view);
