@@ -411,6 +411,11 @@ def main():
                 [exe("pool_bench"), "--transport", transport,
                  "--samples", "500" if args.quick else "2000",
                  "--rounds", "8" if args.quick else "20"], 600)
+        # Issue 35: scattered blocks of a pool in a SharedBuffer, which the peer maps.
+        log("== pools: scattered blocks, shm, both pools SharedBuffers")
+        results["memwire"]["pools"]["shm-shared"] = run_program(
+            [exe("pool_bench"), "--transport", "shm", "--memory", "shared", "--only", "scattered",
+             "--rounds", "8" if args.quick else "20"], 600)
         log("== metadata of 1 and 2048 descriptors: made, fetched (HTTP, NATS), parsed")
         with NatsServer() as nats:
             results["memwire"]["metadata_scale"] = run_program(

@@ -249,7 +249,7 @@ def render(results):
                    f"alone takes {parse['median_us']:.1f} us (p50)")
     out.append("")
 
-    out.append("targets (issues 5 and 12)")
+    out.append("targets (issues 5, 12, 21 and 35)")
     for t in results["targets"]:
         measured = "n/a" if t["measured"] is None else f"{t['measured']:.2f}x"
         note = f"  ({t['note']})" if t["note"] else ""
