@@ -20,7 +20,7 @@ import time
 
 from suite_common import MiB, SIZES, THROUGHPUT_RUNS, UCX_SIZES, log, median, size_name, summary  # noqa: E402,F401
 from suite_report import plot, render  # noqa: E402
-from suite_targets import evaluate_targets, gbps, ratio, ucx_gbps  # noqa: E402
+from suite_targets import FAIR_SOCKET, evaluate_targets, gbps, ratio, ucx_gbps  # noqa: E402
 
 
 def run_program(argv, timeout, env=None):
@@ -337,9 +337,9 @@ def main():
                 log(f"-- round {round_index + 1} of {rounds}")
                 collected["pingpong"].append(run_program(
                     [exe("tcp_pingpong"), "--samples", str(samples)], 120).get("tcp_pingpong", []))
-                for socket in ("tcp", "unix"):
-                    collected["rr_" + socket].append(run_program(
-                        [exe("request_reply"), "--socket", socket, "--depth", "1",
+                for kind in ("tcp", "unix"):
+                    collected["rr_" + kind].append(run_program(
+                        [exe("request_reply"), "--socket", kind, "--depth", "1",
                          "--samples", str(samples)], 120).get("request_reply", []))
                 for transport in ("tcp", "shm"):
                     collected[transport].append(run_program(
@@ -362,9 +362,9 @@ def main():
             collected[key] = []
         for round_index in range(pipelined_rounds):
             for transport in ("tcp", "shm"):
-                socket = FAIR_SOCKET[transport]
-                collected["rr64_" + socket].append(run_program(
-                    [exe("request_reply"), "--socket", socket, "--depth", "64",
+                kind = FAIR_SOCKET[transport]
+                collected["rr64_" + kind].append(run_program(
+                    [exe("request_reply"), "--socket", kind, "--depth", "64",
                      "--pipelined-ops", "20000" if args.quick else "100000"],
                     120).get("request_reply", []))
                 collected["pipelined_" + transport].append(run_program(
