@@ -234,9 +234,9 @@ void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHead
     auto* remote = mapping->base() + location.offset;
     // Still pinned: a cancel waits for this copy to end before the caller reuses the buffer.
     if (reading) {
-      copy_bulk(pending.local, remote, pending.length);
+      copy_bulk_split(pending.local, remote, pending.length);
     } else {
-      copy_bulk(remote, pending.local, pending.length);
+      copy_bulk_split(remote, pending.local, pending.length);
     }
   } catch (const Error& error) {
     return fail(pending, error);

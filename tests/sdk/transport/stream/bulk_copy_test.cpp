@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <thread>
 #include <vector>
 
 using namespace memwire::detail;
@@ -32,6 +33,35 @@ TEST(BulkCopy, EveryByteAtAnyAlignmentAndNothingBeside) {
         ASSERT_TRUE(std::equal(copied, copied + length, source.begin() + source_offset)) << where;
         ASSERT_TRUE(std::equal(guard.begin(), guard.begin() + kGuard, copied + length)) << where;
       }
+    }
+  }
+}
+
+// copy_bulk_split: the same from two threads (halves meeting on a destination cache line),
+// and two split copies at once (one of them copies alone: one helper at a time).
+TEST(BulkCopy, SplitCopiesEveryByteAndNothingBesideEvenTwoAtOnce) {
+  constexpr std::size_t kGuard = 128;
+  auto check = [](std::size_t length, std::size_t destination_offset) {
+    std::vector<std::byte> source(length);
+    for (std::size_t i = 0; i < length; ++i)
+      source[i] = static_cast<std::byte>((i * 131 + length) % 251);
+    std::vector<std::byte> destination(length + destination_offset + 2 * kGuard, std::byte{0xa5});
+    auto* copied = destination.data() + kGuard + destination_offset;
+    copy_bulk_split(copied, source.data(), length);
+    const std::vector<std::byte> guard(kGuard + destination_offset, std::byte{0xa5});
+    return std::equal(guard.begin(), guard.end(), destination.begin()) &&
+           std::equal(copied, copied + length, source.begin()) &&
+           std::equal(guard.begin(), guard.begin() + kGuard, copied + length);
+  };
+  for (std::size_t length : {kSplitCopyThreshold - 1, kSplitCopyThreshold, kSplitCopyThreshold + 77,
+                             3 * kSplitCopyThreshold + 5}) {
+    for (std::size_t destination_offset : {0, 3, 63}) {
+      bool other = false;
+      std::thread beside([&] { other = check(length + 64, destination_offset); });
+      EXPECT_TRUE(check(length, destination_offset))
+          << "length " << length << " offset " << destination_offset;
+      beside.join();
+      EXPECT_TRUE(other) << "beside: length " << length + 64 << " offset " << destination_offset;
     }
   }
 }
