@@ -41,4 +41,11 @@ std::vector<Request> plan_requests(const std::vector<BlockSegment>& segments,
   return requests;
 }
 
+std::uint64_t socket_bytes(const std::vector<Request>& requests, bool same_host) {
+  std::uint64_t bytes = 0;
+  for (const auto& request : requests)
+    if (!travels_cross_memory(same_host, request.length)) bytes += request.length;
+  return bytes;
+}
+
 }  // namespace memwire::detail

@@ -31,4 +31,33 @@ std::vector<BlockSegment> one_shot_segments(const ActiveTransfer& transfer);
 std::vector<Request> plan_requests(const std::vector<BlockSegment>& segments,
                                    std::uint64_t chunk_size);
 
+// Where a request's bytes travel, and who moves them.
+
+// Below this, a same-host chunk travels on the socket: pinning the other process's pages for
+// process_vm_readv/writev, or a mapping's extra notice round trip, costs more than copying a
+// few pages through the kernel. Measured, 1 READ at a time, GB/s socket / cross-memory /
+// mapped: 64 KiB 2.37 / 1.80 / 1.18; 128 KiB 2.91 / 3.01 / 2.34; 256 KiB - / 4.81 / 4.77.
+inline constexpr std::uint64_t kCrossMemoryMinimum = 128 << 10;
+
+// A one-request operation up to this size may be read by the thread that waits for it (see
+// WaitDriver): one wake-up instead of two is a large part of a small READ's time. Fan-in of
+// 8 x 1 MiB, the waiter reading one of them itself: round p50 2.17 -> 2.37 ms (9 alternating
+// rounds, ranges overlapping): no gain there, so the loop reads the large ones.
+inline constexpr std::uint64_t kMostBytesForWaiterToRead = 64 << 10;
+// A pool write with at least this much to send through the socket is sent by the loop: the
+// caller of write_blocks goes on at once (a layer stream's next compute) instead of paying the
+// socket's copy, and over loopback the peer's receive too (issue 35: a 512 KiB layer's
+// write_blocks took 130-250 us of prefill's thread, 9-30 us once the loop sent it). Below it, a
+// wake-up of the loop costs about what the copy does.
+inline constexpr std::uint64_t kLoopSendsFrom = 64 << 10;
+
+// Cross-memory (the owner copies, or maps and the reader copies) for a request to a peer on this
+// host (`same_host`: the transport's cross-memory setting) large enough to repay it.
+inline bool travels_cross_memory(bool same_host, std::uint64_t length) {
+  return same_host && length >= kCrossMemoryMinimum;
+}
+
+// What of `requests` travels in the socket itself.
+std::uint64_t socket_bytes(const std::vector<Request>& requests, bool same_host);
+
 }  // namespace memwire::detail

@@ -32,24 +32,6 @@ namespace {
 using Connections = std::vector<std::shared_ptr<StreamConnection>>;
 using OutboundConnections = std::vector<std::shared_ptr<OutboundConnection>>;
 
-// Below this, a same-host chunk travels on the socket: pinning the other process's pages for
-// process_vm_readv/writev, or a mapping's extra notice round trip, costs more than copying a
-// few pages through the kernel. Measured, 1 READ at a time, GB/s socket / cross-memory /
-// mapped: 64 KiB 2.37 / 1.80 / 1.18; 128 KiB 2.91 / 3.01 / 2.34; 256 KiB - / 4.81 / 4.77.
-constexpr std::uint64_t kCrossMemoryMinimum = 128 << 10;
-
-// A one-request operation up to this size may be read by the thread that waits for it (see
-// WaitDriver): one wake-up instead of two is a large part of a small READ's time. Fan-in of
-// 8 x 1 MiB, the waiter reading one of them itself: round p50 2.17 -> 2.37 ms (9 alternating
-// rounds, ranges overlapping): no gain there, so the loop reads the large ones.
-constexpr std::uint64_t kMostBytesForWaiterToRead = 64 << 10;
-// A pool write with at least this much to send through the socket is sent by the loop: the
-// caller of write_blocks goes on at once (a layer stream's next compute) instead of paying the
-// socket's copy, and over loopback the peer's receive too (issue 35: a 512 KiB layer's
-// write_blocks took 130-250 us of prefill's thread, 9-30 us once the loop sent it). Below it, a
-// wake-up of the loop costs about what the copy does.
-constexpr std::uint64_t kLoopSendsFrom = 64 << 10;
-
 class StreamTransport final : public Transport {
  public:
   StreamTransport(const TransportContext& context, StreamSettings settings)
@@ -143,7 +125,7 @@ class StreamTransport final : public Transport {
     if (state->pool_notice == PoolNotice::Pipelined && requests.size() == 1)
       state->pool_notice = PoolNotice::InRequest;
     state->bytes_by_loop = blocks && !cuda_ipc && transfer->kind() == OperationKind::Write &&
-                           socket_bytes(requests) >= kLoopSendsFrom;
+                           socket_bytes(requests, settings_.cross_memory) >= kLoopSendsFrom;
 
     const bool reading = transfer->kind() == OperationKind::Read;
     auto lost = [&](OutboundConnection& connection) {
@@ -187,19 +169,6 @@ class StreamTransport final : public Transport {
     return frame;
   }
 
-  // Cross-memory for a same-host request large enough to repay it (see kCrossMemoryMinimum).
-  bool cross_memory(std::uint64_t length) const {
-    return settings_.cross_memory && length >= kCrossMemoryMinimum;
-  }
-
-  // What of `requests` travels in the socket itself (not copied across memory by the owner).
-  std::uint64_t socket_bytes(const std::vector<Request>& requests) const {
-    std::uint64_t bytes = 0;
-    for (const auto& request : requests)
-      if (!cross_memory(request.length)) bytes += request.length;
-    return bytes;
-  }
-
   // A one-piece request: the single-block frames. False when the connection is gone (or the
   // transfer already cancelled).
   bool send_chunk(OutboundConnection& connection, const std::shared_ptr<StreamTransfer>& state,
@@ -214,7 +183,7 @@ class StreamTransport final : public Transport {
     frame.header.length = chunk.length;
     std::uint64_t id = 0;
     auto& active = connection.active();
-    if (cross_memory(chunk.length)) {
+    if (travels_cross_memory(settings_.cross_memory, chunk.length)) {
       // The passive side copies into or out of `memory` itself: keep it pinned until it says so.
       auto pin = transfer->gate().pin();
       if (!pin) return false;  // already cancelled
@@ -244,7 +213,8 @@ class StreamTransport final : public Transport {
     const auto& transfer = state->transfer;
     const auto* gpu = transfer->cuda_ipc();
     // Through CUDA IPC, the owner copies however small the request: no other path exists.
-    const bool cross = gpu != nullptr || cross_memory(request.length);
+    const bool cross =
+        gpu != nullptr || travels_cross_memory(settings_.cross_memory, request.length);
     std::vector<FramePiece> pieces;
     std::vector<iovec> memory;
     pieces.reserve(request.pieces.size());
