@@ -3,11 +3,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <string_view>
 
 namespace memwire::sideband::nats_detail {
 namespace {
+
+constexpr std::size_t kMostSeedFileBytes = 64 << 10;
 
 // nats.c frees the error text with free().
 natsStatus refuse(char** error_text, const std::string& why) {
@@ -51,7 +52,15 @@ natsStatus NkeySigner::sign(char** error_text, unsigned char** signature, int* s
                             const char* nonce) {
   std::ifstream file(seed_file_, std::ios::binary);
   if (!file) return refuse(error_text, "cannot read the NKey seed file " + seed_file_);
-  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  // A seed is 58 characters, a .creds file a few KiB: read no more than kMostSeedFileBytes.
+  std::string text(kMostSeedFileBytes + 1, '\0');
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(file.gcount()));
+  if (text.size() > kMostSeedFileBytes) {
+    explicit_bzero(text.data(), text.size());
+    return refuse(error_text, "the NKey seed file " + seed_file_ + " is over " +
+                                  std::to_string(kMostSeedFileBytes) + " bytes");
+  }
   std::string seed(find_seed(text));
   explicit_bzero(text.data(), text.size());
   if (seed.empty()) return refuse(error_text, "no NKey user seed (SU...) in " + seed_file_);

@@ -108,6 +108,13 @@ TEST_F(NkeySignerTest, AMissingOrSeedlessFileIsAClearError) {
   EXPECT_NE(result.status, NATS_OK);
   EXPECT_NE(result.error.find("no NKey user seed"), std::string::npos) << result.error;
   EXPECT_FALSE(seedless.take_refused_signature());
+
+  // A file far larger than any .creds is refused, not read whole.
+  std::ofstream(dir_.file("huge.nk")) << std::string(1 << 20, 'x') << "\n" << kSeed << "\n";
+  NkeySigner huge(dir_.file("huge.nk"));
+  result = sign_with(huge, kPlainNonce);
+  EXPECT_NE(result.status, NATS_OK);
+  EXPECT_NE(result.error.find("is over"), std::string::npos) << result.error;
 }
 
 // Before the signer, 1 connect in 256 was refused: 700 connects failed at least once 93% of
