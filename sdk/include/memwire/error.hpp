@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -33,12 +34,18 @@ class MEMWIRE_API Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message);
   ErrorCode code() const noexcept { return code_; }
+  const char* what() const noexcept override { return text_->c_str(); }
   // The message without the code's text in front.
-  std::string_view message() const noexcept { return std::string_view(what()).substr(message_at_); }
+  std::string_view message() const noexcept { return std::string_view(*text_).substr(message_at_); }
 
  private:
   ErrorCode code_;
-  std::size_t message_at_;  // where the message starts in what()
+  // The text is held here, not in std::runtime_error: libstdc++ counts that string's copies
+  // inside its shared library, where a race detector cannot see the count, and an Error is
+  // copied across threads (a transport thread reads its copy while the waiter frees another).
+  // Copies share this one; copying stays noexcept, as an exception's must.
+  std::shared_ptr<const std::string> text_;
+  std::size_t message_at_;  // where the message starts in the text
 };
 
 }  // namespace memwire

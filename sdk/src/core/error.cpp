@@ -24,8 +24,9 @@ std::string_view to_string(ErrorCode code) noexcept {
 }
 
 Error::Error(ErrorCode code, const std::string& message)
-    : std::runtime_error(std::string(to_string(code)) + ": " + message),
+    : std::runtime_error(""),  // what() is text_; "" keeps the base's own string unallocated
       code_(code),
+      text_(std::make_shared<const std::string>(std::string(to_string(code)) + ": " + message)),
       message_at_(to_string(code).size() + 2) {}
 
 }  // namespace memwire

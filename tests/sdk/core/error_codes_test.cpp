@@ -3,8 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <optional>
 #include <set>
 #include <string>
+#include <thread>
 
 using namespace memwire;
 
@@ -61,4 +64,27 @@ TEST(Error, KeepsItsMessageApartFromTheCode) {
   const Error copy = error;  // message() points into the copy's own text
   EXPECT_EQ(copy.message(), "no owner of 'a.b'");
   EXPECT_EQ(Error(ErrorCode::Timeout, "").message(), "");
+}
+
+// An Error is copied across threads: a transport thread fails an operation and still reads its
+// copy (to tell the peer) while the waiter catches its own. The last copy frees the text, and
+// the freeing must be ordered after every read where a race detector can see it. Under TSan
+// this failed while the text lived in std::runtime_error: libstdc++ counts that string's copies
+// inside its shared library, unseen, so the free raced with the other thread's read (a CI run
+// of the forged-token write test showed it).
+TEST(Error, ACopyReadOnAnotherThreadIsFreedWithoutARace) {
+  for (int round = 0; round < 20; ++round) {
+    std::optional<Error> here(
+        Error(ErrorCode::AccessDenied, "forged token " + std::to_string(round)));
+    std::atomic<bool> read{false};
+    std::thread other([copy = *here, &read]() mutable {
+      EXPECT_EQ(copy.message().substr(0, 12), "forged token");
+      // Only the count of copies may order this read before the last copy's free: relaxed.
+      read.store(true, std::memory_order_relaxed);
+    });
+    while (!read.load(std::memory_order_relaxed)) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the thread's copy goes first
+    here.reset();
+    other.join();
+  }
 }
