@@ -12,15 +12,3 @@
 #ifndef MEMWIRE_TEST_UNDER_SANITIZER
 #define MEMWIRE_TEST_UNDER_SANITIZER 0
 #endif
-
-// MEMWIRE_TEST_UNDER_TSAN is 1 in TSan builds only.
-#if defined(__SANITIZE_THREAD__)
-#define MEMWIRE_TEST_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define MEMWIRE_TEST_UNDER_TSAN 1
-#endif
-#endif
-#ifndef MEMWIRE_TEST_UNDER_TSAN
-#define MEMWIRE_TEST_UNDER_TSAN 0
-#endif

@@ -136,9 +136,13 @@ std::string drain(int fd) {
 }  // namespace
 
 TEST(Fork, ChildGetsAClearErrorMakesItsOwnConnectorsAndExits) {
-#if MEMWIRE_TEST_UNDER_TSAN
-  // TSan itself dies when a child of a threaded process starts threads: not memwire's to test.
-  GTEST_SKIP() << "ThreadSanitizer does not support threads started after a threaded fork";
+#if MEMWIRE_TEST_UNDER_SANITIZER
+  // The sanitizer runtimes Debian 12 ships (GCC 12's, clang 14's) do not hold their own locks
+  // across fork(): one a parent thread held stays held in the child, whose new threads then may
+  // hang before running a line of memwire (seen in CI under clang's ASan: the child's four loop
+  // threads stuck, unnamed, on one futex). The Release build runs this test.
+  GTEST_SKIP() << "this sanitizer's runtime does not support threads started after a threaded "
+                  "fork";
 #endif
   auto connector = std::make_unique<Connector>();
   Connector peer;
