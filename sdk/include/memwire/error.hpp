@@ -33,6 +33,10 @@ MEMWIRE_API std::string_view to_string(ErrorCode code) noexcept;
 class MEMWIRE_API Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message);
+  // Copied, never moved: a move would leave the source without text, and what() must always
+  // give one. A copy shares the text (one atomic count).
+  Error(const Error&) noexcept = default;
+  Error& operator=(const Error&) noexcept = default;
   ErrorCode code() const noexcept { return code_; }
   const char* what() const noexcept override { return text_->c_str(); }
   // The message without the code's text in front.

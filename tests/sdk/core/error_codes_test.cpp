@@ -66,6 +66,18 @@ TEST(Error, KeepsItsMessageApartFromTheCode) {
   EXPECT_EQ(Error(ErrorCode::Timeout, "").message(), "");
 }
 
+// what() is a string always, as every exception's must be: also on an Error that was moved from
+// (a moved-from Error once held no text, and what() read through a null pointer).
+TEST(Error, AMovedFromErrorStillSaysWhatItWas) {
+  Error original(ErrorCode::NotFound, "no owner of 'a.b'");
+  Error moved(std::move(original));
+  Error assigned(ErrorCode::Timeout, "");
+  assigned = std::move(moved);
+  EXPECT_STREQ(assigned.what(), "not found: no owner of 'a.b'");
+  EXPECT_STREQ(original.what(), "not found: no owner of 'a.b'");  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(moved.message(), "no owner of 'a.b'");                // NOLINT(bugprone-use-after-move)
+}
+
 // An Error is copied across threads: a transport thread fails an operation and still reads its
 // copy (to tell the peer) while the waiter catches its own. The last copy frees the text, and
 // the freeing must be ordered after every read where a race detector can see it. Under TSan
