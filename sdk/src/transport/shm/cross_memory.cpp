@@ -5,15 +5,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
-#include <functional>
-#include <mutex>
-#include <system_error>
-#include <thread>
 #include <vector>
 
-#include "util/thread_name.hpp"
+#include "transport/stream/second_cpu.hpp"
 
 namespace memwire::detail {
 namespace {
@@ -68,78 +63,23 @@ ssize_t read_from(int pid, const iovec* local, std::size_t local_count, const io
 // 64 MiB READ 5.5 GB/s against memcpy 7.5); both CPUs together 11-12.
 constexpr std::size_t kSplitMinimum = std::size_t{2} << 20;
 
-// The process's helper: one thread, started on first use and parked between copies for the
-// process's life (never destroyed: nothing joins it at exit). A child of fork() has none of its
-// parent's threads, so it starts its own. Busy (another loop's copy), it is not waited for: the
-// caller then copies the whole range itself.
-struct CopyHelper {
-  std::mutex mutex;
-  std::condition_variable wake, done;
-  std::function<void()> task;
-  std::uint64_t handed = 0, finished = 0;  // tasks; busy while they differ
-  pid_t pid = ::getpid();
-
-  CopyHelper() {
-    std::thread([this] {
-      name_this_thread("memwire-copy");
-      std::unique_lock lock(mutex);
-      for (;;) {
-        wake.wait(lock, [&] { return handed != finished; });
-        lock.unlock();
-        task();
-        lock.lock();
-        ++finished;
-        done.notify_all();
-      }
-    }).detach();
-  }
-
-  static CopyHelper* of_this_process() {
-    static std::mutex creating;
-    static CopyHelper* helper = nullptr;
-    std::unique_lock lock(creating, std::try_to_lock);
-    if (!lock) return nullptr;
-    if (helper == nullptr || helper->pid != ::getpid()) {
-      try {
-        helper = new CopyHelper();          // kept for good, see above
-      } catch (const std::system_error&) {  // out of threads: no helper this time
-        return nullptr;
-      }
-    }
-    return helper;
-  }
-};
-
-bool more_than_one_cpu() {
-  static const bool more = std::thread::hardware_concurrency() > 1;
-  return more;
-}
-
 // `copy(their_address, ours, length)` over the whole range, split as above when it is large
 // and the helper is free.
 template <typename Copy>
 std::optional<std::string> copy_range(Copy copy, std::uint64_t theirs, std::byte* ours,
                                       std::size_t length) {
-  if (length < kSplitMinimum || !more_than_one_cpu()) return copy(theirs, ours, length);
-  auto* helper = CopyHelper::of_this_process();
-  if (helper == nullptr) return copy(theirs, ours, length);
-  std::unique_lock lock(helper->mutex, std::try_to_lock);
-  if (!lock || helper->handed != helper->finished) return copy(theirs, ours, length);
+  if (length < kSplitMinimum) return copy(theirs, ours, length);
   const std::size_t half = (length / 2) & ~std::size_t{4095};  // whole pages each
-  std::optional<std::string> second;
-  helper->task = [&] {
+  std::optional<std::string> first, second;
+  auto head = [&] { first = copy(theirs, ours, half); };
+  auto tail = [&] {
     try {
       second = copy(theirs + half, ours + half, length - half);
     } catch (const std::exception& error) {  // nothing may escape the helper's thread
       second = error.what();
     }
   };
-  const auto mine = ++helper->handed;
-  lock.unlock();
-  helper->wake.notify_one();
-  auto first = copy(theirs, ours, half);
-  lock.lock();
-  helper->done.wait(lock, [&] { return helper->finished >= mine; });
+  if (!run_on_two_cpus(WorkRef(head), WorkRef(tail))) return copy(theirs, ours, length);
   return first ? first : second;
 }
 

@@ -1,9 +1,9 @@
 #include "transport/stream/bulk_copy.hpp"
 
-#include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <thread>
+
+#include "transport/stream/second_cpu.hpp"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -40,38 +40,16 @@ void copy_bulk(void* destination, const void* source, std::size_t length) noexce
   std::memcpy(destination, source, length);
 }
 
-namespace {
-
-std::atomic<int> copy_helpers{0};
-
-bool two_cpus() {
-  static const bool answer = std::thread::hardware_concurrency() >= 2;
-  return answer;
-}
-
-}  // namespace
-
 void copy_bulk_split(void* destination, const void* source, std::size_t length) noexcept {
-  if (length < kSplitCopyThreshold || !two_cpus()) return copy_bulk(destination, source, length);
-  if (copy_helpers.fetch_add(1, std::memory_order_relaxed) >= kMostCopyHelpers) {
-    copy_helpers.fetch_sub(1, std::memory_order_relaxed);
-    return copy_bulk(destination, source, length);
-  }
+  if (length < kSplitCopyThreshold) return copy_bulk(destination, source, length);
   auto* to = static_cast<char*>(destination);
   const auto* from = static_cast<const char*>(source);
   // The halves meet on a destination cache line: no line is written by both.
   const auto middle = (reinterpret_cast<std::uintptr_t>(to) + length / 2) & ~std::uintptr_t{63};
   const std::size_t first = middle - reinterpret_cast<std::uintptr_t>(to);
-  std::thread helper;
-  try {
-    helper = std::thread([=] { copy_bulk(to + first, from + first, length - first); });
-  } catch (...) {
-    copy_helpers.fetch_sub(1, std::memory_order_relaxed);
-    return copy_bulk(destination, source, length);
-  }
-  copy_bulk(to, from, first);
-  helper.join();  // the helper's stores are visible to whoever learns the copy ended
-  copy_helpers.fetch_sub(1, std::memory_order_relaxed);
+  auto head = [&] { copy_bulk(to, from, first); };
+  auto tail = [&] { copy_bulk(to + first, from + first, length - first); };
+  if (!run_on_two_cpus(WorkRef(head), WorkRef(tail))) copy_bulk(destination, source, length);
 }
 
 }  // namespace memwire::detail
