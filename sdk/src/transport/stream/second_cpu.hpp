@@ -4,7 +4,6 @@
 // helper thread, started once and parked between tasks, runs `second`. Used by the cross-memory
 // copies (transport/shm) and the mapped copies (StreamActiveSide): one CPU's copy moves about
 // half of what memory does here (11-12 GB/s against 21-24 GB/s for two).
-#include <utility>
 
 namespace memwire::detail {
 
