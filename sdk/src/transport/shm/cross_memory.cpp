@@ -63,18 +63,31 @@ ssize_t read_from(int pid, const iovec* local, std::size_t local_count, const io
 // 64 MiB READ 5.5 GB/s against memcpy 7.5); both CPUs together 11-12.
 constexpr std::size_t kSplitMinimum = std::size_t{2} << 20;
 
+// What one page-table page maps (x86-64 and arm64 with 4 KiB pages).
+constexpr std::uint64_t kTableSpan = std::uint64_t{2} << 20;
+
+// The offset of the table boundary of their addresses nearest to `offset`, within [0, length].
+std::size_t nearest_table_edge(std::uint64_t theirs, std::size_t length, std::size_t offset) {
+  const std::uint64_t edge = (theirs + offset + kTableSpan / 2) & ~(kTableSpan - 1);
+  return static_cast<std::size_t>(std::clamp(edge, theirs, theirs + length) - theirs);
+}
+
 // `copy(their_address, ours, length)` over the whole range, split as above when it is large
 // and the helper is free.
 template <typename Copy>
 std::optional<std::string> copy_range(Copy copy, std::uint64_t theirs, std::byte* ours,
                                       std::size_t length) {
   if (length < kSplitMinimum) return copy(theirs, ours, length);
-  const std::size_t half = (length / 2) & ~std::size_t{4095};  // whole pages each
+  const auto part = second_cpu_part(theirs, length);
   std::optional<std::string> first, second;
-  auto head = [&] { first = copy(theirs, ours, half); };
+  auto head = [&] {
+    if (part.begin > 0) first = copy(theirs, ours, part.begin);
+    if (!first && part.end < length)
+      first = copy(theirs + part.end, ours + part.end, length - part.end);
+  };
   auto tail = [&] {
     try {
-      second = copy(theirs + half, ours + half, length - half);
+      second = copy(theirs + part.begin, ours + part.begin, part.end - part.begin);
     } catch (const std::exception& error) {  // nothing may escape the helper's thread
       second = error.what();
     }
@@ -84,6 +97,22 @@ std::optional<std::string> copy_range(Copy copy, std::uint64_t theirs, std::byte
 }
 
 }  // namespace
+
+SecondPart second_cpu_part(std::uint64_t theirs, std::size_t length) {
+  const SecondPart halves{(length / 2) & ~std::size_t{4095}, length};  // whole pages each
+  if (theirs > UINT64_MAX - length) return halves;  // a hostile address: the kernel refuses it
+  // Two ways to keep the CPUs in tables of their own: the middle between two boundaries (even
+  // for any range over two tables or more, whatever its alignment), or from one boundary on.
+  const SecondPart middle{nearest_table_edge(theirs, length, length / 4),
+                          nearest_table_edge(theirs, length, length - length / 4)};
+  const SecondPart rest{nearest_table_edge(theirs, length, length / 2), length};
+  auto off_even = [length](SecondPart part) {
+    const std::size_t size = part.end - part.begin;
+    return size > length / 2 ? size - length / 2 : length / 2 - size;
+  };
+  const SecondPart best = off_even(middle) <= off_even(rest) ? middle : rest;
+  return off_even(best) <= length / 8 ? best : halves;
+}
 
 std::optional<std::string> copy_to_process(int pid, std::span<const iovec> theirs,
                                            std::span<const iovec> ours) {

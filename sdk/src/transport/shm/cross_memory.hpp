@@ -25,4 +25,16 @@ std::optional<std::string> copy_to_process(int pid, std::span<const iovec> their
 std::optional<std::string> copy_from_process(int pid, std::span<const iovec> theirs,
                                              std::span<const iovec> ours);
 
+// Which part of a large copy the second CPU takes: offsets [begin, end) into it; the caller
+// copies the rest. Both CPUs pin the other process's pages, under the lock of the page table
+// that maps them (one table per 2 MiB of its addresses): parts that meet inside one table
+// wait on each other. So the edges of the part sit on 2 MiB boundaries of `their_address` when
+// that still splits the work within 1/8 of evenly (every 4 MiB chunk, at any alignment), else
+// it is the plain second half.
+struct SecondPart {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+SecondPart second_cpu_part(std::uint64_t their_address, std::size_t length);
+
 }  // namespace memwire::detail

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -62,6 +63,77 @@ TEST(CrossMemory, EveryByteOfSmallAndSplitRangesInBothDirections) {
   if (std::thread::hardware_concurrency() > 1) {
     EXPECT_TRUE(a_thread_named("memwire-copy"));
   }
+}
+
+TEST(CrossMemory, TheSecondCpusPartKeepsToPageTablesOfItsOwnAndToNearlyHalf) {
+  constexpr std::uint64_t kTable = std::uint64_t{2} << 20;
+  constexpr std::uint64_t kBase = std::uint64_t{0x7f12} << 32;  // table-aligned
+  auto on_edge = [&](std::uint64_t theirs, std::size_t offset, std::size_t length) {
+    return offset == 0 || offset == length || (theirs + offset) % kTable == 0;
+  };
+  for (std::size_t length : {std::size_t{4} << 20, (std::size_t{4} << 20) - 4096,
+                             std::size_t{16} << 20, (std::size_t{8} << 20) + 12345}) {
+    for (std::uint64_t skew = 0; skew < kTable; skew += 4096 * 7 + 64) {
+      const std::uint64_t theirs = kBase + skew;
+      const auto part = second_cpu_part(theirs, length);
+      const auto where = ::testing::Message() << "length " << length << " skew " << skew;
+      ASSERT_LT(part.begin, part.end) << where;
+      ASSERT_LE(part.end, length) << where;
+      const std::size_t size = part.end - part.begin;
+      EXPECT_GE(size, length / 2 - length / 8) << where;
+      EXPECT_LE(size, length / 2 + length / 8) << where;
+      // Ranges over two tables or more split on their boundaries: no table is shared.
+      EXPECT_TRUE(on_edge(theirs, part.begin, length) && on_edge(theirs, part.end, length))
+          << where << ": part [" << part.begin << ", " << part.end << ")";
+    }
+  }
+  // A 4 MiB chunk is split exactly in two at any alignment.
+  for (std::uint64_t skew : {std::uint64_t{0}, std::uint64_t{4096}, std::uint64_t{1} << 20,
+                             (std::uint64_t{3} << 19) + 64, kTable - 4096}) {
+    const auto part = second_cpu_part(kBase + skew, std::size_t{4} << 20);
+    EXPECT_EQ(part.end - part.begin, std::size_t{2} << 20) << "skew " << skew;
+  }
+  // Within one table there is no boundary to use: plain halves, whole pages.
+  const auto one_table = second_cpu_part(kBase, std::size_t{2} << 20);
+  EXPECT_EQ(one_table.begin, std::size_t{1} << 20);
+  EXPECT_EQ(one_table.end, std::size_t{2} << 20);
+  // An address whose range would wrap around: plain halves, no arithmetic past the end.
+  const auto wrapping = second_cpu_part(UINT64_MAX - 4096, std::size_t{4} << 20);
+  EXPECT_EQ(wrapping.begin, std::size_t{2} << 20);
+  EXPECT_EQ(wrapping.end, std::size_t{4} << 20);
+}
+
+TEST(CrossMemory, EveryByteLandsWhateverTheOtherSidesAlignment) {
+  // The split's parts follow the destination's 2 MiB boundaries: three pieces, not two.
+  constexpr std::size_t kTable = std::size_t{2} << 20;
+  constexpr std::size_t kLength = (std::size_t{4} << 20) + 12345;
+  const std::size_t mapped_length = kLength + 2 * kTable + 2 * kGuard;
+  void* mapped =
+      ::mmap(nullptr, mapped_length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  auto* base = static_cast<std::byte*>(mapped);
+  auto* aligned = base + (kTable - address_of(base) % kTable) % kTable;
+  std::vector<std::byte> source(kLength);
+  fill_pattern(source, 7);
+  for (std::size_t skew : {std::size_t{0}, std::size_t{64}, std::size_t{1} << 20,
+                           (std::size_t{3} << 19) + 64, kTable - 4096}) {
+    for (bool to : {true, false}) {
+      std::fill(base, base + mapped_length, std::byte{0xa5});
+      auto* theirs = aligned + kGuard + skew;
+      std::vector<std::byte> ours(kLength, std::byte{0});
+      if (!to) std::copy(source.begin(), source.end(), theirs);
+      auto failure = to ? copy_to_process(::getpid(), address_of(theirs), source.data(), kLength)
+                        : copy_from_process(::getpid(), address_of(theirs), ours.data(), kLength);
+      const auto where = ::testing::Message() << "skew " << skew << (to ? " to" : " from");
+      ASSERT_FALSE(failure) << where << ": " << *failure;
+      EXPECT_EQ(first_mismatch({to ? theirs : ours.data(), kLength}, 7), kLength) << where;
+      if (to) {
+        EXPECT_EQ(theirs[-1], std::byte{0xa5}) << where;
+        EXPECT_EQ(theirs[kLength], std::byte{0xa5}) << where;
+      }
+    }
+  }
+  ::munmap(mapped, mapped_length);
 }
 
 TEST(CrossMemory, AFaultInEitherHalfOfASplitCopyIsReported) {
