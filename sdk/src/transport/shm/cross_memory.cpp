@@ -57,10 +57,11 @@ ssize_t read_from(int pid, const iovec* local, std::size_t local_count, const io
   return ::process_vm_readv(pid, local, local_count, remote, remote_count, 0);
 }
 
-// From this size on, one range is copied in two halves at once: the caller's thread (the owner's
-// event loop, which copies every request's bytes itself) takes the first, a helper thread the
-// second. One thread's process_vm_readv/writev is slower than a one-thread memcpy (2 vCPUs:
-// 64 MiB READ 5.5 GB/s against memcpy 7.5); both CPUs together 11-12.
+// From this size on, one range is copied in two parts at once: a helper thread takes the one
+// second_cpu_part() names, the caller's thread (the owner's event loop, which copies every
+// request's bytes itself) the rest, before and after it. One thread's process_vm_readv/writev is
+// slower than a one-thread memcpy (2 vCPUs: 64 MiB READ 5.5 GB/s against memcpy 7.5); both CPUs
+// together 11-12.
 constexpr std::size_t kSplitMinimum = std::size_t{2} << 20;
 
 // What one page-table page maps (x86-64 and arm64 with 4 KiB pages).
@@ -100,7 +101,8 @@ std::optional<std::string> copy_range(Copy copy, std::uint64_t theirs, std::byte
 
 SecondPart second_cpu_part(std::uint64_t theirs, std::size_t length) {
   const SecondPart halves{(length / 2) & ~std::size_t{4095}, length};  // whole pages each
-  if (theirs > UINT64_MAX - length) return halves;  // a hostile address: the kernel refuses it
+  // A hostile address near the top (the kernel refuses it anyway): no arithmetic may wrap below.
+  if (length > UINT64_MAX - kTableSpan || theirs > UINT64_MAX - kTableSpan - length) return halves;
   // Two ways to keep the CPUs in tables of their own: the middle between two boundaries (even
   // for any range over two tables or more, whatever its alignment), or from one boundary on.
   const SecondPart middle{nearest_table_edge(theirs, length, length / 4),

@@ -98,9 +98,12 @@ TEST(CrossMemory, TheSecondCpusPartKeepsToPageTablesOfItsOwnAndToNearlyHalf) {
   EXPECT_EQ(one_table.begin, std::size_t{1} << 20);
   EXPECT_EQ(one_table.end, std::size_t{2} << 20);
   // An address whose range would wrap around: plain halves, no arithmetic past the end.
-  const auto wrapping = second_cpu_part(UINT64_MAX - 4096, std::size_t{4} << 20);
-  EXPECT_EQ(wrapping.begin, std::size_t{2} << 20);
-  EXPECT_EQ(wrapping.end, std::size_t{4} << 20);
+  for (std::uint64_t top : {UINT64_MAX - 4096, UINT64_MAX - (std::uint64_t{4} << 20),
+                            UINT64_MAX - (std::uint64_t{5} << 20) + 1}) {
+    const auto wrapping = second_cpu_part(top, std::size_t{4} << 20);
+    EXPECT_EQ(wrapping.begin, std::size_t{2} << 20) << "at " << top;
+    EXPECT_EQ(wrapping.end, std::size_t{4} << 20) << "at " << top;
+  }
 }
 
 TEST(CrossMemory, EveryByteLandsWhateverTheOtherSidesAlignment) {
