@@ -142,8 +142,9 @@ TEST(CrossMemory, EveryByteLandsWhateverTheOtherSidesAlignment) {
 TEST(CrossMemory, AFaultInEitherHalfOfASplitCopyIsReported) {
   const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   constexpr std::size_t kLength = std::size_t{8} << 20;
-  // The other side's range has a hole near its start, then (second map) near its end.
-  for (std::size_t hole : {page, kLength - 2 * page}) {
+  // The other side's range has a hole near its start, in its middle (the helper's part, however
+  // the range is aligned), then near its end (the caller's parts).
+  for (std::size_t hole : {page, kLength / 2, kLength - 2 * page}) {
     void* mapped =
         ::mmap(nullptr, kLength, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ASSERT_NE(mapped, MAP_FAILED);
