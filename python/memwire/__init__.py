@@ -16,7 +16,8 @@ from .errors import *  # noqa: F401,F403
 from . import _memwire
 from .types import Device, DeviceKind, OperationKind, OperationStatus
 from .metadata import RdmaMetadata
-from .descriptor import Descriptor
+from .descriptor import Descriptor, SerializedDescriptor
+from .connection import Connection
 from .pool import BlockRegion, Notification, Pool, PoolMetadata
 from .grant import BlockGrant
 from .layers import LayerReceiver, LayerSender, layer_tag
@@ -39,7 +40,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Connector",
+    "Connection",
     "Descriptor",
+    "SerializedDescriptor",
     "Device",
     "DeviceKind",
     "OperationKind",

@@ -9,6 +9,7 @@ import asyncio
 import ctypes
 
 from . import _memwire
+from .connection import SharedConnection
 from .descriptor import Descriptor, as_descriptors
 from .errors import InvalidArgumentError, MemwireError, TimeoutError
 from .metadata import RdmaMetadata
@@ -294,6 +295,7 @@ class Connector:
         worker_id=None,
         runtime=None,
         namespace=None,
+        enable_progress_thread=None,
     ):
         config = _memwire.ConnectorConfig()
         name = name if name is not None else worker_id
@@ -315,6 +317,11 @@ class Connector:
         # Accepted for nixl_connect's older signature (Dynamo's runtime); memwire needs neither.
         self._runtime = runtime
         self._namespace = namespace or ""
+        # nixl_connect's newer switch for NIXL's progress thread: memwire's connector always
+        # has its own (completions arrive without the caller polling), so it changes nothing.
+        if enable_progress_thread is not None and not isinstance(enable_progress_thread, bool):
+            raise InvalidArgumentError("enable_progress_thread is True, False or None")
+        self._connection = SharedConnection()
 
     name = read_only("_native.name")
     hostname = read_only("_native.hostname")
@@ -339,6 +346,11 @@ class Connector:
     async def initialize(self):
         """Deprecated no-op, as in nixl_connect."""
         return self
+
+    async def _create_connection(self):
+        """The connector's one Connection (nixl_connect's shared connection), made on first
+        use; what ``Descriptor.register_with_connector`` takes. Dynamo's components call it."""
+        return self._connection.get(self)
 
     def __eq__(self, other):
         return isinstance(other, Connector) and self.name == other.name

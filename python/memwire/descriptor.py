@@ -1,4 +1,8 @@
-"""Descriptor: a view of memory (ptr, size, device) that keeps its Python owner alive."""
+"""Descriptor: a view of memory (ptr, size, device) that keeps its Python owner alive; and
+SerializedDescriptor, nixl_connect's description of one descriptor in metadata."""
+
+import json
+import logging
 
 from . import _memwire
 from .errors import InvalidArgumentError
@@ -48,14 +52,18 @@ class Descriptor:
     that uses it. A bytearray cannot be resized while a descriptor holds it.
     """
 
-    __slots__ = ("_ptr", "_size", "_device", "_owner", "_hold", "_readonly", "_spec_cache")
+    __slots__ = ("_ptr", "_size", "_extent", "_device", "_owner", "_hold", "_readonly", "_spec_cache",
+                 "_connection")
 
     def __init__(self, data, device=None):
+        self._connection = None
+        self._extent = None  # the bytes the memory has; _size may be set below it (_data_size)
         self._hold = None
         self._readonly = False
         self._owner = data
         if isinstance(data, Descriptor):
             self._ptr, self._size, self._device = data._ptr, data._size, data._device
+            self._extent = data._extent
             self._owner, self._hold, self._readonly = data._owner, data._hold, data._readonly
             return
         if isinstance(data, tuple):
@@ -130,13 +138,91 @@ class Descriptor:
     )
     data = read_only("_owner", "The object the memory belongs to.")
 
+    # nixl_connect's private names, which Dynamo's components use (embedding_transfer,
+    # mm_kwargs_transfer): the memory's owner, address and device, and the size to move.
+    _data_ref = data
+    _data_ptr = ptr
+    _data_device = device
+
+    @property
+    def _data_size(self):
+        return self._size
+
+    @_data_size.setter
+    def _data_size(self, size):
+        # Dynamo reuses a pre-registered buffer for a smaller tensor by lowering the size to
+        # move. Never above the memory the descriptor was made from: the size is what an
+        # operation hands to the transports.
+        extent = self._extent if self._extent is not None else self._size
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= extent:
+            raise InvalidArgumentError(
+                f"a descriptor's size is 1 to the {extent} bytes of its memory, not {size!r}"
+            )
+        self._extent = extent
+        self._size = size
+        try:
+            del self._spec_cache
+        except AttributeError:
+            pass
+
+    @property
+    def metadata(self):
+        """This descriptor as metadata describes it (nixl_connect's SerializedDescriptor)."""
+        return SerializedDescriptor(device=str(self._device), ptr=self._ptr, size=self._size)
+
+    @staticmethod
+    def from_serialized(serialized):
+        """A Descriptor of the memory ``serialized`` names, which must be mapped in this
+        process (memwire describes no memory it cannot reach: a remote address is refused)."""
+        if not isinstance(serialized, SerializedDescriptor):
+            raise InvalidArgumentError("from_serialized takes a SerializedDescriptor")
+        return serialized.to_descriptor()
+
+    # Registration, as nixl_connect shapes it: a descriptor is bound to one connection until it
+    # is deregistered. memwire registers memory per operation, for that operation's life (tcp
+    # and shm need no registration; verbs registers at the operation's start), so a bound
+    # descriptor moves exactly as an unbound one: these keep nixl_connect's rules and state.
+
     @property
     def is_registered(self):
-        # memwire registers memory per operation, for that operation's life only.
-        return False
+        """Whether register_with_connector bound it (and no deregister_with_connector since)."""
+        return self._connection is not None
+
+    def register_with_connector(self, connection):
+        """Binds the descriptor to ``connection`` (``await connector._create_connection()``).
+        Again with the same connection: nothing; with another: RuntimeError, as nixl_connect."""
+        from .connection import Connection
+
+        if not isinstance(connection, Connection):
+            raise TypeError("register_with_connector takes a Connection (Connector._create_connection())")
+        if self._connection is not None:
+            if self._connection is not connection:
+                raise RuntimeError(
+                    f"Descriptor cannot be registered with more than one connection: it is registered "
+                    f"with '{self._connection.name}', not '{connection.name}'"
+                )
+            return
+        self._connection = connection
+
+    def deregister_with_connector(self, connection):
+        """Unbinds it from ``connection``; RuntimeError for another connection, a warning when
+        it is not registered (nixl_connect's rules)."""
+        from .connection import Connection
+
+        if not isinstance(connection, Connection):
+            raise TypeError("deregister_with_connector takes a Connection")
+        if connection is not self._connection and self._connection is not None:
+            raise RuntimeError(
+                f"Descriptor can only be deregistered from the connection it was registered with "
+                f"('{self._connection.name}', not '{connection.name}')"
+            )
+        if self._connection is None:
+            logging.getLogger(__name__).warning("%r is not registered: nothing to deregister", self)
+            return
+        self._connection = None
 
     def register_memory(self, connector=None):
-        """No-op (nixl_connect compatibility): memwire registers per operation."""
+        """No-op (nixl_connect's older name): memwire registers per operation."""
 
     def _spec(self):
         try:
@@ -180,4 +266,72 @@ def as_descriptors(local, writable_target):
     return items
 
 
-__all__ = ["Descriptor", "DeviceKind"]
+class SerializedDescriptor:
+    """One descriptor as metadata describes it (nixl_connect's SerializedDescriptor): ``device``
+    ("cpu", "cuda:N"), ``ptr`` (the owner's address, non-zero) and ``size`` (bytes, >= 0).
+    Immutable; compares by value. ``d["size"]`` works too (memwire's older dict form)."""
+
+    __slots__ = ("_device", "_ptr", "_size")
+
+    def __init__(self, device="cpu", ptr=0, size=0):
+        if not isinstance(device, str):
+            raise TypeError("Argument `device` must be `str`.")
+        device = device.strip().lower()
+        try:
+            device = str(Device(device))
+        except (InvalidArgumentError, ValueError) as error:
+            raise ValueError(f"Argument `device` must be 'cpu' or 'cuda:<id>', not {device!r}: {error}") from None
+        if not isinstance(ptr, int) or isinstance(ptr, bool) or not 0 < ptr <= _ADDRESS_LIMIT:
+            raise ValueError(f"Argument `ptr` must be a non-zero 64-bit address, not {ptr!r}")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= _ADDRESS_LIMIT - ptr:
+            raise ValueError(f"Argument `size` must be bytes >= 0 within the address space, not {size!r}")
+        self._device, self._ptr, self._size = device, ptr, size
+
+    device = read_only("_device")
+    ptr = read_only("_ptr")
+    size = read_only("_size")
+
+    def to_descriptor(self):
+        """A Descriptor of this memory, which must be mapped in this process (see
+        Descriptor.from_serialized)."""
+        return Descriptor((self._ptr, self._size, self._device))
+
+    def model_dump(self):
+        return {"device": self._device, "ptr": self._ptr, "size": self._size}
+
+    def model_dump_json(self):
+        return json.dumps(self.model_dump(), separators=(",", ":"))
+
+    @classmethod
+    def model_validate(cls, value):
+        """An instance, or a dict of device, ptr and size -> an instance (ValueError else)."""
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, dict) or not set(value) <= {"device", "ptr", "size"}:
+            raise ValueError(f"a SerializedDescriptor is a dict of device, ptr and size, not {value!r}")
+        return cls(**value)
+
+    @classmethod
+    def model_validate_json(cls, text):
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"a SerializedDescriptor is JSON: {error}") from None
+        return cls.model_validate(value)
+
+    def __getitem__(self, key):
+        if key not in ("device", "ptr", "size"):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __eq__(self, other):
+        return isinstance(other, SerializedDescriptor) and self.model_dump() == other.model_dump()
+
+    def __hash__(self):
+        return hash((self._device, self._ptr, self._size))
+
+    def __repr__(self):
+        return f"SerializedDescriptor(device='{self._device}', ptr=0x{self._ptr:x}, size={self._size})"
+
+
+__all__ = ["Descriptor", "DeviceKind", "SerializedDescriptor"]
