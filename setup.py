@@ -1,4 +1,5 @@
-"""Builds memwire._memwire with the project's CMake and ships libmemwire beside it.
+"""Builds memwire._memwire with the project's CMake and ships libmemwire beside it: the offline path
+(pip install --no-build-isolation without scikit-build-core; python/backend picks it).
 
 Environment: MEMWIRE_CMAKE_ARGS (extra configure arguments), MEMWIRE_BUILD_JOBS (default: CPUs),
 MEMWIRE_CMAKE_BUILD_DIR (the CMake build folder; default: under setuptools' build_temp).
@@ -14,6 +15,10 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+# setuptools' own folders: not build/, where the C++ builds live. Made here, before setuptools
+# checks them (egg_info refuses a missing egg_base, and a fresh clone has no such folder).
+BUILD_BASE = os.path.join(ROOT, "build-python")
+os.makedirs(BUILD_BASE, exist_ok=True)
 
 
 class CMakeExtension(Extension):
@@ -64,4 +69,5 @@ setup(
     cmdclass={"build_ext": CMakeBuild},
     package_data={"memwire": ["libmemwire.so.0", "libmemwire-sideband.so.0"]},
     zip_safe=False,
+    options={"build": {"build_base": BUILD_BASE}, "egg_info": {"egg_base": BUILD_BASE}},
 )

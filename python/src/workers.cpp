@@ -229,8 +229,8 @@ void bind_workers(py::module_& m) {
                    int code = static_cast<int>(memwire::ErrorCode::NotFound);
                    py::object value = error.value();
                    std::string message =
-                       py::str(value.get_type().attr("__name__")).cast<std::string>() + ": " +
-                       py::str(value).cast<std::string>();
+                       py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>() +
+                       ": " + py::str(value).cast<std::string>();
                    if (py::hasattr(value, "code") && PyLong_Check(value.attr("code").ptr())) {
                      const int raised = value.attr("code").cast<int>();
                      if (raised >= 0 && raised < static_cast<int>(memwire::kAllErrorCodes.size()))
