@@ -112,6 +112,37 @@ void PoolState::authorize(const Id128& token, const Id128& shared_token, Operati
   if (auto grant = request_grant(token)) grant->check(kind);
 }
 
+PoolState::Admission PoolState::admit(
+    const Id128& token, const Id128& shared_token, OperationKind kind,
+    const std::function<void(const RequestGrant&)>& check_pieces) const {
+  const bool allowed = kind == OperationKind::Read ? options_.remote_read : options_.remote_write;
+  if (equal_in_constant_time(token, shared_token)) {
+    if (!allowed)
+      throw Error(ErrorCode::AccessDenied, "pool allows no remote " + std::string(to_string(kind)));
+    return {};
+  }
+  std::lock_guard lock(mutex_);
+  auto request = requests_.find(token);
+  if (request == requests_.end()) {
+    if (!grantee_.contains(token)) {
+      if (auto found = released_.find(token); found != released_.end())
+        throw Error(ErrorCode::Cancelled, found->second);
+      throw Error(ErrorCode::AccessDenied, "wrong access token");
+    }
+    if (!allowed)
+      throw Error(ErrorCode::AccessDenied, "pool allows no remote " + std::string(to_string(kind)));
+    return {};
+  }
+  if (!allowed)
+    throw Error(ErrorCode::AccessDenied, "pool allows no remote " + std::string(to_string(kind)));
+  const auto& grant = request->second;
+  grant->check(kind);
+  check_pieces(*grant);
+  auto pin = grant->pin();
+  if (!pin) throw grant->released_error();  // released, its token not yet forgotten
+  return {grant, std::move(pin)};
+}
+
 std::shared_ptr<RequestGrant> PoolState::grant_request(std::string peer, RequestScope scope,
                                                        std::chrono::milliseconds lease,
                                                        std::chrono::milliseconds grace) {

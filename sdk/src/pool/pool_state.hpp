@@ -67,6 +67,19 @@ class PoolState {
   // and lease.
   void authorize(const Id128& token, const Id128& shared_token, OperationKind kind) const;
 
+  // What admitting one pool request gives: under a request grant's token, the grant and the pin
+  // that holds its release until the request's bytes are in (or out); empty otherwise.
+  struct Admission {
+    std::shared_ptr<RequestGrant> grant;
+    std::optional<AccessGate::Pin> pin;
+  };
+  // authorize() and, under a request grant's token, the check of the request's pieces
+  // (`check_pieces`, given the grant) and the grant's pin, as one step under the pool's lock:
+  // a release (which forgets the token under that lock, then waits for the grant's pins) either
+  // comes first and this refuses the request, or waits for the request's bytes.
+  Admission admit(const Id128& token, const Id128& shared_token, OperationKind kind,
+                  const std::function<void(const RequestGrant&)>& check_pieces) const;
+
   // Request grants (Pool::grant): a token of their own, checked against their blocks.
   std::shared_ptr<RequestGrant> grant_request(std::string peer, RequestScope scope,
                                               std::chrono::milliseconds lease,

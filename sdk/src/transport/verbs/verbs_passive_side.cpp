@@ -232,6 +232,7 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
         registration->pool()->identify(notice.token, registration->token(), peer_of(connection));
     transfer.peer = peer.name;
     transfer.authenticated = peer.authenticated;
+    transfer.request = peer.request;
   } catch (const Error& error) {
     reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
     return;
@@ -239,7 +240,12 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
   // A request grant's keys are its own: held by this connection under its token, not the
   // pool's key, and bound over its blocks alone.
   const auto request = registration->pool()->request_grant(notice.token);
-  if (request) transfer.request = request->request();
+  if (!request && !transfer.request.empty()) {
+    // Released since identify() found its token: never the pool-wide keys in its stead.
+    reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Cancelled,
+          released_message(transfer.request, {}));
+    return;
+  }
   const auto entry_key = request ? notice.token : notice.key;
   auto found = connection.inbound.find(entry_key);
   if (found != connection.inbound.end()) {
