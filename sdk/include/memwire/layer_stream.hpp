@@ -74,13 +74,18 @@ class MEMWIRE_API LayerSender {
   std::deque<BlockTransfer> transfers_;  // a deque: a waiter's element stays put on a send()
 };
 
+// A layer arrives with a tagged write (`kinds`: reads too, or instead, when asked for).
 class MEMWIRE_API LayerReceiver {
  public:
-  // `from`: the sending connector's name, when known: only its loss ends a wait.
-  LayerReceiver(Pool& pool, std::string stream, std::string from = {});
-  // The request's blocks granted to the sender (Pool::grant): hand grant_metadata() to it;
-  // only grant.peer()'s tags count, and cancel() (or dropping the receiver) closes the grant.
-  LayerReceiver(Pool& pool, BlockGrant grant, std::string stream);
+  // `from`: the sending connector's name, when known: only its tags and its loss count. Under
+  // the pool's shared token that name is a label any holder may claim: prefer a grant.
+  LayerReceiver(Pool& pool, std::string stream, std::string from = {},
+                TagKinds kinds = TagKinds::Writes);
+  // The request's blocks granted to the sender (Pool::grant): hand grant_metadata() to it; only
+  // transfers under the grant's token count (whatever name their peer gives itself), and
+  // cancel() (or dropping the receiver) closes the grant.
+  LayerReceiver(Pool& pool, BlockGrant grant, std::string stream,
+                TagKinds kinds = TagKinds::Writes);
   // Returns once `layer` is in the pool. Throws Error{Timeout}, Error{PeerLost} (the sender
   // was lost, or its transfer of that layer failed), Error{Cancelled} (the sender cancelled the
   // stream, cancel() was called, or the pool was closed).
@@ -96,6 +101,8 @@ class MEMWIRE_API LayerReceiver {
   Pool& pool_;
   const std::string stream_;
   const std::string from_;
+  const std::string token_;  // the grant's: the only one whose transfers count
+  const TagKinds kinds_;
   std::unique_ptr<BlockGrant> grant_;
 };
 

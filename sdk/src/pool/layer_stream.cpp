@@ -90,18 +90,21 @@ void LayerSender::cancel(std::string_view reason) {
   for (auto& transfer : transfers_) cancel_layer(transfer, cancelled_);
 }
 
-LayerReceiver::LayerReceiver(Pool& pool, std::string stream, std::string from)
-    : pool_(pool), stream_(std::move(stream)), from_(std::move(from)) {}
+LayerReceiver::LayerReceiver(Pool& pool, std::string stream, std::string from, TagKinds kinds)
+    : pool_(pool), stream_(std::move(stream)), from_(std::move(from)), kinds_(kinds) {}
 
-LayerReceiver::LayerReceiver(Pool& pool, BlockGrant grant, std::string stream)
+LayerReceiver::LayerReceiver(Pool& pool, BlockGrant grant, std::string stream, TagKinds kinds)
     : pool_(pool),
       stream_(std::move(stream)),
-      from_(grant.peer()),
+      token_(grant.metadata().token()),
+      kinds_(kinds),
       grant_(std::make_unique<BlockGrant>(std::move(grant))) {}
 
 void LayerReceiver::wait(std::uint32_t layer, std::chrono::milliseconds timeout) {
-  // A cancellation of any layer of the stream ends the wait for this one.
-  (void)pool_.waitable().wait_for_tag(layer_tag(stream_, layer), timeout, from_, stream_ + "/");
+  // A cancellation of any layer of the stream ends the wait for this one: one that passes the
+  // same filter (a shared-token peer's never ends a granted stream's waits).
+  (void)pool_.waitable().wait_for_tag(layer_tag(stream_, layer), timeout, {from_, token_, kinds_},
+                                      stream_ + "/");
 }
 
 void LayerReceiver::cancel(std::string_view reason) {
@@ -110,9 +113,12 @@ void LayerReceiver::cancel(std::string_view reason) {
   // Every wait of the stream, on any thread, ends with it: a failure no layer has as its tag.
   // (A closed pool's waits ended already: nothing to tell them.)
   if (pool_.registration_ && is_terminal(pool_.registration_->status())) return;
+  // It passes this receiver's own filter: its name, token and kind.
+  const auto kind = kinds_ == TagKinds::Reads ? OperationKind::Read : OperationKind::Write;
   pool_.registration().pool()->fail(
-      {from_, grant_ != nullptr, grant_ ? grant_->request() : std::string()},
-      stream_ + "/cancelled", Error(ErrorCode::Cancelled, "cancelled by the owner: " + why));
+      {grant_ ? grant_->peer() : from_, grant_ != nullptr,
+       grant_ ? grant_->request() : std::string(), token_},
+      stream_ + "/cancelled", Error(ErrorCode::Cancelled, "cancelled by the owner: " + why), kind);
 }
 
 const PoolMetadata& LayerReceiver::grant_metadata() const {

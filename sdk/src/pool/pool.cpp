@@ -61,14 +61,15 @@ Notification Pool::next_notification(std::chrono::milliseconds timeout) {
 }
 
 Notification Pool::wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
-                                std::string_view from) {
-  return waitable().wait_for_tag(tag, timeout, from);
+                                std::string_view from, TagKinds kinds) {
+  return waitable().wait_for_tag(tag, timeout, {from, {}, kinds});
 }
 
 std::optional<Notification> Pool::try_next_notification() { return waitable().try_next(); }
 
-std::optional<Notification> Pool::try_wait_for_tag(std::string_view tag, std::string_view from) {
-  return waitable().try_wait_for_tag(tag, from);
+std::optional<Notification> Pool::try_wait_for_tag(std::string_view tag, std::string_view from,
+                                                   TagKinds kinds) {
+  return waitable().try_wait_for_tag(tag, {from, {}, kinds});
 }
 
 int Pool::notification_fd() { return waitable().readiness_fd(); }

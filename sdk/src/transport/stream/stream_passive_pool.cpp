@@ -23,13 +23,13 @@ void StreamPassiveSide::admit_pool_request(const StreamConnection& connection,
   const auto kind =
       header.type == FrameType::PoolReadRequest ? OperationKind::Read : OperationKind::Write;
   // Under a grant, the peer is the one its admission found: no second lookup of the token.
-  auto peer = grant ? PoolState::Peer{grant->peer(), true, grant->request()}
+  auto peer = grant ? PoolState::Peer{grant->peer(), true, grant->request(), to_hex(grant->token())}
                     : pool.identify(header.token, registration->token(), peer_name(connection));
   if (transfers_.admit(header.transfer,
                        {header.key, kind, tag, std::move(peer), registration, false, grant}) &&
       grant) {
     try {
-      grant->opened(tag);  // its release ends this transfer's waits
+      grant->opened({tag, kind});  // its release ends this transfer's waits
     } catch (const Error&) {
       transfers_.take(header.transfer);
       transfers_.ended(header.transfer, AdmittedTransfers::Outcome::Failed);
@@ -114,10 +114,11 @@ std::optional<Error> StreamPassiveSide::end_transfer(std::uint64_t id,
                     "a request of this transfer failed: its tag was not delivered");
   if (!failure) {
     try {
-      const auto deliver = [&] { pool.deliver(transfer->peer, transfer->tag); };
+      const auto deliver = [&] { pool.deliver(transfer->peer, transfer->tag, transfer->kind); };
       if (!transfer->grant) {
         deliver();
-      } else if (auto released = transfer->grant->finish(transfer->tag, deliver)) {
+      } else if (auto released =
+                     transfer->grant->finish({transfer->tag, transfer->kind}, deliver)) {
         // Released under it: the release ended its waits already.
         transfers_.ended(id, AdmittedTransfers::Outcome::Failed);
         return released;
@@ -129,8 +130,8 @@ std::optional<Error> StreamPassiveSide::end_transfer(std::uint64_t id,
     }
   }
   transfers_.ended(id, AdmittedTransfers::Outcome::Failed);
-  if (!transfer->grant || transfer->grant->closed(transfer->tag))
-    pool.fail(transfer->peer, transfer->tag, *failure);
+  if (!transfer->grant || transfer->grant->closed({transfer->tag, transfer->kind}))
+    pool.fail(transfer->peer, transfer->tag, *failure, transfer->kind);
   return failure;
 }
 

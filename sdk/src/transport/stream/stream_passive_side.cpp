@@ -461,10 +461,11 @@ void StreamPassiveSide::on_closed(StreamConnection& connection, const Error& rea
   // Each transfer open on it ends: its tag's waiters hear why, no one else's.
   for (auto& [id, transfer] : transfers_.take_all())
     if (auto registration = transfer.pool.lock();
-        registration && (!transfer.grant || transfer.grant->closed(transfer.tag)))
+        registration && (!transfer.grant || transfer.grant->closed({transfer.tag, transfer.kind})))
       registration->pool()->fail(
           transfer.peer, transfer.tag,
-          Error(ErrorCode::PeerLost, std::string("connection lost: ") + reason.what()));
+          Error(ErrorCode::PeerLost, std::string("connection lost: ") + reason.what()),
+          transfer.kind);
   for (const auto& [key, weak] : pools)
     if (auto registration = weak.lock())
       registration->gate().remove_breaker(reinterpret_cast<std::uintptr_t>(this));
