@@ -209,8 +209,13 @@ class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API
                    const std::vector<std::uint64_t>& blocks, Access access,
                    std::chrono::milliseconds lease);
   // Frames that peers sent against the protocol (a tag with no admitted transfer, a second tag
-  // for one, a name not its own): each was refused and its connection closed.
+  // for one, a PoolEnd presenting another token, a malformed request): each was refused and,
+  // on tcp and shm, its connection closed.
   std::uint64_t peer_faults() const;
+  // Well-formed requests refused for what they asked (AccessDenied: blocks outside a grant's, an
+  // access the pool or the grant does not allow, a wrong token), before any byte moved. Not
+  // faults: the connection stays. A grant's peer checks its own requests first (RequestScope).
+  std::uint64_t refusals() const;
   std::uint64_t block_count() const;
   // Where block `index` lives here.
   void* block(std::uint64_t index) const;
@@ -267,6 +272,7 @@ class [[nodiscard("dropping it cancels the transfer")]] MEMWIRE_API BlockTransfe
     : public Operation {
  private:
   friend class Connector;
+  friend class LayerSender;  // hears why a layer failed, on the I/O thread
   using Operation::Operation;
 };
 

@@ -24,21 +24,48 @@ Error stream_cancelled(const std::string& stream, const std::string& reason) {
 
 }  // namespace
 
+// Written by a layer's completion callback (the I/O thread), read by send() and cancelled().
+struct LayerSender::Abort {
+  mutable std::mutex mutex;
+  std::string reason;  // why the first cancelled layer failed
+  std::string get() const {
+    std::lock_guard lock(mutex);
+    return reason;
+  }
+};
+
 std::string layer_tag(std::string_view stream, std::uint32_t layer) {
   return std::string(stream) + "/" + std::to_string(layer);
 }
 
 LayerSender::LayerSender(Connector& connector, const Pool& local, PoolMetadata remote,
                          std::string stream)
-    : connector_(connector), local_(local), remote_(std::move(remote)), stream_(std::move(stream)) {
+    : abort_(std::make_shared<Abort>()),
+      connector_(connector),
+      local_(local),
+      remote_(std::move(remote)),
+      stream_(std::move(stream)) {
   // Checked now, not at the first layer: the longest tag must fit.
   if (layer_tag(stream_, UINT32_MAX).size() > Connector::kMaxTagBytes)
     throw Error(ErrorCode::InvalidArgument, "stream id too long for a tag");
 }
 
 void LayerSender::refuse_if_cancelled() const {
-  std::lock_guard lock(mutex_);
-  if (!cancelled_.empty()) throw stream_cancelled(stream_, cancelled_);
+  {
+    std::lock_guard lock(mutex_);
+    if (!cancelled_.empty()) throw stream_cancelled(stream_, cancelled_);
+  }
+  if (auto aborted = abort_->get(); !aborted.empty())
+    throw Error(ErrorCode::Cancelled,
+                "stream " + stream_ + " was ended by its receiver: " + aborted);
+}
+
+bool LayerSender::cancelled() const {
+  {
+    std::lock_guard lock(mutex_);
+    if (!cancelled_.empty()) return true;
+  }
+  return !abort_->get().empty();
 }
 
 void LayerSender::add(BlockTransfer transfer) {
@@ -47,6 +74,17 @@ void LayerSender::add(BlockTransfer transfer) {
     cancel_layer(transfer, cancelled_);  // cancelled while it started: it ends as the others did
     throw stream_cancelled(stream_, cancelled_);
   }
+  // A layer failing with Cancelled that this side did not cancel: the receiver ended the
+  // stream (its grant released, the pool closed). Known at once, not at finish().
+  transfer.on_complete(
+      [abort = abort_, core = std::weak_ptr(transfer.core_)](OperationStatus status) {
+        if (status == OperationStatus::Complete) return;
+        const auto live = core.lock();
+        const auto failure = live ? live->failure() : std::nullopt;
+        if (!failure || failure->code() != ErrorCode::Cancelled) return;
+        std::lock_guard lock(abort->mutex);
+        if (abort->reason.empty()) abort->reason = std::string(failure->message());
+      });
   transfers_.push_back(std::move(transfer));
 }
 

@@ -41,6 +41,7 @@ PoolMetadata Pool::metadata_for(std::string_view peer) {
 bool Pool::revoke(std::string_view peer) { return registration().pool()->revoke(peer); }
 
 std::uint64_t Pool::peer_faults() const { return registration().pool()->faults(); }
+std::uint64_t Pool::refusals() const { return registration().pool()->refusals(); }
 std::uint64_t Pool::block_count() const { return registration().pool()->block_count(); }
 
 void* Pool::block(std::uint64_t index) const {

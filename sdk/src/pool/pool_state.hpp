@@ -128,6 +128,10 @@ class PoolState {
   // A frame the protocol forbids (a tag with no admitted transfer, a second one, ...).
   void count_fault() noexcept { ++faults_; }
   std::uint64_t faults() const noexcept { return faults_; }
+  // A well-formed request refused for what it asked (AccessDenied): blocks outside a grant's
+  // or the pool's, an access the pool or the grant does not allow, a wrong token.
+  void count_refusal() noexcept { ++refusals_; }
+  std::uint64_t refusals() const noexcept { return refusals_; }
 
   Notification next(std::chrono::milliseconds timeout);
   // `cancelled_prefix` (not empty): a cancellation of any tag that starts with it (a layer
@@ -205,6 +209,7 @@ class PoolState {
   std::deque<Id128> released_order_;
   std::vector<std::uint64_t> first_block_;  // of each region
   std::atomic<std::uint64_t> faults_{0};
+  std::atomic<std::uint64_t> refusals_{0};
   std::function<void(const Notification&)> callback_;
   std::optional<ReadinessSignal> readiness_;  // made at the first readiness_fd()
   bool closed_ = false;

@@ -345,11 +345,12 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
   } catch (const Error& error) {
     if (pool_frame) {
       transfers_.refuse(as_pool(header).transfer);
-      // Asking for what the pool forbids: refused, and counted against the peer.
+      // Asking for what the pool forbids: refused and counted, apart from protocol faults; a
+      // well-formed request keeps its connection.
       if (error.code() == ErrorCode::AccessDenied)
         if (auto registration = registrations_->find(header.key);
             registration && registration->pool())
-          registration->pool()->count_fault();
+          registration->pool()->count_refusal();
     }
     if (error.code() == ErrorCode::Protocol)
       return fault(connection, header, answer_type, std::string(error.message()));

@@ -100,9 +100,9 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
                                "verbs");
   } catch (const Error& error) {
     // Refused before it was admitted: the sender hears why; no waiter's tag was its to end.
-    // Asking a pool for what it forbids is counted against the peer, as on the stream side.
+    // Asking a pool for what it forbids is a refusal, counted as on the stream side.
     if (registration->pool() && error.code() == ErrorCode::AccessDenied)
-      registration->pool()->count_fault();
+      registration->pool()->count_refusal();
     reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
     return;
   }

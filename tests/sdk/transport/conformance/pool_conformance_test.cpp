@@ -339,7 +339,8 @@ TEST_P(PoolConformance, APoolRefusesWhatItsOptionsDoNotAllow) {
   // Never admitted: no tag, and no failure either (a failure ends only admitted transfers).
   EXPECT_EQ(error_code_of([&] { read_only.wait_for_tag("no", 300ms); }), ErrorCode::Timeout)
       << "the refused write's tag or failure reached the owner's waiters";
-  EXPECT_GE(read_only.peer_faults(), 1u) << "a write to a read-only pool is the peer's fault";
+  EXPECT_EQ(read_only.refusals(), 1u) << "a write to a read-only pool is refused";
+  EXPECT_EQ(read_only.peer_faults(), 0u) << "and is no protocol fault";
   auto read = peer.read_blocks(read_only.metadata(), {{0, 0}}, local);
   EXPECT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
 }
