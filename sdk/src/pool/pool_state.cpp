@@ -117,31 +117,39 @@ PoolState::Admission PoolState::admit(
     const Id128& token, const Id128& shared_token, OperationKind kind,
     const std::function<void(const RequestGrant&)>& check_pieces) const {
   const bool allowed = kind == OperationKind::Read ? options_.remote_read : options_.remote_write;
-  if (equal_in_constant_time(token, shared_token)) {
+  const auto refuse_kind = [&] {
     if (!allowed)
       throw Error(ErrorCode::AccessDenied, "pool allows no remote " + std::string(to_string(kind)));
+  };
+  if (equal_in_constant_time(token, shared_token)) {
+    refuse_kind();
     return {};
   }
-  std::lock_guard lock(mutex_);
-  auto request = requests_.find(token);
-  if (request == requests_.end()) {
-    if (!grantee_.contains(token)) {
+  Admission admission;
+  {
+    // Found and pinned under the lock release() forgets the token under: a release either
+    // came first (the token is gone) or waits for this pin. Only the gate's lock is taken
+    // inside; the grant's own is not (RequestGrant::finish holds it while it delivers).
+    std::lock_guard lock(mutex_);
+    auto request = requests_.find(token);
+    if (request == requests_.end()) {
+      if (grantee_.contains(token)) {
+        refuse_kind();
+        return {};
+      }
       if (auto found = released_.find(token); found != released_.end())
         throw Error(ErrorCode::Cancelled, found->second);
       throw Error(ErrorCode::AccessDenied, "wrong access token");
     }
-    if (!allowed)
-      throw Error(ErrorCode::AccessDenied, "pool allows no remote " + std::string(to_string(kind)));
-    return {};
+    admission.grant = request->second;
+    admission.pin = admission.grant->pin();
   }
-  if (!allowed)
-    throw Error(ErrorCode::AccessDenied, "pool allows no remote " + std::string(to_string(kind)));
-  const auto& grant = request->second;
-  grant->check(kind);
-  check_pieces(*grant);
-  auto pin = grant->pin();
-  if (!pin) throw grant->released_error();  // released, its token not yet forgotten
-  return {grant, std::move(pin)};
+  const auto& grant = *admission.grant;
+  if (!admission.pin) throw grant.released_error();  // released, its token not yet forgotten
+  refuse_kind();
+  grant.check(kind);  // released since, lease, access: the pin goes with the refusal
+  check_pieces(grant);
+  return admission;
 }
 
 std::shared_ptr<RequestGrant> PoolState::grant_request(std::string peer, RequestScope scope,

@@ -81,10 +81,11 @@ class PoolState {
     std::shared_ptr<RequestGrant> grant;
     std::optional<AccessGate::Pin> pin;
   };
-  // authorize() and, under a request grant's token, the check of the request's pieces
-  // (`check_pieces`, given the grant) and the grant's pin, as one step under the pool's lock:
-  // a release (which forgets the token under that lock, then waits for the grant's pins) either
-  // comes first and this refuses the request, or waits for the request's bytes.
+  // authorize() and, under a request grant's token, the grant's pin and the check of the
+  // request's pieces (`check_pieces`, given that grant): the grant is found and pinned in one
+  // step under the pool's lock, so a release (which forgets the token under that lock, then
+  // waits for the grant's pins) either comes first and this refuses the request, or waits for
+  // its bytes; the checks follow on that same grant, before any byte moves.
   Admission admit(const Id128& token, const Id128& shared_token, OperationKind kind,
                   const std::function<void(const RequestGrant&)>& check_pieces) const;
 
