@@ -109,14 +109,17 @@ class PyPool {
     return notification_tuple(
         without_gil([&] { return pool->next_notification(milliseconds(timeout_ms)); }));
   }
+  // Both kinds, as before C++ took writes alone by default: the Python wrapper
+  // (python/memwire/pool.py) passes no kinds yet; until it does, Python keeps its behaviour.
   py::tuple wait_for_tag(const std::string& tag, std::int64_t timeout_ms, const std::string& from) {
     auto pool = waitable();
-    return notification_tuple(
-        without_gil([&] { return pool->wait_for_tag(tag, milliseconds(timeout_ms), from); }));
+    return notification_tuple(without_gil([&] {
+      return pool->wait_for_tag(tag, milliseconds(timeout_ms), from, memwire::TagKinds::Both);
+    }));
   }
   py::object try_next() { return optional_notification(waitable()->try_next_notification()); }
   py::object try_tag(const std::string& tag, const std::string& from) {
-    return optional_notification(waitable()->try_wait_for_tag(tag, from));
+    return optional_notification(waitable()->try_wait_for_tag(tag, from, memwire::TagKinds::Both));
   }
 
  private:

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -46,7 +47,9 @@ class MEMWIRE_API LayerSender {
   // Drops unfinished layers: their transfers are cancelled (decode's waits for them fail).
   ~LayerSender() = default;
 
-  // Begins writing `blocks` (remote <- local pairs) of `layer`; returns at once.
+  // Begins writing `blocks` (remote <- local pairs) of `layer`; returns at once. Throws
+  // Error{Cancelled} with the reason once the stream ended: cancel() here, or the receiver's
+  // abort (its grant closed), learnt from the first layer it refused (cancelled()).
   void send(std::uint32_t layer, const std::vector<BlockPair>& blocks);
   // The same, moving only `slice` of each pair's blocks (a prefill rank's share of decode's
   // blocks when the two run different tensor parallelism; see BlockSlice).
@@ -55,6 +58,11 @@ class MEMWIRE_API LayerSender {
   // Error{Timeout}, or Error{Cancelled} after cancel().
   void finish(std::chrono::milliseconds timeout);
   std::size_t layers_sent() const;
+  // True once the stream ended: cancel() was called, or a layer's transfer failed with
+  // Cancelled (decode's LayerReceiver::cancel closed the grant, or the owner closed it or the
+  // pool), as soon as that failure arrives. For an engine to poll between layers: stop
+  // computing a request nobody waits for.
+  bool cancelled() const;
   // Ends the stream: the layers in flight are cancelled, and decode's waits for them (and, on
   // tcp and shm, for every layer of the stream) end with Error{Cancelled} carrying `reason`,
   // as does a finish() in flight on another thread; later send()s and finish()es throw it.
@@ -62,11 +70,13 @@ class MEMWIRE_API LayerSender {
   void cancel(std::string_view reason = {});
 
  private:
+  struct Abort;  // the receiver's side ending the stream, as a layer's failure says
   void refuse_if_cancelled() const;
   void add(BlockTransfer transfer);
   BlockTransfer* layer(std::size_t index);  // null past the last
   mutable std::mutex mutex_;
-  std::string cancelled_;  // the reason, once cancelled
+  std::string cancelled_;         // the reason, once cancelled
+  std::shared_ptr<Abort> abort_;  // shared with the layers' callbacks
   Connector& connector_;
   const Pool& local_;
   const PoolMetadata remote_;
@@ -74,13 +84,18 @@ class MEMWIRE_API LayerSender {
   std::deque<BlockTransfer> transfers_;  // a deque: a waiter's element stays put on a send()
 };
 
+// A layer arrives with a tagged write (`kinds`: reads too, or instead, when asked for).
 class MEMWIRE_API LayerReceiver {
  public:
-  // `from`: the sending connector's name, when known: only its loss ends a wait.
-  LayerReceiver(Pool& pool, std::string stream, std::string from = {});
-  // The request's blocks granted to the sender (Pool::grant): hand grant_metadata() to it;
-  // only grant.peer()'s tags count, and cancel() (or dropping the receiver) closes the grant.
-  LayerReceiver(Pool& pool, BlockGrant grant, std::string stream);
+  // `from`: the sending connector's name, when known: only its tags and its loss count. Under
+  // the pool's shared token that name is a label any holder may claim: prefer a grant.
+  LayerReceiver(Pool& pool, std::string stream, std::string from = {},
+                TagKinds kinds = TagKinds::Writes);
+  // The request's blocks granted to the sender (Pool::grant): hand grant_metadata() to it; only
+  // transfers under the grant's token count (whatever name their peer gives itself), and
+  // cancel() (or dropping the receiver) closes the grant.
+  LayerReceiver(Pool& pool, BlockGrant grant, std::string stream,
+                TagKinds kinds = TagKinds::Writes);
   // Returns once `layer` is in the pool. Throws Error{Timeout}, Error{PeerLost} (the sender
   // was lost, or its transfer of that layer failed), Error{Cancelled} (the sender cancelled the
   // stream, cancel() was called, or the pool was closed).
@@ -96,6 +111,8 @@ class MEMWIRE_API LayerReceiver {
   Pool& pool_;
   const std::string stream_;
   const std::string from_;
+  const std::string token_;  // the grant's: the only one whose transfers count
+  const TagKinds kinds_;
   std::unique_ptr<BlockGrant> grant_;
 };
 

@@ -151,8 +151,9 @@ struct MEMWIRE_API PoolOptions {
 };
 
 // The tag of a transfer this pool's owner admitted, delivered once, after the transfer's bytes
-// were in this pool's memory (or, for a read, after the peer had them all). A notice that
-// belongs to no admitted transfer is refused as a fault of the peer (Pool::peer_faults()).
+// were in this pool's memory (a write), or after the peer had them all (a read: nothing landed
+// here). A notice that belongs to no admitted transfer is refused as a fault of the peer
+// (Pool::peer_faults()).
 struct MEMWIRE_API Notification {
   // Who sent it. With `authenticated`, the name of the grant (Pool::metadata_for) whose token
   // the transfer was admitted with: the owner's own word. Without it, the transfer used the
@@ -166,8 +167,18 @@ struct MEMWIRE_API Notification {
   bool authenticated = false;
   // The request whose grant (Pool::grant) admitted the transfer; empty under other tokens.
   std::string request;
+  // What the transfer did here: only a Write proves that bytes landed in this pool.
+  OperationKind kind = OperationKind::Write;
+  // The token it was admitted with, as the metadata its peer used carries it: metadata()'s
+  // (shared: any holder), metadata_for(peer)'s, or a BlockGrant's metadata().token(). The
+  // owner's own word of who may have sent it, unlike `peer` under the shared token.
+  std::string token;
   friend bool operator==(const Notification&, const Notification&) = default;
 };
+
+// The transfers whose notifications a wait for a tag takes: writes unless asked otherwise (a
+// read's tag says the peer had the bytes, never that any landed in the pool).
+enum class TagKinds : std::uint8_t { Writes = 1, Reads = 2, Both = 3 };
 
 // A registered pool: a held thing, ended by close(reason) or by dropping it. Move-only.
 class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API Pool {
@@ -198,8 +209,13 @@ class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API
                    const std::vector<std::uint64_t>& blocks, Access access,
                    std::chrono::milliseconds lease);
   // Frames that peers sent against the protocol (a tag with no admitted transfer, a second tag
-  // for one, a name not its own): each was refused and its connection closed.
+  // for one, a PoolEnd presenting another token, a malformed request): each was refused and,
+  // on tcp and shm, its connection closed.
   std::uint64_t peer_faults() const;
+  // Well-formed requests refused for what they asked (AccessDenied: blocks outside a grant's, an
+  // access the pool or the grant does not allow, a wrong token), before any byte moved. Not
+  // faults: the connection stays. A grant's peer checks its own requests first (RequestScope).
+  std::uint64_t refusals() const;
   std::uint64_t block_count() const;
   // Where block `index` lives here.
   void* block(std::uint64_t index) const;
@@ -208,15 +224,18 @@ class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API
   // admitted tagged transfer failed or its peer was lost in the middle of it (once per
   // transfer, naming its tag), Error{Cancelled} once the pool is closed.
   Notification next_notification(std::chrono::milliseconds timeout);
-  // Waits for a notification with this tag (others stay queued), from `from` when not empty.
-  // Throws like next_notification when that tag's transfer failed. Tags left queued count
-  // against their peer's share (max_queued_per_peer): they never block another peer's.
+  // Waits for a notification with this tag (others stay queued), from `from` when not empty,
+  // of a transfer of `kinds` (writes alone by default). Throws like next_notification when such
+  // a transfer with that tag failed; another's failure (a read's, for a wait for writes) ends
+  // no wait. Tags left queued count against their peer's share (max_queued_per_peer): they
+  // never block another peer's.
   Notification wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
-                            std::string_view from = {});
+                            std::string_view from = {}, TagKinds kinds = TagKinds::Writes);
   // For event loops: the same two without waiting, empty when nothing fits yet; they throw as
   // the waits do (PeerLost for a failed transfer, Cancelled once closed).
   std::optional<Notification> try_next_notification();
-  std::optional<Notification> try_wait_for_tag(std::string_view tag, std::string_view from = {});
+  std::optional<Notification> try_wait_for_tag(std::string_view tag, std::string_view from = {},
+                                               TagKinds kinds = TagKinds::Writes);
   // An eventfd that is readable whenever notifications arrived (or the pool closed) since it
   // was last read: watch it (epoll, asyncio's add_reader), read its 8 bytes, then try_... until
   // they come back empty. Owned by the pool; valid until the pool is closed or dropped.
@@ -253,6 +272,7 @@ class [[nodiscard("dropping it cancels the transfer")]] MEMWIRE_API BlockTransfe
     : public Operation {
  private:
   friend class Connector;
+  friend class LayerSender;  // hears why a layer failed, on the I/O thread
   using Operation::Operation;
 };
 

@@ -317,6 +317,8 @@ class Connector::Impl {
     plan.tag = std::move(tag);
     plan.generation = remote.generation();
     detail::plan_grant_windows(plan, remote);  // verbs keys under a request grant
+    // Checked here first, as RequestScope says: the owner (or the NIC) refuses it anyway.
+    auto refused = detail::outside_scope(plan, remote, kind);
     const auto bytes = plan.bytes;
     // Each run is a local descriptor, paired with its place in a remote region: what verbs
     // moves (the stream transports take the plan itself).
@@ -346,6 +348,11 @@ class Connector::Impl {
     pool->track(transfer);
     transfer->observe(
         observation(detail::Side::Active, bytes, remote.key(), remote.endpoint().connector));
+    if (refused) {
+      transfer->set_transport("");  // counted under transport "none": nothing was sent
+      transfer->fail(*refused);
+      return transfer;
+    }
     start_on_best_transport(transfer, remote.endpoint(), remote.key());
     return transfer;
   }

@@ -1,9 +1,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/active_transfer.hpp"
+#include "memwire/error.hpp"
 #include "memwire/pool.hpp"
 
 namespace memwire::detail {
@@ -42,6 +45,26 @@ inline std::int64_t window_holding(const std::vector<GrantWindow>& windows, std:
       return static_cast<std::int64_t>(i);
   }
   return -1;
+}
+
+// Why a transfer of `kind` planned as `plan` may not move under `remote`'s request grant (its
+// access, its runs: RequestScope), for the peer to refuse it before sending; nothing when it
+// may, or when `remote` holds no grant. Needs plan_grant_windows() first.
+inline std::optional<Error> outside_scope(const BlockPlan& plan, const PoolMetadata& remote,
+                                          OperationKind kind) {
+  const auto* scope = remote.scope();
+  if (scope == nullptr) return std::nullopt;
+  const auto wanted = kind == OperationKind::Read ? Access::Read : Access::Write;
+  if ((static_cast<unsigned>(scope->access) & static_cast<unsigned>(wanted)) == 0)
+    return Error(ErrorCode::AccessDenied, "the grant for request " + scope->request +
+                                              " allows no remote " + std::string(to_string(kind)) +
+                                              " (refused before any byte moved)");
+  for (const auto window : plan.segment_windows)
+    if (window == BlockPlan::kNoWindow)
+      return Error(ErrorCode::AccessDenied, "blocks outside those granted for request " +
+                                                scope->request +
+                                                " (refused before any byte moved)");
+  return std::nullopt;
 }
 
 // Fills plan's grant windows when `remote` is a request grant's metadata.

@@ -41,6 +41,7 @@ PoolMetadata Pool::metadata_for(std::string_view peer) {
 bool Pool::revoke(std::string_view peer) { return registration().pool()->revoke(peer); }
 
 std::uint64_t Pool::peer_faults() const { return registration().pool()->faults(); }
+std::uint64_t Pool::refusals() const { return registration().pool()->refusals(); }
 std::uint64_t Pool::block_count() const { return registration().pool()->block_count(); }
 
 void* Pool::block(std::uint64_t index) const {
@@ -61,14 +62,15 @@ Notification Pool::next_notification(std::chrono::milliseconds timeout) {
 }
 
 Notification Pool::wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
-                                std::string_view from) {
-  return waitable().wait_for_tag(tag, timeout, from);
+                                std::string_view from, TagKinds kinds) {
+  return waitable().wait_for_tag(tag, timeout, {from, {}, kinds});
 }
 
 std::optional<Notification> Pool::try_next_notification() { return waitable().try_next(); }
 
-std::optional<Notification> Pool::try_wait_for_tag(std::string_view tag, std::string_view from) {
-  return waitable().try_wait_for_tag(tag, from);
+std::optional<Notification> Pool::try_wait_for_tag(std::string_view tag, std::string_view from,
+                                                   TagKinds kinds) {
+  return waitable().try_wait_for_tag(tag, {from, {}, kinds});
 }
 
 int Pool::notification_fd() { return waitable().readiness_fd(); }

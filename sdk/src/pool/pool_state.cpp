@@ -80,11 +80,12 @@ PoolState::Peer PoolState::identify(const Id128& token, const Id128& shared_toke
       throw Error(ErrorCode::AccessDenied,
                   "peer '" + std::string(hello) +
                       "' holds a grant of its own: it must use the metadata made for it");
-    return {std::string(hello), false, {}};
+    return {std::string(hello), false, {}, to_hex(token)};
   }
-  if (auto found = grantee_.find(token); found != grantee_.end()) return {found->second, true, {}};
+  if (auto found = grantee_.find(token); found != grantee_.end())
+    return {found->second, true, {}, to_hex(token)};
   if (auto found = requests_.find(token); found != requests_.end())
-    return {found->second->peer(), true, found->second->request()};
+    return {found->second->peer(), true, found->second->request(), to_hex(token)};
   if (auto found = released_.find(token); found != released_.end())
     throw Error(ErrorCode::Cancelled, found->second);
   throw Error(ErrorCode::AccessDenied, "wrong access token");
@@ -110,6 +111,45 @@ void PoolState::authorize(const Id128& token, const Id128& shared_token, Operati
   if (!allowed)
     throw Error(ErrorCode::AccessDenied, "pool allows no remote " + std::string(to_string(kind)));
   if (auto grant = request_grant(token)) grant->check(kind);
+}
+
+PoolState::Admission PoolState::admit(
+    const Id128& token, const Id128& shared_token, OperationKind kind,
+    const std::function<void(const RequestGrant&)>& check_pieces) const {
+  const bool allowed = kind == OperationKind::Read ? options_.remote_read : options_.remote_write;
+  const auto refuse_kind = [&] {
+    if (!allowed)
+      throw Error(ErrorCode::AccessDenied, "pool allows no remote " + std::string(to_string(kind)));
+  };
+  if (equal_in_constant_time(token, shared_token)) {
+    refuse_kind();
+    return {};
+  }
+  Admission admission;
+  {
+    // Found and pinned under the lock release() forgets the token under: a release either
+    // came first (the token is gone) or waits for this pin. Only the gate's lock is taken
+    // inside; the grant's own is not (RequestGrant::finish holds it while it delivers).
+    std::lock_guard lock(mutex_);
+    auto request = requests_.find(token);
+    if (request == requests_.end()) {
+      if (grantee_.contains(token)) {
+        refuse_kind();
+        return {};
+      }
+      if (auto found = released_.find(token); found != released_.end())
+        throw Error(ErrorCode::Cancelled, found->second);
+      throw Error(ErrorCode::AccessDenied, "wrong access token");
+    }
+    admission.grant = request->second;
+    admission.pin = admission.grant->pin();
+  }
+  const auto& grant = *admission.grant;
+  if (!admission.pin) throw grant.released_error();  // released, its token not yet forgotten
+  refuse_kind();
+  grant.check(kind);  // released since, lease, access: the pin goes with the refusal
+  check_pieces(grant);
+  return admission;
 }
 
 std::shared_ptr<RequestGrant> PoolState::grant_request(std::string peer, RequestScope scope,
@@ -154,7 +194,8 @@ bool PoolState::release(const std::shared_ptr<RequestGrant>& grant, std::string_
   auto open = grant->release(reason);
   if (!open) return false;
   const auto error = grant->released_error();
-  for (auto& tag : *open) fail({grant->peer(), true, grant->request()}, std::move(tag), error);
+  const Peer peer{grant->peer(), true, grant->request(), to_hex(grant->token())};
+  for (auto& [tag, kind] : *open) fail(peer, std::move(tag), error, kind);
   return true;
 }
 
@@ -249,7 +290,7 @@ void PoolState::forget(const Notification& notification) {
   if (count != queued_by_peer_.end() && --count->second == 0) queued_by_peer_.erase(count);
 }
 
-void PoolState::deliver(const Peer& peer, std::string tag) {
+void PoolState::deliver(const Peer& peer, std::string tag, OperationKind kind) {
   std::unique_lock lock(mutex_);
   check_open();
   if (!callback_) {
@@ -265,10 +306,10 @@ void PoolState::deliver(const Peer& peer, std::string tag) {
                       " notifications of this peer queued and takes no more of it "
                       "(max_queued_per_peer)");
   }
-  post({peer.name, std::move(tag), "", peer.authenticated, peer.request}, lock);
+  post({peer.name, std::move(tag), "", peer.authenticated, peer.request, kind, peer.token}, lock);
 }
 
-void PoolState::fail(const Peer& peer, std::string tag, const Error& error) {
+void PoolState::fail(const Peer& peer, std::string tag, const Error& error, OperationKind kind) {
   if (tag.empty()) return;  // an untagged transfer: no wait is for it
   std::unique_lock lock(mutex_);
   if (closed_) return;
@@ -282,8 +323,9 @@ void PoolState::fail(const Peer& peer, std::string tag, const Error& error) {
   }
   if (!callback_) ++failures_queued_;
   try {
-    post({peer.name, std::move(tag), error.what(), peer.authenticated, peer.request}, lock,
-         error.code() == ErrorCode::Cancelled ? ErrorCode::Cancelled : ErrorCode::PeerLost);
+    post({peer.name, std::move(tag), error.what(), peer.authenticated, peer.request, kind,
+          peer.token},
+         lock, error.code() == ErrorCode::Cancelled ? ErrorCode::Cancelled : ErrorCode::PeerLost);
   } catch (...) {
     // A callback that refuses a failure has nobody to tell: failures come from connections
     // closing, with no sender waiting for an answer.
@@ -323,11 +365,21 @@ std::optional<Notification> PoolState::take_next() {
   return std::move(first.notification);
 }
 
-std::optional<Notification> PoolState::take_tag(std::string_view tag, std::string_view from,
+namespace {
+bool passes(const Notification& notification, const PoolState::TagFilter& filter) {
+  const auto kind = notification.kind == OperationKind::Read ? TagKinds::Reads : TagKinds::Writes;
+  return (static_cast<unsigned>(filter.kinds) & static_cast<unsigned>(kind)) != 0 &&
+         (filter.from.empty() || notification.peer == filter.from) &&
+         (filter.token.empty() || notification.token == filter.token);
+}
+}  // namespace
+
+std::optional<Notification> PoolState::take_tag(std::string_view tag, const TagFilter& filter,
                                                 std::string_view cancelled_prefix) {
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     const auto& queued = it->notification;
-    if (!from.empty() && queued.peer != from) continue;
+    // What the wait did not ask for, tag or failure, is another wait's.
+    if (!passes(queued, filter)) continue;
     if (queued.tag != tag) {
       // The stream was cancelled: every wait of it ends, the failure stays for the others.
       if (!cancelled_prefix.empty() && it->code == ErrorCode::Cancelled && !queued.error.empty() &&
@@ -352,8 +404,8 @@ Notification PoolState::next(std::chrono::milliseconds timeout) {
 }
 
 Notification PoolState::wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
-                                     std::string_view from, std::string_view cancelled_prefix) {
-  return wait(timeout, [&] { return take_tag(tag, from, cancelled_prefix); });
+                                     const TagFilter& filter, std::string_view cancelled_prefix) {
+  return wait(timeout, [&] { return take_tag(tag, filter, cancelled_prefix); });
 }
 
 void PoolState::refuse_if_closed() const {
@@ -368,10 +420,10 @@ std::optional<Notification> PoolState::try_next() {
 }
 
 std::optional<Notification> PoolState::try_wait_for_tag(std::string_view tag,
-                                                        std::string_view from) {
+                                                        const TagFilter& filter) {
   std::lock_guard lock(mutex_);
   check_open();
-  return take_tag(tag, from, {});
+  return take_tag(tag, filter, {});
 }
 
 int PoolState::readiness_fd() {

@@ -55,7 +55,15 @@ class PoolState {
     std::string name;
     bool authenticated = false;
     std::string request;  // under a request grant's token
+    std::string token;    // the one it presented, in hex (Notification::token)
     friend bool operator==(const Peer&, const Peer&) = default;
+  };
+  // Which notifications a wait takes: from `from` and under `token` when not empty, of `kinds`.
+  // A failure ends a wait only when its transfer passes the same filter.
+  struct TagFilter {
+    std::string_view from;
+    std::string_view token;
+    TagKinds kinds = TagKinds::Writes;
   };
   Peer identify(const Id128& token, const Id128& shared_token, std::string_view hello) const;
   // Whether `token` is the shared one, a peer grant's or a live request grant's.
@@ -66,6 +74,20 @@ class PoolState {
   // check_token, then what the token allows: the pool's options, and a request grant's access
   // and lease.
   void authorize(const Id128& token, const Id128& shared_token, OperationKind kind) const;
+
+  // What admitting one pool request gives: under a request grant's token, the grant and the pin
+  // that holds its release until the request's bytes are in (or out); empty otherwise.
+  struct Admission {
+    std::shared_ptr<RequestGrant> grant;
+    std::optional<AccessGate::Pin> pin;
+  };
+  // authorize() and, under a request grant's token, the grant's pin and the check of the
+  // request's pieces (`check_pieces`, given that grant): the grant is found and pinned in one
+  // step under the pool's lock, so a release (which forgets the token under that lock, then
+  // waits for the grant's pins) either comes first and this refuses the request, or waits for
+  // its bytes; the checks follow on that same grant, before any byte moves.
+  Admission admit(const Id128& token, const Id128& shared_token, OperationKind kind,
+                  const std::function<void(const RequestGrant&)>& check_pieces) const;
 
   // Request grants (Pool::grant): a token of their own, checked against their blocks.
   std::shared_ptr<RequestGrant> grant_request(std::string peer, RequestScope scope,
@@ -98,27 +120,31 @@ class PoolState {
   // A peer's tag, after its admitted transfer's bytes landed. Throws Error{Transport} when the
   // queue, or the peer's share of it, is full, and Error{Cancelled} once closed: the sender's
   // transfer fails with it.
-  void deliver(const Peer& peer, std::string tag);
+  void deliver(const Peer& peer, std::string tag, OperationKind kind);
   // A peer's admitted tagged transfer failed or its connection was lost in the middle of it:
-  // waits for that tag end with `error` (a wait naming another peer in `from` does not).
-  // A failure with code Cancelled is raised as such (the peer cancelled, or the owner released
-  // the grant); any other as PeerLost.
-  void fail(const Peer& peer, std::string tag, const Error& error);
+  // waits for that tag end with `error`, those whose filter the transfer passes (`kind`, the
+  // peer's token and name). A failure with code Cancelled is raised as such (the peer
+  // cancelled, or the owner released the grant); any other as PeerLost.
+  void fail(const Peer& peer, std::string tag, const Error& error, OperationKind kind);
   // A frame the protocol forbids (a tag with no admitted transfer, a second one, ...).
   void count_fault() noexcept { ++faults_; }
   std::uint64_t faults() const noexcept { return faults_; }
+  // A well-formed request refused for what it asked (AccessDenied): blocks outside a grant's
+  // or the pool's, an access the pool or the grant does not allow, a wrong token.
+  void count_refusal() noexcept { ++refusals_; }
+  std::uint64_t refusals() const noexcept { return refusals_; }
 
   Notification next(std::chrono::milliseconds timeout);
   // `cancelled_prefix` (not empty): a cancellation of any tag that starts with it (a layer
   // stream's) ends the wait too, with that failure, left queued for the stream's other waits.
   Notification wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
-                            std::string_view from, std::string_view cancelled_prefix = {});
+                            const TagFilter& filter, std::string_view cancelled_prefix = {});
   // The same without waiting: nothing when none is queued yet (an event loop calls these once
   // readiness_fd() was readable).
   std::optional<Notification> try_next();
   // Throws Error{Cancelled}, with close()'s reason, once closed.
   void refuse_if_closed() const;
-  std::optional<Notification> try_wait_for_tag(std::string_view tag, std::string_view from);
+  std::optional<Notification> try_wait_for_tag(std::string_view tag, const TagFilter& filter);
   // Readable whenever the queue changed or the pool closed since the caller last read it.
   int readiness_fd();
   void on_notification(std::function<void(const Notification&)> callback);
@@ -141,7 +167,7 @@ class PoolState {
   // mutex_ held: the first queued notification (with this tag and from this peer), taken out of
   // the queue; throws PeerLost when it is a failure.
   std::optional<Notification> take_next();
-  std::optional<Notification> take_tag(std::string_view tag, std::string_view from,
+  std::optional<Notification> take_tag(std::string_view tag, const TagFilter& filter,
                                        std::string_view cancelled_prefix);
   // After the queue changed or the pool closed, `lock` held: wakes both kinds of waiter and
   // releases it.
@@ -184,6 +210,7 @@ class PoolState {
   std::deque<Id128> released_order_;
   std::vector<std::uint64_t> first_block_;  // of each region
   std::atomic<std::uint64_t> faults_{0};
+  std::atomic<std::uint64_t> refusals_{0};
   std::function<void(const Notification&)> callback_;
   std::optional<ReadinessSignal> readiness_;  // made at the first readiness_fd()
   bool closed_ = false;

@@ -26,7 +26,7 @@ void RequestGrant::check_blocks(std::uint64_t first, std::uint64_t count) const 
                                              " are not granted for request " + scope_.request);
 }
 
-void RequestGrant::opened(const std::string& tag) {
+void RequestGrant::opened(const OpenTag& tag) {
   std::lock_guard lock(mutex_);
   if (released_) throw released_error();
   if (open_tags_.size() >= kMostOpenTags && !open_tags_.contains(tag))
@@ -36,7 +36,7 @@ void RequestGrant::opened(const std::string& tag) {
   ++open_tags_[tag];
 }
 
-std::optional<Error> RequestGrant::finish(const std::string& tag,
+std::optional<Error> RequestGrant::finish(const OpenTag& tag,
                                           const std::function<void()>& deliver) {
   std::lock_guard lock(mutex_);
   if (released_) return released_error();
@@ -46,7 +46,7 @@ std::optional<Error> RequestGrant::finish(const std::string& tag,
   return std::nullopt;
 }
 
-bool RequestGrant::closed(const std::string& tag) {
+bool RequestGrant::closed(const OpenTag& tag) {
   std::lock_guard lock(mutex_);
   if (released_) return false;
   if (auto found = open_tags_.find(tag); found != open_tags_.end() && --found->second == 0)
@@ -54,8 +54,8 @@ bool RequestGrant::closed(const std::string& tag) {
   return true;
 }
 
-std::optional<std::vector<std::string>> RequestGrant::release(std::string_view reason) {
-  std::vector<std::string> open;
+std::optional<std::vector<RequestGrant::OpenTag>> RequestGrant::release(std::string_view reason) {
+  std::vector<OpenTag> open;
   std::vector<std::function<void()>> hooks;
   {
     std::lock_guard lock(mutex_);

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/access_gate.hpp"
@@ -53,19 +54,21 @@ class RequestGrant {
   std::optional<AccessGate::Pin> pin() { return gate_.pin(); }
   AccessGate& gate() noexcept { return gate_; }
 
-  // A tagged transfer admitted under it (its first request).
-  void opened(const std::string& tag);
+  // A tagged transfer admitted under it (its first request); its kind says which waits its
+  // end may end.
+  using OpenTag = std::pair<std::string, OperationKind>;
+  void opened(const OpenTag& tag);
   // Its tag's last step: `deliver` runs under the grant's lock unless it was released (then
   // the error to answer with). `deliver` may throw: the transfer is closed either way.
-  std::optional<Error> finish(const std::string& tag, const std::function<void()>& deliver);
+  std::optional<Error> finish(const OpenTag& tag, const std::function<void()>& deliver);
   // It failed otherwise: true when it was still open (its waits are the caller's to end);
   // false when release() took it (and ended them).
-  bool closed(const std::string& tag);
+  bool closed(const OpenTag& tag);
 
   // Ends it; returns the tags of the transfers open under it (their waits are the caller's to
   // end), or nothing when it had ended already. Closes the gate (waits for requests landing,
   // up to the grace, then breaks their connections) and runs the hooks.
-  std::optional<std::vector<std::string>> release(std::string_view reason);
+  std::optional<std::vector<OpenTag>> release(std::string_view reason);
   bool released() const;
   // The error a released grant's peer hears.
   Error released_error() const;
@@ -82,7 +85,7 @@ class RequestGrant {
   mutable std::mutex mutex_;
   bool released_ = false;
   std::string reason_;
-  std::map<std::string, std::size_t> open_tags_;  // tag -> transfers open with it
+  std::map<OpenTag, std::size_t> open_tags_;  // (tag, kind) -> transfers open with it
   std::vector<std::function<void()>> hooks_;
 };
 

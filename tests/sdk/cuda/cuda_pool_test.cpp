@@ -258,7 +258,7 @@ TEST_P(CudaPool, GpuBlocksMoveByIndexBothWaysWithTagsAfterTheirBytes) {
   const auto read_pairs = random_pairs(2, 128);
   auto read = peer.read_blocks(pool.metadata(), read_pairs, local, "read-0");
   ASSERT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
-  EXPECT_EQ(pool.wait_for_tag("read-0", 10s).tag, "read-0");
+  EXPECT_EQ(pool.wait_for_tag("read-0", 10s, {}, TagKinds::Reads).tag, "read-0");
   EXPECT_EQ(pairs_differ(read_pairs, owned.download(), mine.download()), "");
   // One large run (every block, in order) each way.
   std::vector<BlockPair> all;

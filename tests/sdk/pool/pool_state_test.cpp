@@ -16,6 +16,13 @@ using memwire::test_support::error_code_of;
 
 namespace {
 
+constexpr auto kWrite = OperationKind::Write;
+
+PoolState::TagFilter filter(std::string_view from, std::string_view token = {},
+                            TagKinds kinds = TagKinds::Writes) {
+  return {from, token, kinds};
+}
+
 std::byte* at(std::uintptr_t address) { return reinterpret_cast<std::byte*>(address); }
 
 PoolState pool_of(std::vector<BlockRegion> regions, PoolOptions options = {}) {
@@ -79,8 +86,10 @@ TEST(PoolPeers, ATokenSaysWhoThePeerIs) {
   const Id128 shared = random_id();
   const auto granted = pool.grant("prefill-A");
   EXPECT_EQ(pool.grant("prefill-A"), granted);
-  EXPECT_EQ(pool.identify(granted, shared, "whatever"), (PoolState::Peer{"prefill-A", true, {}}));
-  EXPECT_EQ(pool.identify(shared, shared, "prefill-B"), (PoolState::Peer{"prefill-B", false, {}}));
+  EXPECT_EQ(pool.identify(granted, shared, "whatever"),
+            (PoolState::Peer{"prefill-A", true, {}, to_hex(granted)}));
+  EXPECT_EQ(pool.identify(shared, shared, "prefill-B"),
+            (PoolState::Peer{"prefill-B", false, {}, to_hex(shared)}));
   EXPECT_EQ(error_code_of([&] { (void)pool.identify(shared, shared, "prefill-A"); }),
             ErrorCode::AccessDenied)
       << "a granted name is not for anyone holding the shared token";
@@ -96,20 +105,21 @@ TEST(PoolQueue, EachPeerHasItsShareAndFailuresStayOutOfIt) {
   options.max_queued_per_peer = 2;
   options.max_queued_notifications = 3;
   auto pool = pool_of({{at(0x10000), 4096, 0, 4, {}}}, options);
-  const PoolState::Peer a{"a", true, {}}, b{"b", true, {}}, c{"c", true, {}};
-  pool.deliver(a, "a0");
-  pool.deliver(a, "a1");
-  EXPECT_EQ(error_code_of([&] { pool.deliver(a, "a2"); }), ErrorCode::Transport);
-  pool.fail(a, "a3", Error(ErrorCode::Cancelled, "gave up"));  // queued apart
-  pool.deliver(b, "b0");
-  EXPECT_EQ(error_code_of([&] { pool.deliver(c, "c0"); }), ErrorCode::Transport)
+  const PoolState::Peer a{"a", true, {}, {}}, b{"b", true, {}, {}}, c{"c", true, {}, {}};
+  pool.deliver(a, "a0", kWrite);
+  pool.deliver(a, "a1", kWrite);
+  EXPECT_EQ(error_code_of([&] { pool.deliver(a, "a2", kWrite); }), ErrorCode::Transport);
+  pool.fail(a, "a3", Error(ErrorCode::Cancelled, "gave up"), kWrite);  // queued apart
+  pool.deliver(b, "b0", kWrite);
+  EXPECT_EQ(error_code_of([&] { pool.deliver(c, "c0", kWrite); }), ErrorCode::Transport)
       << "the pool's own bound still holds";
-  EXPECT_EQ(
-      error_code_of([&] { (void)pool.wait_for_tag("a3", std::chrono::milliseconds(0), "a"); }),
-      ErrorCode::Cancelled);
-  EXPECT_EQ(pool.wait_for_tag("a1", std::chrono::milliseconds(0), "a").tag, "a1");
-  pool.deliver(a, "a4");
-  pool.fail(a, "", Error(ErrorCode::PeerLost, "untagged"));  // no wait is for it: not queued
+  EXPECT_EQ(error_code_of(
+                [&] { (void)pool.wait_for_tag("a3", std::chrono::milliseconds(0), filter("a")); }),
+            ErrorCode::Cancelled);
+  EXPECT_EQ(pool.wait_for_tag("a1", std::chrono::milliseconds(0), filter("a")).tag, "a1");
+  pool.deliver(a, "a4", kWrite);
+  pool.fail(a, "", Error(ErrorCode::PeerLost, "untagged"),
+            kWrite);  // no wait is for it: not queued
   EXPECT_EQ(pool.queued(), 3u);
 }
 
@@ -123,26 +133,58 @@ bool readable(int fd) {
 
 TEST(PoolQueue, AnEventLoopIsWokenByItsFdAndTakesWithoutWaiting) {
   auto pool = pool_of({{at(0x10000), 4096, 0, 4, {}}});
-  const PoolState::Peer a{"a", true, {}}, b{"b", false, {}};
-  pool.deliver(a, "early");
+  const PoolState::Peer a{"a", true, {}, {}}, b{"b", false, {}, {}};
+  pool.deliver(a, "early", kWrite);
   const int fd = pool.readiness_fd();
   EXPECT_TRUE(readable(fd)) << "what was queued before the fd existed counts as news";
   EXPECT_FALSE(readable(fd));
-  EXPECT_FALSE(pool.try_wait_for_tag("late", "").has_value());
-  pool.deliver(b, "late");
+  EXPECT_FALSE(pool.try_wait_for_tag("late", filter({})).has_value());
+  pool.deliver(b, "late", kWrite);
   EXPECT_TRUE(readable(fd));
-  EXPECT_FALSE(pool.try_wait_for_tag("late", "a").has_value()) << "from another peer";
-  const auto late = pool.try_wait_for_tag("late", "b");
+  EXPECT_FALSE(pool.try_wait_for_tag("late", filter("a")).has_value()) << "from another peer";
+  const auto late = pool.try_wait_for_tag("late", filter("b"));
   ASSERT_TRUE(late.has_value());
-  EXPECT_EQ(*late, (Notification{"b", "late", "", false, {}}));
+  EXPECT_EQ(*late, (Notification{"b", "late", "", false, {}, OperationKind::Write, {}}));
   EXPECT_EQ(pool.try_next()->tag, "early");
   EXPECT_FALSE(pool.try_next().has_value());
-  pool.fail(a, "broken", Error(ErrorCode::Transport, "connection lost"));
+  pool.fail(a, "broken", Error(ErrorCode::Transport, "connection lost"), kWrite);
   EXPECT_TRUE(readable(fd));
   EXPECT_EQ(error_code_of([&] { (void)pool.try_next(); }), ErrorCode::PeerLost);
   pool.close(std::chrono::milliseconds(0));
   EXPECT_TRUE(readable(fd)) << "a close wakes the loop, whose next try ends its waits";
   EXPECT_EQ(error_code_of([&] { (void)pool.try_next(); }), ErrorCode::Cancelled);
+}
+
+TEST(PoolQueue, AWaitTakesTheKindsAndTokenItAskedForAndOnlyTheirFailuresEndIt) {
+  auto pool = pool_of({{at(0x10000), 4096, 0, 4, {}}});
+  // Two peers calling themselves alike, under two tokens.
+  const PoolState::Peer shared{"prefill-A", false, {}, "aa"}, granted{"prefill-A", true, "r", "bb"};
+  pool.deliver(shared, "r/0", OperationKind::Read);
+  EXPECT_FALSE(pool.try_wait_for_tag("r/0", filter({})).has_value())
+      << "a read's tag passed for a write";
+  EXPECT_EQ(pool.try_wait_for_tag("r/0", filter({}, {}, TagKinds::Reads))->kind,
+            OperationKind::Read);
+  pool.deliver(shared, "r/1", kWrite);
+  EXPECT_FALSE(pool.try_wait_for_tag("r/1", filter({}, "bb")).has_value()) << "another token's";
+  EXPECT_TRUE(pool.try_wait_for_tag("r/1", filter("prefill-A")).has_value()) << "by name: a label";
+  // Failures: a read's ends no wait for a write; another token's ends no wait of this one, even
+  // under the stream's prefix.
+  pool.fail(granted, "r/2", Error(ErrorCode::Cancelled, "read gave up"), OperationKind::Read);
+  pool.fail(shared, "r/9", Error(ErrorCode::Cancelled, "not yours"), kWrite);
+  EXPECT_EQ(error_code_of([&] {
+              (void)pool.wait_for_tag("r/2", std::chrono::milliseconds(0), filter({}, "bb"), "r/");
+            }),
+            ErrorCode::Timeout);
+  EXPECT_EQ(error_code_of([&] {
+              (void)pool.wait_for_tag("r/2", std::chrono::milliseconds(0),
+                                      filter({}, "bb", TagKinds::Reads));
+            }),
+            ErrorCode::Cancelled);
+  EXPECT_EQ(error_code_of([&] {
+              (void)pool.wait_for_tag("r/3", std::chrono::milliseconds(0), filter({}, "aa"), "r/");
+            }),
+            ErrorCode::Cancelled)
+      << "its own token's cancelled stream ends it";
 }
 
 }  // namespace

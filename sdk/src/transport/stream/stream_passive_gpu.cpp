@@ -35,7 +35,8 @@ void StreamPassiveSide::serve_gpu_pieces(StreamConnection& connection, const Fra
                                          const std::shared_ptr<Registration>& registration,
                                          std::span<const FramePiece> pieces,
                                          std::span<const FrameIpcAllocation> table,
-                                         std::vector<iovec> memory, std::uint64_t& unread) {
+                                         std::vector<iovec> memory, std::uint64_t& unread,
+                                         std::optional<AccessGate::Pin> grant_pin) {
   const bool writing = is_write_request(header.type);
   const bool cross = (header.flags & frame_flags::kCrossMemory) != 0;
   const auto gpu = registration->pool() ? registration->pool()->gpu() : nullptr;
@@ -78,7 +79,10 @@ void StreamPassiveSide::serve_gpu_pieces(StreamConnection& connection, const Fra
     copy_runs(driver, ordinal, runs, CopyDirection::DeviceToDevice);
     // A one-shot writable's device memory is now newer than its stand-ins.
     if (writing && staging != nullptr) staging->note_written_on_device();
-    { auto copied = std::move(pin); }
+    {
+      auto copied = std::move(pin);
+      auto granted = std::move(grant_pin);
+    }
     if (!writing) response.header.flags = frame_flags::kCrossMemory;
     return finish_request(connection, header, registration, std::move(response));
   }
@@ -91,15 +95,22 @@ void StreamPassiveSide::serve_gpu_pieces(StreamConnection& connection, const Fra
     connection.receive_into(
         {{bounce.get(), static_cast<std::size_t>(header.length)}},
         [this, &connection, header, registration, gpu, bounce, memory = std::move(memory),
-         pin = std::move(pin), response = std::move(response)]() mutable {
+         pin = std::move(pin), grant_pin = std::move(grant_pin),
+         response = std::move(response)]() mutable {
           try {
             gpu->scatter(memory, bounce.get());
           } catch (const Error& error) {
-            { auto failed = std::move(pin); }
+            {
+              auto failed = std::move(pin);
+              auto granted = std::move(grant_pin);
+            }
             transfers_.refuse(as_pool(header).transfer);
             return answer(connection, FrameType::WriteResponse, header, &error);
           }
-          { auto landed = std::move(pin); }
+          {
+            auto landed = std::move(pin);
+            auto granted = std::move(grant_pin);
+          }
           finish_request(connection, header, registration, std::move(response));
         });
     return;
@@ -109,16 +120,19 @@ void StreamPassiveSide::serve_gpu_pieces(StreamConnection& connection, const Fra
     gpu->gather(bounce.get(), memory);
     // The connection sends registered bytes under a pin of their gate (the pool's, as for host
     // memory); the answer keeps the pool and the bounce buffer until its last byte is out.
+    // A request grant's pin too: the grant's bytes are copied out already, but its release
+    // still waits for this answer as it does for host memory.
     struct BouncedAnswer {
       std::shared_ptr<Registration> pool;
       std::shared_ptr<std::byte> bounce;
+      std::optional<AccessGate::Pin> grant_pin;
     };
     response.header.length = header.length;
     response.data = bounce.get();
     response.gate = &registration->gate();
     response.pin = std::move(pin);
-    response.keep_alive =
-        std::make_shared<const BouncedAnswer>(BouncedAnswer{registration, bounce});
+    response.keep_alive = std::make_shared<const BouncedAnswer>(
+        BouncedAnswer{registration, bounce, std::move(grant_pin)});
     return finish_request(connection, header, registration, std::move(response));
   }
   // A peer's host memory on this host: the kernel copies between it and the bounce buffer.
@@ -135,7 +149,10 @@ void StreamPassiveSide::serve_gpu_pieces(StreamConnection& connection, const Fra
       throw Error(ErrorCode::Transport, *failure);
     response.header.flags = frame_flags::kCrossMemory;
   }
-  { auto copied = std::move(pin); }
+  {
+    auto copied = std::move(pin);
+    auto granted = std::move(grant_pin);
+  }
   finish_request(connection, header, registration, std::move(response));
 }
 

@@ -4,9 +4,8 @@
 
 namespace memwire::detail {
 
-AccessGate::Pin StreamPassiveSide::pin_grant(const std::shared_ptr<RequestGrant>& grant) {
-  auto pin = grant->pin();
-  if (!pin) throw grant->released_error();
+AccessGate::Pin StreamPassiveSide::pin_grant(const std::shared_ptr<RequestGrant>& grant,
+                                             AccessGate::Pin pin) {
   if (grants_touched_.size() >= 256)
     std::erase_if(grants_touched_, [this](const auto& entry) {
       auto live = entry.second.lock();
@@ -18,7 +17,7 @@ AccessGate::Pin StreamPassiveSide::pin_grant(const std::shared_ptr<RequestGrant>
     grant->gate().add_breaker(reinterpret_cast<std::uintptr_t>(this), [weak = connection_] {
       if (auto connection = weak.lock()) connection->shutdown("blocks released by their owner");
     });
-  return std::move(*pin);
+  return pin;
 }
 
 }  // namespace memwire::detail

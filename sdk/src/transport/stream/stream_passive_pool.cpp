@@ -7,37 +7,35 @@
 
 namespace memwire::detail {
 
-std::shared_ptr<RequestGrant> StreamPassiveSide::admit_pool_request(
-    const StreamConnection& connection, const PoolFrameHeader& header,
-    const std::shared_ptr<Registration>& registration, std::span<const FramePiece> pieces,
-    const std::string& tag) {
+void StreamPassiveSide::admit_pool_request(const StreamConnection& connection,
+                                           const PoolFrameHeader& header,
+                                           const std::shared_ptr<Registration>& registration,
+                                           std::span<const FramePiece> pieces,
+                                           const std::string& tag,
+                                           const std::shared_ptr<RequestGrant>& grant) {
   const auto& pool = *registration->pool();
   if (header.generation != static_cast<std::uint32_t>(pool.generation()))
     throw Error(ErrorCode::Expired, "stale pool metadata: generation " +
                                         std::to_string(header.generation) + ", the pool's is " +
                                         std::to_string(pool.generation()));
   for (const auto& piece : pieces) pool.check_blocks(piece.index, piece.offset, piece.length);
-  auto grant = pool.request_grant(header.token);
-  if (grant)
-    for (const auto& piece : pieces)
-      pool.check_granted(*grant, piece.index, piece.offset, piece.length);
-  if (tag.empty()) return grant;  // untagged: nothing follows it that the owner must vouch for
+  if (tag.empty()) return;  // untagged: nothing follows it that the owner must vouch for
   const auto kind =
       header.type == FrameType::PoolReadRequest ? OperationKind::Read : OperationKind::Write;
+  // Under a grant, the peer is the one its admission found: no second lookup of the token.
+  auto peer = grant ? PoolState::Peer{grant->peer(), true, grant->request(), to_hex(grant->token())}
+                    : pool.identify(header.token, registration->token(), peer_name(connection));
   if (transfers_.admit(header.transfer,
-                       {header.key, kind, tag,
-                        pool.identify(header.token, registration->token(), peer_name(connection)),
-                        registration, false, grant}) &&
+                       {header.key, kind, tag, std::move(peer), registration, false, grant}) &&
       grant) {
     try {
-      grant->opened(tag);  // its release ends this transfer's waits
+      grant->opened({tag, kind});  // its release ends this transfer's waits
     } catch (const Error&) {
       transfers_.take(header.transfer);
       transfers_.ended(header.transfer, AdmittedTransfers::Outcome::Failed);
       throw;
     }
   }
-  return grant;
 }
 
 void StreamPassiveSide::serve_pool_end(StreamConnection& connection, const FrameHeader& header) {
@@ -116,10 +114,11 @@ std::optional<Error> StreamPassiveSide::end_transfer(std::uint64_t id,
                     "a request of this transfer failed: its tag was not delivered");
   if (!failure) {
     try {
-      const auto deliver = [&] { pool.deliver(transfer->peer, transfer->tag); };
+      const auto deliver = [&] { pool.deliver(transfer->peer, transfer->tag, transfer->kind); };
       if (!transfer->grant) {
         deliver();
-      } else if (auto released = transfer->grant->finish(transfer->tag, deliver)) {
+      } else if (auto released =
+                     transfer->grant->finish({transfer->tag, transfer->kind}, deliver)) {
         // Released under it: the release ended its waits already.
         transfers_.ended(id, AdmittedTransfers::Outcome::Failed);
         return released;
@@ -131,8 +130,8 @@ std::optional<Error> StreamPassiveSide::end_transfer(std::uint64_t id,
     }
   }
   transfers_.ended(id, AdmittedTransfers::Outcome::Failed);
-  if (!transfer->grant || transfer->grant->closed(transfer->tag))
-    pool.fail(transfer->peer, transfer->tag, *failure);
+  if (!transfer->grant || transfer->grant->closed({transfer->tag, transfer->kind}))
+    pool.fail(transfer->peer, transfer->tag, *failure, transfer->kind);
   return failure;
 }
 

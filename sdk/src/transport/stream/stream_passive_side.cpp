@@ -263,29 +263,39 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
   std::uint64_t unread = writing && !cross ? header.length : 0;
   try {
     auto registration = find(header);
-    registration->authorize(header.token, writing ? OperationKind::Write : OperationKind::Read);
+    const auto kind = writing ? OperationKind::Write : OperationKind::Read;
+    // A pool request's token, grant, pieces and the grant's pin: one step (PoolState::admit).
+    PoolState::Admission admission;
+    if (pool_frame && registration->pool())
+      admission = registration->pool()->admit(
+          header.token, registration->token(), kind, [&](const RequestGrant& grant) {
+            for (const auto& piece : pieces)
+              registration->pool()->check_granted(grant, piece.index, piece.offset, piece.length);
+          });
+    else
+      registration->authorize(header.token, kind);
     if (pool_frame != static_cast<bool>(registration->pool()))
       throw pool_frame ? Error(ErrorCode::AccessDenied, "a one-shot operation is no pool")
                        : not_a_pool_frame();
-    std::shared_ptr<RequestGrant> grant;
+    const auto grant = admission.grant;
     if (pool_frame)
-      grant = admit_pool_request(connection, as_pool(header), registration, pieces, tag);
+      admit_pool_request(connection, as_pool(header), registration, pieces, tag, grant);
     std::vector<iovec> memory;
     memory.reserve(pieces.size());
     for (const auto& piece : pieces)
       memory.push_back({registration->locate(piece.index, piece.offset, piece.length),
                         static_cast<std::size_t>(piece.length)});
+    // Under a request grant, its release waits for these bytes (or cuts them off).
+    std::optional<AccessGate::Pin> grant_pin;
+    if (grant) grant_pin = pin_grant(grant, std::move(*admission.pin));
     if (ipc || (pool_frame && registration->pool()->gpu()))
       return serve_gpu_pieces(connection, header, registration, pieces, table, std::move(memory),
-                              unread);
+                              unread, std::move(grant_pin));
     fill_stand_ins(*registration);
     OutFrame response;
     response.header.type = answer_type;
     response.header.request_id = header.request_id;
     auto pin = registration->admit(transport_);
-    // Under a request grant, its release waits for these bytes (or cuts them off).
-    std::optional<AccessGate::Pin> grant_pin;
-    if (grant) grant_pin = pin_grant(grant);
     touch(registration);
     registration->note_moved(header.length);
     unread = 0;
@@ -335,11 +345,12 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
   } catch (const Error& error) {
     if (pool_frame) {
       transfers_.refuse(as_pool(header).transfer);
-      // Asking for what the pool forbids: refused, and counted against the peer.
+      // Asking for what the pool forbids: refused and counted, apart from protocol faults; a
+      // well-formed request keeps its connection.
       if (error.code() == ErrorCode::AccessDenied)
         if (auto registration = registrations_->find(header.key);
             registration && registration->pool())
-          registration->pool()->count_fault();
+          registration->pool()->count_refusal();
     }
     if (error.code() == ErrorCode::Protocol)
       return fault(connection, header, answer_type, std::string(error.message()));
@@ -451,10 +462,11 @@ void StreamPassiveSide::on_closed(StreamConnection& connection, const Error& rea
   // Each transfer open on it ends: its tag's waiters hear why, no one else's.
   for (auto& [id, transfer] : transfers_.take_all())
     if (auto registration = transfer.pool.lock();
-        registration && (!transfer.grant || transfer.grant->closed(transfer.tag)))
+        registration && (!transfer.grant || transfer.grant->closed({transfer.tag, transfer.kind})))
       registration->pool()->fail(
           transfer.peer, transfer.tag,
-          Error(ErrorCode::PeerLost, std::string("connection lost: ") + reason.what()));
+          Error(ErrorCode::PeerLost, std::string("connection lost: ") + reason.what()),
+          transfer.kind);
   for (const auto& [key, weak] : pools)
     if (auto registration = weak.lock())
       registration->gate().remove_breaker(reinterpret_cast<std::uintptr_t>(this));

@@ -43,18 +43,17 @@ class StreamPassiveSide final : public FrameHandler {
 
  private:
   std::shared_ptr<Registration> find(const FrameHeader& header) const;
-  // A pool request, before any byte moves: the metadata's generation must be the pool's, every
-  // piece inside a block, and a tagged one opens (or continues) its transfer on this
-  // connection, with the peer its token says it is. Throws as the refusal to answer with.
-  // Returns the request grant its token belongs to (null for any other token): every piece
-  // must lie in the grant's blocks.
-  std::shared_ptr<RequestGrant> admit_pool_request(
-      const StreamConnection& connection, const PoolFrameHeader& header,
-      const std::shared_ptr<Registration>& registration, std::span<const FramePiece> pieces,
-      const std::string& tag);
-  // A request under `grant` lands now: pinned, and its release breaks this connection if the
-  // pin outlives the grace.
-  AccessGate::Pin pin_grant(const std::shared_ptr<RequestGrant>& grant);
+  // A pool request admitted by PoolState::admit (under `grant`, null for other tokens), before
+  // any byte moves: the metadata's generation must be the pool's, every piece inside a block,
+  // and a tagged one opens (or continues) its transfer on this connection, with the peer its
+  // token says it is. Throws as the refusal to answer with.
+  void admit_pool_request(const StreamConnection& connection, const PoolFrameHeader& header,
+                          const std::shared_ptr<Registration>& registration,
+                          std::span<const FramePiece> pieces, const std::string& tag,
+                          const std::shared_ptr<RequestGrant>& grant);
+  // A request under `grant`, pinned by its admission, lands now: its release breaks this
+  // connection if the pin outlives the grace.
+  AccessGate::Pin pin_grant(const std::shared_ptr<RequestGrant>& grant, AccessGate::Pin pin);
   // The transfer's last step (PoolEnd): delivers its tag, or tells its waiters it failed.
   void serve_pool_end(StreamConnection& connection, const FrameHeader& header);
   // Ends open transfer `id`: delivers its tag unless `failure` (or a refused request of it),
@@ -73,12 +72,13 @@ class StreamPassiveSide final : public FrameHandler {
   // stream_passive_gpu.cpp): bytes on the socket or in a peer's host memory pass through a
   // pinned bounce buffer; a peer's GPU memory is opened and copied device to device, after the
   // pieces were checked against what the driver says of it. `unread` is set to 0 once the
-  // payload on the socket is taken care of. Throws as the refusal to answer with.
+  // payload on the socket is taken care of. `grant_pin` (under a request grant) is let go with
+  // the pool's pin. Throws as the refusal to answer with.
   void serve_gpu_pieces(StreamConnection& connection, const FrameHeader& header,
                         const std::shared_ptr<Registration>& registration,
                         std::span<const FramePiece> pieces,
                         std::span<const FrameIpcAllocation> table, std::vector<iovec> memory,
-                        std::uint64_t& unread);
+                        std::uint64_t& unread, std::optional<AccessGate::Pin> grant_pin);
   // The peer's allocation a table entry names, opened here once per connection.
   OpenedAllocation open_peer_allocation(const CudaDriver& driver, int ordinal,
                                         const FrameIpcAllocation& entry);

@@ -114,6 +114,8 @@ class Connection {
       std::string peer;
       bool authenticated = false;
       std::string request;  // under a request grant's token
+      std::string token;    // the one it presented, in hex (Notification::token)
+      OperationKind kind = OperationKind::Write;
     };
     std::map<std::uint64_t, PoolTransfer> pool_transfers;
   };

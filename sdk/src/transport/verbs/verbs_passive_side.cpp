@@ -100,9 +100,9 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
                                "verbs");
   } catch (const Error& error) {
     // Refused before it was admitted: the sender hears why; no waiter's tag was its to end.
-    // Asking a pool for what it forbids is counted against the peer, as on the stream side.
+    // Asking a pool for what it forbids is a refusal, counted as on the stream side.
     if (registration->pool() && error.code() == ErrorCode::AccessDenied)
-      registration->pool()->count_fault();
+      registration->pool()->count_refusal();
     reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
     return;
   }
@@ -226,12 +226,15 @@ std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_request(
 
 void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notice,
                                      const std::shared_ptr<Registration>& registration) {
-  Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false, {}};
+  Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false, {}, {}, OperationKind::Write};
   try {
     const auto peer =
         registration->pool()->identify(notice.token, registration->token(), peer_of(connection));
     transfer.peer = peer.name;
     transfer.authenticated = peer.authenticated;
+    transfer.request = peer.request;
+    transfer.token = peer.token;
+    transfer.kind = notice.kind == OperationKind::Read ? OperationKind::Read : OperationKind::Write;
   } catch (const Error& error) {
     reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
     return;
@@ -239,7 +242,12 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
   // A request grant's keys are its own: held by this connection under its token, not the
   // pool's key, and bound over its blocks alone.
   const auto request = registration->pool()->request_grant(notice.token);
-  if (request) transfer.request = request->request();
+  if (!request && !transfer.request.empty()) {
+    // Released since identify() found its token: never the pool-wide keys in its stead.
+    reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Cancelled,
+          released_message(transfer.request, {}));
+    return;
+  }
   const auto entry_key = request ? notice.token : notice.key;
   auto found = connection.inbound.find(entry_key);
   if (found != connection.inbound.end()) {
@@ -288,7 +296,7 @@ void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice
           "PoolDone for a pool this connection holds no keys for");
     return;
   }
-  Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false, {}};
+  Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false, {}, {}, OperationKind::Write};
   if (begun) {
     transfer = std::move(found->second.pool_transfers[notice.seq]);
     found->second.pool_transfers.erase(notice.seq);
@@ -305,7 +313,8 @@ void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice
     if (begun && (peer.name != transfer.peer || peer.authenticated != transfer.authenticated))
       throw Error(ErrorCode::Protocol, "a Done presenting another peer's token than its Begin");
     // The device placed every byte before this SEND, which came after them on the same QP.
-    if (!transfer.tag.empty()) registration.pool()->deliver(peer, std::move(transfer.tag));
+    if (!transfer.tag.empty())
+      registration.pool()->deliver(peer, std::move(transfer.tag), notice.kind);
   } catch (const Error& error) {
     reply(connection, NoticeType::Result, notice.seq, error.code(), std::string(error.message()));
     return;
@@ -373,8 +382,11 @@ void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
     // One transfer of the pool failed: its tag's waiters hear it; the grant stays.
     auto transfer = found->second.pool_transfers.find(notice.seq);
     std::string tag = notice.tag;  // one without PoolBegin names its tag
+    // Which waits it may end: its Begin's kind, else the abort's (a write's when it names none).
+    auto kind = notice.kind == OperationKind::Read ? OperationKind::Read : OperationKind::Write;
     if (transfer != found->second.pool_transfers.end()) {
       tag = std::move(transfer->second.tag);
+      kind = transfer->second.kind;
       found->second.pool_transfers.erase(transfer);
     }
     PoolState::Peer peer;
@@ -389,8 +401,8 @@ void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
           peer, tag,
           Error(notice.error.value_or(ErrorCode::Protocol),
                 "the active side failed (" +
-                    std::string(error_code_name(notice.error.value_or(ErrorCode::Protocol))) +
-                    ")"));
+                    std::string(error_code_name(notice.error.value_or(ErrorCode::Protocol))) + ")"),
+          kind);
     return;
   }
   // The grant ends with the entry (once a bind still queued on the device has run).
@@ -414,8 +426,10 @@ void VerbsPassiveSide::on_connection_lost(const std::map<Id128, Connection::Inbo
       for (const auto& [seq, transfer] : entry.pool_transfers)
         if (!transfer.tag.empty())
           registration->pool()->fail(
-              {transfer.peer, transfer.authenticated, transfer.request}, transfer.tag,
-              Error(ErrorCode::PeerLost, "connection lost: " + std::string(error.what())));
+              {transfer.peer, transfer.authenticated, transfer.request, transfer.token},
+              transfer.tag,
+              Error(ErrorCode::PeerLost, "connection lost: " + std::string(error.what())),
+              transfer.kind);
       continue;
     }
     const auto& key = registration_key;  // a plain reference: lambdas cannot capture a binding

@@ -51,6 +51,33 @@ TEST_P(LayerCancel, ReceiversCancelClosesTheGrantAndTheSendersTransfersFailAtOnc
   EXPECT_NE(std::string(waited.what()).find("decode evicted the request"), std::string::npos);
 }
 
+TEST_P(LayerCancel, TheSenderLearnsTheReceiversCancelAtOnceAndStopsSending) {
+  Connector decode(options_named("decode")), prefill(options_named("prefill"));
+  Blocks there(0), here('p');
+  auto pool = decode.register_pool(there.regions());
+  auto local = prefill.register_pool(here.regions());
+  LayerReceiver receive(pool, pool.grant("prefill", "req-8", {0, 1, 2, 3}, Access::Write, 30s),
+                        "req-8");
+  LayerSender send(prefill, local, receive.grant_metadata(), "req-8");
+  send.send(0, {{0, 0}});
+  receive.wait(0, 20s);
+  EXPECT_FALSE(send.cancelled());
+  receive.cancel("decode dropped the request");
+  // The next layer's transfer is refused; the sender knows as soon as that answer is in, not
+  // at finish(): an engine polling cancelled() stops computing.
+  send.send(1, {{1, 1}});
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!send.cancelled() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(send.cancelled()) << "the sender never learnt of the abort";
+  const auto refused = error_of([&] { send.send(2, {{2, 2}}); });
+  EXPECT_EQ(refused.code(), ErrorCode::Cancelled) << refused.what();
+  EXPECT_NE(std::string(refused.what()).find("decode dropped the request"), std::string::npos)
+      << refused.what();
+  EXPECT_EQ(send.layers_sent(), 2u) << "a layer was sent after the abort was known";
+  EXPECT_TRUE(there.block_is(2, 0));
+}
+
 TEST_P(LayerCancel, ReceiversCancelEndsItsWaitsOnOtherThreads) {
   Connector decode(options_named("decode"));
   Blocks there(0);

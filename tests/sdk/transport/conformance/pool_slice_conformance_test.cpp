@@ -92,7 +92,7 @@ class PoolSliceConformance : public PoolTransportConformance {
     auto read = peer.read_blocks(remote.metadata(), pairs, local, slice, "read");
     ASSERT_EQ(read.wait_for_completion(30s), OperationStatus::Complete);
     EXPECT_EQ(read.transport(), transport());
-    EXPECT_EQ(remote.wait_for_tag("read", 10s).peer, peer.name());
+    EXPECT_EQ(remote.wait_for_tag("read", 10s, {}, TagKinds::Reads).peer, peer.name());
     expect_transfer(Direction::Read, there, here, pairs, slice, here);
     EXPECT_EQ(difference(here), "") << "read";
     EXPECT_EQ(difference(there), "") << "a read changed its source";

@@ -103,8 +103,15 @@ TEST_F(PoolTrustOverRawFrames, ATagForAnAccessThePoolForbidsIsNeverDelivered) {
   raw.pool_end(1);  // its sender pipelined the tag: answered with why it was not delivered
   EXPECT_NE(raw.answer().first, 0);
   EXPECT_EQ(error_code_of([&] { pool.wait_for_tag("forbidden", 200ms); }), ErrorCode::Timeout);
-  EXPECT_GE(pool.peer_faults(), 1u);
+  // A well-formed request for what the pool forbids is a refusal, not a protocol fault: counted
+  // apart, and its connection goes on (a read, which the pool allows, is answered).
+  EXPECT_EQ(pool.refusals(), 1u);
+  EXPECT_EQ(pool.peer_faults(), 0u);
   EXPECT_TRUE(all_zero(there.memory));
+  raw.pool_request(FrameType::PoolReadRequest, 2, {{0, 0, 0, kBlock}}, "");
+  const auto [code, payload] = raw.answer();
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(payload.size(), kBlock);
 }
 
 // Finding 3: one failure notice with an empty tag ended every wait.

@@ -114,6 +114,24 @@ TEST_P(RequestGrants, AReadGrantAllowsNoWrite) {
   EXPECT_TRUE(here_.block_is(1, 'd'));
 }
 
+TEST_P(RequestGrants, ThePeerChecksTheGrantBeforeSending) {
+  auto grant = pool_->grant("prefill", "req-6", {2, 3}, Access::Write, 30s);
+  auto outside = peer_->write_blocks(*local_, {{4, 0}}, grant.metadata());
+  auto reading = peer_->read_blocks(grant.metadata(), {{2, 0}}, *local_);
+  for (auto* refused : {&outside, &reading}) {
+    const auto failure = error_of([&] { refused->wait_for_completion(20s); });
+    EXPECT_EQ(failure.code(), ErrorCode::AccessDenied) << failure.what();
+    const std::string why = failure.what();
+    EXPECT_NE(why.find("request req-6"), std::string::npos) << why;
+    EXPECT_NE(why.find("(refused before any byte moved)"), std::string::npos) << why;
+  }
+  // Nothing reached the owner: no refusal there, no fault, no byte.
+  EXPECT_EQ(pool_->refusals(), 0u);
+  EXPECT_EQ(pool_->peer_faults(), 0u);
+  EXPECT_TRUE(there_.block_is(4, 0));
+  EXPECT_TRUE(here_.block_is(0, 'p'));
+}
+
 TEST_P(RequestGrants, DroppingTheHandleReleasesTheBlocks) {
   std::optional<PoolMetadata> metadata;
   {

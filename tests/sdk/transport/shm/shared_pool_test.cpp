@@ -164,7 +164,7 @@ TEST_F(SharedBufferPools, TransfersWhoseBytesTheOwnerMustSeeLandAreCopiedByIt) {
   before = shared_mappings();
   auto read = peer.read_blocks(remote.metadata(), random_pairs(8), local, "read-0");
   ASSERT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
-  EXPECT_EQ(remote.wait_for_tag("read-0", 10s).tag, "read-0");
+  EXPECT_EQ(remote.wait_for_tag("read-0", 10s, {}, TagKinds::Reads).tag, "read-0");
   EXPECT_EQ(shared_mappings() - before, 1);
 }
 
