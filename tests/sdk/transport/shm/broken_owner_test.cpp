@@ -463,3 +463,36 @@ TEST_F(BrokenOwnerAnswers, AnAnswerCutShortFailsTheReadAtOnce) {
             ErrorCode::PeerLost);
   EXPECT_LT(std::chrono::steady_clock::now() - started, 5s) << "waited for the timeout";
 }
+
+// The other way round: a peer that sends the owner a descriptor (here with its Hello) is
+// refused, its connection closed, and the owner keeps no descriptor of it.
+TEST_F(BrokenOwnerAnswers, AnOwnerRefusesAndClosesDescriptorsAPeerSends) {
+  std::vector<std::byte> memory(4096);
+  auto readable = owner.create_readable({Descriptor(std::span(memory))});
+  auto address = readable.metadata().endpoint().transports.at(0).address;
+  ASSERT_TRUE(address.starts_with("@")) << address;
+  const auto before = open_descriptors();
+  // Whether the owner ends a connection whose Hello carries `gift` (none: -1) within `wait`.
+  const auto ended_after_hello = [&](int gift, std::chrono::milliseconds wait) {
+    auto socket = connect_unix(address.substr(1));
+    FrameHeader hello;
+    hello.type = FrameType::Hello;
+    std::string name = "gift";
+    hello.length = name.size();
+    iovec parts[2] = {{&hello, sizeof hello}, {name.data(), name.size()}};
+    send_passing(socket.get(), parts, 2, gift < 0 ? std::vector<int>{} : std::vector<int>{gift});
+    pollfd ready{socket.get(), POLLIN, 0};
+    char sink[256];
+    for (const auto until = std::chrono::steady_clock::now() + wait;
+         std::chrono::steady_clock::now() < until;) {
+      if (poll_resumed(ready, 50ms) <= 0) continue;
+      if (::recv(socket.get(), sink, sizeof sink, MSG_DONTWAIT) <= 0) return true;
+    }
+    return false;
+  };
+  EXPECT_FALSE(ended_after_hello(-1, 300ms)) << "the owner ends even a plain Hello's connection";
+  EXPECT_TRUE(ended_after_hello(sealed_memfd(4096, kAllSeals).get(), 5s))
+      << "the owner kept a connection that sent it a descriptor";
+  for (int i = 0; i < 200 && open_descriptors() != before; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(open_descriptors(), before) << "the owner kept the peer's descriptor";
+}
