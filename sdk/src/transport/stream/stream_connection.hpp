@@ -164,9 +164,8 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   // In on_frame of a frame that says it carries a descriptor: the next one received (they
   // arrive with their frame's first byte, in order); empty when none came.
   FileDescriptor take_passed();
-  // Descriptors a connection takes at most, over its life and waiting for their frames: more
-  // is a protocol error (an owner sends one per SharedBuffer and access, at most 64).
-  static constexpr std::size_t kMostPassed = 64;
+  // Descriptors received that wait for their frames' handlers, at most: more is a protocol
+  // error. (How many a connection keeps is its handler's to bound: PeerMappings, 64.)
   static constexpr std::size_t kMostPassedWaiting = 4;
   // In on_frame: the frame's streamed payload fills `pieces`, then `then` runs on the loop.
   // If the connection breaks first, `then` is dropped uncalled (with what it holds).
@@ -327,7 +326,8 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   std::size_t inbox_begin_ = 0;
   std::size_t inbox_end_ = 0;
   std::size_t inline_left_ = 0;  // of the frame being handled: inline bytes not yet taken
-  // Descriptors received and not yet taken by their frame's handler, and how many came in all.
+  // Descriptors received and not yet taken by their frame's handler, and how many came in all
+  // (a read that brought one may have stopped short of what follows).
   std::deque<FileDescriptor> passed_;
   std::size_t passed_count_ = 0;
   // Takes the descriptors a recvmsg brought: false (the connection shut down) when they are

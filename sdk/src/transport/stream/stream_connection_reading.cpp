@@ -94,8 +94,8 @@ bool StreamConnection::take_control(msghdr& message) {
     problem = "more descriptors in one message than one frame may carry";
   else if (other)
     problem = "control data that is no descriptor";
-  else if (passed_.size() > kMostPassedWaiting || passed_count_ > kMostPassed)
-    problem = "more descriptors than the connection takes";
+  else if (passed_.size() > kMostPassedWaiting)
+    problem = "more descriptors waiting for their frames than the connection takes";
   if (problem.empty()) return true;
   passed_.clear();
   shutdown("protocol error: " + problem);

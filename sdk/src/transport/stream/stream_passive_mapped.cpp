@@ -46,8 +46,6 @@ std::optional<std::vector<std::uint64_t>> offsets_in(std::span<const iovec> memo
 
 }  // namespace
 
-static_assert(StreamConnection::kMostPassed >= kMaxSharedPerConnection);
-
 bool StreamPassiveSide::give_buffer(OutFrame& response, std::uint64_t buffer) {
   // The peer maps what it reads read-only: it gets no descriptor it could write through.
   const bool writable = response.header.type == FrameType::WriteResponse;

@@ -170,4 +170,14 @@ TEST(SharedBufferTransfers, ReceivedDescriptorsDoNotPileUp) {
   const int with_second = memfds();  // its own, and the peer's two of the closed one
   round_trip(second, 1);
   EXPECT_EQ(memfds(), with_second) << "the closed buffer's descriptors were kept";
+  // More buffers in turn than a connection holds at once (64): each one closed makes room, and
+  // the count stays where the first left it (second's three, the current one's three).
+  int steady = 0;
+  for (int i = 0; i < 70; ++i) {
+    SharedBuffer next(local.size());
+    round_trip(next, 1);
+    if (i == 0) steady = memfds();
+    ASSERT_EQ(memfds(), steady) << "buffer " << i;
+  }
+  EXPECT_EQ(steady, 6);
 }
