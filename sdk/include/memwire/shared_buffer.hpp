@@ -13,9 +13,11 @@ namespace memwire {
 // between processes of one host: the peer maps it once and copies with one memcpy, where
 // other memory costs a kernel copy (process_vm_readv) per transfer.
 //
+// A peer it is moved to over shm is handed the memfd (sealed at its size) and can map all of
+// the buffer, not only the registered range, for as long as it keeps it (README, "Same host").
 // Zero-filled; size() is what was asked for. Move-only. A held thing: close() (or dropping it)
-// unmaps it here, while a peer that still maps it keeps the pages until it lets go. Do not
-// close it while an operation uses it, as with any registered memory.
+// unmaps it here and frees its pages, under peers' mappings too. Do not close it while an
+// operation uses it, as with any registered memory.
 class [[nodiscard("dropping it unmaps the memory at once")]] MEMWIRE_API SharedBuffer {
  public:
   [[nodiscard("dropping it unmaps the memory at once")]] explicit SharedBuffer(std::size_t size);

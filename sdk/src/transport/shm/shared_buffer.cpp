@@ -1,9 +1,12 @@
 #include "memwire/shared_buffer.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -22,7 +25,7 @@ namespace {
 struct IndexEntry {
   std::size_t size;
   int fd;
-  std::uint64_t inode;
+  std::uint64_t buffer;
 };
 
 struct SharedIndex {
@@ -37,10 +40,10 @@ SharedIndex& shared_index() {
 
 }  // namespace
 
-void index_shared_buffer(const std::byte* begin, std::size_t size, int fd, std::uint64_t inode) {
+void index_shared_buffer(const std::byte* begin, std::size_t size, int fd, std::uint64_t buffer) {
   auto& index = shared_index();
   std::unique_lock lock(index.mutex);
-  index.by_begin[begin] = {size, fd, inode};
+  index.by_begin[begin] = {size, fd, buffer};
 }
 
 void unindex_shared_buffer(const std::byte* begin) noexcept {
@@ -57,7 +60,29 @@ std::optional<SharedLocation> find_shared(const std::byte* data, std::size_t len
   const auto offset = static_cast<std::size_t>(data - it->first);
   const auto& entry = it->second;
   if (offset > entry.size || length > entry.size - offset) return std::nullopt;
-  return SharedLocation{static_cast<std::uint64_t>(entry.fd), entry.inode, offset, entry.size};
+  return SharedLocation{entry.buffer, entry.size, offset, length};
+}
+
+bool shared_buffer_live(std::uint64_t buffer) {
+  auto& index = shared_index();
+  std::shared_lock lock(index.mutex);
+  return std::any_of(index.by_begin.begin(), index.by_begin.end(),
+                     [&](const auto& entry) { return entry.second.buffer == buffer; });
+}
+
+FileDescriptor share_shared_buffer(std::uint64_t buffer, bool writable) {
+  auto& index = shared_index();
+  // Under the lock: the buffer cannot close (and its descriptor number be reused) meanwhile.
+  std::shared_lock lock(index.mutex);
+  for (const auto& [begin, entry] : index.by_begin) {
+    if (entry.buffer != buffer) continue;
+    if (writable) return FileDescriptor(::fcntl(entry.fd, F_DUPFD_CLOEXEC, 0));
+    // A new open file description, read-only: mmap(PROT_WRITE, MAP_SHARED) through it fails.
+    // Our own descriptor, by our own /proc entry: nobody else names it.
+    const auto path = "/proc/self/fd/" + std::to_string(entry.fd);
+    return FileDescriptor(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  }
+  return {};
 }
 
 }  // namespace detail
@@ -66,16 +91,20 @@ SharedBuffer::SharedBuffer(std::size_t size) : size_(size) {
   if (size == 0) throw Error(ErrorCode::InvalidArgument, "a SharedBuffer needs a size above 0");
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   mapped_ = (size + page - 1) / page * page;
-  fd_ = ::memfd_create("memwire-shared", MFD_CLOEXEC);
-  struct stat status {};
+  // Sealed at its size: a peer that maps it may rely on it never shrinking under its mapping
+  // (which would fault), and checks the seals before it maps (peer_mappings.cpp). 0600: a peer of
+  // another user cannot reopen a read-only descriptor of it writable through /proc.
+  fd_ = ::memfd_create("memwire-shared", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   void* mapping = MAP_FAILED;
   std::string failed;
   if (fd_ < 0) {
     failed = "memfd_create";
   } else if (::ftruncate(fd_, static_cast<off_t>(mapped_)) != 0) {
     failed = "ftruncate";
-  } else if (::fstat(fd_, &status) != 0) {
-    failed = "fstat";
+  } else if (::fchmod(fd_, 0600) != 0) {
+    failed = "fchmod";
+  } else if (::fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    failed = "sealing";
   } else if ((mapping = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0)) ==
              MAP_FAILED) {
     failed = "mmap";
@@ -87,7 +116,8 @@ SharedBuffer::SharedBuffer(std::size_t size) : size_(size) {
                                           " bytes: " + failed + " failed: " + reason);
   }
   data_ = static_cast<std::byte*>(mapping);
-  detail::index_shared_buffer(data_, mapped_, fd_, status.st_ino);
+  static std::atomic<std::uint64_t> next_buffer{1};
+  detail::index_shared_buffer(data_, mapped_, fd_, next_buffer.fetch_add(1));
 }
 
 SharedBuffer::~SharedBuffer() { close(); }
@@ -111,8 +141,14 @@ SharedBuffer& SharedBuffer::operator=(SharedBuffer&& other) noexcept {
 
 void SharedBuffer::close() noexcept {
   if (data_ == nullptr) return;
+  // Mode 0 tells peers that hold the memfd it is released (they let go of it on their next new
+  // buffer: peer_mappings.cpp), before the index forgets it (then the owner may give them
+  // another in its place). Its pages go now, not when the last peer lets go.
+  [[maybe_unused]] auto released = ::fchmod(fd_, 0);
   detail::unindex_shared_buffer(data_);
   ::munmap(data_, mapped_);
+  [[maybe_unused]] auto freed =
+      ::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(mapped_));
   ::close(fd_);
   data_ = nullptr;
   size_ = 0;

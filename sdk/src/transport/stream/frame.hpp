@@ -53,8 +53,9 @@ inline constexpr std::uint8_t kCrossMemory = 1;
 inline constexpr std::uint8_t kCompletes = 2;
 // Cross-memory request: "if that memory is in one of your SharedBuffers, tell me where instead
 // of copying". The answer then carries a SharedLocation as payload (a piece request's: a
-// SharedSpan, then each piece's offset in it, a u64 each), the active side copies through its
-// own mapping, and a one-shot operation's completion notice always follows. Pool requests may
+// SharedSpan, then each piece's offset in it, a u64 each), and with kDescriptor the buffer's
+// memfd; the active side copies through its own mapping, and a one-shot operation's completion
+// notice always follows. Pool requests may
 // ask too (PROTOCOL.md says when the owner answers so).
 inline constexpr std::uint8_t kMapped = 4;
 // A pool write request that is its transfer's last: the owner delivers the transfer's tag once
@@ -65,6 +66,15 @@ inline constexpr std::uint8_t kLastOfTransfer = 2;
 // piece's `reserved` names one, and the owner copies through the opened allocation (CUDA IPC).
 // Only in frames of version kCudaIpcVersion.
 inline constexpr std::uint8_t kCudaIpc = 8;
+// Cross-memory request: kMapped's question, from a peer that takes the SharedBuffer's memfd
+// over the socket. Asked instead of kMapped, which an owner no longer answers: a peer that
+// predates it would open /proc/<owner>/fd/<n> for a number the owner names, and an owner that
+// predates it answers so (the peer would refuse it); either way, the owner copies.
+inline constexpr std::uint8_t kMapByDescriptor = 16;
+// On a mapped answer (same bit): it carries the memfd of the SharedBuffer it names
+// (SCM_RIGHTS, with the frame's first byte), sent once per buffer and access on a connection;
+// later answers name the buffer only.
+inline constexpr std::uint8_t kDescriptor = 16;
 }  // namespace frame_flags
 
 // The frame version of piece requests that carry kCudaIpc: a build that predates it refuses the

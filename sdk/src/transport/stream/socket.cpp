@@ -197,10 +197,20 @@ bool send_all(int fd, iovec* parts, int count) {
   return true;
 }
 
-long send_some(int fd, iovec* parts, int count) {
+long send_some(int fd, iovec* parts, int count, int passed) {
   msghdr message{};
   message.msg_iov = parts;
   message.msg_iovlen = static_cast<std::size_t>(std::min(count, IOV_MAX));
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (passed >= 0) {
+    message.msg_control = control;
+    message.msg_controllen = sizeof control;
+    auto* header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(header), &passed, sizeof passed);
+  }
   for (;;) {
     ssize_t sent = ::sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent >= 0) return sent;

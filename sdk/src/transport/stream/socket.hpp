@@ -46,7 +46,11 @@ bool receive_all(int fd, void* data, std::size_t length);
 // Into many blocks in turn (scatter); advances `parts` as it goes.
 bool receive_all(int fd, iovec* parts, int count);
 // Sends what the socket takes without blocking (at most IOV_MAX parts a call): the byte count, or
-// -1 when it broke.
-long send_some(int fd, iovec* parts, int count);
+// -1 when it broke. `passed` (a Unix socket's, >= 0) goes with the first byte (SCM_RIGHTS) if
+// any byte goes.
+long send_some(int fd, iovec* parts, int count, int passed = -1);
+// The most descriptors one message may carry (a mapped answer carries one), and the control
+// space recvmsg sets aside for them: more is a truncated message, refused.
+inline constexpr std::size_t kMostPassedPerMessage = 1;
 
 }  // namespace memwire::detail

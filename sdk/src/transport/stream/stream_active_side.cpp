@@ -163,6 +163,8 @@ std::optional<std::string> StreamActiveSide::unasked_in(const FrameHeader& heade
     return "mapped answer to a request that did not ask for one";
   if ((header.flags & frame_flags::kCrossMemory) && !cross)
     return "cross-memory answer to a request that was not one";
+  if ((header.flags & frame_flags::kDescriptor) && !(header.flags & frame_flags::kMapped))
+    return "a descriptor with an answer that is not mapped";
   // A read's requests are answered by a ReadResponse, its notice by a NoticeResponse: any
   // other answer would complete the read with its bytes not here.
   if (pending.transfer->transfer->kind() == OperationKind::Read) {
@@ -225,9 +227,13 @@ void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHead
   SharedLocation location;
   if (header.length != sizeof location)
     return break_protocol(connection, std::move(pending), "mapped answer of the wrong length");
+  auto passed = take_passed(connection, header);
   if (!connection.receive(&location, sizeof location)) return lost_mid_answer(connection, pending);
   const bool reading = header.type == FrameType::ReadResponse;
   try {
+    if (location.length != pending.length)
+      throw Error(ErrorCode::Protocol, "mapped answer for another length than asked");
+    adopt(passed, location.buffer, location.file_size, !reading);
     auto mapping = mappings_.map(location, /*writable=*/!reading);
     if (location.offset > mapping->size() || pending.length > mapping->size() - location.offset)
       throw Error(ErrorCode::Protocol, "mapped answer points outside the peer's buffer");
@@ -239,9 +245,31 @@ void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHead
       copy_bulk_split(remote, pending.local, pending.length);
     }
   } catch (const Error& error) {
-    return fail(pending, error);
+    return refuse_mapped(connection, std::move(pending), error);
   }
   mapped_copy_done(connection, pending);
+}
+
+std::optional<FileDescriptor> StreamActiveSide::take_passed(StreamConnection& connection,
+                                                            const FrameHeader& header) {
+  if ((header.flags & frame_flags::kDescriptor) == 0) return std::nullopt;
+  return connection.take_passed();  // empty when it did not come: adopt() refuses that
+}
+
+void StreamActiveSide::adopt(std::optional<FileDescriptor>& passed, std::uint64_t buffer,
+                             std::uint64_t file_size, bool writable) {
+  if (!passed) return;
+  if (!*passed)
+    throw Error(ErrorCode::Protocol, "a mapped answer without the descriptor it says it carries");
+  mappings_.adopt(buffer, file_size, writable, std::move(*passed));
+}
+
+void StreamActiveSide::refuse_mapped(StreamConnection& connection, Pending pending,
+                                     const Error& error) {
+  // An answer that does not hold up is the owner's fault: the connection goes, not only this
+  // transfer. The kernel refusing a checked mapping fails the transfer alone.
+  if (error.code() != ErrorCode::Protocol) return fail(pending, error);
+  break_protocol(connection, std::move(pending), std::string(error.message()));
 }
 
 void StreamActiveSide::copy_mapped_pieces(StreamConnection& connection, const FrameHeader& header,
@@ -251,11 +279,13 @@ void StreamActiveSide::copy_mapped_pieces(StreamConnection& connection, const Fr
   std::vector<std::uint64_t> offsets(blocks.size());
   if (header.length != sizeof span + offsets.size() * sizeof(std::uint64_t))
     return break_protocol(connection, std::move(pending), "mapped answer of the wrong length");
+  auto passed = take_passed(connection, header);
   if (!connection.receive(&span, sizeof span) ||
       !connection.receive(offsets.data(), offsets.size() * sizeof(std::uint64_t)))
     return lost_mid_answer(connection, pending);
   const bool reading = header.type == FrameType::ReadResponse;
   try {
+    adopt(passed, span.buffer, span.file_size, !reading);
     auto mapping = mappings_.map(span, /*writable=*/!reading);
     // Every block is checked before any is copied: a bad answer touches nothing.
     for (std::size_t i = 0; i < blocks.size(); ++i)
@@ -272,7 +302,7 @@ void StreamActiveSide::copy_mapped_pieces(StreamConnection& connection, const Fr
       }
     }
   } catch (const Error& error) {
-    return fail(pending, error);
+    return refuse_mapped(connection, std::move(pending), error);
   }
   mapped_copy_done(connection, pending);
 }

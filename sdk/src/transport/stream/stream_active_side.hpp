@@ -71,9 +71,9 @@ class AnswerInFlight {
 // The dialling end of a pooled connection: sends requests and matches responses to them.
 class StreamActiveSide final : public FrameHandler {
  public:
-  // `peer_process`: the passive side's pid on a same-host connection (0 otherwise), whose
-  // SharedBuffers we may map.
-  explicit StreamActiveSide(int peer_process = 0) : mappings_(peer_process) {}
+  // `peer_process`: the passive side's pid on a same-host connection (0 otherwise). Unused: the
+  // SharedBuffers we map come as descriptors over the socket, never by the owner's pid.
+  explicit StreamActiveSide(int /*peer_process*/ = 0) {}
 
   // Registers a request and returns its id (0 when the connection is closed); the caller sends
   // the frame. `destination`: where a read's payload lands from the socket. Cross-memory
@@ -100,9 +100,10 @@ class StreamActiveSide final : public FrameHandler {
     std::byte* destination;  // where a read's payload lands; null for other requests
     std::uint64_t length;
     std::optional<AccessGate::Pin> pin;
-    std::byte* local;                 // cross-memory: the caller's chunk
-    std::vector<iovec> pieces;        // a piece request's read: where its answer's bytes land
-    std::vector<iovec> local_pieces;  // a cross-memory piece request's blocks, if it asked kMapped
+    std::byte* local;           // cross-memory: the caller's chunk
+    std::vector<iovec> pieces;  // a piece request's read: where its answer's bytes land
+    std::vector<iovec>
+        local_pieces;  // a cross-memory piece request's blocks, if it asked for a mapping
   };
 
   std::optional<Pending> take(std::uint64_t request_id);
@@ -128,6 +129,14 @@ class StreamActiveSide final : public FrameHandler {
   void copy_mapped(StreamConnection& connection, const FrameHeader& header, Pending pending);
   // The same for a piece request's blocks, each where the answer says in the span it names.
   void copy_mapped_pieces(StreamConnection& connection, const FrameHeader& header, Pending pending);
+  // The descriptor a mapped answer says it carries (nullopt: it says none; empty: it never came).
+  static std::optional<FileDescriptor> take_passed(StreamConnection& connection,
+                                                   const FrameHeader& header);
+  // Checks and keeps a descriptor taken so; throws Error{Protocol} when it does not hold up.
+  void adopt(std::optional<FileDescriptor>& passed, std::uint64_t buffer, std::uint64_t file_size,
+             bool writable);
+  // A mapped answer failed: a Protocol error breaks the connection, any other the transfer.
+  void refuse_mapped(StreamConnection& connection, Pending pending, const Error& error);
   // The bytes moved through a mapping: the pin goes, and a notice will say so.
   void mapped_copy_done(StreamConnection& connection, Pending& pending);
   void chunk_done(StreamConnection& connection, const std::shared_ptr<StreamTransfer>& transfer);
@@ -137,7 +146,7 @@ class StreamActiveSide final : public FrameHandler {
   std::unordered_map<std::uint64_t, Pending> pending_;
   std::atomic<std::size_t> waiting_{0};  // pending_.size(), read without the lock
   bool closed_ = false;
-  PeerMappings mappings_;  // reader thread only
+  PeerMappings mappings_;  // reader thread only: the owner's SharedBuffers it gave us
 };
 
 // A connection this side dialled: a StreamConnection whose handler is its StreamActiveSide,

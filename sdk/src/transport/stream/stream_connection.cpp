@@ -249,6 +249,7 @@ void StreamConnection::close_with_reading() {
   closed_on_loop_ = true;
   held_back_.clear();  // the connection is closing: they would not arrive
   drop_sink();
+  passed_.clear();  // descriptors no frame took: closed now, not with the connection's last owner
   loop_.cancel(first_frame_timer_);
   loop_.cancel(drain_timer_);
   loop_.cancel(idle_timer_);

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <sys/socket.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -86,6 +88,9 @@ struct OutFrame {
   // A pool request's transfer (kept alive by keep_alive): should its bytes not go, the PoolEnd
   // that goes instead carries its failure.
   const OperationCore* operation = nullptr;
+  // A descriptor that goes with the frame's first byte (SCM_RIGHTS; Unix sockets only): a
+  // mapped answer's memfd. Such a frame is never held back nor sent behind another in one call.
+  FileDescriptor passed;
   // Runs once the last byte is out (after the pin is let go), on the thread that sent it.
   OnceTask on_sent;
   // Runs instead when the frame is dropped with its connection.
@@ -156,6 +161,12 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   bool receive(void* data, std::size_t length);
   // Receives a short text payload (names, error messages); closes on an oversized one.
   std::optional<std::string> receive_text(std::uint64_t length);
+  // In on_frame of a frame that says it carries a descriptor: the next one received (they
+  // arrive with their frame's first byte, in order); empty when none came.
+  FileDescriptor take_passed();
+  // Descriptors received that wait for their frames' handlers, at most: more is a protocol
+  // error. (How many a connection keeps is its handler's to bound: PeerMappings, 64.)
+  static constexpr std::size_t kMostPassedWaiting = 4;
   // In on_frame: the frame's streamed payload fills `pieces`, then `then` runs on the loop.
   // If the connection breaks first, `then` is dropped uncalled (with what it holds).
   // `pin`, when given, keeps the memory of `pieces` alive (a caller's buffer) and `gate` is
@@ -236,6 +247,10 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   // unmapped under it): this side's fault, not the peer's.
   std::atomic<bool> local_memory_fault_{false};
   std::size_t frame_parts(OutFrame& frame, std::vector<iovec>& parts);
+  // The descriptor to send with what is left of `frame`: only before its first byte.
+  static int passed_with(const OutFrame& frame) {
+    return frame.sent == 0 && frame.passed ? frame.passed.get() : -1;
+  }
   void schedule_flush();  // mutex_ held
   // Queues `frame` behind (or ahead of) the others, counting what it costs. mutex_ held.
   void enqueue(OutFrame frame, bool at_front = false);
@@ -311,6 +326,13 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   std::size_t inbox_begin_ = 0;
   std::size_t inbox_end_ = 0;
   std::size_t inline_left_ = 0;  // of the frame being handled: inline bytes not yet taken
+  // Descriptors received and not yet taken by their frame's handler, and how many came in all
+  // (a read that brought one may have stopped short of what follows).
+  std::deque<FileDescriptor> passed_;
+  std::size_t passed_count_ = 0;
+  // Takes the descriptors a recvmsg brought: false (the connection shut down) when they are
+  // more than may come, or something else came.
+  bool take_control(msghdr& message);
   // The last frame's payload, larger than the inbox, went straight to memory: the next refill
   // at a frame boundary reads its header alone (read_frames).
   bool header_alone_ = false;

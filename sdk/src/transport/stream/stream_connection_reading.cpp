@@ -42,10 +42,25 @@ StreamConnection::Refill StreamConnection::refill_inbox(std::size_t most) {
   if (!maybe_more_) return Refill::Again;
   for (;;) {
     const auto room = std::min(kInboxSize - inbox_end_, most);
-    const ssize_t received = ::recv(socket_.get(), inbox_.get() + inbox_end_, room, MSG_DONTWAIT);
+    // recvmsg, not recv: a descriptor comes with its frame's first byte, which lands here (a
+    // streamed payload reads no further than its own bytes). CLOEXEC: never inherited.
+    iovec part{inbox_.get() + inbox_end_, room};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMostPassedPerMessage)];
+    msghdr message{};
+    message.msg_iov = &part;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof control;
+    const ssize_t received = ::recvmsg(socket_.get(), &message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    const auto passed_before = passed_count_;
+    if (received >= 0 && !take_control(message)) return Refill::Closed;
     if (received > 0) {
       inbox_end_ += static_cast<std::size_t>(received);
-      if (static_cast<std::size_t>(received) < room && !peer_ending_) maybe_more_ = false;
+      // Short is drained, unless a descriptor came: the kernel ends a read after the bytes it
+      // came with, whatever follows them (and the edge that announced those is spent).
+      if (static_cast<std::size_t>(received) < room && !peer_ending_ &&
+          passed_count_ == passed_before)
+        maybe_more_ = false;
       return Refill::Got;
     }
     if (received < 0 && errno == EINTR) continue;
@@ -53,6 +68,45 @@ StreamConnection::Refill StreamConnection::refill_inbox(std::size_t most) {
     shutdown(sink_ || inline_left_ > 0 ? kClosedMidPayload : "peer closed the connection");
     return Refill::Closed;
   }
+}
+
+bool StreamConnection::take_control(msghdr& message) {
+  // Every descriptor is owned at once, so that any refusal below closes them all.
+  std::size_t count = 0;
+  bool other = false;
+  for (auto* header = CMSG_FIRSTHDR(&message); header != nullptr;
+       header = CMSG_NXTHDR(&message, header)) {
+    if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) {
+      other = true;
+      continue;
+    }
+    const auto bytes = header->cmsg_len - CMSG_LEN(0);
+    for (std::size_t i = 0; i < bytes / sizeof(int); ++i) {
+      int received = -1;
+      std::memcpy(&received, CMSG_DATA(header) + i * sizeof(int), sizeof received);
+      passed_.emplace_back(received);
+      ++count;
+    }
+  }
+  passed_count_ += count;
+  std::string problem;
+  if ((message.msg_flags & MSG_CTRUNC) != 0 || count > kMostPassedPerMessage)
+    problem = "more descriptors in one message than one frame may carry";
+  else if (other)
+    problem = "control data that is no descriptor";
+  else if (passed_.size() > kMostPassedWaiting)
+    problem = "more descriptors waiting for their frames than the connection takes";
+  if (problem.empty()) return true;
+  passed_.clear();
+  shutdown("protocol error: " + problem);
+  return false;
+}
+
+FileDescriptor StreamConnection::take_passed() {
+  if (passed_.empty()) return {};
+  auto taken = std::move(passed_.front());
+  passed_.pop_front();
+  return taken;
 }
 
 std::size_t StreamConnection::take_from_inbox(void* data, std::size_t length) {
@@ -210,6 +264,12 @@ void StreamConnection::read_frames() {
         paused_for_room_ = true;
         break;
       }
+    }
+    if (buffered() == 0 && !passed_.empty()) {
+      // Every frame received was handled: a descriptor left is one no frame said it carried.
+      passed_.clear();
+      shutdown("protocol error: a descriptor that no frame carries");
+      break;
     }
     if (buffered() < sizeof(FrameHeader)) {
       // Behind a payload larger than the inbox, the next header alone: another such payload

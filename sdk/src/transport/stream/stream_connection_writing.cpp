@@ -16,7 +16,7 @@ namespace memwire::detail {
 bool StreamConnection::hold_back(OutFrame& frame) {
   // A frame that runs something once sent (a one-request read's answer completes its owner) is
   // held too: it runs once the batch is out, or its on_dropped runs if the batch never leaves.
-  if (reading_connection_ != this || !frame.pieces.empty()) return false;
+  if (reading_connection_ != this || !frame.pieces.empty() || frame.passed) return false;
   if (broken_.load(std::memory_order_acquire)) return false;
   if (buffered() < sizeof(FrameHeader)) return false;  // nothing more to handle
   if (frame.data != nullptr) {
@@ -111,7 +111,10 @@ bool StreamConnection::write_together(std::span<OutFrame> frames, std::size_t& w
   parts.clear();
   lengths.clear();
   for (auto& frame : frames) lengths.push_back(frame_parts(frame, parts));
-  const auto sent = send_some(socket_.get(), parts.data(), static_cast<int>(parts.size()));
+  // Only the first of a batch may carry a descriptor (flush), with the batch's first byte.
+  const auto sent = send_some(socket_.get(), parts.data(), static_cast<int>(parts.size()),
+                              passed_with(frames.front()));
+  if (sent > 0) frames.front().passed.reset();
   if (sent < 0 && errno == EFAULT) {
     // Some frame's memory is unreadable, and nothing went out: frame by frame, so that
     // write_some() tells which and answers it as it does alone.
@@ -233,7 +236,7 @@ void StreamConnection::flush() {
         queue_.pop_front();
         queued_bytes_ -= queued_cost(batch.back());
       } while (!queue_.empty() && batch.size() < kMostHeldBack && batch.front().pieces.empty() &&
-               queue_.front().pieces.empty());
+               queue_.front().pieces.empty() && !queue_.front().passed);
       writing_ = true;  // no sender may write inline in the middle of these frames
     }
     std::size_t whole = 0;
@@ -377,7 +380,9 @@ bool StreamConnection::write_some(OutFrame& frame) {
     parts.clear();
     const auto left = frame_parts(frame, parts);
     if (left == 0) break;
-    const auto sent = send_some(socket_.get(), parts.data(), static_cast<int>(parts.size()));
+    const auto sent =
+        send_some(socket_.get(), parts.data(), static_cast<int>(parts.size()), passed_with(frame));
+    if (sent > 0) frame.passed.reset();  // it went with the first byte: ours closes
     if (sent < 0) {
       if (errno != EFAULT) return false;
       local_memory_fault_ = true;

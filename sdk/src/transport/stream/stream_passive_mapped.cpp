@@ -1,6 +1,7 @@
 // The owner's answers that let a same-host peer copy through its own mapping of the owner's
-// SharedBuffer (kMapped): where the requested bytes lie in the file, instead of copying them.
-// Asked for, and given only after the request was checked like any other.
+// SharedBuffer (kMapped): where the requested bytes lie in the file, instead of copying them,
+// with the buffer's memfd the first time (kDescriptor). Asked for (kMapByDescriptor), and given
+// only after the request was checked like any other.
 #include <unistd.h>
 
 #include "core/registration.hpp"
@@ -45,12 +46,30 @@ std::optional<std::vector<std::uint64_t>> offsets_in(std::span<const iovec> memo
 
 }  // namespace
 
+bool StreamPassiveSide::give_buffer(OutFrame& response, std::uint64_t buffer) {
+  // The peer maps what it reads read-only: it gets no descriptor it could write through.
+  const bool writable = response.header.type == FrameType::WriteResponse;
+  if (buffers_given_.contains({buffer, writable})) return true;
+  if (buffers_given_.size() >= kMaxSharedPerConnection) {
+    // Room from the buffers closed since: the peer lets go of them before it takes a new one.
+    std::erase_if(buffers_given_,
+                  [](const auto& given) { return !shared_buffer_live(given.first); });
+    if (buffers_given_.size() >= kMaxSharedPerConnection) return false;  // copied instead
+  }
+  response.passed = share_shared_buffer(buffer, writable);
+  if (!response.passed) return false;
+  response.header.flags |= frame_flags::kDescriptor;
+  buffers_given_.insert({buffer, writable});
+  return true;
+}
+
 bool StreamPassiveSide::answer_mapped(StreamConnection& connection, const FrameHeader& request,
                                       const std::byte* data) {
-  if ((request.flags & frame_flags::kMapped) == 0) return false;
+  if ((request.flags & frame_flags::kMapByDescriptor) == 0) return false;
   auto location = find_shared(data, request.length);
   if (!location) return false;
   auto response = mapped_answer(request);
+  if (!give_buffer(response, location->buffer)) return false;
   response.text.assign(reinterpret_cast<const char*>(&*location), sizeof *location);
   // Never completes here, even for kCompletes: the bytes move after this answer, and the
   // active side's notice says when they have.
@@ -63,7 +82,7 @@ bool StreamPassiveSide::answer_mapped_pieces(StreamConnection& connection,
                                              const Registration& registration,
                                              bool under_request_grant,
                                              std::span<const iovec> memory) {
-  if ((request.flags & frame_flags::kMapped) == 0 || memory.empty()) return false;
+  if ((request.flags & frame_flags::kMapByDescriptor) == 0 || memory.empty()) return false;
   const auto* first = static_cast<const std::byte*>(memory.front().iov_base);
   std::optional<SharedLocation> location;
   const std::byte* span_begin = nullptr;
@@ -83,17 +102,18 @@ bool StreamPassiveSide::answer_mapped_pieces(StreamConnection& connection,
     location = find_shared(run.data(), run.size());
     if (!location || location->offset % page != 0) return false;
     span_begin = run.data();
-    span = {location->fd, location->inode, location->offset, run.size()};
+    span = {location->buffer, location->file_size, location->offset, run.size()};
   } else {
     // A one-shot operation's: the whole buffer, as for a single range (answer_mapped).
     location = find_shared(first, memory.front().iov_len);
     if (!location) return false;
     span_begin = first - location->offset;
-    span = {location->fd, location->inode, 0, location->file_size};
+    span = {location->buffer, location->file_size, 0, location->file_size};
   }
   const auto offsets = offsets_in(memory, span_begin, span.length);
   if (!offsets) return false;  // not all in that span: copied as usual
   auto response = mapped_answer(request);
+  if (!give_buffer(response, span.buffer)) return false;
   response.text.reserve(sizeof span + offsets->size() * sizeof(std::uint64_t));
   response.text.append(reinterpret_cast<const char*>(&span), sizeof span);
   response.text.append(reinterpret_cast<const char*>(offsets->data()),

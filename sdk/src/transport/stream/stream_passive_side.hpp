@@ -4,8 +4,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/registration_table.hpp"
@@ -100,19 +102,23 @@ class StreamPassiveSide final : public FrameHandler {
                       const std::shared_ptr<Registration>& registration, OutFrame response);
   // Who sent a tag: the connector its Hello named, else the connection's address.
   std::string peer_name(const StreamConnection& connection) const;
-  // Answers a kMapped request for memory in a SharedBuffer with its location; false when the
-  // request did not ask or the memory is not shared (then it is copied as usual). In
+  // Answers a kMapByDescriptor request for memory in a SharedBuffer with its location; false when
+  // the request did not ask or the memory is not shared (then it is copied as usual). In
   // stream_passive_mapped.cpp, as the next.
-  static bool answer_mapped(StreamConnection& connection, const FrameHeader& request,
-                            const std::byte* data);
+  bool answer_mapped(StreamConnection& connection, const FrameHeader& request,
+                     const std::byte* data);
   // The same for a checked cross-memory piece request whose blocks are `memory`: the span of the
   // SharedBuffer the peer maps, and where each block lies in it. A pool's span is the run of its
   // blocks they lie in, mapped only when every byte of it is a block's (no gaps, whole pages),
   // and never under a request grant or for a tagged write (the owner must know their bytes are
   // in before it goes on). False: copy as usual.
-  static bool answer_mapped_pieces(StreamConnection& connection, const FrameHeader& request,
-                                   const Registration& registration, bool under_request_grant,
-                                   std::span<const iovec> memory);
+  bool answer_mapped_pieces(StreamConnection& connection, const FrameHeader& request,
+                            const Registration& registration, bool under_request_grant,
+                            std::span<const iovec> memory);
+  // A mapped answer names SharedBuffer `buffer`: its memfd goes with it unless this connection
+  // was given it (for that access) already. False when it cannot be given (over the limit, or
+  // the buffer closed): the request is copied as usual.
+  bool give_buffer(OutFrame& response, std::uint64_t buffer);
   // Throws unless cross-memory copies with this peer are allowed.
   void check_cross_memory() const;
   void touch(const std::shared_ptr<Registration>& registration);
@@ -132,6 +138,8 @@ class StreamPassiveSide final : public FrameHandler {
   std::map<Id128, std::weak_ptr<RequestGrant>> grants_touched_;
   std::string peer_name_;     // what its Hello said
   IpcMappings ipc_mappings_;  // the peer's GPU allocations opened for this connection
+  // The SharedBuffers (number, writable) whose memfd this connection's peer was given.
+  std::set<std::pair<std::uint64_t, bool>> buffers_given_;
 };
 
 }  // namespace memwire::detail

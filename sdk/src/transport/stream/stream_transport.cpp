@@ -187,7 +187,7 @@ class StreamTransport final : public Transport {
       // The passive side copies into or out of `memory` itself: keep it pinned until it says so.
       auto pin = transfer->gate().pin();
       if (!pin) return false;  // already cancelled
-      frame.header.flags |= frame_flags::kCrossMemory | frame_flags::kMapped;
+      frame.header.flags |= frame_flags::kCrossMemory | frame_flags::kMapByDescriptor;
       frame.header.peer_address = reinterpret_cast<std::uintptr_t>(memory);
       id = active.expect(state, nullptr, chunk.length, std::move(pin), memory);
     } else {
@@ -246,7 +246,7 @@ class StreamTransport final : public Transport {
       frame.header.flags |= frame_flags::kCrossMemory;
       // Not a tagged pool write: its tag must reach the owner after its bytes (PROTOCOL.md).
       const bool may_map = gpu == nullptr && (reading || state->pool_notice == PoolNotice::None);
-      if (may_map) frame.header.flags |= frame_flags::kMapped;
+      if (may_map) frame.header.flags |= frame_flags::kMapByDescriptor;
       id = active.expect(state, nullptr, request.length, std::move(pin), nullptr, {},
                          may_map ? std::move(memory) : std::vector<iovec>{});
     } else if (reading) {

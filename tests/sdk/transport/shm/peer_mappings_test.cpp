@@ -1,14 +1,17 @@
-// PeerMappings (sdk/src/transport/shm/peer_mappings.*): a same-host peer's SharedBuffers,
-// mapped through /proc/<pid>/fd. The "peer" here is this very process, which the kernel lets
-// us open like any other of our own user; the buffers are real SharedBuffers.
+// PeerMappings (sdk/src/transport/shm/peer_mappings.*): the SharedBuffers a same-host owner handed
+// this connection as descriptors. Each is checked before it is kept (a memfd sealed against
+// shrinking, growing and new seals, of the size the answer says, opened for the access asked),
+// and only a buffer handed over can be mapped: nothing is opened by a number or a path.
 #include "transport/shm/peer_mappings.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,29 +33,52 @@ SharedLocation location_of(const SharedBuffer& buffer) {
   return *location;
 }
 
-// The Error{Transport} that mapping `location` throws; its text, or "" when none is thrown.
-std::string refusal(PeerMappings& mappings, const SharedLocation& location, bool writable) {
+// Hands `buffer` over as its owner would (read-only unless `writable`).
+void give(PeerMappings& mappings, const SharedBuffer& buffer, bool writable) {
+  const auto location = location_of(buffer);
+  auto descriptor = share_shared_buffer(location.buffer, writable);
+  ASSERT_TRUE(descriptor);
+  mappings.adopt(location.buffer, location.file_size, writable, std::move(descriptor));
+}
+
+// The Error{Protocol} text adopting `descriptor` as a buffer of `size` bytes throws, or "".
+std::string refusal(FileDescriptor descriptor, std::uint64_t size, bool writable = false) {
+  PeerMappings mappings;
   try {
-    (void)mappings.map(location, writable);
+    mappings.adopt(1, size, writable, std::move(descriptor));
   } catch (const Error& error) {
-    EXPECT_EQ(error.code(), ErrorCode::Transport) << error.what();
+    EXPECT_EQ(error.code(), ErrorCode::Protocol) << error.what();
     return error.what();
   }
-  ADD_FAILURE() << "mapped what it should have refused";
+  ADD_FAILURE() << "kept a descriptor it should have refused";
   return "";
 }
 
-TEST(PeerMappings, MapsThePeersBufferAndSeesItsBytes) {
+FileDescriptor memfd(unsigned flags, off_t size, int seals) {
+  FileDescriptor file(::memfd_create("memwire-test", MFD_CLOEXEC | flags));
+  EXPECT_TRUE(file);
+  EXPECT_EQ(::ftruncate(file.get(), size), 0);
+  if (seals != 0) {
+    EXPECT_EQ(::fcntl(file.get(), F_ADD_SEALS, seals), 0);
+  }
+  return file;
+}
+
+constexpr int kAllSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+
+TEST(PeerMappings, MapsAGivenBufferAndSeesItsBytes) {
   SharedBuffer buffer(1 << 20);
   test_support::fill_pattern(buffer.bytes(), 7);
   const auto location = location_of(buffer);
-  PeerMappings mappings(::getpid());
+  PeerMappings mappings;
+  give(mappings, buffer, false);
+  give(mappings, buffer, true);
   auto readable = mappings.map(location, false);
   ASSERT_EQ(readable->size(), location.file_size);
   EXPECT_EQ(test_support::first_mismatch(
                 std::span<const std::byte>(readable->base() + location.offset, 1 << 20), 7),
             std::size_t{1 << 20});
-  // Writable: what is written through the mapping is in the peer's buffer.
+  // Writable: what is written through the mapping is in the owner's buffer.
   auto writable = mappings.map(location, true);
   std::memset(writable->base() + location.offset, 0x5a, 4096);
   EXPECT_EQ(buffer.bytes()[0], std::byte{0x5a});
@@ -63,7 +89,9 @@ TEST(PeerMappings, MapsThePeersBufferAndSeesItsBytes) {
 TEST(PeerMappings, KeepsEachMappingForLaterTransfers) {
   SharedBuffer buffer(65536);
   const auto location = location_of(buffer);
-  PeerMappings mappings(::getpid());
+  PeerMappings mappings;
+  give(mappings, buffer, false);
+  give(mappings, buffer, true);
   auto first = mappings.map(location, false);
   EXPECT_EQ(mappings.map(location, false), first) << "mapped again instead of reused";
   auto writable = mappings.map(location, true);
@@ -71,53 +99,98 @@ TEST(PeerMappings, KeepsEachMappingForLaterTransfers) {
   EXPECT_EQ(mappings.map(location, true), writable);
 }
 
-TEST(PeerMappings, RefusesAnotherFileUnderTheSameDescriptor) {
+// A buffer number only finds what was handed over: for that access, and nothing else.
+TEST(PeerMappings, MapsNothingItWasNotGiven) {
   SharedBuffer buffer(65536);
-  auto location = location_of(buffer);
-  PeerMappings mappings(::getpid());
-  location.inode += 1;  // the descriptor now names a different file than the peer said
-  EXPECT_NE(refusal(mappings, location, false).find("(check /proc/"), std::string::npos);
-  location = location_of(buffer);
-  location.file_size += 1;  // more than the file holds
-  EXPECT_NE(refusal(mappings, location, false).find("(check /proc/"), std::string::npos);
-}
-
-TEST(PeerMappings, RefusesAClosedDescriptorOrOneThatIsNoFile) {
-  PeerMappings mappings(::getpid());
-  SharedLocation nowhere{999999, 1, 0, 4096};
-  EXPECT_NE(refusal(mappings, nowhere, false).find("(open /proc/"), std::string::npos);
-  // A pipe: opening it must not block (O_NONBLOCK), and it is no regular file.
-  int ends[2];
-  ASSERT_EQ(::pipe(ends), 0);
-  SharedLocation pipe{static_cast<std::uint64_t>(ends[0]), 1, 0, 4096};
-  EXPECT_NE(refusal(mappings, pipe, false).find("(check /proc/"), std::string::npos);
-  ::close(ends[0]);
-  ::close(ends[1]);
-}
-
-// A buffer the peer let go of is unmapped on the next miss, not kept for ever.
-TEST(PeerMappings, ForgetsBuffersThePeerReleased) {
-  PeerMappings mappings(::getpid());
-  const int before = test_support::shared_mappings();
-  {
-    SharedBuffer gone(65536);
-    (void)mappings.map(location_of(gone), false);
-    EXPECT_EQ(test_support::shared_mappings(), before + 2);  // its own and ours
+  const auto location = location_of(buffer);
+  PeerMappings mappings;
+  EXPECT_THROW((void)mappings.map(location, false), Error);
+  give(mappings, buffer, false);
+  try {
+    (void)mappings.map(location, true);
+    ADD_FAILURE() << "mapped writable a buffer given read-only";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::Protocol);
+    EXPECT_NE(std::string(error.what()).find("never sent"), std::string::npos) << error.what();
   }
-  EXPECT_EQ(test_support::shared_mappings(), before + 1);  // ours, cached
-  SharedBuffer next(65536);
-  (void)mappings.map(location_of(next), false);
-  EXPECT_EQ(test_support::shared_mappings(), before + 2) << "the released buffer stayed mapped";
+  // A span past the end, or not on a page, or of another size than the buffer's.
+  auto span = SharedSpan{location.buffer, location.file_size, 4096, location.file_size};
+  EXPECT_THROW((void)mappings.map(span, false), Error);
+  span = SharedSpan{location.buffer, location.file_size, 100, 4096};
+  EXPECT_THROW((void)mappings.map(span, false), Error);
+  span = SharedSpan{location.buffer, location.file_size * 2, 0, location.file_size * 2};
+  EXPECT_THROW((void)mappings.map(span, false), Error);
 }
 
-// However many buffers the peer has, at most kMaxMappings stay mapped; an evicted one maps again.
+// The owner's read-only descriptor cannot be mapped writable, here or by anyone it reaches.
+TEST(PeerMappings, AReadOnlyDescriptorIsNoWritableOne) {
+  SharedBuffer buffer(65536);
+  const auto location = location_of(buffer);
+  auto descriptor = share_shared_buffer(location.buffer, false);
+  ASSERT_TRUE(descriptor);
+  EXPECT_EQ(::fcntl(descriptor.get(), F_GETFL) & O_ACCMODE, O_RDONLY);
+  EXPECT_EQ(::mmap(nullptr, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, descriptor.get(), 0),
+            MAP_FAILED);
+  EXPECT_NE(refusal(std::move(descriptor), location.file_size, true).find("read-only"),
+            std::string::npos);
+}
+
+TEST(PeerMappings, RefusesWhatIsNotASealedMemfdOfTheSizeSaid) {
+  // A plain file (the kind a hostile owner would hand over to reach the peer's files).
+  char path[] = "/tmp/memwire-peer-mappings-XXXXXX";
+  FileDescriptor plain(::mkostemp(path, O_CLOEXEC));
+  ASSERT_TRUE(plain);
+  ::unlink(path);
+  ASSERT_EQ(::ftruncate(plain.get(), 65536), 0);
+  EXPECT_NE(refusal(std::move(plain), 65536).find("not a memfd"), std::string::npos);
+  // A memfd that cannot be sealed, one sealed against nothing, one that may still grow or
+  // shrink, one that may take new seals.
+  EXPECT_NE(refusal(memfd(0, 65536, 0), 65536).find("not sealed"), std::string::npos);
+  EXPECT_NE(refusal(memfd(MFD_ALLOW_SEALING, 65536, 0), 65536).find("not sealed"),
+            std::string::npos);
+  EXPECT_NE(refusal(memfd(MFD_ALLOW_SEALING, 65536, F_SEAL_SHRINK | F_SEAL_SEAL), 65536)
+                .find("not sealed"),
+            std::string::npos);
+  EXPECT_NE(
+      refusal(memfd(MFD_ALLOW_SEALING, 65536, F_SEAL_GROW | F_SEAL_SEAL), 65536).find("not sealed"),
+      std::string::npos);
+  EXPECT_NE(refusal(memfd(MFD_ALLOW_SEALING, 65536, F_SEAL_SHRINK | F_SEAL_GROW), 65536)
+                .find("not sealed"),
+            std::string::npos);
+  // Sealed right, but not the size the answer says.
+  EXPECT_NE(refusal(memfd(MFD_ALLOW_SEALING, 65536, kAllSeals), 65536 * 2).find("size"),
+            std::string::npos);
+  // A pipe: no regular file.
+  int ends[2];
+  ASSERT_EQ(::pipe2(ends, O_CLOEXEC), 0);
+  FileDescriptor write_end(ends[1]);
+  EXPECT_NE(refusal(FileDescriptor(ends[0]), 65536).find("not a regular file"), std::string::npos);
+  // And a sealed memfd of the right size is taken.
+  PeerMappings mappings;
+  EXPECT_NO_THROW(mappings.adopt(1, 65536, true, memfd(MFD_ALLOW_SEALING, 65536, kAllSeals)));
+}
+
+TEST(PeerMappings, TakesEachBufferOnceAndAtMostTheLimit) {
+  PeerMappings mappings;
+  mappings.adopt(1, 4096, false, memfd(MFD_ALLOW_SEALING, 4096, kAllSeals));
+  EXPECT_THROW(mappings.adopt(1, 4096, false, memfd(MFD_ALLOW_SEALING, 4096, kAllSeals)), Error);
+  for (std::uint64_t buffer = 2; buffer <= kMaxSharedPerConnection; ++buffer)
+    mappings.adopt(buffer, 4096, false, memfd(MFD_ALLOW_SEALING, 4096, kAllSeals));
+  EXPECT_EQ(mappings.buffers(), kMaxSharedPerConnection);
+  EXPECT_THROW(mappings.adopt(1000, 4096, false, memfd(MFD_ALLOW_SEALING, 4096, kAllSeals)), Error);
+}
+
+// However many spans the owner names, at most kMaxMappings stay mapped; an evicted one maps again.
 TEST(PeerMappings, KeepsAtMostTheLimit) {
-  PeerMappings mappings(::getpid());
+  PeerMappings mappings;
   const int before = test_support::shared_mappings();
   std::vector<SharedBuffer> buffers;
   const int count = static_cast<int>(PeerMappings::kMaxMappings) + 8;
   for (int i = 0; i < count; ++i) buffers.emplace_back(4096);
-  for (auto& buffer : buffers) (void)mappings.map(location_of(buffer), false);
+  for (auto& buffer : buffers) {
+    give(mappings, buffer, false);
+    (void)mappings.map(location_of(buffer), false);
+  }
   EXPECT_LE(test_support::shared_mappings(),
             before + count + static_cast<int>(PeerMappings::kMaxMappings));
   test_support::fill_pattern(buffers.front().bytes(), 3);
@@ -126,6 +199,19 @@ TEST(PeerMappings, KeepsAtMostTheLimit) {
   EXPECT_EQ(test_support::first_mismatch(
                 std::span<const std::byte>(again->base() + first.offset, 4096), 3),
             std::size_t{4096});
+}
+
+// Closing a SharedBuffer frees its pages even while a peer still holds its memfd.
+TEST(PeerMappings, AClosedBufferKeepsNoPagesForAPeerThatHoldsIt) {
+  PeerMappings mappings;
+  SharedBuffer buffer(1 << 20);
+  test_support::fill_pattern(buffer.bytes(), 5);
+  const auto location = location_of(buffer);
+  give(mappings, buffer, false);
+  auto mapping = mappings.map(location, false);
+  buffer.close();
+  for (std::size_t i = 0; i < (1 << 20); i += 4096)
+    ASSERT_EQ(mapping->base()[i], std::byte{0}) << "at " << i;
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include "memwire/memwire.hpp"
 #include "support/error_code_of.hpp"
@@ -122,4 +125,59 @@ TEST_F(SharedBufferTransfer, ATokenThatDoesNotMatchGetsNoMapping) {
   auto read = peer.begin_read(forged, {Descriptor(std::span(target))});
   EXPECT_EQ(error_code_of([&] { read.wait_for_completion(10s); }), ErrorCode::AccessDenied);
   EXPECT_EQ(shared_mappings(), before);
+}
+
+// The owner's memfd travels once per buffer and access on a connection, not per transfer: the
+// descriptors a peer receives do not pile up, and those of a buffer the owner closed go when
+// the next one arrives.
+TEST(SharedBufferTransfers, ReceivedDescriptorsDoNotPileUp) {
+  auto one_connection = shm_options();
+  one_connection.tcp.connections_per_peer = 1;
+  Connector owner{one_connection}, peer{one_connection};
+  const auto memfds = [] {
+    int count = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+      std::error_code failed;
+      count +=
+          std::filesystem::read_symlink(entry.path(), failed).string().find("memwire-shared") !=
+          std::string::npos;
+    }
+    return count;
+  };
+  std::vector<std::byte> local(1 << 20);
+  auto round_trip = [&](const SharedBuffer& buffer, int rounds) {
+    for (int i = 0; i < rounds; ++i) {
+      auto readable = owner.create_readable({buffer.descriptor()});
+      auto read = peer.begin_read(readable.metadata(), {Descriptor(std::span(local))});
+      ASSERT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
+      ASSERT_EQ(readable.wait_for_completion(10s), OperationStatus::Complete);
+      auto writable = owner.create_writable({buffer.descriptor()});
+      auto write = peer.begin_write({Descriptor(std::span(local))}, writable.metadata());
+      ASSERT_EQ(write.wait_for_completion(10s), OperationStatus::Complete);
+      ASSERT_EQ(writable.wait_for_completion(10s), OperationStatus::Complete);
+    }
+  };
+  {
+    SharedBuffer first(local.size());
+    const int before = memfds();
+    round_trip(first, 1);
+    // The peer's read-only and writable descriptors of it, once.
+    EXPECT_EQ(memfds(), before + 2);
+    round_trip(first, 100);
+    EXPECT_EQ(memfds(), before + 2) << "descriptors piled up over 100 transfers";
+  }
+  SharedBuffer second(local.size());
+  const int with_second = memfds();  // its own, and the peer's two of the closed one
+  round_trip(second, 1);
+  EXPECT_EQ(memfds(), with_second) << "the closed buffer's descriptors were kept";
+  // More buffers in turn than a connection holds at once (64): each one closed makes room, and
+  // the count stays where the first left it (second's three, the current one's three).
+  int steady = 0;
+  for (int i = 0; i < 70; ++i) {
+    SharedBuffer next(local.size());
+    round_trip(next, 1);
+    if (i == 0) steady = memfds();
+    ASSERT_EQ(memfds(), steady) << "buffer " << i;
+  }
+  EXPECT_EQ(steady, 6);
 }
