@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -391,13 +392,22 @@ class HttpEndpoint::Impl {
                                              const httplib::ContentReader& reader) {
       auto name = req.matches[1].str();
       validate_name(name);
+      // Counted from before its body is read (upload and check included); a call over the
+      // budget has its body read and dropped, so that its client hears the 503.
+      std::optional<LongPollSlot> slot;
+      try {
+        slot.emplace(waiting_, expected_body_bytes(req, options_.max_body_size));
+      } catch (const HttpStatusError&) {
+        discard_body(reader, options_.max_body_size);
+        throw;
+      }
       auto body = read_body(res, reader);
-      // Checked, then let go: only the body waits, and only it is counted against the budget.
+      // Checked, then let go: only the body waits.
       if (RdmaMetadata::from_json(body).operation_kind() != OperationKind::Write) {
         throw Error(ErrorCode::InvalidMetadata, "a request carries writable metadata");
       }
       body.shrink_to_fit();
-      LongPollSlot slot(waiting_, body.capacity());
+      slot->shrink_to(body.capacity());
       auto result = broker_.submit(name, std::move(body), wait_deadline(req));
       if (!result.done && result.code == "not found") return reply_error(res, 404, result.message);
       if (!result.done && result.code == "timeout") return reply_error(res, 504, result.message);
