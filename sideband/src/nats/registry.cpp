@@ -78,7 +78,10 @@ void NatsRegistry::publish(std::string_view name, const RdmaMetadata& metadata,
   // No deadline of the caller's: request_timeout for the whole publish, retried through it.
   const Store::Deadline deadline(connection_.options().request_timeout);
 
-  auto [entry, part_key] = store_->envelope(json, expires_at, name, deadline);
+  // Not a structured binding: the KV call below takes it into a lambda (clang 14 cannot).
+  const Envelope envelope = store_->envelope(json, expires_at, name, deadline);
+  const std::string& entry = envelope.entry;
+  const std::string& part_key = envelope.part_key;
 
   // The responder first: the KV put below is a round trip on the same connection, so when
   // publish returns the server has the subscription and a fetch from anywhere is answered.
@@ -302,7 +305,9 @@ void NatsRegistry::publish_pool(std::string_view name, const PoolMetadata& metad
       }
     }
   }
-  auto [entry, part_key] = store_->envelope(json, expires_at, key, deadline);
+  const Envelope envelope = store_->envelope(json, expires_at, key, deadline);
+  const std::string& entry = envelope.entry;
+  const std::string& part_key = envelope.part_key;
   auto status = store_->through_failover(Store::Bucket::Registry, deadline, [&](kvStore* kv) {
     uint64_t revision = 0;
     return kvStore_Put(&revision, kv, key.c_str(), entry.data(), static_cast<int>(entry.size()));
