@@ -127,8 +127,10 @@ int get(int argc, char** argv, int first) {
   auto deadline = started + timeout;
   Connector connector(services::connector_options_from_environment());
   auto channel = services::make_channel(args);
+  // What is left of --timeout: making the channel may have waited (a cluster electing leaders).
+  const auto lookup = std::max(milliseconds(1), left_until(deadline));
   auto metadata =
-      args.has("--wait") ? channel->wait_for(name, timeout) : channel->fetch(name, timeout);
+      args.has("--wait") ? channel->wait_for(name, lookup) : channel->fetch(name, lookup);
   auto pause = milliseconds(5);
   for (int attempt = 1;; ++attempt) {
     if (metadata.operation_kind() != OperationKind::Read) {

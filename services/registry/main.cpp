@@ -32,6 +32,8 @@ constexpr const char* kHelp = R"(usage: memwire-registry [options]
   --max-long-polls N     requests waiting at once (long polls, request/reply); one more
                          gets 503; below --max-connections (default 512)
   --max-body-bytes N     largest request body, however framed; more gets 413 (default 16 MiB)
+  --max-waiting-bytes N  bytes of bodies waiting requests hold at once; one more gets 503
+                         (default 64 MiB)
   --request-read-ms N    a request's headers and body must arrive within N ms (default 10000)
   --max-names-per-grant N  names (operations and pools) one token may hold; one more is
                          answered 403 with "limit" and "flag" (default 1024; 0 = no limit).
@@ -60,12 +62,12 @@ int main(int argc, char** argv) {
   using namespace memwire;
   using namespace memwire::services;
   try {
-    Arguments args(
-        argc, argv, 1,
-        {"--listen", "--token", "--token-file", "--grants", "--ttl-sweep-ms", "--state",
-         "--tls-cert", "--tls-key", "--threads", "--max-connections", "--max-long-polls",
-         "--max-body-bytes", "--request-read-ms", "--max-names-per-grant", "--max-bytes-per-grant"},
-        {"--help", "--quiet-requests"});
+    Arguments args(argc, argv, 1,
+                   {"--listen", "--token", "--token-file", "--grants", "--ttl-sweep-ms", "--state",
+                    "--tls-cert", "--tls-key", "--threads", "--max-connections", "--max-long-polls",
+                    "--max-body-bytes", "--max-waiting-bytes", "--request-read-ms",
+                    "--max-names-per-grant", "--max-bytes-per-grant"},
+                   {"--help", "--quiet-requests"});
     if (args.has("--help")) {
       std::cout << kHelp;
       return kOk;
@@ -100,6 +102,7 @@ int main(int argc, char** argv) {
     options.max_connections = args.get_uint("--max-connections", options.max_connections);
     options.max_long_polls = args.get_uint("--max-long-polls", options.max_long_polls);
     options.max_body_size = args.get_uint("--max-body-bytes", options.max_body_size);
+    options.max_waiting_bytes = args.get_uint("--max-waiting-bytes", options.max_waiting_bytes);
     options.request_read_timeout =
         milliseconds_option(args, "--request-read-ms",
                             static_cast<std::uint64_t>(options.request_read_timeout.count()));
@@ -107,8 +110,11 @@ int main(int argc, char** argv) {
         args.get_uint("--max-names-per-grant", options.max_names_per_grant);
     options.max_bytes_per_grant =
         args.get_uint("--max-bytes-per-grant", options.max_bytes_per_grant);
-    if (options.max_connections == 0 || options.max_long_polls == 0 || options.max_body_size == 0) {
-      throw UsageError("--max-connections, --max-long-polls and --max-body-bytes must be > 0");
+    if (options.max_connections == 0 || options.max_long_polls == 0 || options.max_body_size == 0 ||
+        options.max_waiting_bytes == 0) {
+      throw UsageError(
+          "--max-connections, --max-long-polls, --max-body-bytes and --max-waiting-bytes must be "
+          "> 0");
     }
     if (options.max_long_polls >= options.max_connections) {
       throw UsageError("--max-long-polls must be below --max-connections");

@@ -1,7 +1,7 @@
 #pragma once
 
-// A real nats-server for tests: free loopback port, JetStream in a temporary store folder,
-// optional token or user/password authentication. No mocks.
+// A real nats-server for tests: a loopback port of its own choosing, JetStream in a temporary store
+// folder, optional token or user/password authentication. No mocks.
 
 #include <sys/types.h>
 
@@ -42,7 +42,7 @@ struct NatsServerOptions {
   std::chrono::milliseconds start_timeout = std::chrono::seconds(15);
   // Cluster membership (NatsCluster fills these): fixed ports instead of free ones, a unique
   // server name, the cluster's name and route listener, the other nodes' route ports.
-  std::uint16_t port = 0;  // 0 = a free loopback port
+  std::uint16_t port = 0;  // 0 = a loopback port the server chooses itself (no race for it)
   std::string server_name;
   std::string cluster_name;
   std::uint16_t cluster_port = 0;

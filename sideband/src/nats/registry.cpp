@@ -75,17 +75,24 @@ void NatsRegistry::publish(std::string_view name, const RdmaMetadata& metadata,
   check_publish(name, ttl);
   const std::int64_t expires_at = ttl.count() > 0 ? unix_now_ms() + ttl.count() : 0;
   const std::string json = metadata.to_json();
+  // No deadline of the caller's: request_timeout for the whole publish, retried through it.
+  const Store::Deadline deadline(connection_.options().request_timeout);
 
-  auto [entry, part_key] = store_->envelope(json, expires_at, name);
+  // Not a structured binding: the KV call below takes it into a lambda (clang 14 cannot).
+  const Envelope envelope = store_->envelope(json, expires_at, name, deadline);
+  const std::string& entry = envelope.entry;
+  const std::string& part_key = envelope.part_key;
 
   // The responder first: the KV put below is a round trip on the same connection, so when
   // publish returns the server has the subscription and a fetch from anywhere is answered.
   std::string old_part_key;
   try {
     old_part_key = install_responder(name, entry, expires_at, part_key);
-    uint64_t revision = 0;
-    auto status = kvStore_Put(&revision, store_->registry(), std::string(name).c_str(),
-                              entry.data(), static_cast<int>(entry.size()));
+    const std::string key(name);
+    auto status = store_->through_failover(Store::Bucket::Registry, deadline, [&](kvStore* kv) {
+      uint64_t revision = 0;
+      return kvStore_Put(&revision, kv, key.c_str(), entry.data(), static_cast<int>(entry.size()));
+    });
     if (status != NATS_OK) fail(status, "nats: storing " + in_quotes(name) + " in the registry");
   } catch (...) {
     remove_responder(name);
@@ -136,19 +143,26 @@ void NatsRegistry::withdraw(std::string_view name) {
 
 std::string NatsRegistry::remove_from_registry(std::string_view key, std::string_view name) {
   const std::string key_text(key);
+  const Store::Deadline deadline(connection_.options().request_timeout);
   // What the registry holds now (another process may have written it), for its pieces.
   std::string registry_parts;
-  kvEntry* raw = nullptr;
-  auto status = kvStore_Get(&raw, store_->registry(), key_text.c_str());
-  EntryPtr current(raw);
+  EntryPtr current;
+  auto status = store_->through_failover(Store::Bucket::Registry, deadline, [&](kvStore* kv) {
+    kvEntry* raw = nullptr;
+    auto got = kvStore_Get(&raw, kv, key_text.c_str());
+    current.reset(raw);
+    return got;
+  });
   if (status == NATS_OK) {
     try {
-      registry_parts = decode_entry(Store::value_of(raw), name).part_key;
+      registry_parts = decode_entry(Store::value_of(current.get()), name).part_key;
     } catch (const Error&) {
       // A malformed entry is removed all the same.
     }
     // A KV delete leaves the usual tombstone, so other KV watchers see the name go.
-    status = kvStore_Delete(store_->registry(), key_text.c_str());
+    status = store_->through_failover(Store::Bucket::Registry, deadline, [&](kvStore* kv) {
+      return kvStore_Delete(kv, key_text.c_str());
+    });
     if (status != NATS_OK) {
       fail(status, "nats: deleting " + in_quotes(name) + " from the registry");
     }
@@ -237,7 +251,9 @@ std::vector<std::string> NatsRegistry::list() {
   kvWatchOptions_Init(&watch_options);
   watch_options.IgnoreDeletes = true;
   kvWatcher* raw_watcher = nullptr;
-  auto status = kvStore_WatchAll(&raw_watcher, store_->registry(), &watch_options);
+  auto status = kvStore_WatchAll(
+      &raw_watcher, store_->registry(Store::Deadline(connection_.options().request_timeout)),
+      &watch_options);
   WatcherPtr watcher(raw_watcher);
   if (status != NATS_OK) fail(status, "nats: listing the registry");
 
@@ -270,23 +286,32 @@ void NatsRegistry::publish_pool(std::string_view name, const PoolMetadata& metad
   const std::string json = checked_pool_document(name, metadata, ttl);
   const std::int64_t expires_at = ttl.count() > 0 ? unix_now_ms() + ttl.count() : 0;
   const std::string key = pool_key(name);
+  const Store::Deadline deadline(connection_.options().request_timeout);
   // The pieces of the entry this publish replaces, removed once the new one is stored.
   std::string old_part_key;
   {
-    kvEntry* raw = nullptr;
-    if (kvStore_Get(&raw, store_->registry(), key.c_str()) == NATS_OK) {
-      EntryPtr current(raw);
+    EntryPtr current;
+    auto status = store_->through_failover(Store::Bucket::Registry, deadline, [&](kvStore* kv) {
+      kvEntry* raw = nullptr;
+      auto got = kvStore_Get(&raw, kv, key.c_str());
+      current.reset(raw);
+      return got;
+    });
+    if (status == NATS_OK) {
       try {
-        old_part_key = decode_entry(Store::value_of(raw), name).part_key;
+        old_part_key = decode_entry(Store::value_of(current.get()), name).part_key;
       } catch (const Error&) {
         // Malformed: replaced all the same.
       }
     }
   }
-  auto [entry, part_key] = store_->envelope(json, expires_at, key);
-  uint64_t revision = 0;
-  auto status = kvStore_Put(&revision, store_->registry(), key.c_str(), entry.data(),
-                            static_cast<int>(entry.size()));
+  const Envelope envelope = store_->envelope(json, expires_at, key, deadline);
+  const std::string& entry = envelope.entry;
+  const std::string& part_key = envelope.part_key;
+  auto status = store_->through_failover(Store::Bucket::Registry, deadline, [&](kvStore* kv) {
+    uint64_t revision = 0;
+    return kvStore_Put(&revision, kv, key.c_str(), entry.data(), static_cast<int>(entry.size()));
+  });
   if (status != NATS_OK) {
     if (!part_key.empty()) store_->delete_parts(part_key);
     fail(status, "nats: storing pool " + in_quotes(name) + " in the registry");

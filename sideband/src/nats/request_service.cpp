@@ -108,7 +108,8 @@ void NatsRequestService::request(std::string_view name, const RdmaMetadata& writ
                                  std::chrono::milliseconds timeout, std::stop_token abandon) {
   channel_rules::check_request(name, writable);
   const channel_rules::Deadline deadline(timeout);
-  const auto [payload, part_key] = store_->envelope(writable.to_json(), 0, request_key(name));
+  const auto [payload, part_key] =
+      store_->envelope(writable.to_json(), 0, request_key(name), deadline);
   struct PartsCleanup {
     Store& store;
     const std::string& key;

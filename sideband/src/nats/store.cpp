@@ -28,7 +28,61 @@ std::string random_key() {
 
 Store::Store(std::shared_ptr<NatsConnection> connection)
     : connection_(std::move(connection)), options_(connection_->options()) {
-  kv_ = open_bucket(options_.kv_bucket);
+  const Deadline deadline(options_.request_timeout);
+  const auto probed = wait_for_bucket(options_.kv_bucket, deadline);
+  // Unanswered (or "no leader") for request_timeout: a leader election after a node died, or
+  // a slow server. Each call opens it then, within its own deadline (`memwire get --timeout 20`
+  // failed here after 5 s, in the middle of an election that ended well within its 20 s).
+  if (probed == NATS_TIMEOUT || probed == NATS_ERR) return;
+  kv_ = open_bucket(options_.kv_bucket, deadline, probed);
+}
+
+kvStore* Store::handle(Bucket bucket, Deadline deadline) {
+  std::lock_guard lock(open_mutex_);
+  auto& store = bucket == Bucket::Registry ? kv_ : parts_;
+  if (!store) {
+    const auto name =
+        bucket == Bucket::Registry ? options_.kv_bucket : options_.kv_bucket + "_parts";
+    store = open_bucket(name, deadline);
+  }
+  return store.get();
+}
+
+kvStore* Store::registry(Deadline deadline) { return handle(Bucket::Registry, deadline); }
+
+kvStore* Store::parts_store(Deadline deadline) { return handle(Bucket::Parts, deadline); }
+
+bool Store::election_may_cause(natsStatus status) noexcept {
+  return status == NATS_TIMEOUT || status == NATS_ERR || status == NATS_NO_RESPONDERS;
+}
+
+natsStatus Store::through_failover(Bucket bucket, Deadline deadline, const Call& call) {
+  const auto refusals = connection_->permission_refusals();
+  auto status = call(handle(bucket, deadline));
+  auto pause = std::chrono::milliseconds(50);
+  while (election_may_cause(status) && connection_->permission_refusals() == refusals &&
+         deadline.left() > pause) {
+    // No event says "leader elected": look again soon (backing off), each try bounded by the
+    // deadline through a handle of its own (the bucket's waits are request_timeout long).
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(500));
+    jsOptions quick;
+    jsOptions_Init(&quick);
+    quick.Wait = std::clamp<std::int64_t>(deadline.left().count(), 1, 1000);
+    jsCtx* raw_js = nullptr;
+    status = natsConnection_JetStream(&raw_js, connection_->get(), &quick);
+    JsPtr js(raw_js);
+    if (status != NATS_OK) return status;
+    const auto name =
+        bucket == Bucket::Registry ? options_.kv_bucket : options_.kv_bucket + "_parts";
+    kvStore* raw = nullptr;
+    status = js_KeyValue(&raw, js.get(), name.c_str());
+    KvPtr store(raw);
+    // The bucket was open before: "not found" now is the election's doing too.
+    if (status == NATS_NOT_FOUND) status = NATS_ERR;
+    if (status == NATS_OK) status = call(store.get());
+  }
+  return status;
 }
 
 int Store::wanted_replicas() const {
@@ -76,11 +130,11 @@ void Store::check_existing_bucket(kvStore* store, const std::string& bucket) {
 }
 
 Envelope Store::envelope(const std::string& metadata_json, std::int64_t expires_at_ms,
-                         std::string_view key) {
+                         std::string_view key, Deadline deadline) {
   Envelope envelope{encode_inline(metadata_json, expires_at_ms), {}};
   if (envelope.entry.size() > connection_->max_entry()) {
     envelope.part_key = std::string(key) + "." + random_key();
-    auto parts = store_parts(envelope.part_key, metadata_json);
+    auto parts = store_parts(envelope.part_key, metadata_json, deadline);
     envelope.entry = encode_parts(parts, envelope.part_key, metadata_json.size(), expires_at_ms);
   }
   return envelope;
@@ -105,8 +159,7 @@ int Store::known_servers() const {
 // request can go unanswered for its whole wait, or come back "offline". Asked with a short wait
 // again and again (backing off) until request_timeout has passed, a new client gets in as soon
 // as the election is over, not request_timeout after it began. No event says "leader elected".
-natsStatus Store::wait_for_bucket(const std::string& bucket) {
-  const Deadline deadline(options_.request_timeout);
+natsStatus Store::wait_for_bucket(const std::string& bucket, Deadline deadline) {
   auto pause = std::chrono::milliseconds(50);
   for (;;) {
     jsOptions quick;
@@ -125,9 +178,10 @@ natsStatus Store::wait_for_bucket(const std::string& bucket) {
   }
 }
 
-KvPtr Store::open_bucket(const std::string& bucket) {
+KvPtr Store::open_bucket(const std::string& bucket, Deadline deadline,
+                         std::optional<natsStatus> probed) {
   kvStore* raw = nullptr;
-  auto status = wait_for_bucket(bucket);
+  auto status = probed ? *probed : wait_for_bucket(bucket, deadline);
   // Opened for good with the connection's JetStream context (its waits are request_timeout).
   if (status == NATS_OK) {
     status = js_KeyValue(&raw, connection_->jetstream(), bucket.c_str());
@@ -175,34 +229,30 @@ KvPtr Store::open_bucket(const std::string& bucket) {
   return store;
 }
 
-kvStore* Store::parts_store() {
-  std::lock_guard lock(parts_mutex_);
-  if (!parts_) parts_ = open_bucket(options_.kv_bucket + "_parts");
-  return parts_.get();
-}
-
 std::string_view Store::value_of(kvEntry* entry) {
   const void* data = kvEntry_Value(entry);
   if (data == nullptr) return {};
   return {static_cast<const char*>(data), static_cast<std::size_t>(kvEntry_ValueLen(entry))};
 }
 
-std::size_t Store::store_parts(const std::string& part_key, const std::string& json) {
+std::size_t Store::store_parts(const std::string& part_key, const std::string& json,
+                               Deadline deadline) {
   if (json.size() > kMaxMetadataBytes) {
     throw Error(ErrorCode::InvalidArgument, "nats: metadata of " + std::to_string(json.size()) +
                                                 " bytes exceeds the " +
                                                 std::to_string(kMaxMetadataBytes) + "-byte limit");
   }
-  kvStore* store = parts_store();
   const std::size_t piece = connection_->max_entry();
   const std::size_t parts = (json.size() + piece - 1) / piece;
   for (std::size_t i = 0; i < parts; ++i) {
     const std::string key = part_key + "." + std::to_string(i);
     const std::size_t offset = i * piece;
     const std::size_t length = std::min(piece, json.size() - offset);
-    uint64_t revision = 0;
-    auto status =
-        kvStore_Put(&revision, store, key.c_str(), json.data() + offset, static_cast<int>(length));
+    auto status = through_failover(Bucket::Parts, deadline, [&](kvStore* store) {
+      uint64_t revision = 0;
+      return kvStore_Put(&revision, store, key.c_str(), json.data() + offset,
+                         static_cast<int>(length));
+    });
     if (status != NATS_OK) {
       delete_parts(part_key);
       fail(status, "nats: storing part " + std::to_string(i) + " of a large metadata");
@@ -213,7 +263,7 @@ std::size_t Store::store_parts(const std::string& part_key, const std::string& j
 
 void Store::delete_parts(const std::string& part_key) noexcept {
   try {
-    kvStore* store = parts_store();
+    kvStore* store = parts_store(Deadline(options_.request_timeout));
     for (std::size_t i = 0;; ++i) {
       const std::string key = part_key + "." + std::to_string(i);
       kvEntry* raw = nullptr;
@@ -239,7 +289,6 @@ std::string Store::read_parts(const Entry& entry, std::string_view key, std::str
                                               " bytes (at most " + std::to_string(parts_needed) +
                                               " of " + std::to_string(piece_size) + " bytes each)");
   }
-  kvStore* store = parts_store();
   std::string json;
   json.reserve(entry.size);
   for (std::size_t i = 0; i < entry.parts; ++i) {
@@ -249,15 +298,19 @@ std::string Store::read_parts(const Entry& entry, std::string_view key, std::str
                                           std::to_string(entry.parts) + " read)");
     }
     const std::string key = entry.part_key + "." + std::to_string(i);
-    kvEntry* raw = nullptr;
-    auto status = kvStore_Get(&raw, store, key.c_str());
-    EntryPtr piece(raw);
+    EntryPtr piece;
+    auto status = through_failover(Bucket::Parts, deadline, [&](kvStore* store) {
+      kvEntry* raw = nullptr;
+      auto got = kvStore_Get(&raw, store, key.c_str());
+      piece.reset(raw);
+      return got;
+    });
     if (status == NATS_NOT_FOUND) {
       throw Error(ErrorCode::NotFound,
                   "nats: part " + std::to_string(i) + " of " + in_quotes(name) + " is gone");
     }
     if (status != NATS_OK) fail(status, "nats: reading part of " + in_quotes(name));
-    json.append(value_of(raw));
+    json.append(value_of(piece.get()));
     if (json.size() > entry.size) break;
   }
   if (json.size() != entry.size) {
@@ -282,9 +335,13 @@ std::string Store::document_of(const Entry& entry, std::string_view key, std::st
 std::string Store::document_from_registry(std::string_view key, std::string_view name,
                                           bool may_retry, Deadline deadline) {
   const std::string key_text(key);
-  kvEntry* raw = nullptr;
-  auto status = kvStore_Get(&raw, kv_.get(), key_text.c_str());
-  EntryPtr stored(raw);
+  EntryPtr stored;
+  auto status = through_failover(Bucket::Registry, deadline, [&](kvStore* store) {
+    kvEntry* raw = nullptr;
+    auto got = kvStore_Get(&raw, store, key_text.c_str());
+    stored.reset(raw);
+    return got;
+  });
   if (status == NATS_NOT_FOUND) {
     throw Error(ErrorCode::NotFound, "nats: " + in_quotes(name) + " is not published");
   }
@@ -293,7 +350,7 @@ std::string Store::document_from_registry(std::string_view key, std::string_view
                                           in_quotes(name) + " from the registry");
   }
   if (status != NATS_OK) fail(status, "nats: reading " + in_quotes(name) + " from the registry");
-  auto entry = decode_entry(value_of(raw), name);
+  auto entry = decode_entry(value_of(stored.get()), name);
   if (entry.expired(unix_now_ms())) {
     throw Error(ErrorCode::NotFound, "nats: " + in_quotes(name) + " has expired");
   }

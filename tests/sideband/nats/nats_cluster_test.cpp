@@ -10,6 +10,8 @@
 #include <condition_variable>
 #include <cstdio>
 #include <functional>
+#include <future>
+#include <iostream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -219,6 +221,45 @@ TEST_F(NatsClusterTest, ANewClientGetsInOnceTheRegistrysLeaderIsElected) {
   std::cout << "the new client was ready after "
             << std::chrono::duration<double>(Clock::now() - began).count() << " s\n";
   EXPECT_EQ(eventually([&] { return reader->fetch("cluster.elected", 2s); }), sample_metadata(3));
+}
+
+// Issue 44, item 7: a read by name keeps its caller's deadline through a node's loss, not the
+// channel's request_timeout. Right after the KV stream's leader is killed, a channel made then
+// through a survivor and one made before the kill read a name only the registry holds, with
+// request_timeout (1 s) far below the election (3.9-8.4 s in the lab) and a deadline of 25 s:
+// both get it. Before, the new channel failed after its 1 s ("opening KV bucket 'memwire':
+// Timeout"), with 24 s of its deadline left.
+TEST_F(NatsClusterTest, AReadByNameLastsThroughTheElectionUntilItsDeadline) {
+  {
+    NatsChannel owner(options_for(cluster_, 0));
+    owner.publish("cluster.deadline", sample_metadata(5), 0ms);
+  }
+  const std::string leader = stream_leader(cluster_, "KV_memwire");
+  ASSERT_FALSE(leader.empty());
+  const std::size_t dead = cluster_.index_of(leader);
+  auto options = options_for(cluster_, (dead + 1) % cluster_.size());
+  options.request_timeout = 1s;
+  NatsChannel before(options);
+  cluster_.node(dead).stop(/*graceful=*/false);
+  const auto killed = Clock::now();
+  const auto seconds_since_kill = [&] {
+    return std::chrono::duration<double>(Clock::now() - killed).count();
+  };
+  auto by_new_channel = std::async(std::launch::async, [&] {
+    NatsChannel after(options);
+    return after.wait_for("cluster.deadline", 25s);
+  });
+  auto by_old_channel =
+      std::async(std::launch::async, [&] { return before.fetch("cluster.deadline", 25s); });
+  for (auto* read : {&by_new_channel, &by_old_channel}) {
+    try {
+      EXPECT_EQ(read->get(), sample_metadata(5));
+    } catch (const Error& error) {
+      ADD_FAILURE() << "a read " << seconds_since_kill() << " s after the kill: " << error.what();
+    }
+  }
+  std::cout << "both reads were done " << seconds_since_kill() << " s after the kill\n";
+  EXPECT_LT(seconds_since_kill(), 25.0);
 }
 
 // The owner's server dies: the owner reconnects to the next server in its list, its responder

@@ -20,6 +20,14 @@ target_link_libraries(memwire_nats_tests
           GTest::gtest_main Threads::Threads)
 gtest_discover_tests(memwire_nats_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
 
+# The support's NatsServer against a thread that takes loopback ports as fast as it can: alone,
+# since it would take other tests' ports too.
+add_executable(memwire_nats_port_tests ${CMAKE_CURRENT_LIST_DIR}/nats_server_port_test.cpp)
+target_link_libraries(memwire_nats_port_tests
+  PRIVATE memwire-sideband-internal memwire_test_support GTest::gtest_main Threads::Threads)
+gtest_discover_tests(memwire_nats_port_tests DISCOVERY_TIMEOUT 60
+  PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE)
+
 # The same against a real 3-node cluster (routes and JetStream on free loopback ports): nodes are
 # killed and restarted, so these take seconds each; their own binary keeps them apart.
 add_executable(memwire_nats_cluster_tests ${CMAKE_CURRENT_LIST_DIR}/nats_cluster_test.cpp)

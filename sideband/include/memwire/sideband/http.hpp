@@ -78,6 +78,10 @@ struct MEMWIRE_API HttpEndpointOptions {
   // Requests that wait (long polls, request/reply calls) at once; one more is answered 503.
   // Kept below max_connections so that short requests always find room.
   std::size_t max_long_polls = 512;
+  // Bytes of bodies that waiting requests hold at once, counted from before a body is read (its
+  // Content-Length; chunked: max_body_size) until the call ends (a request/reply call keeps its
+  // body until it is answered); one more that does not fit is answered 503.
+  std::size_t max_waiting_bytes = 64u << 20;
   // Request body size; a larger body (however framed: length or chunks) is answered 413.
   std::size_t max_body_size = 16u << 20;
   // A request's headers and body must arrive within this time after its first byte (against

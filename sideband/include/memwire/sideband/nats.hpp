@@ -112,11 +112,20 @@ struct MEMWIRE_API NatsOptions {
 // publisher, falls back to one KV get; a missing, deleted or expired key there is
 // Error{NotFound}. A request that gets no reply within `timeout` is Error{Timeout} (someone
 // subscribes but does not answer: a slow owner); KV is not consulted then. A timeout below
-// 1 ms counts as 1 ms. JetStream calls are bounded by request_timeout, not by `timeout`, but
-// the pieces of a large entry (one KV get each) are read within `timeout`: no get starts past
-// it (Error{Timeout}), and an entry claiming more pieces than its size needs is
-// Error{InvalidMetadata} before any is read. serve() reads a request's pieces within
-// request_timeout the same way.
+// 1 ms counts as 1 ms. A KV call's first try waits up to request_timeout (so a `timeout` shorter
+// than that may be overrun by one); the pieces of a large entry (one KV get each) are read
+// within `timeout`: no get starts past it (Error{Timeout}), and an entry claiming more pieces
+// than its size needs is Error{InvalidMetadata} before any is read. serve() reads a request's
+// pieces within request_timeout the same way.
+//
+// Failover: a KV call that fails the way a JetStream leader election makes calls fail (no
+// answer in time, a stream without a leader, no responders) is tried again, each try at most a
+// second, until the caller's deadline: fetch, wait_for, fetch_pool and wait_for_pool their
+// `timeout`, request() its `timeout` for a large writable's pieces, and publish, publish_pool
+// and withdraw (which take none) request_timeout. A channel made while the registry's bucket
+// does not answer (an election after a node died) is made all the same once request_timeout
+// has passed; its first call opens the bucket within that call's deadline. So a read by name
+// with a deadline longer than the election succeeds (an election took 3.9-8.4 s here).
 //
 // TTL: nats.c 3.4 / nats-server 2.9 have no per-key TTL, so each entry carries its expiry E and
 // readers treat an expired entry as absent; the publisher's responder stops answering then.

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "http/server/request_broker.hpp"
 #include "http/server/request_rules.hpp"
 #include "http/server/token_owner.hpp"
+#include "http/server/waiting_requests.hpp"
 #include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/pool.hpp"
@@ -45,8 +47,9 @@ class HttpEndpoint::Impl {
       authorizations_.emplace_back("Bearer " + grant.token, grant);
     }
     if (options_.max_connections == 0 || options_.max_long_polls == 0 ||
-        options_.max_body_size == 0 || options_.request_read_timeout.count() <= 0 ||
-        options_.keep_alive_timeout.count() <= 0 || options_.max_ttl.count() <= 0) {
+        options_.max_body_size == 0 || options_.max_waiting_bytes == 0 ||
+        options_.request_read_timeout.count() <= 0 || options_.keep_alive_timeout.count() <= 0 ||
+        options_.max_ttl.count() <= 0) {
       throw Error(ErrorCode::InvalidArgument, "HTTP endpoint limits must be positive");
     }
     // Beyond these a deadline (now + timeout) could overflow the clock.
@@ -181,24 +184,8 @@ class HttpEndpoint::Impl {
     return body;
   }
 
-  // One waiting request (a long poll or a request/reply call) while it waits.
-  class LongPollSlot {
-   public:
-    explicit LongPollSlot(Impl& impl) : impl_(impl) {
-      if (impl_.long_polls_.fetch_add(1) >= impl_.options_.max_long_polls) {
-        impl_.long_polls_.fetch_sub(1);
-        throw HttpStatusError(503, "too many waiting requests (max_long_polls " +
-                                       std::to_string(impl_.options_.max_long_polls) +
-                                       "); try again");
-      }
-    }
-    ~LongPollSlot() { impl_.long_polls_.fetch_sub(1); }
-    LongPollSlot(const LongPollSlot&) = delete;
-    LongPollSlot& operator=(const LongPollSlot&) = delete;
-
-   private:
-    Impl& impl_;
-  };
+  // One waiting request (a long poll or a request/reply call) while it waits, holding `bytes`.
+  using LongPollSlot = http::WaitingRequests::Slot;
 
   // Long polls without ?wait_ms= wait 30 s (or max_wait when that is shorter).
   Clock::time_point wait_deadline(const httplib::Request& req) {
@@ -317,7 +304,8 @@ class HttpEndpoint::Impl {
         gauges = {{"memwire_state_loading", store_.loaded() ? 0.0 : 1.0},
                   {"memwire_request_servers", double(broker_.servers())},
                   {"memwire_requests_pending", double(broker_.pending())},
-                  {"memwire_http_waiting_requests", double(long_polls_.load())}};
+                  {"memwire_http_waiting_requests", double(waiting_.requests())},
+                  {"memwire_http_waiting_bytes", double(waiting_.bytes())}};
         // Not while loading: counting names would wait for the load.
         if (store_.loaded()) gauges["memwire_names"] = static_cast<double>(store_.size());
       }
@@ -372,7 +360,7 @@ class HttpEndpoint::Impl {
     s.Get(R"(/v1/servers/([0-9a-f]+)/requests)",
           [this](const httplib::Request& req, httplib::Response& res) {
             require_caller_owns(broker_.server_owner(req.matches[1].str()), "poll");
-            LongPollSlot slot(*this);
+            LongPollSlot slot(waiting_, 0);
             auto requests = broker_.poll(req.matches[1].str(), wait_deadline(req));
             if (!requests) return reply_error(res, 404, "no such server");
             json out = json::array();
@@ -404,12 +392,22 @@ class HttpEndpoint::Impl {
                                              const httplib::ContentReader& reader) {
       auto name = req.matches[1].str();
       validate_name(name);
+      // Counted from before its body is read (upload and check included); a call over the
+      // budget has its body read and dropped, so that its client hears the 503.
+      std::optional<LongPollSlot> slot;
+      try {
+        slot.emplace(waiting_, expected_body_bytes(req, options_.max_body_size));
+      } catch (const HttpStatusError&) {
+        discard_body(reader, options_.max_body_size);
+        throw;
+      }
       auto body = read_body(res, reader);
-      auto writable = RdmaMetadata::from_json(body);
-      if (writable.operation_kind() != OperationKind::Write) {
+      // Checked, then let go: only the body waits.
+      if (RdmaMetadata::from_json(body).operation_kind() != OperationKind::Write) {
         throw Error(ErrorCode::InvalidMetadata, "a request carries writable metadata");
       }
-      LongPollSlot slot(*this);
+      body.shrink_to_fit();
+      slot->shrink_to(body.capacity());
       auto result = broker_.submit(name, std::move(body), wait_deadline(req));
       if (!result.done && result.code == "not found") return reply_error(res, 404, result.message);
       if (!result.done && result.code == "timeout") return reply_error(res, 504, result.message);
@@ -439,7 +437,7 @@ class HttpEndpoint::Impl {
     validate_name(name);
     std::optional<std::string> document;
     if (req.has_param("wait_ms")) {
-      LongPollSlot slot(*this);
+      LongPollSlot slot(waiting_, 0);
       document = store_.wait_for(kind.key(name), wait_deadline(req));
       if (!document) return reply_error(res, 504, "'" + name + "' was not published in time");
     } else {
@@ -567,7 +565,7 @@ class HttpEndpoint::Impl {
   };
   http::ConnectionLimits limits_;
   http::StopSignal stop_signal_;
-  std::atomic<std::size_t> long_polls_{0};
+  http::WaitingRequests waiting_{options_.max_long_polls, options_.max_waiting_bytes};
   SSL_CTX* ssl_context_ = nullptr;  // set when serving HTTPS; owned by the server
   std::unique_ptr<http::ConnectionPool> pool_;
   std::unique_ptr<httplib::Server> server_;

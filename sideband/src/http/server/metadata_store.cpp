@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
@@ -83,6 +85,7 @@ void MetadataStore::load() {
 void MetadataStore::adopt_locked(Loaded found) {
   entries_ = std::move(found.entries);
   usage_.clear();
+  live_bytes_ = 0;
   for (const auto& [name, entry] : entries_) charge_locked(name, entry);
   // A clean file to append to: no torn tail, no dead records. One that is clean already is
   // appended to as it is (rewriting and syncing 400 MB took seconds of a restart); an empty or
@@ -101,12 +104,14 @@ void MetadataStore::wait_loaded(std::unique_lock<std::mutex>& lock) {
 }
 
 void MetadataStore::charge_locked(const std::string& name, const Entry& entry) {
+  live_bytes_ += entry.logged;
   auto& held = usage_[entry.owner];
   ++held.names;
   held.bytes += cost(name, entry);
 }
 
 void MetadataStore::refund_locked(const std::string& name, const Entry& entry) {
+  live_bytes_ -= std::min(live_bytes_, entry.logged);
   auto it = usage_.find(entry.owner);
   if (it == usage_.end()) return;
   it->second.names -= std::min<std::size_t>(it->second.names, 1);
@@ -159,7 +164,7 @@ void MetadataStore::put(const std::string& name, std::string document,
     Entry entry{std::move(document), std::nullopt, owner};
     if (ttl.count() > 0) entry.expires = Clock::now() + ttl;
     check_quota_locked(name, entry, quota);
-    log_put_locked(name, entry);  // throws when not saved: the name stays as it was
+    entry.logged = log_put_locked(name, entry);  // throws when not saved: the name stays
     auto it = entries_.find(name);
     if (it != entries_.end()) {
       refund_locked(it->first, it->second);
@@ -276,8 +281,13 @@ void MetadataStore::append_locked(const std::string& line) {
 }
 
 void MetadataStore::compact_if_due_locked() {
-  if (log_fd_ >= 0 && log_records_ > kCompactAfter && log_records_ > 2 * entries_.size())
-    compact_locked();
+  if (log_fd_ < 0) return;
+  // Many lines for few names, or many bytes for few live ones (a large document republished,
+  // or put and erased, again and again): a rewrite costs what is live, and it comes only after
+  // at least as much again was appended.
+  const bool many_records = log_records_ > kCompactAfter && log_records_ > 2 * entries_.size();
+  const bool many_bytes = log_bytes_ > 2 * live_bytes_ + kCompactSlackBytes;
+  if (many_records || many_bytes) compact_locked();
 }
 
 void MetadataStore::reopen_log_locked(std::uint64_t whole_bytes, std::size_t records) {
@@ -296,9 +306,11 @@ void MetadataStore::reopen_log_locked(std::uint64_t whole_bytes, std::size_t rec
   log_records_ = records;
 }
 
-void MetadataStore::log_put_locked(const std::string& name, const Entry& entry) {
-  if (state_file_.empty()) return;
-  append_locked(put_line(name, entry.document, unix_expiry(entry.expires), entry.owner));
+std::uint64_t MetadataStore::log_put_locked(const std::string& name, const Entry& entry) {
+  if (state_file_.empty()) return 0;
+  const auto line = put_line(name, entry.document, unix_expiry(entry.expires), entry.owner);
+  append_locked(line);
+  return line.size();
 }
 
 void MetadataStore::log_erase_locked(const std::string& name) {
@@ -324,9 +336,17 @@ bool MetadataStore::compact_locked() {
   auto now = Clock::now();
   std::string text;
   std::size_t records = 0;
+  // What each entry's line will be once the new log is in place (expired ones: none).
+  std::vector<std::uint64_t> logged;
+  logged.reserve(entries_.size());
   for (const auto& [name, entry] : entries_) {
-    if (!live(entry, now)) continue;
+    if (!live(entry, now)) {
+      logged.push_back(0);
+      continue;
+    }
+    const auto before = text.size();
     text += put_line(name, entry.document, unix_expiry(entry.expires), entry.owner);
+    logged.push_back(text.size() - before);
     ++records;
   }
   bool ok = write_all(fd, text) && ::fsync(fd) == 0;
@@ -349,6 +369,9 @@ bool MetadataStore::compact_locked() {
   }
   log_bytes_ = text.size();
   log_records_ = records;
+  auto next = logged.begin();
+  for (auto& [name, entry] : entries_) entry.logged = *next++;
+  live_bytes_ = text.size();
   return true;
 }
 
@@ -364,6 +387,7 @@ MetadataStore::Loaded MetadataStore::read_state_file() {
     std::string document;
     std::int64_t expires_unix_ms = 0;
     std::string owner;
+    std::uint64_t line_bytes = 0;  // its line in the log (0: from the earlier format)
   };
   std::map<std::string, Record> latest;
   std::string line;
@@ -402,7 +426,8 @@ MetadataStore::Loaded MetadataStore::read_state_file() {
     if (put) {
       latest[record["name"].get<std::string>()] = {
           std::move(record["document"].get_ref<std::string&>()),
-          record["expires_unix_ms"].get<std::int64_t>(), record.value("owner", "")};
+          record["expires_unix_ms"].get<std::int64_t>(), record.value("owner", ""),
+          whole ? line.size() + 1 : 0};
     } else if (erase) {
       latest.erase(record["name"].get<std::string>());
     } else if (whole) {
@@ -426,7 +451,7 @@ MetadataStore::Loaded MetadataStore::read_state_file() {
                 << "': " << e.what() << "\n";
       continue;
     }
-    Entry entry{std::move(value.document), std::nullopt, std::move(value.owner)};
+    Entry entry{std::move(value.document), std::nullopt, std::move(value.owner), value.line_bytes};
     // A file from elsewhere may say anything: past 10 years, now + left would near overflow.
     constexpr std::int64_t kLongestLeftMs = 3650LL * 24 * 3600 * 1000;
     if (value.expires_unix_ms != 0) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -53,11 +54,13 @@ class MetadataStore {
   // The file is a log of JSON lines, {"op":"put","name","document","expires_unix_ms"} or
   // {"op":"erase","name"}: a change costs one append, however many names there are (a rewrite
   // of the whole file per change cost 18 ms at 4k names). When the log holds more than twice
-  // the live names (and at least kCompactAfter lines) it is rewritten aside and renamed over,
-  // so it stays proportional to the names. Appends are not fsync'ed: a crashed process loses
-  // nothing; a crashed machine may lose the last changes (at worst a torn last line). A change
-  // the log did not take (a full disk) is not made: put() and erase() throw memwire::Error
-  // (Transport), and the log is cut back to its last whole line.
+  // the live names (and at least kCompactAfter lines), or more than twice the bytes of the live
+  // names' lines (and kCompactSlackBytes more), it is rewritten aside and renamed over, so it
+  // stays proportional to what is live whatever the pattern of changes (one 1 MiB name
+  // republished 300 times grew it to 301 MiB when only the line count was watched). Appends are not
+  // fsync'ed: a crashed process loses nothing; a crashed machine may lose the last changes (at
+  // worst a torn last line). A change the log did not take (a full disk) is not made: put() and
+  // erase() throw memwire::Error (Transport), and the log is cut back to its last whole line.
   //
   // Each entry records its owner (an opaque id, "" for none), in the log too, so that what an
   // owner holds is known again after a restart and put() can hold it to a Quota.
@@ -66,6 +69,7 @@ class MetadataStore {
   // the file, and until it is done every call but loaded(), sweep() and stop() waits for it. A
   // registry restarted over a large file so answers its health check at once.
   static constexpr std::size_t kCompactAfter = 1024;
+  static constexpr std::uint64_t kCompactSlackBytes = 64 << 10;
   enum class Load { Now, Later };
   explicit MetadataStore(std::string state_file = {}, Load when = Load::Now);
   ~MetadataStore();
@@ -100,6 +104,7 @@ class MetadataStore {
     std::string document;
     std::optional<Clock::time_point> expires;
     std::string owner;
+    std::uint64_t logged = 0;  // the length of its put line in the log (0: none there)
   };
   struct Usage {
     std::size_t names = 0;
@@ -119,7 +124,8 @@ class MetadataStore {
   // Appends a change to the state file before it is made; throws when the file did not take
   // it whole (what was written of it is cut off again).
   void append_locked(const std::string& line);
-  void log_put_locked(const std::string& name, const Entry& entry);
+  // Appends `entry`'s put line; returns its length (0 without a state file).
+  std::uint64_t log_put_locked(const std::string& name, const Entry& entry);
   void log_erase_locked(const std::string& name);
   void compact_if_due_locked();
   // Rewrites the log as one put per live name and opens it for appending; false (reported on
@@ -140,9 +146,10 @@ class MetadataStore {
   void adopt_locked(Loaded loaded);
 
   std::string state_file_;
-  int log_fd_ = -1;              // the state file, open for appending
-  std::uint64_t log_bytes_ = 0;  // its length: a failed append is cut back to it
-  std::size_t log_records_ = 0;  // lines in it
+  int log_fd_ = -1;               // the state file, open for appending
+  std::uint64_t log_bytes_ = 0;   // its length: a failed append is cut back to it
+  std::size_t log_records_ = 0;   // lines in it
+  std::uint64_t live_bytes_ = 0;  // the lines of entries_ in it (their `logged`, summed)
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::string, Entry> entries_;
