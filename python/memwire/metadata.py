@@ -14,9 +14,9 @@ from .types import OperationKind
 NIXL_METADATA_PREFIX = "memwire:"
 #: The metadata document's own bound (RdmaMetadata's from_json refuses more than this).
 _MAX_METADATA_BYTES = 1 << 20
-# The fields nixl_connect's RdmaMetadata holds beside nixl_metadata; the rest of memwire's
-# document travels inside nixl_metadata.
-_NIXL_FIELDS = ("descriptors", "notification_key", "operation_kind")
+# The fields of memwire's document that nixl_connect's RdmaMetadata holds beside nixl_metadata;
+# the rest (the owner's part, its operation's key included) travels inside nixl_metadata.
+_BESIDE_NIXL_METADATA = ("descriptors", "operation_kind")
 
 
 def metadata_field(key, doc=None):
@@ -123,7 +123,7 @@ class RdmaMetadata(JsonMetadata):
         key, expiry), as text for nixl_connect's ``nixl_metadata`` field; with ``descriptors``
         and ``operation_kind`` it makes the metadata again (the keyword constructor)."""
         document = json.loads(self.to_json())
-        owner = {k: v for k, v in document.items() if k not in _NIXL_FIELDS or k == "notification_key"}
+        owner = {k: v for k, v in document.items() if k not in _BESIDE_NIXL_METADATA}
         text = json.dumps(owner, separators=(",", ":")).encode("utf-8")
         return NIXL_METADATA_PREFIX + base64.b64encode(text).decode("ascii")
 
@@ -185,7 +185,7 @@ def _owner_part(text):
         raise InvalidMetadataError(f"nixl_metadata is not base64 of JSON: {error}") from None
     if not isinstance(owner, dict):
         raise InvalidMetadataError("nixl_metadata does not hold a JSON object")
-    stray = [k for k in owner if k in ("descriptors", "operation_kind")]
+    stray = [k for k in owner if k in _BESIDE_NIXL_METADATA]
     if stray:
         raise InvalidMetadataError(f"nixl_metadata must not carry {', '.join(stray)}")
     return owner
