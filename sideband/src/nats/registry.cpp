@@ -147,12 +147,7 @@ std::string NatsRegistry::remove_from_registry(std::string_view key, std::string
   // What the registry holds now (another process may have written it), for its pieces.
   std::string registry_parts;
   EntryPtr current;
-  auto status = store_->through_failover(Store::Bucket::Registry, deadline, [&](kvStore* kv) {
-    kvEntry* raw = nullptr;
-    auto got = kvStore_Get(&raw, kv, key_text.c_str());
-    current.reset(raw);
-    return got;
-  });
+  auto status = store_->get(Store::Bucket::Registry, key_text, deadline, current);
   if (status == NATS_OK) {
     try {
       registry_parts = decode_entry(Store::value_of(current.get()), name).part_key;
@@ -291,12 +286,7 @@ void NatsRegistry::publish_pool(std::string_view name, const PoolMetadata& metad
   std::string old_part_key;
   {
     EntryPtr current;
-    auto status = store_->through_failover(Store::Bucket::Registry, deadline, [&](kvStore* kv) {
-      kvEntry* raw = nullptr;
-      auto got = kvStore_Get(&raw, kv, key.c_str());
-      current.reset(raw);
-      return got;
-    });
+    auto status = store_->get(Store::Bucket::Registry, key, deadline, current);
     if (status == NATS_OK) {
       try {
         old_part_key = decode_entry(Store::value_of(current.get()), name).part_key;

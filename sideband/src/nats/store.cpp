@@ -56,6 +56,15 @@ bool Store::election_may_cause(natsStatus status) noexcept {
   return status == NATS_TIMEOUT || status == NATS_ERR || status == NATS_NO_RESPONDERS;
 }
 
+natsStatus Store::get(Bucket bucket, const std::string& key, Deadline deadline, EntryPtr& entry) {
+  return through_failover(bucket, deadline, [&](kvStore* store) {
+    kvEntry* raw = nullptr;
+    auto got = kvStore_Get(&raw, store, key.c_str());
+    entry.reset(raw);
+    return got;
+  });
+}
+
 natsStatus Store::through_failover(Bucket bucket, Deadline deadline, const Call& call) {
   const auto refusals = connection_->permission_refusals();
   auto status = call(handle(bucket, deadline));
@@ -299,12 +308,7 @@ std::string Store::read_parts(const Entry& entry, std::string_view key, std::str
     }
     const std::string key = entry.part_key + "." + std::to_string(i);
     EntryPtr piece;
-    auto status = through_failover(Bucket::Parts, deadline, [&](kvStore* store) {
-      kvEntry* raw = nullptr;
-      auto got = kvStore_Get(&raw, store, key.c_str());
-      piece.reset(raw);
-      return got;
-    });
+    auto status = get(Bucket::Parts, key, deadline, piece);
     if (status == NATS_NOT_FOUND) {
       throw Error(ErrorCode::NotFound,
                   "nats: part " + std::to_string(i) + " of " + in_quotes(name) + " is gone");
@@ -336,12 +340,7 @@ std::string Store::document_from_registry(std::string_view key, std::string_view
                                           bool may_retry, Deadline deadline) {
   const std::string key_text(key);
   EntryPtr stored;
-  auto status = through_failover(Bucket::Registry, deadline, [&](kvStore* store) {
-    kvEntry* raw = nullptr;
-    auto got = kvStore_Get(&raw, store, key_text.c_str());
-    stored.reset(raw);
-    return got;
-  });
+  auto status = get(Bucket::Registry, key_text, deadline, stored);
   if (status == NATS_NOT_FOUND) {
     throw Error(ErrorCode::NotFound, "nats: " + in_quotes(name) + " is not published");
   }

@@ -60,6 +60,8 @@ class Store {
   enum class Bucket { Registry, Parts };
   using Call = std::function<natsStatus(kvStore*)>;
   natsStatus through_failover(Bucket bucket, Deadline deadline, const Call& call);
+  // A KV get of `key` through failover: its status, and `entry` holding what it read.
+  natsStatus get(Bucket bucket, const std::string& key, Deadline deadline, EntryPtr& entry);
   // Whether a failed call's status is one an election causes.
   static bool election_may_cause(natsStatus status) noexcept;
 
