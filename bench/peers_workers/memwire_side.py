@@ -1,6 +1,7 @@
 """memwire through its Python binding (PYTHONPATH = BUILD/python), blocking waits (no asyncio):
 pools registered once (the peers' model: register once, read many; the scattered READ carries a
-tag) and one-shot readables (a fresh registration per READ, published before the clock starts)."""
+tag) and one-shot readables (a fresh registration per READ: published before the clock starts, or
+made by the owner when the reader asks, inside both clocks)."""
 
 import json
 import time
@@ -45,6 +46,15 @@ class Side:
                           for _ in range(count)]
         return [r.metadata().to_json() for r in self.readables]
 
+    def owner_fresh(self, size):
+        """A readable made now (inside the owner's clock): its metadata, and how to await its end."""
+        readable = self.connector.create_readable(memwire.Descriptor(self.buffer[:size]))
+
+        def wait():
+            finish(readable)
+            readable.close()
+        return readable.metadata().to_json(), wait
+
     def owner_serve(self, stop):
         # memwire serves on its own threads: the owner only waits for the next command.
         while not stop():
@@ -86,6 +96,10 @@ class Side:
         def read_blocks():
             finish(self.connector.read_blocks(remote, pairs, pool, tag=tag))
         return read_blocks
+
+    def reader_fresh(self, pattern, metadata):
+        local = [memwire.Descriptor(self.buffer[:PATTERN_SIZES[pattern]])]
+        finish(self.connector.begin_read(memwire.RdmaMetadata.from_json(metadata), local))
 
     def close(self):
         for readable in self.readables:

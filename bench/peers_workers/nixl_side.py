@@ -1,5 +1,6 @@
 """NIXL agent (PyPI nixl-cu12), UCX backend; UCX_TLS (tcp or sm) comes from the environment."""
 
+import os
 import time
 import uuid
 
@@ -12,8 +13,11 @@ NOTIFICATION = b"blocks-read"
 
 class Side:
     def __init__(self, transport):
-        # The progress thread is NIXL's default; the owner also polls notifications while serving.
-        self.agent = nixl_agent(f"bench-{uuid.uuid4().hex[:8]}", nixl_agent_config(backends=["UCX"]))
+        # The progress thread is NIXL's default (MEMWIRE_BENCH_NIXL_PROGRESS=0: off, the rows
+        # "...-noprogress"); the owner also polls notifications while serving.
+        progress = os.environ.get("MEMWIRE_BENCH_NIXL_PROGRESS", "1") != "0"
+        self.agent = nixl_agent(f"bench-{uuid.uuid4().hex[:8]}",
+                                nixl_agent_config(enable_prog_thread=progress, backends=["UCX"]))
         self.received = 0
 
     def _register(self, buffer):

@@ -6,11 +6,17 @@ SYSTEM is nixl, mooncake or memwire (a module SYSTEM_side.py beside this file). 
 stdin/stdout, base64 where they carry bytes; logs go to stderr:
   owner:  prints "meta B64"; then "peer B64" (the reader's metadata) -> "ok";
           "publish SIZE COUNT" -> "meta B64" (memwire one-shot readables, a JSON list);
+          "fresh SIZE COUNT" -> "fresh {json}": COUNT times, on the reader's byte on the fresh
+          pipe, makes a readable of SIZE (SIZE 0: none, the pipe's floor), writes its metadata
+          there and waits for its end: the owner's clock, registration included;
           "serve" -> "serving", then drives the system's progress until the next line;
           "notes N" -> "notes M" (notifications received since the last "notes", waiting up
           to 10 s for N); "quit".
   reader: reads "meta B64" (the owner's), prints "meta B64" (its own);
           "run PATTERN ITERS [B64]" -> "result {json}" (seconds per operation) or "error TEXT";
+          "fresh PATTERN ITERS" -> "result {json}": each READ asks the owner for a fresh readable
+          on the fresh pipe (PATTERN "pipe": the ask and the answer alone);
+Every operation's target is cleared before it and checked after it, outside the clock.
           "quit".
 Every failure is reported as an "error" line (the driver records it, never a figure).
 """
@@ -78,8 +84,15 @@ def stdin_ready():
     return bool(select.select([sys.stdin], [], [], 0)[0])
 
 
+def target_of(pattern, local):
+    """The part of the reader's buffer an operation of `pattern` fills."""
+    if pattern == SCATTERED:
+        return local[:SCATTERED_COUNT * BLOCK_BYTES]
+    return local[:PATTERN_SIZES[pattern]]
+
+
 def check_read(pattern, local, expected):
-    """After the warm-up operation: the reader's buffer holds the owner's bytes."""
+    """After an operation: the reader's buffer holds the owner's bytes."""
     if pattern == SCATTERED:
         for i, block in enumerate(scattered_blocks()):
             got = local[i * BLOCK_BYTES:(i + 1) * BLOCK_BYTES]
@@ -89,6 +102,70 @@ def check_read(pattern, local, expected):
         size = PATTERN_SIZES[pattern]
         if not np.array_equal(local[:size], expected[:size]):
             raise RuntimeError(f"{pattern}: the reader's buffer holds wrong bytes")
+
+
+def timed_batch(operation, pattern, iterations, buffer, expected):
+    """A warm-up operation (connections, caches), then ITERATIONS timed ones: each one's target
+    cleared before and its bytes checked after, outside the clock."""
+    target = target_of(pattern, buffer)
+    seconds = []
+    for i in range(iterations + 1):
+        target[:] = 0
+        start = time.perf_counter()
+        operation()
+        elapsed = time.perf_counter() - start
+        check_read(pattern, buffer, expected)
+        if i:
+            seconds.append(elapsed)
+    return seconds
+
+
+FRESH = None  # (read end, write end) of the pipes to the other process, for "fresh"
+
+
+def read_exactly(fd, count):
+    data = b""
+    while len(data) < count:
+        chunk = os.read(fd, count - len(data))
+        if not chunk:
+            raise RuntimeError("the other process closed the fresh pipe")
+        data += chunk
+    return data
+
+
+def ask_fresh():
+    """The reader's side of one fresh operation: a byte to the owner, its metadata back."""
+    os.write(FRESH[1], b"g")
+    length = int.from_bytes(read_exactly(FRESH[0], 4), "little")
+    return read_exactly(FRESH[0], length).decode()
+
+
+def run_fresh(side, pattern, iterations, buffer, expected):
+    if pattern == "pipe":  # the ask and the answer alone: the floor under every fresh figure
+        seconds = []
+        for _ in range(iterations + 1):
+            start = time.perf_counter()
+            ask_fresh()
+            seconds.append(time.perf_counter() - start)
+        return seconds[1:]
+    return timed_batch(lambda: side.reader_fresh(pattern, ask_fresh()), pattern, iterations, buffer, expected)
+
+
+def serve_fresh(side, size, count):
+    """The owner's side: per ask, a readable made, its metadata sent, its end awaited."""
+    seconds = []
+    for _ in range(count):
+        read_exactly(FRESH[0], 1)
+        start = time.perf_counter()
+        if size:
+            metadata, wait = side.owner_fresh(size)
+        else:
+            metadata, wait = "", lambda: None
+        raw = metadata.encode()
+        os.write(FRESH[1], len(raw).to_bytes(4, "little") + raw)
+        wait()
+        seconds.append(time.perf_counter() - start)
+    return seconds[1:]
 
 
 def run_owner(side):
@@ -108,6 +185,8 @@ def run_owner(side):
                 say("ok")
             elif words[0] == "publish":
                 say("meta " + encode(json.dumps(side.owner_publish(int(words[1]), int(words[2])))))
+            elif words[0] == "fresh":
+                say("fresh " + json.dumps({"seconds": serve_fresh(side, int(words[1]), int(words[2]))}))
             elif words[0] == "serve":
                 say("serving")
                 side.owner_serve(stdin_ready)
@@ -138,15 +217,11 @@ def run_reader(side):
         try:
             pattern, iterations = words[1], int(words[2])
             published = json.loads(decode(words[3])) if len(words) > 3 else None
-            operation = side.reader_prepare(pattern, published)
-            buffer[:] = 0
-            operation()  # warm-up: connections, caches; then the bytes are checked
-            check_read(pattern, buffer, expected)
-            seconds = []
-            for _ in range(iterations):
-                start = time.perf_counter()
-                operation()
-                seconds.append(time.perf_counter() - start)
+            if words[0] == "fresh":
+                seconds = run_fresh(side, pattern, iterations, buffer, expected)
+            else:
+                seconds = timed_batch(side.reader_prepare(pattern, published), pattern, iterations, buffer,
+                                      expected)
             say("result " + json.dumps({"seconds": seconds}))
         except Exception as error:
             traceback.print_exc(file=sys.stderr)
@@ -159,8 +234,10 @@ def main():
     parser.add_argument("system", choices=["nixl", "mooncake", "memwire"])
     parser.add_argument("role", choices=["owner", "reader"])
     parser.add_argument("--transport", default="tcp")
+    parser.add_argument("--fresh-fds", nargs=2, type=int, help="read and write ends of the fresh pipes")
     args = parser.parse_args()
-    global PROTOCOL
+    global PROTOCOL, FRESH
+    FRESH = args.fresh_fds
     PROTOCOL = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
