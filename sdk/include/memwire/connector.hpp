@@ -81,8 +81,11 @@ class MEMWIRE_API Connector {
 
   friend bool operator==(const Connector& a, const Connector& b) { return a.name() == b.name(); }
 
- private:
+  // Internal (sdk/src/core/connector_impl.hpp): named here so that the library's pool layer can
+  // use it; incomplete for everyone else.
   class MEMWIRE_HIDDEN Impl;
+
+ private:
   Impl& usable() const;  // throws in a child forked after this connector was made
   std::unique_ptr<Impl> impl_;
 };

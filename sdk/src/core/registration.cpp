@@ -6,7 +6,6 @@
 #include "core/registration_table.hpp"
 #include "cuda/cuda_staging.hpp"
 #include "memwire/clock.hpp"
-#include "pool/pool_state.hpp"
 
 namespace memwire::detail {
 
@@ -25,7 +24,7 @@ Registration::Registration(OperationKind kind, std::vector<Descriptor> descripto
 Registration::~Registration() { revoke(); }
 
 void Registration::check_token(const Id128& token) const {
-  if (pool_) return pool_->check_token(token, token_);
+  if (pool_access_) return pool_access_->check_token(token, token_);
   if (!equal_in_constant_time(token, token_))
     throw Error(ErrorCode::AccessDenied, "wrong access token");
 }
@@ -39,7 +38,7 @@ Registration::Access Registration::check_access(const Id128& token, OperationKin
 }
 
 void Registration::authorize(const Id128& token, OperationKind kind) const {
-  if (pool_) return pool_->authorize(token, token_, kind);
+  if (pool_access_) return pool_access_->authorize(token, token_, kind);
   check_token(token);
   if (kind != this->kind())
     throw Error(ErrorCode::AccessDenied,
@@ -175,7 +174,7 @@ void Registration::count_registered() {
 
 void Registration::revoke(std::string_view reason) {
   // A pool's own transfers stop touching its memory first; its waiters hear it closed.
-  if (pool_) pool_->close(grace_, reason);
+  if (pool_access_) pool_access_->close(grace_, reason);
   if (counted_registered_.exchange(false))
     observation().telemetry->unregistered(observation().bytes);
   if (!left_table_.exchange(true))

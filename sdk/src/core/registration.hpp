@@ -12,6 +12,7 @@
 
 #include "core/access_gate.hpp"
 #include "core/operation_core.hpp"
+#include "core/pool_access.hpp"
 #include "memwire/descriptor.hpp"
 #include "memwire/metadata.hpp"
 #include "util/ids.hpp"
@@ -96,8 +97,12 @@ class Registration final : public OperationCore {
   const CudaStaging* staging() const noexcept { return staging_.get(); }
 
   // A pool (set before it is shared): lives until revoked, serves any number of transfers of
-  // the kinds its options allow, and is never completed or failed by a remote.
-  void make_pool(std::shared_ptr<PoolState> pool) { pool_ = std::move(pool); }
+  // the kinds its options allow, and is never completed or failed by a remote. `access` is the
+  // same object as `pool` (PoolState implements PoolAccess), which this folder cannot name.
+  void make_pool(std::shared_ptr<PoolState> pool, PoolAccess& access) {
+    pool_ = std::move(pool);
+    pool_access_ = &access;
+  }
   std::chrono::milliseconds grace() const noexcept { return grace_; }
   const std::shared_ptr<PoolState>& pool() const noexcept { return pool_; }
 
@@ -145,6 +150,7 @@ class Registration final : public OperationCore {
   std::vector<std::shared_ptr<TransportState>> attachments_;
   std::shared_ptr<const CudaStaging> staging_;  // outlives the gate: freed after revoke()
   std::shared_ptr<PoolState> pool_;
+  PoolAccess* pool_access_ = nullptr;  // pool_, as core may use it
 };
 
 }  // namespace memwire::detail

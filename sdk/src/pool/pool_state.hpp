@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/pool_access.hpp"
 #include "memwire/error.hpp"
 #include "memwire/pool.hpp"
 #include "pool/request_grant.hpp"
@@ -29,7 +30,7 @@ class GpuPoolMemory;
 
 // What makes a registration a pool: its geometry, what peers may do, the tags they send, and
 // the transfers that use it as their local side (failed and waited for when it closes).
-class PoolState {
+class PoolState final : public PoolAccess {
  public:
   PoolState(PoolOptions options, std::uint64_t generation, std::vector<BlockRegion> regions);
 
@@ -70,10 +71,10 @@ class PoolState {
   bool admits(const Id128& token, const Id128& shared_token) const;
   // Throws unless admits(): Cancelled naming the request for a released request grant's token,
   // AccessDenied for any other.
-  void check_token(const Id128& token, const Id128& shared_token) const;
+  void check_token(const Id128& token, const Id128& shared_token) const override;
   // check_token, then what the token allows: the pool's options, and a request grant's access
   // and lease.
-  void authorize(const Id128& token, const Id128& shared_token, OperationKind kind) const;
+  void authorize(const Id128& token, const Id128& shared_token, OperationKind kind) const override;
 
   // What admitting one pool request gives: under a request grant's token, the grant and the pin
   // that holds its release until the request's bytes are in (or out); empty otherwise.
@@ -155,7 +156,7 @@ class PoolState {
   // Ends every wait with Cancelled (carrying `reason`, when given), fails the transfers that
   // use it, and waits until none touches its memory any more (up to `grace`, then their
   // connections are broken).
-  void close(std::chrono::milliseconds grace, std::string_view reason = {});
+  void close(std::chrono::milliseconds grace, std::string_view reason = {}) override;
 
  private:
   // Adds to the queue, or hands to the callback (outside the lock: `lock` is released).

@@ -162,7 +162,7 @@ TEST_F(VerbsPassiveSideTest, APoolDoneUnderHeldKeysIsCheckedAsABeginWouldBe) {
   auto registration = offer();
   auto pool = std::make_shared<PoolState>(
       read_only, 3, std::vector<BlockRegion>{{memory_.data(), 1024, 1024, 4, {}}});
-  registration->make_pool(pool);
+  registration->make_pool(pool, *pool);
   connection_.inbound[registration->key()] = {registration, nullptr, {}};
   auto done = notice(NoticeType::PoolDone, *registration, OperationKind::Write);
   done.generation = 3;
