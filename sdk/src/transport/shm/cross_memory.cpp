@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "transport/stream/second_cpu.hpp"
+#include "transport/shm/second_cpu.hpp"
 
 namespace memwire::detail {
 namespace {

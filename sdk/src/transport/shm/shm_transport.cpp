@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "memwire/error.hpp"
+#include "transport/shm/shm_sides.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/stream_transport.hpp"
 #include "util/ids.hpp"
@@ -67,6 +68,15 @@ Dialled dial_and_probe(const std::string& address, std::chrono::milliseconds tim
   return {std::move(socket), {}};
 }
 
+// Each connection's shm part: the owner's copies and mapped answers, the peer's mapped copies.
+class ShmSameHost final : public SameHost {
+ public:
+  std::unique_ptr<SameHostOwner> owner(int peer_process) override {
+    return make_shm_owner_side(peer_process);
+  }
+  std::unique_ptr<SameHostPeer> peer() override { return make_shm_peer_side(); }
+};
+
 }  // namespace
 
 std::unique_ptr<Transport> make_shm_transport(const TransportContext& context) {
@@ -84,7 +94,7 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& context) {
     auto it = offer.attributes.find("boot_id");
     return it != offer.attributes.end() && it->second == host;
   };
-  settings.cross_memory = true;
+  settings.same_host = std::make_shared<ShmSameHost>();
   return make_stream_transport(context, std::move(settings));
 }
 

@@ -198,8 +198,34 @@ inline bool pieces_add_up(const FrameHeader& header, std::span<const FramePiece>
   return total == header.length;
 }
 
+// A mapped answer's payload (kMapped), which the owner's same-host part writes and the peer's
+// reads (transport/shm). SharedLocation: where a range of the owner's memory lives inside one of
+// its SharedBuffers. `buffer` is a number the owner gave the buffer (never reused while it runs),
+// not a descriptor or a path: a peer never opens anything the owner names; the buffer's memfd
+// itself travels over the Unix socket (SCM_RIGHTS), once per buffer and access on a connection
+// (PROTOCOL.md, "Mapped").
+struct SharedLocation {
+  std::uint64_t buffer = 0;
+  std::uint64_t file_size = 0;  // the memfd's size: the peer checks the one it holds is that
+  std::uint64_t offset = 0;     // of the range, in the file
+  std::uint64_t length = 0;     // of the range
+};
+static_assert(sizeof(SharedLocation) == 32, "on the wire: a mapped answer to one range");
+
+// The part of a SharedBuffer's file that a peer maps: [offset, offset + length), `offset` a
+// whole number of pages. A one-shot answer's is the whole file; a pool's, the run of its blocks
+// the request's lie in. What the peer maps; it holds the whole buffer's memfd.
+struct SharedSpan {
+  std::uint64_t buffer = 0;
+  std::uint64_t file_size = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
+static_assert(sizeof(SharedSpan) == 32, "on the wire, at the head of a mapped piece answer");
+
 // The most a mapped answer to a piece request holds: a SharedSpan, and a u64 per piece.
-inline constexpr std::uint64_t kMostMappedPiecesAnswer = 32 + 8 * std::uint64_t{kMaxFramePieces};
+inline constexpr std::uint64_t kMostMappedPiecesAnswer =
+    sizeof(SharedSpan) + 8 * std::uint64_t{kMaxFramePieces};
 
 // The most inline payload a frame other than a piece request may claim and still be gathered
 // before it is handled: a text, or a mapped piece answer's locations. One that claims more is

@@ -1,9 +1,5 @@
 #include "transport/stream/stream_active_side.hpp"
 
-#include <cstring>
-
-#include "transport/stream/bulk_copy.hpp"
-
 namespace memwire::detail {
 
 std::uint64_t StreamActiveSide::expect(std::shared_ptr<StreamTransfer> transfer,
@@ -222,6 +218,8 @@ void StreamActiveSide::lost_mid_answer(StreamConnection& connection, Pending& pe
 
 void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHeader& header,
                                    Pending pending) {
+  if (!same_host_)  // never asked for one (tcp): unasked_in refused it already
+    return break_protocol(connection, std::move(pending), "mapped answer over a socket");
   if (!pending.local_pieces.empty())
     return copy_mapped_pieces(connection, header, std::move(pending));
   SharedLocation location;
@@ -229,21 +227,9 @@ void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHead
     return break_protocol(connection, std::move(pending), "mapped answer of the wrong length");
   auto passed = take_passed(connection, header);
   if (!connection.receive(&location, sizeof location)) return lost_mid_answer(connection, pending);
-  const bool reading = header.type == FrameType::ReadResponse;
   try {
-    if (location.length != pending.length)
-      throw Error(ErrorCode::Protocol, "mapped answer for another length than asked");
-    adopt(passed, location.buffer, location.file_size, !reading);
-    auto mapping = mappings_.map(location, /*writable=*/!reading);
-    if (location.offset > mapping->size() || pending.length > mapping->size() - location.offset)
-      throw Error(ErrorCode::Protocol, "mapped answer points outside the peer's buffer");
-    auto* remote = mapping->base() + location.offset;
-    // Still pinned: a cancel waits for this copy to end before the caller reuses the buffer.
-    if (reading) {
-      copy_bulk_split(pending.local, remote, pending.length);
-    } else {
-      copy_bulk_split(remote, pending.local, pending.length);
-    }
+    same_host_->copy_mapped(location, std::move(passed), pending.local, pending.length,
+                            header.type == FrameType::ReadResponse);
   } catch (const Error& error) {
     return refuse_mapped(connection, std::move(pending), error);
   }
@@ -253,15 +239,7 @@ void StreamActiveSide::copy_mapped(StreamConnection& connection, const FrameHead
 std::optional<FileDescriptor> StreamActiveSide::take_passed(StreamConnection& connection,
                                                             const FrameHeader& header) {
   if ((header.flags & frame_flags::kDescriptor) == 0) return std::nullopt;
-  return connection.take_passed();  // empty when it did not come: adopt() refuses that
-}
-
-void StreamActiveSide::adopt(std::optional<FileDescriptor>& passed, std::uint64_t buffer,
-                             std::uint64_t file_size, bool writable) {
-  if (!passed) return;
-  if (!*passed)
-    throw Error(ErrorCode::Protocol, "a mapped answer without the descriptor it says it carries");
-  mappings_.adopt(buffer, file_size, writable, std::move(*passed));
+  return connection.take_passed();  // empty when it did not come: the same-host part refuses it
 }
 
 void StreamActiveSide::refuse_mapped(StreamConnection& connection, Pending pending,
@@ -274,33 +252,17 @@ void StreamActiveSide::refuse_mapped(StreamConnection& connection, Pending pendi
 
 void StreamActiveSide::copy_mapped_pieces(StreamConnection& connection, const FrameHeader& header,
                                           Pending pending) {
-  const auto& blocks = pending.local_pieces;
   SharedSpan span;
-  std::vector<std::uint64_t> offsets(blocks.size());
+  std::vector<std::uint64_t> offsets(pending.local_pieces.size());
   if (header.length != sizeof span + offsets.size() * sizeof(std::uint64_t))
     return break_protocol(connection, std::move(pending), "mapped answer of the wrong length");
   auto passed = take_passed(connection, header);
   if (!connection.receive(&span, sizeof span) ||
       !connection.receive(offsets.data(), offsets.size() * sizeof(std::uint64_t)))
     return lost_mid_answer(connection, pending);
-  const bool reading = header.type == FrameType::ReadResponse;
   try {
-    adopt(passed, span.buffer, span.file_size, !reading);
-    auto mapping = mappings_.map(span, /*writable=*/!reading);
-    // Every block is checked before any is copied: a bad answer touches nothing.
-    for (std::size_t i = 0; i < blocks.size(); ++i)
-      if (offsets[i] > mapping->size() || blocks[i].iov_len > mapping->size() - offsets[i])
-        throw Error(ErrorCode::Protocol, "mapped answer points outside the span it maps");
-    // Still pinned: a cancel waits for these copies to end before the caller reuses the blocks.
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      auto* remote = mapping->base() + offsets[i];
-      auto* local = static_cast<std::byte*>(blocks[i].iov_base);
-      if (reading) {
-        copy_bulk(local, remote, blocks[i].iov_len);
-      } else {
-        copy_bulk(remote, local, blocks[i].iov_len);
-      }
-    }
+    same_host_->copy_mapped_pieces(span, std::move(passed), pending.local_pieces, offsets,
+                                   header.type == FrameType::ReadResponse);
   } catch (const Error& error) {
     return refuse_mapped(connection, std::move(pending), error);
   }

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/active_transfer.hpp"
-#include "transport/shm/peer_mappings.hpp"
+#include "transport/stream/same_host.hpp"
 #include "transport/stream/stream_connection.hpp"
 
 namespace memwire::detail {
@@ -71,9 +71,9 @@ class AnswerInFlight {
 // The dialling end of a pooled connection: sends requests and matches responses to them.
 class StreamActiveSide final : public FrameHandler {
  public:
-  // `peer_process`: the passive side's pid on a same-host connection (0 otherwise). Unused: the
-  // SharedBuffers we map come as descriptors over the socket, never by the owner's pid.
-  explicit StreamActiveSide(int /*peer_process*/ = 0) {}
+  // `same_host`: shm's part, which copies where mapped answers say; null over tcp.
+  explicit StreamActiveSide(std::unique_ptr<SameHostPeer> same_host = nullptr)
+      : same_host_(std::move(same_host)) {}
 
   // Registers a request and returns its id (0 when the connection is closed); the caller sends
   // the frame. `destination`: where a read's payload lands from the socket. Cross-memory
@@ -125,16 +125,14 @@ class StreamActiveSide final : public FrameHandler {
                       const std::string& what);
   // No request is pending from now on: each fails with `why`, `taken` too.
   void fail_all(std::optional<Pending> taken, const Error& why);
-  // The passive side answered with where its SharedBuffer holds the bytes: copy them here.
+  // The passive side answered with where its SharedBuffer holds the bytes: same_host_ copies
+  // them here.
   void copy_mapped(StreamConnection& connection, const FrameHeader& header, Pending pending);
   // The same for a piece request's blocks, each where the answer says in the span it names.
   void copy_mapped_pieces(StreamConnection& connection, const FrameHeader& header, Pending pending);
   // The descriptor a mapped answer says it carries (nullopt: it says none; empty: it never came).
   static std::optional<FileDescriptor> take_passed(StreamConnection& connection,
                                                    const FrameHeader& header);
-  // Checks and keeps a descriptor taken so; throws Error{Protocol} when it does not hold up.
-  void adopt(std::optional<FileDescriptor>& passed, std::uint64_t buffer, std::uint64_t file_size,
-             bool writable);
   // A mapped answer failed: a Protocol error breaks the connection, any other the transfer.
   void refuse_mapped(StreamConnection& connection, Pending pending, const Error& error);
   // The bytes moved through a mapping: the pin goes, and a notice will say so.
@@ -146,17 +144,19 @@ class StreamActiveSide final : public FrameHandler {
   std::unordered_map<std::uint64_t, Pending> pending_;
   std::atomic<std::size_t> waiting_{0};  // pending_.size(), read without the lock
   bool closed_ = false;
-  PeerMappings mappings_;  // reader thread only: the owner's SharedBuffers it gave us
+  // Reader thread only: copies through the owner's SharedBuffers it gave us (shm).
+  const std::unique_ptr<SameHostPeer> same_host_;
 };
 
 // A connection this side dialled: a StreamConnection whose handler is its StreamActiveSide,
 // which the pool reaches through active() (typed: the constructor made it).
 class OutboundConnection final : public StreamConnection {
  public:
-  // `peer_process`: see StreamActiveSide.
-  OutboundConnection(FileDescriptor socket, int peer_process, std::string peer, EventLoop& loop)
-      : OutboundConnection(std::move(socket), new StreamActiveSide(peer_process), std::move(peer),
-                           loop) {}
+  // `same_host`: see StreamActiveSide.
+  OutboundConnection(FileDescriptor socket, std::unique_ptr<SameHostPeer> same_host,
+                     std::string peer, EventLoop& loop)
+      : OutboundConnection(std::move(socket), new StreamActiveSide(std::move(same_host)),
+                           std::move(peer), loop) {}
   StreamActiveSide& active() noexcept { return active_; }
 
  private:

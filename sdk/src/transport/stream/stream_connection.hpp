@@ -165,7 +165,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   // arrive with their frame's first byte, in order); empty when none came.
   FileDescriptor take_passed();
   // Descriptors received that wait for their frames' handlers, at most: more is a protocol
-  // error. (How many a connection keeps is its handler's to bound: PeerMappings, 64.)
+  // error. (How many a connection keeps is its handler's to bound: shm's PeerMappings, 64.)
   static constexpr std::size_t kMostPassedWaiting = 4;
   // In on_frame: the frame's streamed payload fills `pieces`, then `then` runs on the loop.
   // If the connection breaks first, `then` is dropped uncalled (with what it holds).

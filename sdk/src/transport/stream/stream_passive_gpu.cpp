@@ -9,7 +9,6 @@
 #include "cuda/cuda_staging.hpp"
 #include "cuda/gpu_pool_memory.hpp"
 #include "pool/pool_state.hpp"
-#include "transport/shm/cross_memory.hpp"
 #include "transport/stream/stream_passive_side.hpp"
 
 namespace memwire::detail {
@@ -61,7 +60,7 @@ void StreamPassiveSide::serve_gpu_pieces(StreamConnection& connection, const Fra
         memory[i].iov_base = static_cast<std::byte*>(device.ptr()) + pieces[i].offset;
       }
     }
-    check_cross_memory();
+    same_host();  // throws unless this peer is on this host
     // Every piece checked, and every allocation opened, before a byte moves.
     const auto places = place_ipc_pieces(pieces, table, [&](const FrameIpcAllocation& entry) {
       return open_peer_allocation(driver, ordinal, entry);
@@ -136,17 +135,15 @@ void StreamPassiveSide::serve_gpu_pieces(StreamConnection& connection, const Fra
     return finish_request(connection, header, registration, std::move(response));
   }
   // A peer's host memory on this host: the kernel copies between it and the bounce buffer.
-  check_cross_memory();
+  auto& host = same_host();
   const auto theirs = peer_ranges(pieces);
   const iovec ours{bounce.get(), static_cast<std::size_t>(header.length)};
   if (writing) {
-    if (auto failure = copy_from_process(peer_process_, theirs, std::span(&ours, 1)))
-      throw Error(ErrorCode::Transport, *failure);
+    host.copy_from_peer(theirs, std::span(&ours, 1));
     gpu->scatter(memory, bounce.get());
   } else {
     gpu->gather(bounce.get(), memory);
-    if (auto failure = copy_to_process(peer_process_, theirs, std::span(&ours, 1)))
-      throw Error(ErrorCode::Transport, *failure);
+    host.copy_to_peer(theirs, std::span(&ours, 1));
     response.header.flags = frame_flags::kCrossMemory;
   }
   {

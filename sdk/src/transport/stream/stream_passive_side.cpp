@@ -3,7 +3,6 @@
 #include "core/registration.hpp"
 #include "cuda/cuda_staging.hpp"
 #include "pool/pool_state.hpp"
-#include "transport/shm/cross_memory.hpp"
 #include "util/peer_name.hpp"
 
 namespace memwire::detail {
@@ -100,9 +99,10 @@ void fill_stand_ins(const Registration& reg, const void* at = nullptr, std::size
 }
 }  // namespace
 
-void StreamPassiveSide::check_cross_memory() const {
-  if (peer_process_ == 0)
+SameHostOwner& StreamPassiveSide::same_host() const {
+  if (!same_host_)
     throw Error(ErrorCode::Protocol, "cross-memory request from a peer of unknown process");
+  return *same_host_;
 }
 
 void StreamPassiveSide::serve_hello(StreamConnection& connection, const FrameHeader& header) {
@@ -119,13 +119,7 @@ void StreamPassiveSide::serve_hello(StreamConnection& connection, const FrameHea
   // The dialler proves we may copy from it: a word at peer_address must read as `offset`.
   std::optional<Error> refused;
   try {
-    check_cross_memory();
-    std::uint64_t probe = 0;
-    if (auto failure = copy_from_process(peer_process_, header.peer_address,
-                                         reinterpret_cast<std::byte*>(&probe), sizeof probe))
-      throw Error(ErrorCode::AccessDenied, "cross-memory attach refused: " + *failure);
-    if (probe != header.offset)
-      throw Error(ErrorCode::AccessDenied, "cross-memory probe read the wrong value");
+    same_host().check_probe(header);
   } catch (const Error& error) {
     refused = error;
   }
@@ -145,11 +139,9 @@ void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHead
     response.header.type = FrameType::ReadResponse;
     response.header.request_id = header.request_id;
     if (header.flags & frame_flags::kCrossMemory) {
-      check_cross_memory();
-      if (answer_mapped(connection, header, access.data)) return;
-      if (auto failure =
-              copy_to_process(peer_process_, header.peer_address, access.data, header.length))
-        throw Error(ErrorCode::Transport, *failure);
+      auto& host = same_host();
+      if (host.answer_mapped(connection, header, access.data)) return;
+      host.copy_to_peer(header.peer_address, access.data, header.length);
       response.header.flags = frame_flags::kCrossMemory;
       [[maybe_unused]] auto copied = std::move(access.pin);  // unpinned: completing waits for pins
     } else {
@@ -188,11 +180,9 @@ void StreamPassiveSide::serve_write(StreamConnection& connection, const FrameHea
           });
       return;
     }
-    check_cross_memory();
-    if (answer_mapped(connection, header, access.data)) return;
-    if (auto failure =
-            copy_from_process(peer_process_, header.peer_address, access.data, header.length))
-      throw Error(ErrorCode::Transport, *failure);
+    auto& host = same_host();
+    if (host.answer_mapped(connection, header, access.data)) return;
+    host.copy_from_peer(header.peer_address, access.data, header.length);
     { auto copied = std::move(access.pin); }  // unpinned: completing waits for pins
     finish_request(connection, header, registration, write_response(header));
   } catch (const Error& error) {
@@ -332,9 +322,10 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
         response.keep_alive = registration;
       }
     } else {
-      check_cross_memory();
       // Memory the peer may map: it copies the blocks itself, once this answer is out.
-      if (answer_mapped_pieces(connection, header, *registration, grant != nullptr, memory)) return;
+      if (same_host().answer_mapped_pieces(connection, header, *registration, grant != nullptr,
+                                           memory))
+        return;
       copy_pieces(header, pieces, memory, response);
       {  // unpinned: completing revokes, which waits for pins
         auto copied = std::move(pin);
@@ -371,9 +362,11 @@ void StreamPassiveSide::copy_pieces(const FrameHeader& header, std::span<const F
                                     std::vector<iovec>& memory, OutFrame& response) {
   const bool writing = is_write_request(header.type);
   const auto theirs = peer_ranges(pieces);
-  auto failure = writing ? copy_from_process(peer_process_, theirs, memory)
-                         : copy_to_process(peer_process_, theirs, memory);
-  if (failure) throw Error(ErrorCode::Transport, *failure);
+  if (writing) {
+    same_host().copy_from_peer(theirs, memory);
+  } else {
+    same_host().copy_to_peer(theirs, memory);
+  }
   if (!writing) response.header.flags = frame_flags::kCrossMemory;
 }
 

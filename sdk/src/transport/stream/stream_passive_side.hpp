@@ -4,7 +4,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -14,6 +13,7 @@
 #include "cuda/ipc_mappings.hpp"
 #include "transport/stream/admitted_transfers.hpp"
 #include "transport/stream/cuda_ipc_pieces.hpp"
+#include "transport/stream/same_host.hpp"
 #include "transport/stream/stream_connection.hpp"
 
 namespace memwire::detail {
@@ -27,13 +27,15 @@ class GpuPoolMemory;
 // active side's connection dies.
 class StreamPassiveSide final : public FrameHandler {
  public:
-  // `peer_process`: the active side's pid when the kernel vouches for it (Unix sockets), which
-  // allows cross-memory requests; 0 on TCP. `transport` names us in operation status.
+  // `peer_process`: the active side's pid when the kernel vouches for it (Unix sockets); 0 on
+  // TCP. `transport` names us in operation status. `same_host`: shm's part, which serves
+  // cross-memory requests; null refuses them (tcp, or a peer of unknown process).
   StreamPassiveSide(std::shared_ptr<RegistrationTable> registrations, int peer_process,
-                    std::string transport)
+                    std::string transport, std::unique_ptr<SameHostOwner> same_host = nullptr)
       : registrations_(std::move(registrations)),
         peer_process_(peer_process),
-        transport_(std::move(transport)) {}
+        transport_(std::move(transport)),
+        same_host_(std::move(same_host)) {}
 
   // The connection this handler serves, for the breakers it installs on registrations.
   void bind(std::weak_ptr<StreamConnection> connection) { connection_ = std::move(connection); }
@@ -86,7 +88,8 @@ class StreamPassiveSide final : public FrameHandler {
                                         const FrameIpcAllocation& entry);
   // The peer's side of a cross-memory piece request, as the kernel's copy takes it.
   static std::vector<iovec> peer_ranges(std::span<const FramePiece> pieces);
-  // Copies a checked cross-memory piece request's bytes; throws when the kernel refuses.
+  // Copies a checked cross-memory piece request's bytes (same_host_); throws when the kernel
+  // refuses.
   void copy_pieces(const FrameHeader& header, std::span<const FramePiece> pieces,
                    std::vector<iovec>& memory, OutFrame& response);
   static OutFrame write_response(const FrameHeader& request);
@@ -102,25 +105,8 @@ class StreamPassiveSide final : public FrameHandler {
                       const std::shared_ptr<Registration>& registration, OutFrame response);
   // Who sent a tag: the connector its Hello named, else the connection's address.
   std::string peer_name(const StreamConnection& connection) const;
-  // Answers a kMapByDescriptor request for memory in a SharedBuffer with its location; false when
-  // the request did not ask or the memory is not shared (then it is copied as usual). In
-  // stream_passive_mapped.cpp, as the next.
-  bool answer_mapped(StreamConnection& connection, const FrameHeader& request,
-                     const std::byte* data);
-  // The same for a checked cross-memory piece request whose blocks are `memory`: the span of the
-  // SharedBuffer the peer maps, and where each block lies in it. A pool's span is the run of its
-  // blocks they lie in, mapped only when every byte of it is a block's (no gaps, whole pages),
-  // and never under a request grant or for a tagged write (the owner must know their bytes are
-  // in before it goes on). False: copy as usual.
-  bool answer_mapped_pieces(StreamConnection& connection, const FrameHeader& request,
-                            const Registration& registration, bool under_request_grant,
-                            std::span<const iovec> memory);
-  // A mapped answer names SharedBuffer `buffer`: its memfd goes with it unless this connection
-  // was given it (for that access) already. False when it cannot be given (over the limit, or
-  // the buffer closed): the request is copied as usual.
-  bool give_buffer(OutFrame& response, std::uint64_t buffer);
-  // Throws unless cross-memory copies with this peer are allowed.
-  void check_cross_memory() const;
+  // The part that serves cross-memory requests; throws unless they are allowed with this peer.
+  SameHostOwner& same_host() const;
   void touch(const std::shared_ptr<Registration>& registration);
   static void answer(StreamConnection& connection, FrameType type, const FrameHeader& request,
                      const Error* error);
@@ -138,8 +124,7 @@ class StreamPassiveSide final : public FrameHandler {
   std::map<Id128, std::weak_ptr<RequestGrant>> grants_touched_;
   std::string peer_name_;     // what its Hello said
   IpcMappings ipc_mappings_;  // the peer's GPU allocations opened for this connection
-  // The SharedBuffers (number, writable) whose memfd this connection's peer was given.
-  std::set<std::pair<std::uint64_t, bool>> buffers_given_;
+  const std::unique_ptr<SameHostOwner> same_host_;
 };
 
 }  // namespace memwire::detail

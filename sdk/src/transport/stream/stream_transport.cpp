@@ -71,7 +71,7 @@ class StreamTransport final : public Transport {
     // A one-shot operation over GPU memory, on a transport of one host: its owner copies
     // through CUDA IPC for a peer whose memory is on a GPU too. Said in the offer, so that a
     // peer never sends such requests to an owner that predates them (PROTOCOL.md).
-    if (!settings_.cross_memory || registration.staging() == nullptr) return settings_.offer;
+    if (!same_host() || registration.staging() == nullptr) return settings_.offer;
     auto offer = settings_.offer;
     static_assert(kCudaIpcVersion == 2, "kCudaIpcAttributeValue says the version");
     offer.attributes[kCudaIpcAttribute] = kCudaIpcAttributeValue;
@@ -80,15 +80,15 @@ class StreamTransport final : public Transport {
   bool can_reach(const TransportOffer& offer) const override { return settings_.can_reach(offer); }
 
   bool serves_pools() const override { return true; }
-  // Cross-memory means one host: its passive side takes CUDA IPC requests (stream_passive_gpu).
-  bool copies_through_cuda_ipc() const override { return settings_.cross_memory; }
+  // One host: its passive side takes CUDA IPC requests (stream_passive_gpu).
+  bool copies_through_cuda_ipc() const override { return same_host(); }
 
   StartResult start(const std::shared_ptr<ActiveTransfer>& transfer,
                     const TransportOffer& offer) override {
     const auto* blocks = transfer->blocks();
     // Planned for CUDA IPC (the same host over shm): no other path reaches its device memory.
     const bool cuda_ipc = transfer->cuda_ipc() != nullptr;
-    if (cuda_ipc && !settings_.cross_memory)
+    if (cuda_ipc && !same_host())
       return StartResult::cannot(
           "a GPU transfer planned for CUDA IPC needs shm; start it again to stage it");
     std::string unusable;
@@ -125,7 +125,7 @@ class StreamTransport final : public Transport {
     if (state->pool_notice == PoolNotice::Pipelined && requests.size() == 1)
       state->pool_notice = PoolNotice::InRequest;
     state->bytes_by_loop = blocks && !cuda_ipc && transfer->kind() == OperationKind::Write &&
-                           socket_bytes(requests, settings_.cross_memory) >= kLoopSendsFrom;
+                           socket_bytes(requests, same_host()) >= kLoopSendsFrom;
 
     const bool reading = transfer->kind() == OperationKind::Read;
     auto lost = [&](OutboundConnection& connection) {
@@ -183,7 +183,7 @@ class StreamTransport final : public Transport {
     frame.header.length = chunk.length;
     std::uint64_t id = 0;
     auto& active = connection.active();
-    if (travels_cross_memory(settings_.cross_memory, chunk.length)) {
+    if (travels_cross_memory(same_host(), chunk.length)) {
       // The passive side copies into or out of `memory` itself: keep it pinned until it says so.
       auto pin = transfer->gate().pin();
       if (!pin) return false;  // already cancelled
@@ -213,8 +213,7 @@ class StreamTransport final : public Transport {
     const auto& transfer = state->transfer;
     const auto* gpu = transfer->cuda_ipc();
     // Through CUDA IPC, the owner copies however small the request: no other path exists.
-    const bool cross =
-        gpu != nullptr || travels_cross_memory(settings_.cross_memory, request.length);
+    const bool cross = gpu != nullptr || travels_cross_memory(same_host(), request.length);
     std::vector<FramePiece> pieces;
     std::vector<iovec> memory;
     pieces.reserve(request.pieces.size());
@@ -368,13 +367,13 @@ class StreamTransport final : public Transport {
       unusable = std::move(why);
       return nullptr;
     }
-    const int peer = settings_.cross_memory ? peer_process(socket.get()) : 0;
-    auto connection =
-        std::make_shared<OutboundConnection>(std::move(socket), peer, address, next_loop());
+    auto connection = std::make_shared<OutboundConnection>(
+        std::move(socket), same_host() ? settings_.same_host->peer() : nullptr, address,
+        next_loop());
     connection->watch(std::make_unique<ConnectionWatch>(
         context_.telemetry, context_.events, settings_.name, Direction::Outbound, address));
     connection->run();
-    if (!settings_.cross_memory) {  // a cross-memory dial already said hello, with its probe
+    if (!same_host()) {  // a cross-memory dial already said hello, with its probe
       OutFrame hello;
       hello.header.type = FrameType::Hello;
       hello.text = context_.connector_name.substr(0, FrameHeader::kMaxText);
@@ -459,8 +458,10 @@ class StreamTransport final : public Transport {
         return;
       }
     }
-    auto handler =
-        std::make_unique<StreamPassiveSide>(context_.registrations, process, settings_.name);
+    // A peer the kernel does not vouch for (no process) gets no cross-memory copies.
+    auto handler = std::make_unique<StreamPassiveSide>(
+        context_.registrations, process, settings_.name,
+        same_host() && process != 0 ? settings_.same_host->owner(process) : nullptr);
     auto* passive = handler.get();
     auto connection = std::make_shared<StreamConnection>(std::move(socket), std::move(handler),
                                                          settings_.name + " peer", next_loop());
@@ -532,6 +533,8 @@ class StreamTransport final : public Transport {
 
   const TransportContext& context_;
   StreamSettings settings_;
+  // One host (shm): requests may ask for cross-memory copies and mapped answers.
+  bool same_host() const noexcept { return settings_.same_host != nullptr; }
   // Every connection's I/O, and the listener's: a fixed few threads, whatever the number of
   // peers. Declared before the connections, so they outlive them.
   std::vector<std::unique_ptr<EventLoop>> loops_;

@@ -5,13 +5,15 @@
 #include <memory>
 #include <string>
 
+#include "transport/stream/same_host.hpp"
 #include "transport/stream/socket.hpp"
 #include "transport/transport.hpp"
 
 namespace memwire::detail {
 
 // What makes one stream transport differ from another: where it listens, how it dials, and
-// whether payload crosses on the socket (tcp) or is copied between the processes (shm).
+// whether payload crosses on the socket (tcp) or is copied between the processes (shm, whose
+// `same_host` does it).
 // A dial's outcome: a connected socket, or why this transport cannot reach that peer after all
 // (`unusable`: the connector tries the next). A peer that is gone throws (PeerLost) instead.
 struct Dialled {
@@ -25,7 +27,8 @@ struct StreamSettings {
   TransportOffer offer;
   std::function<Dialled(const std::string& address, std::chrono::milliseconds timeout)> dial;
   std::function<bool(const TransportOffer&)> can_reach = [](const TransportOffer&) { return true; };
-  bool cross_memory = false;
+  // Cross-memory requests and mapped answers (transport/shm's); null: payload on the socket.
+  std::shared_ptr<SameHost> same_host;
 };
 
 // A transport over the framed stream protocol: one listener, pooled connections per peer, all

@@ -12,7 +12,6 @@
 #include "memwire/memwire.hpp"
 #include "support/fake_tcp_owner.hpp"
 #include "support/operation_waits.hpp"
-#include "transport/shm/shared_memory_index.hpp"
 #include "transport/stream/frame.hpp"
 
 using namespace memwire;

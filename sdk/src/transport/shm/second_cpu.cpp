@@ -1,4 +1,4 @@
-#include "transport/stream/second_cpu.hpp"
+#include "transport/shm/second_cpu.hpp"
 
 #include <unistd.h>
 

@@ -1,13 +1,20 @@
-// The owner's answers that let a same-host peer copy through its own mapping of the owner's
-// SharedBuffer (kMapped): where the requested bytes lie in the file, instead of copying them,
-// with the buffer's memfd the first time (kDescriptor). Asked for (kMapByDescriptor), and given
-// only after the request was checked like any other.
+// The owner's side of shm on one connection: the Hello's probe, the cross-memory copies of
+// checked requests (process_vm_readv/writev), and the answers that let the peer copy through
+// its own mapping of our SharedBuffer (kMapped): where the requested bytes lie in the file,
+// instead of copying them, with the buffer's memfd the first time (kDescriptor). Asked for
+// (kMapByDescriptor), and given only after the request was checked like any other.
 #include <unistd.h>
+
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "core/registration.hpp"
 #include "pool/pool_state.hpp"
+#include "transport/shm/cross_memory.hpp"
 #include "transport/shm/shared_memory_index.hpp"
-#include "transport/stream/stream_passive_side.hpp"
+#include "transport/shm/shm_sides.hpp"
+#include "transport/stream/stream_connection.hpp"
 
 namespace memwire::detail {
 namespace {
@@ -44,9 +51,54 @@ std::optional<std::vector<std::uint64_t>> offsets_in(std::span<const iovec> memo
   return offsets;
 }
 
-}  // namespace
+void check(const std::optional<std::string>& failure) {
+  if (failure) throw Error(ErrorCode::Transport, *failure);
+}
 
-bool StreamPassiveSide::give_buffer(OutFrame& response, std::uint64_t buffer) {
+class ShmOwnerSide final : public SameHostOwner {
+ public:
+  explicit ShmOwnerSide(int peer_process) : peer_process_(peer_process) {}
+
+  void check_probe(const FrameHeader& hello) override {
+    std::uint64_t probe = 0;
+    if (auto failure = copy_from_process(peer_process_, hello.peer_address,
+                                         reinterpret_cast<std::byte*>(&probe), sizeof probe))
+      throw Error(ErrorCode::AccessDenied, "cross-memory attach refused: " + *failure);
+    if (probe != hello.offset)
+      throw Error(ErrorCode::AccessDenied, "cross-memory probe read the wrong value");
+  }
+
+  void copy_to_peer(std::uint64_t theirs, const std::byte* ours, std::size_t length) override {
+    check(copy_to_process(peer_process_, theirs, ours, length));
+  }
+  void copy_from_peer(std::uint64_t theirs, std::byte* ours, std::size_t length) override {
+    check(copy_from_process(peer_process_, theirs, ours, length));
+  }
+  void copy_to_peer(std::span<const iovec> theirs, std::span<const iovec> ours) override {
+    check(copy_to_process(peer_process_, theirs, ours));
+  }
+  void copy_from_peer(std::span<const iovec> theirs, std::span<const iovec> ours) override {
+    check(copy_from_process(peer_process_, theirs, ours));
+  }
+
+  bool answer_mapped(StreamConnection& connection, const FrameHeader& request,
+                     const std::byte* data) override;
+  bool answer_mapped_pieces(StreamConnection& connection, const FrameHeader& request,
+                            const Registration& registration, bool under_request_grant,
+                            std::span<const iovec> memory) override;
+
+ private:
+  // A mapped answer names SharedBuffer `buffer`: its memfd goes with it unless this connection
+  // was given it (for that access) already. False when it cannot be given (over the limit, or
+  // the buffer closed): the request is copied as usual.
+  bool give_buffer(OutFrame& response, std::uint64_t buffer);
+
+  const int peer_process_;
+  // The SharedBuffers (number, writable) whose memfd this connection's peer was given.
+  std::set<std::pair<std::uint64_t, bool>> buffers_given_;
+};
+
+bool ShmOwnerSide::give_buffer(OutFrame& response, std::uint64_t buffer) {
   // The peer maps what it reads read-only: it gets no descriptor it could write through.
   const bool writable = response.header.type == FrameType::WriteResponse;
   if (buffers_given_.contains({buffer, writable})) return true;
@@ -63,8 +115,8 @@ bool StreamPassiveSide::give_buffer(OutFrame& response, std::uint64_t buffer) {
   return true;
 }
 
-bool StreamPassiveSide::answer_mapped(StreamConnection& connection, const FrameHeader& request,
-                                      const std::byte* data) {
+bool ShmOwnerSide::answer_mapped(StreamConnection& connection, const FrameHeader& request,
+                                 const std::byte* data) {
   if ((request.flags & frame_flags::kMapByDescriptor) == 0) return false;
   auto location = find_shared(data, request.length);
   if (!location) return false;
@@ -77,11 +129,9 @@ bool StreamPassiveSide::answer_mapped(StreamConnection& connection, const FrameH
   return true;
 }
 
-bool StreamPassiveSide::answer_mapped_pieces(StreamConnection& connection,
-                                             const FrameHeader& request,
-                                             const Registration& registration,
-                                             bool under_request_grant,
-                                             std::span<const iovec> memory) {
+bool ShmOwnerSide::answer_mapped_pieces(StreamConnection& connection, const FrameHeader& request,
+                                        const Registration& registration, bool under_request_grant,
+                                        std::span<const iovec> memory) {
   if ((request.flags & frame_flags::kMapByDescriptor) == 0 || memory.empty()) return false;
   const auto* first = static_cast<const std::byte*>(memory.front().iov_base);
   std::optional<SharedLocation> location;
@@ -122,6 +172,12 @@ bool StreamPassiveSide::answer_mapped_pieces(StreamConnection& connection,
   // peer copied; a tagged write is never answered so).
   connection.send(std::move(response));
   return true;
+}
+
+}  // namespace
+
+std::unique_ptr<SameHostOwner> make_shm_owner_side(int peer_process) {
+  return std::make_unique<ShmOwnerSide>(peer_process);
 }
 
 }  // namespace memwire::detail

@@ -1,6 +1,6 @@
 // run_on_two_cpus: both halves run, at once, and the call returns only after the helper's half
 // ended, also when the caller's half throws (the helper may still be using the caller's frame).
-#include "transport/stream/second_cpu.hpp"
+#include "transport/shm/second_cpu.hpp"
 
 #include <gtest/gtest.h>
 

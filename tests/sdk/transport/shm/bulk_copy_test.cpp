@@ -1,6 +1,6 @@
 // copy_bulk: every byte of a large chunk lands, whatever the alignment of either end, and
 // nothing beside the destination range is touched.
-#include "transport/stream/bulk_copy.hpp"
+#include "transport/shm/bulk_copy.hpp"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 
 // The process's second CPU for one large copy: `first` runs on the calling thread while a
 // helper thread, started once and parked between tasks, runs `second`. Used by the cross-memory
-// copies (transport/shm) and the mapped copies (StreamActiveSide): one CPU's copy moves about
+// copies (cross_memory.cpp) and the mapped copies (bulk_copy.cpp): one CPU's copy moves about
 // half of what memory does here (11-12 GB/s against 21-24 GB/s for two).
 
 namespace memwire::detail {

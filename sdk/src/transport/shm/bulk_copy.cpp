@@ -1,9 +1,9 @@
-#include "transport/stream/bulk_copy.hpp"
+#include "transport/shm/bulk_copy.hpp"
 
 #include <cstdint>
 #include <cstring>
 
-#include "transport/stream/second_cpu.hpp"
+#include "transport/shm/second_cpu.hpp"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>

@@ -1,0 +1,15 @@
+#pragma once
+
+#include <memory>
+
+#include "transport/stream/same_host.hpp"
+
+namespace memwire::detail {
+
+// shm's parts of a stream connection (transport/stream/same_host.hpp): the owner's, which copies
+// across processes and answers with SharedBuffer locations (shm_owner_side.cpp), and the
+// peer's, which copies through its mappings of the owner's SharedBuffers (shm_peer_side.cpp).
+std::unique_ptr<SameHostOwner> make_shm_owner_side(int peer_process);
+std::unique_ptr<SameHostPeer> make_shm_peer_side();
+
+}  // namespace memwire::detail
