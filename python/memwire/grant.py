@@ -73,6 +73,12 @@ class BlockGrant(EndsWithBlock):
         transfers' tags end with CancelledError. Idempotent."""
         self._native.close(reason_text(reason))
 
+    def expired(self):
+        """False before the lease's end; after it, ends the grant as close() does (its peer
+        hears ExpiredError) and returns True once the requests admitted before the end have
+        landed: from then on no byte lands under the grant (the lease's end as a fence)."""
+        return self._native.expired()
+
     def __repr__(self):
         state = "closed" if self.closed else "live"
         return f"<BlockGrant {self.peer!r} request={self.request!r} {state}>"

@@ -36,6 +36,11 @@ class PyGrant {
   }
   bool closed() const { return !grant_ || grant_->closed(); }
   bool held_by_receiver() const { return taken_; }
+  // BlockGrant::expired(): true once the lease ended and nothing lands under it any more.
+  bool expired() {
+    if (!grant_) return closed();  // held by a receiver: not this handle's to say
+    return without_gil([&] { return grant_->expired(); });
+  }
   void close(const std::string& reason) {
     if (!grant_) return;
     without_gil([&] {

@@ -34,7 +34,8 @@ void bind_grants(py::module_& m, py::class_<PyPool>& pool) {
       .def_property_readonly("expires_in", &PyGrant::expires_in)
       .def_property_readonly("closed", &PyGrant::closed)
       .def_property_readonly("held_by_receiver", &PyGrant::held_by_receiver)
-      .def("close", &PyGrant::close, py::arg("reason") = "");
+      .def("close", &PyGrant::close, py::arg("reason") = "")
+      .def("expired", &PyGrant::expired);
 }
 
 }  // namespace memwire_python

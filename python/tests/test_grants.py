@@ -85,6 +85,18 @@ def test_a_write_after_the_lease_is_refused_with_nothing_landed(side):
     assert is_(there, 1, 0), "a write landed after the lease"
 
 
+def test_expired_is_the_lease_end_as_a_fence(side):
+    there, pool, peer, local, _ = side
+    grant = pool.grant("prefill", "req-5", [1], lease=0.3)
+    assert not grant.expired() and not grant.closed
+    time.sleep(0.4)
+    assert grant.expired()  # the grant ended as close() ends it, its requests in
+    assert grant.closed
+    with pytest.raises(memwire.ExpiredError, match="lease"):
+        peer.write_blocks(local, [(1, 0)], grant.metadata).wait(20)
+    assert is_(there, 1, 0), "a write landed after the lease"
+
+
 def test_a_read_grant_allows_no_write(side):
     there, pool, peer, local, here = side
     with pool.grant("prefill", "req-3", [0], access="read", lease=30) as grant:

@@ -20,6 +20,11 @@ class RequestGrant;
 // owner (tcp, shm) or the NIC (verbs: memory windows bound to exactly those blocks on the
 // peer's QP) refuses a transfer outside them, after close(), or after the lease, before any
 // byte lands. A held thing: ended by close(reason) or by dropping it. Move-only.
+//
+// The fence: once close() returns, or expired() returned true, no byte lands under the grant,
+// on any transport. Not before: a request admitted just before expires_at() may still be
+// landing after it; expired() is how the owner learns that it is in and that the blocks are
+// its own again.
 class [[nodiscard("dropping it releases the blocks at once")]] MEMWIRE_API BlockGrant {
  public:
   BlockGrant(BlockGrant &&) noexcept;
@@ -42,10 +47,18 @@ class [[nodiscard("dropping it releases the blocks at once")]] MEMWIRE_API Block
   void close(std::string_view reason = {});
   // True once closed, or moved from.
   bool closed() const noexcept;
+  // Whether the lease is over, as the fence: false before expires_at(); after it, ends the
+  // grant as close() does (its peer then hears Error{Expired}: "the lease on the blocks of
+  // request X ended") and returns true once every request admitted before the end has landed
+  // (or had its connection cut after the pool's grace), and on verbs its windows are
+  // invalidated: from then on no byte lands under the grant. Poll it, or sleep until
+  // expires_at() and call it. True when moved from.
+  bool expired();
 
  private:
   friend class Pool;
   BlockGrant(std::shared_ptr<detail::RequestGrant> grant, PoolMetadata metadata);
+  void end(std::string_view reason, bool lease_over);  // close() and expired()
   std::shared_ptr<detail::RequestGrant> grant_;
   std::weak_ptr<detail::Registration> pool_;  // releases through it while it lives
   std::unique_ptr<PoolMetadata> metadata_;

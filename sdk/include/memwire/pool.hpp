@@ -140,12 +140,30 @@ struct MEMWIRE_API PoolOptions {
   std::string name;          // shown in metadata and errors ("kv", "layer-cache", ...)
   bool remote_read = true;   // peers may read blocks
   bool remote_write = true;  // peers may write blocks
-  // Tags received and not yet taken; one more is refused (the sender's transfer fails).
+  // Budgets of tags received and not yet taken (callbacks are not queued: they bound their own).
+  // Each tag counts against the queue and its sender's share; one more than either allows is
+  // refused, and the sender's transfer fails with an error naming the budget to raise. A share
+  // is keyed by what the owner knows, never by the name a shared-token peer gives itself.
+  // Memory per queued tag is bounded by kMaxTagBytes.
+  //   Everything queued.
   std::size_t max_queued_notifications = 65536;
-  // Of those, one peer's at most (a quarter of the default queue): a peer whose tags nobody
-  // takes has its next tagged transfers refused, while the others' go on. Memory per queued
-  // tag is bounded by kMaxTagBytes.
+  //   One granted peer's (metadata_for, or Pool::grant; keyed by the name its grant gives it):
+  //   a granted peer whose tags nobody takes has its next tagged transfers refused, while the
+  //   others' go on.
   std::size_t max_queued_per_peer = 16384;
+  //   All shared-token peers' (metadata()) together. The rest of the queue is room that only
+  //   granted peers use: a flood under the shared token, whatever names it gives itself, never
+  //   refuses a granted peer's tag. None is left when this is not below
+  //   max_queued_notifications (lower both together).
+  std::size_t max_queued_shared = 16384;
+  //   One connection's under the shared token (a connection the transport accepted, whatever
+  //   its Hello said), so that one flooding connector leaves the shared share to the others.
+  std::size_t max_queued_per_connection = 4096;
+  //   Tags of reads under the shared token, together. A read's tag proves no byte landed, and
+  //   waits take writes unless asked for reads, so such tags sit queued until next_notification
+  //   or a wait for TagKinds::Reads takes them: a flood of tagged reads takes this much at most,
+  //   never the room of shared-token writes.
+  std::size_t max_queued_shared_reads = 4096;
   // Request grants (Pool::grant) live at once, released and expired ones not counted.
   std::size_t max_request_grants = 4096;
 };
@@ -227,8 +245,8 @@ class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API
   // Waits for a notification with this tag (others stay queued), from `from` when not empty,
   // of a transfer of `kinds` (writes alone by default). Throws like next_notification when such
   // a transfer with that tag failed; another's failure (a read's, for a wait for writes) ends
-  // no wait. Tags left queued count against their peer's share (max_queued_per_peer): they
-  // never block another peer's.
+  // no wait. Tags left queued count against their sender's share (PoolOptions): a granted
+  // peer's never block another peer's, and shared-token peers' never block a granted one's.
   Notification wait_for_tag(std::string_view tag, std::chrono::milliseconds timeout,
                             std::string_view from = {}, TagKinds kinds = TagKinds::Writes);
   // For event loops: the same two without waiting, empty when nothing fits yet; they throw as

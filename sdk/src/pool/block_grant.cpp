@@ -31,12 +31,21 @@ std::chrono::steady_clock::time_point BlockGrant::expires_at() const noexcept {
 
 bool BlockGrant::closed() const noexcept { return !grant_ || grant_->released(); }
 
-void BlockGrant::close(std::string_view reason) {
+void BlockGrant::close(std::string_view reason) { end(reason, false); }
+
+bool BlockGrant::expired() {
+  if (!grant_) return true;
+  if (!grant_->lease_over()) return false;
+  end({}, true);  // returns once nothing lands under it any more, as close() does
+  return true;
+}
+
+void BlockGrant::end(std::string_view reason, bool lease_over) {
   if (!grant_) return;
   if (auto registration = pool_.lock(); registration && registration->pool())
-    (void)registration->pool()->release(grant_, reason);
+    (void)registration->pool()->release(grant_, reason, lease_over);
   else
-    (void)grant_->release(reason);  // the pool is gone: nothing reaches its blocks
+    (void)grant_->release(reason, lease_over);  // the pool is gone: nothing reaches its blocks
 }
 
 BlockGrant Pool::grant(std::string_view peer, std::string_view request,

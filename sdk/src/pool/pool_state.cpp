@@ -72,7 +72,7 @@ void PoolState::check_open() const {
 }
 
 PoolState::Peer PoolState::identify(const Id128& token, const Id128& shared_token,
-                                    std::string_view hello) const {
+                                    std::string_view hello, std::uint64_t connection) const {
   std::lock_guard lock(mutex_);
   if (equal_in_constant_time(token, shared_token)) {
     // A label of the peer's choosing: it may not pass for a peer the owner granted access.
@@ -80,14 +80,13 @@ PoolState::Peer PoolState::identify(const Id128& token, const Id128& shared_toke
       throw Error(ErrorCode::AccessDenied,
                   "peer '" + std::string(hello) +
                       "' holds a grant of its own: it must use the metadata made for it");
-    return {std::string(hello), false, {}, to_hex(token)};
+    return {std::string(hello), false, {}, to_hex(token), connection};
   }
   if (auto found = grantee_.find(token); found != grantee_.end())
     return {found->second, true, {}, to_hex(token)};
   if (auto found = requests_.find(token); found != requests_.end())
     return {found->second->peer(), true, found->second->request(), to_hex(token)};
-  if (auto found = released_.find(token); found != released_.end())
-    throw Error(ErrorCode::Cancelled, found->second);
+  if (auto found = released_.find(token); found != released_.end()) throw found->second;
   throw Error(ErrorCode::AccessDenied, "wrong access token");
 }
 
@@ -100,8 +99,7 @@ bool PoolState::admits(const Id128& token, const Id128& shared_token) const {
 void PoolState::check_token(const Id128& token, const Id128& shared_token) const {
   if (admits(token, shared_token)) return;
   std::lock_guard lock(mutex_);
-  if (auto found = released_.find(token); found != released_.end())
-    throw Error(ErrorCode::Cancelled, found->second);
+  if (auto found = released_.find(token); found != released_.end()) throw found->second;
   throw Error(ErrorCode::AccessDenied, "wrong access token");
 }
 
@@ -137,8 +135,7 @@ PoolState::Admission PoolState::admit(
         refuse_kind();
         return {};
       }
-      if (auto found = released_.find(token); found != released_.end())
-        throw Error(ErrorCode::Cancelled, found->second);
+      if (auto found = released_.find(token); found != released_.end()) throw found->second;
       throw Error(ErrorCode::AccessDenied, "wrong access token");
     }
     admission.grant = request->second;
@@ -179,11 +176,15 @@ void PoolState::drop_expired_requests() {
   std::erase_if(requests_, [](const auto& entry) { return entry.second->lease_over(); });
 }
 
-bool PoolState::release(const std::shared_ptr<RequestGrant>& grant, std::string_view reason) {
+bool PoolState::release(const std::shared_ptr<RequestGrant>& grant, std::string_view reason,
+                        bool lease_over) {
   {
     std::lock_guard lock(mutex_);
     if (requests_.erase(grant->token()) != 0) {
-      released_.emplace(grant->token(), released_message(grant->request(), reason));
+      released_.emplace(
+          grant->token(),
+          lease_over ? lease_over_error(grant->request())
+                     : Error(ErrorCode::Cancelled, released_message(grant->request(), reason)));
       released_order_.push_back(grant->token());
       if (released_order_.size() > kMostReleasedRemembered) {
         released_.erase(released_order_.front());
@@ -191,7 +192,7 @@ bool PoolState::release(const std::shared_ptr<RequestGrant>& grant, std::string_
       }
     }
   }
-  auto open = grant->release(reason);
+  auto open = grant->release(reason, lease_over);
   if (!open) return false;
   const auto error = grant->released_error();
   const Peer peer{grant->peer(), true, grant->request(), to_hex(grant->token())};
@@ -259,73 +260,26 @@ void PoolState::check_blocks(std::uint32_t region, std::uint64_t offset,
                     " is not inside one block: the bytes between blocks are not the pool's");
 }
 
-void PoolState::post(Notification notification, std::unique_lock<std::mutex>& lock,
-                     ErrorCode code) {
-  if (callback_) {
-    auto callback = callback_;
-    lock.unlock();
-    callback(notification);
-    return;
-  }
-  // Failures are bounded on their own (kMostFailuresQueued): a peer's share counts its tags.
-  if (notification.error.empty()) ++queued_by_peer_[notification.peer];
-  queue_.push_back({std::move(notification), code});
-  announce_change(lock);
-}
-
-void PoolState::announce_change(std::unique_lock<std::mutex>& lock) {
-  // The event loop's fd is raised under the lock the change was made under: no second lock per
-  // delivered tag.
-  if (readiness_) readiness_->raise();
-  lock.unlock();
-  changed_.notify_all();
-}
-
-void PoolState::forget(const Notification& notification) {
-  if (!notification.error.empty()) {
-    --failures_queued_;
-    return;
-  }
-  auto count = queued_by_peer_.find(notification.peer);
-  if (count != queued_by_peer_.end() && --count->second == 0) queued_by_peer_.erase(count);
-}
-
-void PoolState::deliver(const Peer& peer, std::string tag, OperationKind kind) {
-  std::unique_lock lock(mutex_);
-  check_open();
-  if (!callback_) {
-    if (queue_.size() - failures_queued_ >= options_.max_queued_notifications)
-      throw Error(ErrorCode::Transport,
-                  "the pool's owner has " + std::to_string(options_.max_queued_notifications) +
-                      " notifications queued and takes no more (max_queued_notifications)");
-    // One peer's untaken tags never crowd out another's.
-    if (auto count = queued_by_peer_.find(peer.name);
-        count != queued_by_peer_.end() && count->second >= options_.max_queued_per_peer)
-      throw Error(ErrorCode::Transport,
-                  "the pool's owner has " + std::to_string(count->second) +
-                      " notifications of this peer queued and takes no more of it "
-                      "(max_queued_per_peer)");
-  }
-  post({peer.name, std::move(tag), "", peer.authenticated, peer.request, kind, peer.token}, lock);
-}
-
 void PoolState::fail(const Peer& peer, std::string tag, const Error& error, OperationKind kind) {
   if (tag.empty()) return;  // an untagged transfer: no wait is for it
   std::unique_lock lock(mutex_);
   if (closed_) return;
-  if (!callback_ && failures_queued_ == kMostFailuresQueued) {
-    // The oldest failure goes: a peer failing over and over must not grow the queue.
-    auto oldest = std::find_if(queue_.begin(), queue_.end(), [](const Queued& queued) {
-      return !queued.notification.error.empty();
+  if (!callback_ && failures_queued_[peer.authenticated] == kMostFailuresQueued) {
+    // The oldest failure of its kind goes: a peer failing over and over must not grow the
+    // queue, nor push out the failures of peers the owner granted.
+    auto oldest = std::find_if(queue_.begin(), queue_.end(), [&](const Queued& queued) {
+      return !queued.notification.error.empty() &&
+             queued.notification.authenticated == peer.authenticated;
     });
-    forget(oldest->notification);
+    count(*oldest, -1);
     queue_.erase(oldest);
   }
-  if (!callback_) ++failures_queued_;
   try {
-    post({peer.name, std::move(tag), error.what(), peer.authenticated, peer.request, kind,
-          peer.token},
-         lock, error.code() == ErrorCode::Cancelled ? ErrorCode::Cancelled : ErrorCode::PeerLost);
+    post({{peer.name, std::move(tag), error.what(), peer.authenticated, peer.request, kind,
+           peer.token},
+          error.code() == ErrorCode::Cancelled ? ErrorCode::Cancelled : ErrorCode::PeerLost,
+          peer.connection},
+         lock);
   } catch (...) {
     // A callback that refuses a failure has nobody to tell: failures come from connections
     // closing, with no sender waiting for an answer.
@@ -360,7 +314,7 @@ std::optional<Notification> PoolState::take_next() {
   if (queue_.empty()) return std::nullopt;
   auto first = std::move(queue_.front());
   queue_.pop_front();
-  forget(first.notification);
+  count(first, -1);
   if (!first.notification.error.empty()) raise(first.notification, first.code);
   return std::move(first.notification);
 }
@@ -392,7 +346,7 @@ std::optional<Notification> PoolState::take_tag(std::string_view tag, const TagF
       raise(queued, it->code);
     auto found = std::move(*it);
     queue_.erase(it);
-    forget(found.notification);
+    count(found, -1);
     if (!found.notification.error.empty()) raise(found.notification, found.code);
     return std::move(found.notification);
   }
@@ -442,9 +396,7 @@ void PoolState::on_notification(std::function<void(const Notification&)> callbac
   callback_ = callback;
   if (!callback) return;  // queued again from now on
   auto queued = std::move(queue_);
-  queue_.clear();
-  failures_queued_ = 0;
-  queued_by_peer_.clear();
+  clear_queue();
   lock.unlock();
   for (const auto& entry : queued) callback(entry.notification);
 }
@@ -472,9 +424,7 @@ void PoolState::close(std::chrono::milliseconds grace, std::string_view reason) 
     closed_ = true;
     closed_because_ = reason;
     transfers.swap(transfers_);
-    queue_.clear();
-    failures_queued_ = 0;
-    queued_by_peer_.clear();
+    clear_queue();
     grants_.clear();
     grantee_.clear();
     requests_.clear();

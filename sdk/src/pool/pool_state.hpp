@@ -50,13 +50,17 @@ class PoolState final : public PoolAccess {
   PoolMetadata::Place locate(std::uint64_t block) const { return metadata_->locate(block); }
 
   // Who a peer is: the name of the grant its token belongs to (authenticated), or, under the
-  // shared token, the name its Hello chose (a label). Throws AccessDenied for any other token,
-  // and for a shared-token peer calling itself by a granted name.
+  // shared token, the name its Hello chose (a label) and the connection it came on. Throws
+  // AccessDenied for any other token, and for a shared-token peer calling itself by a granted
+  // name.
   struct Peer {
     std::string name;
     bool authenticated = false;
     std::string request;  // under a request grant's token
     std::string token;    // the one it presented, in hex (Notification::token)
+    // Under the shared token: the transport's number for its connection (never reused), which
+    // its share of the queue is kept by; 0 under a grant's token (kept by the grant's name).
+    std::uint64_t connection = 0;
     friend bool operator==(const Peer&, const Peer&) = default;
   };
   // Which notifications a wait takes: from `from` and under `token` when not empty, of `kinds`.
@@ -66,7 +70,8 @@ class PoolState final : public PoolAccess {
     std::string_view token;
     TagKinds kinds = TagKinds::Writes;
   };
-  Peer identify(const Id128& token, const Id128& shared_token, std::string_view hello) const;
+  Peer identify(const Id128& token, const Id128& shared_token, std::string_view hello,
+                std::uint64_t connection) const;
   // Whether `token` is the shared one, a peer grant's or a live request grant's.
   bool admits(const Id128& token, const Id128& shared_token) const;
   // Throws unless admits(): Cancelled naming the request for a released request grant's token,
@@ -97,8 +102,10 @@ class PoolState final : public PoolAccess {
   // The live request grant of `token`, or null for any other token.
   std::shared_ptr<RequestGrant> request_grant(const Id128& token) const;
   // Ends `grant`: its token is refused from now on, its requests landing finish, the waits for
-  // its open transfers' tags end with its error. Idempotent.
-  bool release(const std::shared_ptr<RequestGrant>& grant, std::string_view reason);
+  // its open transfers' tags end with its error. Idempotent: every call returns once they are
+  // in. `lease_over`: the lease's end ends it (its peer hears Expired).
+  bool release(const std::shared_ptr<RequestGrant>& grant, std::string_view reason,
+               bool lease_over = false);
   // Throws AccessDenied unless bytes [offset, +length) of `region` lie in `grant`'s blocks.
   void check_granted(const RequestGrant& grant, std::uint32_t region, std::uint64_t offset,
                      std::uint64_t length) const;
@@ -118,9 +125,9 @@ class PoolState final : public PoolAccess {
   // the region's blocks (never in the gaps of a strided region).
   void check_blocks(std::uint32_t region, std::uint64_t offset, std::uint64_t length) const;
 
-  // A peer's tag, after its admitted transfer's bytes landed. Throws Error{Transport} when the
-  // queue, or the peer's share of it, is full, and Error{Cancelled} once closed: the sender's
-  // transfer fails with it.
+  // A peer's tag, after its admitted transfer's bytes landed. Throws Error{Transport} naming
+  // the budget when the queue, or a share of it the peer counts against (PoolOptions), is
+  // full, and Error{Cancelled} once closed: the sender's transfer fails with it.
   void deliver(const Peer& peer, std::string tag, OperationKind kind);
   // A peer's admitted tagged transfer failed or its connection was lost in the middle of it:
   // waits for that tag end with `error`, those whose filter the transfer passes (`kind`, the
@@ -159,9 +166,9 @@ class PoolState final : public PoolAccess {
   void close(std::chrono::milliseconds grace, std::string_view reason = {}) override;
 
  private:
+  struct Queued;
   // Adds to the queue, or hands to the callback (outside the lock: `lock` is released).
-  void post(Notification notification, std::unique_lock<std::mutex>& lock,
-            ErrorCode code = ErrorCode::PeerLost);
+  void post(Queued queued, std::unique_lock<std::mutex>& lock);
   template <class Found>
   Notification wait(std::chrono::milliseconds timeout, Found found);
   void check_open() const;  // mutex_ held
@@ -174,9 +181,15 @@ class PoolState final : public PoolAccess {
   // releases it.
   void announce_change(std::unique_lock<std::mutex>& lock);
 
-  // Under the lock: the notification leaves the queue.
-  void forget(const Notification& notification);
+  // Under the lock: throws naming the budget (PoolOptions) a tag of `peer` would exceed.
+  void check_room(const Peer& peer, OperationKind kind) const;
+  // Under the lock: what a queued entry counts against, as it enters or leaves the queue.
+  void count(const Queued& queued, int step);
+  // Under the lock: the queue emptied, and every count with it.
+  void clear_queue();
 
+  // Failures queued, for granted peers and for shared-token ones apart: a flood of one kind
+  // pushes out its own oldest, never the other's.
   static constexpr std::size_t kMostFailuresQueued = 1024;
   static constexpr std::size_t kMostGrants = 65536;
   // Released request grants' tokens remembered, for a clear refusal of a late transfer.
@@ -199,14 +212,20 @@ class PoolState final : public PoolAccess {
   struct Queued {
     Notification notification;
     ErrorCode code = ErrorCode::PeerLost;  // a failure's: Cancelled is raised as such
+    std::uint64_t connection = 0;          // Peer::connection
   };
   std::deque<Queued> queue_;
-  std::size_t failures_queued_ = 0;
+  std::size_t failures_queued_[2] = {0, 0};  // [authenticated]
+  // The shares (PoolOptions): granted peers' tags by name, shared-token ones by connection,
+  // all shared-token ones, and their reads.
   std::map<std::string, std::size_t, std::less<>> queued_by_peer_;
+  std::unordered_map<std::uint64_t, std::size_t> queued_by_connection_;
+  std::size_t shared_queued_ = 0;
+  std::size_t shared_reads_queued_ = 0;
   std::unordered_map<Id128, std::string, Id128Hash, Id128Equal> grantee_;  // token -> peer
   std::map<std::string, Id128, std::less<>> grants_;
   std::unordered_map<Id128, std::shared_ptr<RequestGrant>, Id128Hash, Id128Equal> requests_;
-  std::unordered_map<Id128, std::string, Id128Hash, Id128Equal>
+  std::unordered_map<Id128, Error, Id128Hash, Id128Equal>
       released_;  // token -> what its peer hears
   std::deque<Id128> released_order_;
   std::vector<std::uint64_t> first_block_;  // of each region

@@ -11,9 +11,7 @@ bool allows(Access access, OperationKind kind) {
 
 void RequestGrant::check(OperationKind kind) const {
   if (released()) throw released_error();
-  if (lease_over())
-    throw Error(ErrorCode::Expired, "the lease on the blocks of request " + scope_.request +
-                                        " ended: the owner no longer admits transfers for it");
+  if (lease_over()) throw lease_over_error(scope_.request);
   if (!allows(scope_.access, kind))
     throw Error(ErrorCode::AccessDenied, "the grant for request " + scope_.request +
                                              " allows no remote " + std::string(to_string(kind)));
@@ -54,13 +52,21 @@ bool RequestGrant::closed(const OpenTag& tag) {
   return true;
 }
 
-std::optional<std::vector<RequestGrant::OpenTag>> RequestGrant::release(std::string_view reason) {
+std::optional<std::vector<RequestGrant::OpenTag>> RequestGrant::release(std::string_view reason,
+                                                                        bool lease_over) {
   std::vector<OpenTag> open;
   std::vector<std::function<void()>> hooks;
   {
-    std::lock_guard lock(mutex_);
-    if (released_) return std::nullopt;
+    std::unique_lock lock(mutex_);
+    if (released_) {
+      // Ended by another call, perhaps still waiting for the requests landing or running the
+      // hooks (verbs windows): this one returns once that call is through too. Owners' threads
+      // release grants, never a transport's: the first call needs nothing of this thread.
+      ended_.wait(lock, [&] { return hooks_ran_; });
+      return std::nullopt;
+    }
     released_ = true;
+    expired_ = lease_over;
     reason_ = reason;
     for (const auto& [tag, count] : open_tags_) open.insert(open.end(), count, tag);
     open_tags_.clear();
@@ -70,6 +76,11 @@ std::optional<std::vector<RequestGrant::OpenTag>> RequestGrant::release(std::str
   // connections are cut.
   gate_.close(grace_);
   for (auto& hook : hooks) hook();
+  {
+    std::lock_guard lock(mutex_);
+    hooks_ran_ = true;
+  }
+  ended_.notify_all();
   return open;
 }
 
@@ -84,8 +95,15 @@ std::string released_message(std::string_view request, std::string_view reason) 
   return message;
 }
 
+Error lease_over_error(std::string_view request) {
+  return Error(ErrorCode::Expired, "the lease on the blocks of request " + std::string(request) +
+                                       " ended: the owner no longer admits transfers for it");
+}
+
 Error RequestGrant::released_error() const {
-  // mutex_ may be held by the caller: reason_ is written once, before released_ is seen.
+  // mutex_ may be held by the caller: reason_ and expired_ are written once, before released_
+  // is seen.
+  if (expired_) return lease_over_error(scope_.request);
   return Error(ErrorCode::Cancelled, released_message(scope_.request, reason_));
 }
 

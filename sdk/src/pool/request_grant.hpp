@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -24,6 +25,8 @@ namespace memwire::detail {
 // end with it (verbs windows bound for it).
 // What a peer hears once the owner released request `request`'s blocks (with its reason).
 std::string released_message(std::string_view request, std::string_view reason);
+// What a peer hears once request `request`'s lease ended.
+Error lease_over_error(std::string_view request);
 
 class RequestGrant {
  public:
@@ -67,10 +70,14 @@ class RequestGrant {
 
   // Ends it; returns the tags of the transfers open under it (their waits are the caller's to
   // end), or nothing when it had ended already. Closes the gate (waits for requests landing,
-  // up to the grace, then breaks their connections) and runs the hooks.
-  std::optional<std::vector<OpenTag>> release(std::string_view reason);
+  // up to the grace, then breaks their connections) and runs the hooks; a second call returns
+  // once the first is through, so that no call returns before the requests are in. An owner's
+  // thread calls it, never a transport's. `lease_over`: the lease's end releases it (its peer
+  // hears Expired).
+  std::optional<std::vector<OpenTag>> release(std::string_view reason, bool lease_over = false);
   bool released() const;
-  // The error a released grant's peer hears.
+  // The error a released grant's peer hears: Cancelled with the owner's reason, or Expired
+  // once the lease's end released it.
   Error released_error() const;
   // Runs `hook` when the grant is released (at once when it is already).
   void on_release(std::function<void()> hook);
@@ -84,6 +91,9 @@ class RequestGrant {
   AccessGate gate_;
   mutable std::mutex mutex_;
   bool released_ = false;
+  bool expired_ = false;    // released by the lease's end
+  bool hooks_ran_ = false;  // and the release is through
+  std::condition_variable ended_;
   std::string reason_;
   std::map<OpenTag, std::size_t> open_tags_;  // (tag, kind) -> transfers open with it
   std::vector<std::function<void()>> hooks_;

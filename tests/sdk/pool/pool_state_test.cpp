@@ -86,14 +86,15 @@ TEST(PoolPeers, ATokenSaysWhoThePeerIs) {
   const Id128 shared = random_id();
   const auto granted = pool.grant("prefill-A");
   EXPECT_EQ(pool.grant("prefill-A"), granted);
-  EXPECT_EQ(pool.identify(granted, shared, "whatever"),
-            (PoolState::Peer{"prefill-A", true, {}, to_hex(granted)}));
-  EXPECT_EQ(pool.identify(shared, shared, "prefill-B"),
-            (PoolState::Peer{"prefill-B", false, {}, to_hex(shared)}));
-  EXPECT_EQ(error_code_of([&] { (void)pool.identify(shared, shared, "prefill-A"); }),
+  EXPECT_EQ(pool.identify(granted, shared, "whatever", 7),
+            (PoolState::Peer{"prefill-A", true, {}, to_hex(granted)}))
+      << "a granted peer is kept by its grant, not by its connection";
+  EXPECT_EQ(pool.identify(shared, shared, "prefill-B", 7),
+            (PoolState::Peer{"prefill-B", false, {}, to_hex(shared), 7}));
+  EXPECT_EQ(error_code_of([&] { (void)pool.identify(shared, shared, "prefill-A", 7); }),
             ErrorCode::AccessDenied)
       << "a granted name is not for anyone holding the shared token";
-  EXPECT_EQ(error_code_of([&] { (void)pool.identify(random_id(), shared, "x"); }),
+  EXPECT_EQ(error_code_of([&] { (void)pool.identify(random_id(), shared, "x", 7); }),
             ErrorCode::AccessDenied);
   EXPECT_TRUE(pool.revoke("prefill-A"));
   EXPECT_FALSE(pool.admits(granted, shared));
@@ -121,6 +122,66 @@ TEST(PoolQueue, EachPeerHasItsShareAndFailuresStayOutOfIt) {
   pool.fail(a, "", Error(ErrorCode::PeerLost, "untagged"),
             kWrite);  // no wait is for it: not queued
   EXPECT_EQ(pool.queued(), 3u);
+}
+
+// Issue 44 item 3: shares kept by what the owner knows (a grant, a connection), never by the
+// name a shared-token peer chose; granted peers keep room the shared token cannot take; reads
+// under the shared token have a share of their own.
+TEST(PoolQueue, NoNameAShareTokenPeerChoosesTakesAnothersRoom) {
+  PoolOptions options;
+  options.max_queued_notifications = 8;
+  options.max_queued_shared = 5;
+  options.max_queued_per_connection = 3;
+  options.max_queued_shared_reads = 2;
+  auto pool = pool_of({{at(0x10000), 4096, 0, 4, {}}}, options);
+  const PoolState::Peer one{"prefill-A", false, {}, {}, 1}, also_one{"prefill-B", false, {}, {}, 1},
+      two{"prefill-A", false, {}, {}, 2}, three{"x", false, {}, {}, 3},
+      granted{"prefill-A", true, {}, {}};
+  const auto message = [&](const PoolState::Peer& peer, OperationKind kind) {
+    try {
+      pool.deliver(peer, "refused", kind);
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::Transport);
+      return std::string(error.what());
+    }
+    return std::string("delivered");
+  };
+  pool.deliver(one, "1a", kWrite);
+  pool.deliver(also_one, "1b", kWrite);  // another name, the same connection: the same share
+  pool.deliver(one, "1c", OperationKind::Read);
+  EXPECT_NE(message(also_one, kWrite).find("max_queued_per_connection"), std::string::npos);
+  pool.deliver(two, "2a", OperationKind::Read);  // the same name, another connection
+  EXPECT_NE(message(two, OperationKind::Read).find("max_queued_shared_reads"), std::string::npos);
+  pool.deliver(two, "2b", kWrite);  // reads are full, writes are not
+  EXPECT_NE(message(three, kWrite).find("max_queued_shared"), std::string::npos);
+  // The rest of the queue is the granted peers', whatever name the others gave themselves.
+  pool.deliver(granted, "g0", kWrite);
+  pool.deliver(granted, "g1", kWrite);
+  pool.deliver(granted, "g2", kWrite);
+  EXPECT_NE(message(granted, kWrite).find("max_queued_notifications"), std::string::npos);
+  // Taking a shared-token tag gives its room back to the shared share.
+  EXPECT_EQ(pool.wait_for_tag("1a", std::chrono::milliseconds(0), filter("prefill-A")).tag, "1a");
+  pool.deliver(three, "3a", kWrite);
+  EXPECT_EQ(pool.wait_for_tag("g0", std::chrono::milliseconds(0), filter("prefill-A")).tag, "g0");
+  EXPECT_NE(message(three, kWrite).find("max_queued_shared"), std::string::npos)
+      << "room the granted peer left is not the shared token's";
+  pool.deliver(granted, "g3", kWrite);
+  EXPECT_EQ(pool.queued(), 8u);
+}
+
+TEST(PoolQueue, SharedTokenFailuresNeverPushOutAGrantedPeers) {
+  auto pool = pool_of({{at(0x10000), 4096, 0, 4, {}}});
+  const PoolState::Peer shared{"prefill-A", false, {}, "s", 1}, granted{"prefill-A", true, {}, "g"};
+  pool.fail(granted, "layer/0", Error(ErrorCode::Cancelled, "gave up"), kWrite);
+  for (int n = 0; n < 2000; ++n)
+    pool.fail(shared, "layer/" + std::to_string(n), Error(ErrorCode::Cancelled, "flood"), kWrite);
+  EXPECT_EQ(error_code_of([&] {
+              (void)pool.wait_for_tag("layer/0", std::chrono::milliseconds(0),
+                                      filter("prefill-A", "g"));
+            }),
+            ErrorCode::Cancelled)
+      << "the granted peer's failure was pushed out by the shared token's";
+  EXPECT_EQ(pool.queued(), 1024u) << "the shared-token peers' failures stay bounded";
 }
 
 // Whether `fd` is readable now; reads it (an eventfd's 8 bytes) when it is.

@@ -23,8 +23,9 @@ void StreamPassiveSide::admit_pool_request(const StreamConnection& connection,
   const auto kind =
       header.type == FrameType::PoolReadRequest ? OperationKind::Read : OperationKind::Write;
   // Under a grant, the peer is the one its admission found: no second lookup of the token.
-  auto peer = grant ? PoolState::Peer{grant->peer(), true, grant->request(), to_hex(grant->token())}
-                    : pool.identify(header.token, registration->token(), peer_name(connection));
+  auto peer =
+      grant ? PoolState::Peer{grant->peer(), true, grant->request(), to_hex(grant->token())}
+            : pool.identify(header.token, registration->token(), peer_name(connection), serial_);
   if (transfers_.admit(header.transfer,
                        {header.key, kind, tag, std::move(peer), registration, false, grant}) &&
       grant) {
@@ -83,7 +84,7 @@ void StreamPassiveSide::serve_pool_end(StreamConnection& connection, const Frame
   std::optional<Error> failure;
   try {
     if (!same_pool || registration->pool()->identify(end.token, registration->token(),
-                                                     peer_name(connection)) != peer) {
+                                                     peer_name(connection), serial_) != peer) {
       end_transfer(end.transfer, Error(ErrorCode::Protocol, "its PoolEnd was not its own"));
       return fault(connection, header, FrameType::NoticeResponse,
                    "the PoolEnd of transfer " + id +

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -122,7 +124,14 @@ class StreamPassiveSide final : public FrameHandler {
   AdmittedTransfers transfers_;
   // Request grants this connection landed bytes under: their release may break it.
   std::map<Id128, std::weak_ptr<RequestGrant>> grants_touched_;
-  std::string peer_name_;     // what its Hello said
+  std::string peer_name_;  // what its Hello said
+  // This connection's number, never reused: what a shared-token peer's share of a pool's queue
+  // is kept by (PoolState::Peer::connection), whatever its Hello said.
+  const std::uint64_t serial_ = next_serial();
+  static std::uint64_t next_serial() noexcept {
+    static std::atomic<std::uint64_t> next{1};
+    return next.fetch_add(1);
+  }
   IpcMappings ipc_mappings_;  // the peer's GPU allocations opened for this connection
   const std::unique_ptr<SameHostOwner> same_host_;
 };

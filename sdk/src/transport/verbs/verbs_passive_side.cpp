@@ -228,8 +228,8 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
                                      const std::shared_ptr<Registration>& registration) {
   Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false, {}, {}, OperationKind::Write};
   try {
-    const auto peer =
-        registration->pool()->identify(notice.token, registration->token(), peer_of(connection));
+    const auto peer = registration->pool()->identify(notice.token, registration->token(),
+                                                     peer_of(connection), connection.serial);
     transfer.peer = peer.name;
     transfer.authenticated = peer.authenticated;
     transfer.request = peer.request;
@@ -308,8 +308,8 @@ void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice
       throw Error(ErrorCode::Expired, "a PoolDone of another generation of the pool");
     // A transfer under held keys had no PoolBegin to check its kind: the pool must allow it.
     registration.authorize(notice.token, notice.kind);
-    const auto peer =
-        registration.pool()->identify(notice.token, registration.token(), peer_of(connection));
+    const auto peer = registration.pool()->identify(notice.token, registration.token(),
+                                                    peer_of(connection), connection.serial);
     if (begun && (peer.name != transfer.peer || peer.authenticated != transfer.authenticated))
       throw Error(ErrorCode::Protocol, "a Done presenting another peer's token than its Begin");
     // The device placed every byte before this SEND, which came after them on the same QP.
@@ -391,8 +391,8 @@ void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
     }
     PoolState::Peer peer;
     try {
-      peer =
-          registration->pool()->identify(notice.token, registration->token(), peer_of(connection));
+      peer = registration->pool()->identify(notice.token, registration->token(),
+                                            peer_of(connection), connection.serial);
     } catch (const Error&) {
       return;
     }

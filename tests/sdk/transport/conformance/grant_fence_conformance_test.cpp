@@ -1,5 +1,6 @@
-// A request grant's close() is a fence (issue 44 item 1): once it returns no byte lands under
-// the grant, and no byte ever lands outside its blocks, while a writer in another process
+// A request grant's close() is a fence (issue 44 item 1), and so is its lease's end as
+// expired() reports it: once they returned no byte lands under the grant, and no byte ever lands
+// outside its blocks, while a writer in another process
 // hammers it (tests/support/grant_writer.cpp: writes inside the grant, and outside it with the
 // grant's token and no scope). Finding the grant, checking the runs and pinning are one step on
 // the owner: a close between two lookups once let a request skip both the run check and the pin.
@@ -23,7 +24,7 @@ namespace {
 constexpr std::size_t kBlock = 64;
 constexpr std::size_t kStride = 2 * kBlock;
 constexpr std::size_t kBlocks = 2048;
-constexpr int kRounds = 1000;
+constexpr int kRounds = 1000;  // closed by the owner
 
 // The grant: the first half of the blocks (one run: short metadata), each block a piece.
 constexpr std::size_t kGranted = kBlocks / 2;
@@ -48,57 +49,116 @@ std::string landed_in(const std::vector<std::byte>& memory, bool inside) {
   return {};
 }
 
-using GrantFence = PoolTransportConformance;
+// What the rounds of a hammered grant saw.
+struct Rounds {
+  int writing = 0;       // rounds whose writer landed a write before the grant's end
+  int after_end = 0;     // rounds with bytes landed after the end was observed
+  int out_of_grant = 0;  // rounds with bytes landed outside the grant
+  std::uint64_t landed = 0;
+  std::string first_seen;
+};
+
+// `rounds` grants of the first half of the blocks (lease `lease`), each hammered by the writer
+// until `end(grant)` returns: from then on no byte may land in them, and none ever outside.
+template <class End>
+Rounds hammer(Pool& pool, ChildProcess& writer, std::vector<std::byte>& memory, int rounds,
+              std::chrono::milliseconds lease, End end) {
+  std::vector<std::uint64_t> granted;
+  for (std::uint64_t block = 0; block < kGranted; ++block) granted.push_back(block);
+  Rounds seen;
+  for (int round = 0; round < rounds; ++round) {
+    auto grant =
+        pool.grant("writer", "req-" + std::to_string(round), granted, Access::Write, lease);
+    writer.write_line(grant.metadata().to_json());
+    const auto started = expect_line(writer);
+    if (started == "writing") ++seen.writing;
+    // A short lease may end before the first write lands.
+    EXPECT_TRUE(started == "writing" || started == "refused") << "round " << round << started;
+    end(grant);
+    // Outside the grant nothing may have landed, ever; inside, what landed is the owner's now.
+    auto outside_now = landed_in(memory, false);
+    for (auto block : granted) std::memset(memory.data() + block * kStride, 0, kBlock);
+    const auto stopped = expect_line(writer);
+    EXPECT_EQ(stopped.rfind("stopped ", 0), 0u) << "round " << round << ": " << stopped;
+    if (stopped.rfind("stopped ", 0) != 0) break;
+    seen.landed += std::stoull(stopped.substr(8));
+    auto late = landed_in(memory, true);
+    if (outside_now.empty()) outside_now = landed_in(memory, false);
+    if (!late.empty()) ++seen.after_end;
+    if (!outside_now.empty()) ++seen.out_of_grant;
+    if (seen.first_seen.empty() && !(late.empty() && outside_now.empty()))
+      seen.first_seen =
+          "round " + std::to_string(round) + ": " + (late.empty() ? outside_now : late);
+    std::memset(memory.data(), 0, memory.size());
+  }
+  return seen;
+}
+
+class GrantFence : public PoolTransportConformance {
+ protected:
+  void SetUp() override {
+    PoolTransportConformance::SetUp();
+    if (IsSkipped()) return;
+    if (!claims().other_processes) GTEST_SKIP() << transport() << " reaches no other process";
+    // A pool with gaps is not offered on verbs (its keys cover whole spans); its grants'
+    // windows are the NIC's fence (request_grant_nic_test.cpp).
+    if (transport() == "verbs") GTEST_SKIP() << "verbs serves no pool with gaps";
+  }
+  ChildProcess start_writer() const {
+    return ChildProcess(
+        {test::grant_writer_program(), std::to_string(kBlocks), std::to_string(kBlock)},
+        peer_environment());
+  }
+};
 
 TEST_P(GrantFence, NoByteLandsAfterCloseReturnsOrOutsideTheGrant) {
-  if (!claims().other_processes) GTEST_SKIP() << transport() << " reaches no other process";
-  // A pool with gaps is not offered on verbs (its keys cover whole spans); its grants' windows
-  // are the NIC's fence (request_grant_nic_test.cpp).
-  if (transport() == "verbs") GTEST_SKIP() << "verbs serves no pool with gaps";
   Connector owner(options_named("decode"));
   std::vector<std::byte> memory(kBlocks * kStride);
   auto pool = owner.register_pool({{memory.data(), kBlock, kStride, kBlocks, {}}});
-  ChildProcess writer(
-      {test::grant_writer_program(), std::to_string(kBlocks), std::to_string(kBlock)},
-      peer_environment());
-  std::vector<std::uint64_t> granted;
-  for (std::uint64_t block = 0; block < kGranted; ++block) granted.push_back(block);
+  auto writer = start_writer();
   std::mt19937 random(44);
-  int after_close = 0, out_of_grant = 0;
-  std::string first_seen;
-  std::uint64_t landed = 0;
-  for (int round = 0; round < kRounds; ++round) {
-    auto grant = pool.grant("writer", "req-" + std::to_string(round), granted, Access::Write, 30s);
-    writer.write_line(grant.metadata().to_json());
-    const auto started = expect_line(writer);
-    ASSERT_EQ(started, "writing") << "round " << round;
+  const auto seen = hammer(pool, writer, memory, kRounds, 30s, [&](BlockGrant& grant) {
     // Closes at a different point of the writer's stream each round.
     const auto spin = std::chrono::steady_clock::now() +
                       std::chrono::microseconds(std::uniform_int_distribution<int>(0, 200)(random));
     while (std::chrono::steady_clock::now() < spin) {
     }
     grant.close("round over");
-    // Outside the grant nothing may have landed, ever; inside, what landed is the owner's now.
-    auto outside_now = landed_in(memory, false);
-    for (auto block : granted) std::memset(memory.data() + block * kStride, 0, kBlock);
-    const auto stopped = expect_line(writer);
-    ASSERT_EQ(stopped.rfind("stopped ", 0), 0u) << "round " << round << ": " << stopped;
-    landed += std::stoull(stopped.substr(8));
-    auto late = landed_in(memory, true);
-    if (outside_now.empty()) outside_now = landed_in(memory, false);
-    if (!late.empty()) ++after_close;
-    if (!outside_now.empty()) ++out_of_grant;
-    if (first_seen.empty() && !(late.empty() && outside_now.empty()))
-      first_seen = "round " + std::to_string(round) + ": " + (late.empty() ? outside_now : late);
-    std::memset(memory.data(), 0, memory.size());
-  }
+  });
   writer.write_line("quit");
   EXPECT_EQ(writer.wait(10s), 0);
-  EXPECT_EQ(after_close, 0) << "rounds with bytes landed after close() returned; first: "
-                            << first_seen;
-  EXPECT_EQ(out_of_grant, 0) << "rounds with bytes landed outside the grant; first: " << first_seen;
+  EXPECT_EQ(seen.after_end, 0) << "rounds with bytes landed after close() returned; first: "
+                               << seen.first_seen;
+  EXPECT_EQ(seen.out_of_grant, 0) << "rounds with bytes landed outside the grant; first: "
+                                  << seen.first_seen;
   // The hammer hit the grant: each round landed a write before the close.
-  EXPECT_GE(landed, std::uint64_t{kRounds});
+  EXPECT_EQ(seen.writing, kRounds);
+  EXPECT_GE(seen.landed, std::uint64_t{kRounds});
+}
+
+// The lease's end is a fence too (issue 44 item 1): once expired() says so, the requests
+// admitted before the end are in, and nothing lands after them.
+TEST_P(GrantFence, NoByteLandsAfterExpiredSaysTheLeaseEnded) {
+  constexpr int kLeaseRounds = 200;
+  Connector owner(options_named("decode"));
+  std::vector<std::byte> memory(kBlocks * kStride);
+  auto pool = owner.register_pool({{memory.data(), kBlock, kStride, kBlocks, {}}});
+  auto writer = start_writer();
+  int polls_before_end = 0;
+  const auto seen = hammer(pool, writer, memory, kLeaseRounds, 15ms, [&](BlockGrant& grant) {
+    while (!grant.expired()) ++polls_before_end;
+    EXPECT_GE(std::chrono::steady_clock::now(), grant.expires_at());
+    EXPECT_TRUE(grant.closed()) << "the lease's end ends the grant as close() does";
+  });
+  writer.write_line("quit");
+  EXPECT_EQ(writer.wait(10s), 0);
+  EXPECT_EQ(seen.after_end, 0) << "rounds with bytes landed after expired() returned true; "
+                               << "first: " << seen.first_seen;
+  EXPECT_EQ(seen.out_of_grant, 0) << "rounds with bytes landed outside the grant; first: "
+                                  << seen.first_seen;
+  EXPECT_GT(polls_before_end, 0) << "expired() said true before the lease's end";
+  // Most rounds' writer landed writes before the end (a slow start may miss a short lease).
+  EXPECT_GE(seen.writing, kLeaseRounds / 2);
 }
 
 MEMWIRE_CONFORMANCE_SUITE(GrantFence);
