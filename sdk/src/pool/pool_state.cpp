@@ -265,8 +265,11 @@ void PoolState::fail(const Peer& peer, std::string tag, const Error& error, Oper
   std::unique_lock lock(mutex_);
   if (closed_) return;
   if (!callback_ && failures_queued_[peer.authenticated] == kMostFailuresQueued) {
-    // The oldest failure of its kind goes: a peer failing over and over must not grow the
-    // queue, nor push out the failures of peers the owner granted.
+    // Under the shared token the new failure is dropped (a wait for its tag runs to its
+    // timeout): finding the oldest is a walk of the queue under the pool's lock, and a flood of
+    // refused transfers would make each refusal pay it while the granted peers' tags wait.
+    if (!peer.authenticated) return;
+    // A granted peer's oldest failure goes: it must not grow the queue failing over and over.
     auto oldest = std::find_if(queue_.begin(), queue_.end(), [&](const Queued& queued) {
       return !queued.notification.error.empty() &&
              queued.notification.authenticated == peer.authenticated;

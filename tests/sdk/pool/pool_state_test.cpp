@@ -184,6 +184,20 @@ TEST(PoolQueue, SharedTokenFailuresNeverPushOutAGrantedPeers) {
   EXPECT_EQ(pool.queued(), 1024u) << "the shared-token peers' failures stay bounded";
 }
 
+TEST(PoolQueue, AFullShareOfSharedTokenFailuresTakesNoMoreWithoutWalkingTheQueue) {
+  auto pool = pool_of({{at(0x10000), 4096, 0, 4, {}}});
+  const PoolState::Peer shared{"decode", false, {}, "s", 1};
+  for (int n = 0; n < 1024; ++n)
+    pool.fail(shared, "old/" + std::to_string(n), Error(ErrorCode::Cancelled, "flood"), kWrite);
+  pool.fail(shared, "new", Error(ErrorCode::Cancelled, "one more"), kWrite);
+  EXPECT_FALSE(pool.try_wait_for_tag("new", filter("decode", "s")).has_value())
+      << "a full share queued the new failure, which meant finding and dropping the oldest";
+  EXPECT_EQ(error_code_of([&] { (void)pool.try_wait_for_tag("old/0", filter("decode", "s")); }),
+            ErrorCode::Cancelled)
+      << "the oldest shared-token failure stays";
+  EXPECT_EQ(pool.queued(), 1023u);
+}
+
 // Whether `fd` is readable now; reads it (an eventfd's 8 bytes) when it is.
 bool readable(int fd) {
   pollfd watched{fd, POLLIN, 0};
