@@ -2,8 +2,9 @@
 // CONNECTIONS connections over tcp or shm, and on each open TRANSFERS tagged pool writes (the
 // longest tag, the longest Hello name) that they never end; then they leave. The owner (this
 // process) reports its RSS and malloc's in-use and free bytes before, at the peak (every peer
-// done) and after the peers left (their connections closed on the owner), and what the peers
-// got: transfers admitted, refused, the first refusal's text.
+// done), after the peers left (their connections closed on the owner) and after a
+// malloc_trim(0) of its own (what of "after" was malloc's cache alone), and what the peers got:
+// transfers admitted, refused, the first refusal's text.
 //
 //   owner_memory --transport tcp|shm [--peers 2] [--connections 64] [--transfers 4096]
 //
@@ -17,7 +18,6 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,32 +61,6 @@ std::string flag(int argc, char** argv, const std::string& name, const std::stri
   return fallback;
 }
 
-// A peer process: reads the pool's metadata, opens its connections and transfers, prints one
-// line per connection ("OPENED REFUSED CLOSED FIRST-REFUSAL"), then "done", and holds them all
-// until its stdin says "leave" (or ends).
-int open_transfers(const std::string& transport, std::size_t connections, std::size_t transfers) {
-  std::string line;
-  std::getline(std::cin, line);
-  const auto pool = PoolMetadata::from_json(line);
-  std::vector<test_support::TransferOpener> held;
-  for (std::size_t c = 0; c < connections; ++c) {
-    auto name = "opener-" + std::to_string(::getpid()) + "-" + std::to_string(c) + "-";
-    name.resize(kMaxTagBytes, 'n');  // the longest name: the owner keeps it with each transfer
-    try {
-      auto& opener = held.emplace_back(pool, transport, name);
-      const auto got = opener.open(transfers);
-      std::cout << got.opened << ' ' << got.refused << ' ' << got.closed << ' '
-                << (got.first_refusal.empty() ? "-" : got.first_refusal) << std::endl;
-    } catch (const Error& error) {
-      std::cout << "0 0 1 " << error.what() << std::endl;
-    }
-  }
-  std::cout << "done" << std::endl;
-  while (std::getline(std::cin, line) && line != "leave") {
-  }
-  return 0;
-}
-
 std::uint64_t inbound(const Connector& connector, const std::string& transport) {
   for (const auto& count : connector.telemetry().connections)
     if (count.transport == transport && count.direction == "inbound") return count.open;
@@ -106,7 +80,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (flag(argc, argv, "--open", "") == "1")
-    return open_transfers(transport, connections, transfers);
+    return test_support::hold_open_transfers(std::cin, std::cout, transport, connections,
+                                             transfers);
 
   auto options = ConnectorOptions::from_environment();
   options.transports = {transport};
@@ -124,20 +99,10 @@ int main(int argc, char** argv) {
         "--transfers", std::to_string(transfers)}));
     children.back()->write_line(pool.metadata().to_json());
   }
-  std::uint64_t opened = 0, refused = 0, closed = 0;
-  std::string first_refusal;
-  for (auto& child : children) {
-    while (auto line = child->read_line(300s)) {
-      if (*line == "done") break;
-      std::istringstream fields(*line);
-      std::uint64_t o = 0, r = 0, c = 0;
-      fields >> o >> r >> c;
-      opened += o, refused += r, closed += c;
-      std::string why;
-      std::getline(fields >> std::ws, why);
-      if (first_refusal.empty() && why != "-") first_refusal = why;
-    }
-  }
+  test_support::HeldTransfers held;
+  for (auto& child : children)
+    while (auto line = child->read_line(300s))
+      if (!held.add(*line)) break;
   const auto peak = measure();
   for (auto& child : children) child->write_line("leave");
   for (auto& child : children) child->wait(30s);
@@ -146,22 +111,25 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(10ms);
   std::this_thread::sleep_for(200ms);
   const auto after = measure();
+  // What malloc_trim would still give back: the part of `after` that is malloc's cache alone.
+  ::malloc_trim(0);
+  const auto trimmed = measure();
 
   std::printf(
-      "%s: %lu peers x %lu connections x %lu transfers: %llu admitted, %llu refused, "
-      "%llu connections closed by the owner\n",
-      transport.c_str(), peers, connections, transfers, static_cast<unsigned long long>(opened),
-      static_cast<unsigned long long>(refused), static_cast<unsigned long long>(closed));
-  if (!first_refusal.empty()) std::printf("  first refusal: %s\n", first_refusal.c_str());
-  for (auto [name, at] : {std::pair{"before", before}, {"peak", peak}, {"after", after}})
+      "%s: %lu peers x %lu connections x %lu transfers: %zu admitted, %zu refused, "
+      "%zu connections closed by the owner\n",
+      transport.c_str(), peers, connections, transfers, held.opened, held.refused, held.closed);
+  if (!held.first_refusal.empty()) std::printf("  first refusal: %s\n", held.first_refusal.c_str());
+  for (auto [name, at] :
+       {std::pair{"before", before}, {"peak", peak}, {"after", after}, {"trim", trimmed}})
     std::printf("  %-6s RSS %7.1f MiB, malloc in use %7.1f MiB, free %7.1f MiB\n", name, at.rss_mib,
                 at.in_use_mib, at.free_mib);
   json result{{"transport", transport},     {"peers", peers},
               {"connections", connections}, {"transfers", transfers},
-              {"admitted", opened},         {"refused", refused},
-              {"closed", closed},           {"first_refusal", first_refusal},
+              {"admitted", held.opened},    {"refused", held.refused},
+              {"closed", held.closed},      {"first_refusal", held.first_refusal},
               {"before", as_json(before)},  {"peak", as_json(peak)},
-              {"after", as_json(after)}};
+              {"after", as_json(after)},    {"after_malloc_trim", as_json(trimmed)}};
   std::printf("%s\n", result.dump().c_str());
   return 0;
 }

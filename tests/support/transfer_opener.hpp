@@ -5,8 +5,12 @@
 // a record of each while the connection lives. What a peer can make an owner hold: the other
 // side of the owner-bounds tests and of bench/owner_memory.cpp. No GoogleTest: a peer program
 // uses it too.
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -132,6 +136,50 @@ class TransferOpener {
   Id128 key_, token_;
   std::uint32_t generation_ = 0;
   std::uint64_t probe_ = 0x6f70656e65720a01;  // what the owner's cross-memory probe reads
+};
+
+// A peer process's part: reads the pool's metadata from `in`, opens `connections` connections
+// over `transport` and `transfers` transfers on each (the longest Hello name too), prints one
+// line per connection to `out` ("OPENED REFUSED CLOSED FIRST-REFUSAL", "-" for none), then
+// "done", and holds them all until `in` says "leave" (or ends).
+inline int hold_open_transfers(std::istream& in, std::ostream& out, const std::string& transport,
+                               std::size_t connections, std::size_t transfers) {
+  std::string line;
+  std::getline(in, line);
+  const auto pool = PoolMetadata::from_json(line);
+  std::vector<TransferOpener> held;
+  for (std::size_t c = 0; c < connections; ++c) {
+    auto name = "opener-" + std::to_string(::getpid()) + "-" + std::to_string(c) + "-";
+    name.resize(kMaxTagBytes, 'n');  // the longest name: the owner keeps it with each transfer
+    try {
+      auto& opener = held.emplace_back(pool, transport, name);
+      const auto got = opener.open(transfers);
+      out << got.opened << ' ' << got.refused << ' ' << got.closed << ' '
+          << (got.first_refusal.empty() ? "-" : got.first_refusal) << std::endl;
+    } catch (const Error& error) {
+      out << "0 0 1 " << error.what() << std::endl;
+    }
+  }
+  out << "done" << std::endl;
+  while (std::getline(in, line) && line != "leave") {
+  }
+  return 0;
+}
+
+// What hold_open_transfers's lines add up to.
+struct HeldTransfers {
+  std::size_t opened = 0, refused = 0, closed = 0;
+  std::string first_refusal;
+  // Adds one of its lines; false for "done" (or a line it does not know).
+  bool add(const std::string& line) {
+    std::size_t o = 0, r = 0, c = 0;
+    char rest[512] = {};
+    if (line == "done" || std::sscanf(line.c_str(), "%zu %zu %zu %511[^\n]", &o, &r, &c, rest) < 3)
+      return false;
+    opened += o, refused += r, closed += c;
+    if (first_refusal.empty() && std::string(rest) != "-") first_refusal = rest;
+    return true;
+  }
 };
 
 }  // namespace memwire::test_support

@@ -29,11 +29,13 @@ class StreamPassiveSide final : public FrameHandler {
  public:
   // `peer_process`: the active side's pid when the kernel vouches for it (Unix sockets), which
   // allows cross-memory requests; 0 on TCP. `transport` names us in operation status.
+  // `transfers`: what its tagged pool transfers count against.
   StreamPassiveSide(std::shared_ptr<RegistrationTable> registrations, int peer_process,
-                    std::string transport)
+                    std::string transport, std::unique_ptr<TransferBudget::Account> transfers)
       : registrations_(std::move(registrations)),
         peer_process_(peer_process),
-        transport_(std::move(transport)) {}
+        transport_(std::move(transport)),
+        transfers_(std::move(transfers)) {}
 
   // The connection this handler serves, for the breakers it installs on registrations.
   void bind(std::weak_ptr<StreamConnection> connection) { connection_ = std::move(connection); }
