@@ -8,11 +8,12 @@
 // A program a test binary was not built with is a link error, not a wrong path.
 namespace memwire::test {
 
-const char* peer_program();          // tests/support/test_peer.cpp
-const char* grant_writer_program();  // tests/support/grant_writer.cpp
-const char* registry_program();      // services: memwire-registry
-const char* cli_program();           // services: memwire
-const char* producer_program();      // services: memwire-producer
-const char* consumer_program();      // services: memwire-consumer
+const char* peer_program();             // tests/support/test_peer.cpp
+const char* grant_writer_program();     // tests/support/grant_writer.cpp
+const char* transfer_opener_program();  // tests/support/transfer_opener_peer.cpp
+const char* registry_program();         // services: memwire-registry
+const char* cli_program();              // services: memwire
+const char* producer_program();         // services: memwire-producer
+const char* consumer_program();         // services: memwire-consumer
 
 }  // namespace memwire::test

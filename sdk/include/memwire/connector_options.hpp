@@ -93,6 +93,18 @@ struct MEMWIRE_API ConnectorOptions {
   // wait queued on one accepted tcp or shm connection for a peer that reads them slowly: over
   // it, that connection reads no more requests until the peer has taken enough of them.
   std::size_t max_queued_answer_bytes = 1u << 20;
+  // Tagged pool transfers other connectors may hold open on this one over tcp and shm: each
+  // keeps a record here (up to about 700 bytes: its tag, the peer's name and token) until its
+  // last step or its connection's end. At most this many per accepted connection, per peer (a
+  // process over shm, an IP address over tcp, whatever its connections), per user over shm (the
+  // uid the kernel vouches for, shared by all of that user's processes) and in total (about
+  // 45 MiB at the default). A request that would open one more is refused with
+  // Error{Transport} naming the limit, its transfer fails, and the connection stays open; the
+  // counts go back as transfers end and connections close. 0 refuses every tagged transfer.
+  unsigned max_open_transfers_per_connection = 4096;
+  unsigned max_open_transfers_per_peer = 8192;
+  unsigned max_open_transfers_per_user = 16384;
+  unsigned max_open_transfers = 65536;
   // An accepted tcp or shm connection silent for this long after its first frame, with nothing
   // in progress on it, is closed (0 = never); a connector closes its own pooled connections to
   // a peer after half of it idle, so that it never sends on one the peer is closing.
@@ -111,7 +123,8 @@ struct MEMWIRE_API ConnectorOptions {
   // MEMWIRE_RDMA_ACCESS=auto|windows|connection_pd, MEMWIRE_RDMA_MAX_ACCESS_FAULTS,
   // MEMWIRE_RDMA_ACCESS_FAULT_WINDOW_MS, MEMWIRE_GID_INDEX, MEMWIRE_TCP_CHUNK_SIZE,
   // MEMWIRE_TCP_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS_PER_PEER,
-  // MEMWIRE_MAX_QUEUED_ANSWER_BYTES, MEMWIRE_IDLE_TIMEOUT_MS, MEMWIRE_LOG=1 logs JSON lines to
+  // MEMWIRE_MAX_QUEUED_ANSWER_BYTES, MEMWIRE_MAX_OPEN_TRANSFERS (and _PER_CONNECTION, _PER_PEER,
+  // _PER_USER), MEMWIRE_IDLE_TIMEOUT_MS, MEMWIRE_LOG=1 logs JSON lines to
   // stderr, MEMWIRE_LOG_LEVEL=debug|info|warn|error sets the level and also logs to stderr). The
   // only place memwire reads the environment; call it at your program's edge if you want them.
   static ConnectorOptions from_environment(ConnectorOptions defaults);

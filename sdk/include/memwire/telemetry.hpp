@@ -54,6 +54,11 @@ struct MEMWIRE_API TelemetrySnapshot {
   // Requests for remote keys (verbs windows or regions) refused because the connector held
   // its limit of them (ConnectorOptions::rdma.max_remote_keys).
   std::uint64_t refused_grants = 0;
+  // Tagged pool transfers peers hold open on this connector over tcp and shm (a record of up to
+  // about 700 bytes each), and those refused because a limit on them was reached
+  // (ConnectorOptions::max_open_transfers and its per connection, peer and user forms).
+  std::uint64_t peer_transfers_open = 0;
+  std::uint64_t refused_transfers = 0;
 };
 
 // Prometheus text exposition (version 0.0.4): memwire_operations_total,
@@ -61,7 +66,8 @@ struct MEMWIRE_API TelemetrySnapshot {
 // memwire_registered_bytes, memwire_registrations_total, memwire_memory_regions_total,
 // memwire_connections,
 // memwire_connections_opened_total, memwire_peer_faults_total,
-// memwire_refused_connections_total, memwire_refused_grants_total. Every family has its HELP and
+// memwire_refused_connections_total, memwire_refused_grants_total, memwire_peer_transfers_open,
+// memwire_refused_transfers_total. Every family has its HELP and
 // TYPE lines.
 MEMWIRE_API std::string to_prometheus(const TelemetrySnapshot& snapshot);
 

@@ -9,6 +9,7 @@
 #include "core/connector_impl.hpp"
 #include "core/registration.hpp"
 #include "core/registration_table.hpp"
+#include "core/transfer_budget.hpp"
 #include "cuda/cuda_staging.hpp"
 #include "cuda/gpu_pool_memory.hpp"
 #include "memwire/clock.hpp"
@@ -89,6 +90,12 @@ Connector::Impl::Impl(ConnectorOptions options) {
   context_.registrations = std::make_shared<detail::RegistrationTable>();
   if (context_.options.telemetry)
     context_.telemetry = std::make_shared<detail::TelemetryRecorder>(detail::known_transports());
+  const auto& limits = context_.options;
+  context_.transfer_budget = std::make_shared<detail::TransferBudget>(
+      detail::TransferBudget::Limits{
+          limits.max_open_transfers_per_connection, limits.max_open_transfers_per_peer,
+          limits.max_open_transfers_per_user, limits.max_open_transfers},
+      context_.telemetry);
   events_ = std::make_shared<const detail::EventLog>(
       context_.connector_name, context_.options.log_level, std::move(context_.options.log));
   context_.events = events_;

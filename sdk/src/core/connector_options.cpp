@@ -47,6 +47,15 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
   if (const char* text = std::getenv("MEMWIRE_MAX_QUEUED_ANSWER_BYTES"))
     options.max_queued_answer_bytes =
         detail::number_from_environment<std::size_t>("MEMWIRE_MAX_QUEUED_ANSWER_BYTES", text);
+  const std::pair<const char*, unsigned ConnectorOptions::*> open_transfers[] = {
+      {"MEMWIRE_MAX_OPEN_TRANSFERS", &ConnectorOptions::max_open_transfers},
+      {"MEMWIRE_MAX_OPEN_TRANSFERS_PER_CONNECTION",
+       &ConnectorOptions::max_open_transfers_per_connection},
+      {"MEMWIRE_MAX_OPEN_TRANSFERS_PER_PEER", &ConnectorOptions::max_open_transfers_per_peer},
+      {"MEMWIRE_MAX_OPEN_TRANSFERS_PER_USER", &ConnectorOptions::max_open_transfers_per_user}};
+  for (const auto& [name, field] : open_transfers)
+    if (const char* text = std::getenv(name))
+      options.*field = detail::number_from_environment<unsigned>(name, text);
   if (const char* text = std::getenv("MEMWIRE_IDLE_TIMEOUT_MS"))
     options.idle_timeout = std::chrono::milliseconds(
         detail::number_from_environment<std::int64_t>("MEMWIRE_IDLE_TIMEOUT_MS", text));

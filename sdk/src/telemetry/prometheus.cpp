@@ -118,6 +118,12 @@ std::string to_prometheus(const TelemetrySnapshot& snapshot) {
       {"memwire_refused_grants_total", "counter",
        "Requests for remote keys refused: the connector held its limit of them.",
        snapshot.refused_grants},
+      {"memwire_peer_transfers_open", "gauge",
+       "Tagged pool transfers peers hold open on this connector over tcp and shm.",
+       snapshot.peer_transfers_open},
+      {"memwire_refused_transfers_total", "counter",
+       "Tagged pool transfers refused: their peer, user or connection held its limit of them.",
+       snapshot.refused_transfers},
   };
   for (const auto& series : unlabelled) {
     family(out, series.name, series.type, series.help);

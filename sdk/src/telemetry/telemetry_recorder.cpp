@@ -152,6 +152,8 @@ TelemetrySnapshot TelemetryRecorder::snapshot(const std::string& connector,
   snapshot.memory_regions = memory_regions_.load(std::memory_order_relaxed);
   snapshot.refused_connections = refused_connections_.load(std::memory_order_relaxed);
   snapshot.refused_grants = refused_grants_.load(std::memory_order_relaxed);
+  snapshot.peer_transfers_open = peer_transfers_open_.load(std::memory_order_relaxed);
+  snapshot.refused_transfers = refused_transfers_.load(std::memory_order_relaxed);
   return snapshot;
 }
 

@@ -52,6 +52,15 @@ class TelemetryRecorder {
   }
   // A peer's request for remote keys refused: the connector held as many as it may.
   void grant_refused() noexcept { refused_grants_.fetch_add(1, std::memory_order_relaxed); }
+  // Tagged pool transfers peers hold open on this connector (TransferBudget), and those refused
+  // for a limit on them.
+  void transfers_held(std::uint64_t count) noexcept {
+    peer_transfers_open_.fetch_add(count, std::memory_order_relaxed);
+  }
+  void transfers_released(std::uint64_t count) noexcept {
+    peer_transfers_open_.fetch_sub(count, std::memory_order_relaxed);
+  }
+  void transfer_refused() noexcept { refused_transfers_.fetch_add(1, std::memory_order_relaxed); }
 
   // `transports`: the ones that started; their connection gauges are listed even at zero.
   TelemetrySnapshot snapshot(const std::string& connector,
@@ -90,6 +99,8 @@ class TelemetryRecorder {
   std::atomic<std::uint64_t> memory_regions_{0};
   std::atomic<std::uint64_t> refused_connections_{0};
   std::atomic<std::uint64_t> refused_grants_{0};
+  std::atomic<std::uint64_t> peer_transfers_open_{0};
+  std::atomic<std::uint64_t> refused_transfers_{0};
 };
 
 }  // namespace memwire::detail

@@ -10,6 +10,7 @@
 namespace memwire::detail {
 
 class RegistrationTable;
+class TransferBudget;
 
 // What every transport of one connector shares.
 struct TransportContext {
@@ -19,6 +20,8 @@ struct TransportContext {
   std::shared_ptr<RegistrationTable> registrations;
   std::shared_ptr<TelemetryRecorder> telemetry;  // null when telemetry is off
   std::shared_ptr<const EventLog> events;        // never null
+  // The tagged pool transfers peers hold open on the connector's stream transports; never null.
+  std::shared_ptr<TransferBudget> transfer_budget;
 };
 
 }  // namespace memwire::detail

@@ -1,5 +1,7 @@
 #include "transport/stream/admitted_transfers.hpp"
 
+#include <utility>
+
 #include "memwire/error.hpp"
 
 namespace memwire::detail {
@@ -17,9 +19,7 @@ bool AdmittedTransfers::admit(std::uint64_t id, Transfer request) {
   if (ended_.contains(id))
     throw Error(ErrorCode::Protocol,
                 "protocol error: a request of transfer " + std::to_string(id) + " after its end");
-  if (open_.size() == kMostOpen)
-    throw Error(ErrorCode::Transport, "more than " + std::to_string(kMostOpen) +
-                                          " tagged pool transfers open on one connection");
+  account_->open();
   open_.emplace(id, std::move(request));
   return true;
 }
@@ -42,15 +42,28 @@ std::optional<AdmittedTransfers::Transfer> AdmittedTransfers::take(std::uint64_t
   if (found == open_.end()) return std::nullopt;
   auto transfer = std::move(found->second);
   open_.erase(found);
+  account_->release(TransferBudget::Record::Open);
   return transfer;
 }
 
+std::unordered_map<std::uint64_t, AdmittedTransfers::Transfer> AdmittedTransfers::take_all() {
+  account_->release(TransferBudget::Record::Open, open_.size());
+  return std::exchange(open_, {});
+}
+
 void AdmittedTransfers::ended(std::uint64_t id, Outcome outcome) {
-  if (ended_.insert_or_assign(id, outcome).second) ended_order_.push_back(id);
-  if (ended_order_.size() > kMostRemembered) {
+  if (auto found = ended_.find(id); found != ended_.end()) {
+    found->second = outcome;
+    return;
+  }
+  while (!account_->remember()) {
+    if (ended_order_.empty()) return;
     ended_.erase(ended_order_.front());
     ended_order_.pop_front();
+    account_->release(TransferBudget::Record::Remembered);
   }
+  ended_.emplace(id, outcome);
+  ended_order_.push_back(id);
 }
 
 AdmittedTransfers::Outcome AdmittedTransfers::outcome(std::uint64_t id) const {

@@ -7,6 +7,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/transfer_budget.hpp"
 #include "memwire/metadata.hpp"
 #include "pool/pool_state.hpp"
 #include "util/ids.hpp"
@@ -18,8 +19,12 @@ class Registration;
 // The tagged pool transfers one connection's peer opened (docs/PROTOCOL.md): what the owner
 // admitted, so that a tag is delivered only as the last step of one of them, and once. A
 // connection's frames are read in order, so a transfer's requests all precede its PoolEnd.
+// Each open one counts in the connector's TransferBudget through `account` until it ends.
 class AdmittedTransfers {
  public:
+  explicit AdmittedTransfers(std::unique_ptr<TransferBudget::Account> account)
+      : account_(std::move(account)) {}
+
   struct Transfer {
     Id128 key{};
     OperationKind kind = OperationKind::Write;
@@ -34,7 +39,8 @@ class AdmittedTransfers {
 
   // A request of tagged transfer `id`, checked by the owner: opens the transfer, or must agree
   // with its first request (pool, kind, tag, peer). Throws Protocol when it does not, Transport
-  // when the connection has kMostOpen open already. True when it opened the transfer.
+  // when the budget has no room for one more (the error names the limit). True when it opened
+  // the transfer.
   bool admit(std::uint64_t id, Transfer request);
   // A request of transfer `id` was refused: an open transfer delivers no tag now, one never
   // opened is remembered as failed (its PoolEnd may be on its way already).
@@ -43,16 +49,17 @@ class AdmittedTransfers {
   const Transfer* find(std::uint64_t id) const;
   // Takes transfer `id` to end it; nullopt when it is not open.
   std::optional<Transfer> take(std::uint64_t id);
-  // Remembers how a taken (or never opened) transfer ended, for a PoolEnd that follows.
+  // Remembers how a taken (or never opened) transfer ended, for a PoolEnd that follows: the
+  // connection's oldest outcome is forgotten when the budget has no room for a new one, and
+  // with none to forget this one is not kept (its PoolEnd finds it unknown).
   void ended(std::uint64_t id, Outcome outcome);
   Outcome outcome(std::uint64_t id) const;
   // The open ones, taken (the connection is gone).
-  std::unordered_map<std::uint64_t, Transfer> take_all() { return std::move(open_); }
-
-  static constexpr std::size_t kMostOpen = 4096;
-  static constexpr std::size_t kMostRemembered = 4096;
+  std::unordered_map<std::uint64_t, Transfer> take_all();
+  std::size_t open() const noexcept { return open_.size(); }
 
  private:
+  std::unique_ptr<TransferBudget::Account> account_;
   std::unordered_map<std::uint64_t, Transfer> open_;
   std::unordered_map<std::uint64_t, Outcome> ended_;
   std::deque<std::uint64_t> ended_order_;

@@ -148,10 +148,17 @@ FileDescriptor connect_unix(const std::string& name) {
 }
 
 int peer_process(int fd) {
+  const auto credentials = peer_credentials(fd);
+  return credentials ? credentials->pid : 0;
+}
+
+std::optional<PeerCredentials> peer_credentials(int fd) {
   ucred credentials{};
   socklen_t length = sizeof credentials;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return 0;
-  return credentials.pid;
+  // A TCP socket answers too, with pid 0 (no process vouched for).
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0 || credentials.pid == 0)
+    return std::nullopt;
+  return PeerCredentials{credentials.pid, credentials.uid};
 }
 
 void tune_data_socket(int fd) {

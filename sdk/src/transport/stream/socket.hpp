@@ -1,11 +1,13 @@
 #pragma once
 
 #include <poll.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -36,6 +38,12 @@ FileDescriptor listen_unix(const std::string& abstract_name);
 FileDescriptor connect_unix(const std::string& abstract_name);
 // The process at the other end of a Unix socket, as the kernel vouches for it; 0 otherwise.
 int peer_process(int fd);
+// Its process and user, as the kernel vouches for them; nullopt on other sockets.
+struct PeerCredentials {
+  int pid = 0;
+  uid_t uid = 0;
+};
+std::optional<PeerCredentials> peer_credentials(int fd);
 
 // Low latency and fast detection of dead peers on a data connection.
 void tune_data_socket(int fd);

@@ -30,13 +30,16 @@ class GpuPoolMemory;
 class StreamPassiveSide final : public FrameHandler {
  public:
   // `peer_process`: the active side's pid when the kernel vouches for it (Unix sockets); 0 on
-  // TCP. `transport` names us in operation status. `same_host`: shm's part, which serves
-  // cross-memory requests; null refuses them (tcp, or a peer of unknown process).
+  // TCP. `transport` names us in operation status. `transfers`: what its tagged pool transfers
+  // count against. `same_host`: shm's part, which serves cross-memory requests; null refuses
+  // them (tcp, or a peer of unknown process).
   StreamPassiveSide(std::shared_ptr<RegistrationTable> registrations, int peer_process,
-                    std::string transport, std::unique_ptr<SameHostOwner> same_host = nullptr)
+                    std::string transport, std::unique_ptr<TransferBudget::Account> transfers,
+                    std::unique_ptr<SameHostOwner> same_host = nullptr)
       : registrations_(std::move(registrations)),
         peer_process_(peer_process),
         transport_(std::move(transport)),
+        transfers_(std::move(transfers)),
         same_host_(std::move(same_host)) {}
 
   // The connection this handler serves, for the breakers it installs on registrations.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/registration.hpp"
+#include "core/transfer_budget.hpp"
 #include "cuda/gpu_pool_memory.hpp"
 #include "transport/stream/accepted_socket.hpp"
 #include "transport/stream/cuda_ipc_request.hpp"
@@ -432,7 +433,8 @@ class StreamTransport final : public Transport {
   }
 
   void admit(FileDescriptor socket) {
-    const int process = peer_process(socket.get());
+    const auto credentials = peer_credentials(socket.get());
+    const int process = credentials ? credentials->pid : 0;
     auto peer = peer_identity(socket.get(), process);
     {
       std::lock_guard lock(mutex_);
@@ -458,9 +460,12 @@ class StreamTransport final : public Transport {
         return;
       }
     }
+    auto transfers = std::make_unique<TransferBudget::Account>(
+        context_.transfer_budget, peer,
+        credentials ? std::optional<uid_t>(credentials->uid) : std::nullopt);
     // A peer the kernel does not vouch for (no process) gets no cross-memory copies.
     auto handler = std::make_unique<StreamPassiveSide>(
-        context_.registrations, process, settings_.name,
+        context_.registrations, process, settings_.name, std::move(transfers),
         same_host() && process != 0 ? settings_.same_host->owner(process) : nullptr);
     auto* passive = handler.get();
     auto connection = std::make_shared<StreamConnection>(std::move(socket), std::move(handler),
@@ -501,15 +506,21 @@ class StreamTransport final : public Transport {
   }
 
   // Connections whose threads ended give their descriptors back now, not at the next accept.
+  // What they held goes back to the system too, when enough did (TransferBudget::trim_if_due),
+  // a moment later: the last references to a connection (a task, a frame) may outlive this.
   void reclaim_accepted() {
-    std::vector<Accepted> finished;  // dropped outside the lock
-    std::lock_guard lock(mutex_);
-    std::erase_if(accepted_, [&](auto& entry) {
-      if (!entry.connection->finished()) return false;
-      finished.push_back(std::move(entry));
-      return true;
-    });
+    {
+      std::vector<Accepted> finished;  // dropped outside the lock
+      std::lock_guard lock(mutex_);
+      std::erase_if(accepted_, [&](auto& entry) {
+        if (!entry.connection->finished()) return false;
+        finished.push_back(std::move(entry));
+        return true;
+      });
+    }
+    listener_loop().after(kTrimDelay, [this] { context_.transfer_budget->trim_if_due(); });
   }
+  static constexpr auto kTrimDelay = std::chrono::milliseconds(100);
 
   static FileDescriptor open_reserve() {
     return FileDescriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC));
