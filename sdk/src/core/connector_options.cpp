@@ -34,7 +34,8 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
   for (const auto read : detail::kEnvironmentReaders)
     if (read != nullptr) read(options);
   if (const char* text = std::getenv("MEMWIRE_IO_THREADS"))
-    options.io_threads = detail::number_from_environment<unsigned>("MEMWIRE_IO_THREADS", text);
+    options.stream.io_threads =
+        detail::number_from_environment<unsigned>("MEMWIRE_IO_THREADS", text);
   if (const char* text = std::getenv("MEMWIRE_MAX_CONNECTIONS"))
     options.max_connections =
         detail::number_from_environment<unsigned>("MEMWIRE_MAX_CONNECTIONS", text);
@@ -45,10 +46,10 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
     options.cuda_staging_limit =
         detail::number_from_environment<std::uint64_t>("MEMWIRE_CUDA_STAGING_LIMIT", text);
   if (const char* text = std::getenv("MEMWIRE_MAX_QUEUED_ANSWER_BYTES"))
-    options.max_queued_answer_bytes =
+    options.stream.max_queued_answer_bytes =
         detail::number_from_environment<std::size_t>("MEMWIRE_MAX_QUEUED_ANSWER_BYTES", text);
   if (const char* text = std::getenv("MEMWIRE_IDLE_TIMEOUT_MS"))
-    options.idle_timeout = std::chrono::milliseconds(
+    options.stream.idle_timeout = std::chrono::milliseconds(
         detail::number_from_environment<std::int64_t>("MEMWIRE_IDLE_TIMEOUT_MS", text));
   if (const char* text = std::getenv("MEMWIRE_LOG"); text && std::string_view(text) == "1")
     options.log = log_to_stderr;
