@@ -18,7 +18,7 @@ from .types import Device, DeviceKind, OperationKind, OperationStatus
 from .metadata import RdmaMetadata
 from .descriptor import Descriptor, SerializedDescriptor
 from .connection import Connection
-from .pool import BlockRegion, Notification, Pool, PoolMetadata
+from .pool import BlockRegion, Notification, Pool, PoolMetadata, TagKinds
 from .grant import BlockGrant
 from .layers import LayerReceiver, LayerSender, layer_tag
 from .connector import (
@@ -61,6 +61,7 @@ __all__ = [
     "Notification",
     "Pool",
     "PoolMetadata",
+    "TagKinds",
     "HttpChannel",
     "NatsChannel",
     "HttpEndpoint",

@@ -6,7 +6,6 @@ with ``call_soon_threadsafe``. Nothing polls.
 """
 
 import asyncio
-import ctypes
 
 from . import _memwire
 from .connection import SharedConnection
@@ -22,22 +21,6 @@ from ._support import native_answer, read_only, timeout_seconds
 #: wake it: a small transfer usually ends sooner than a loop wake-up takes (0: never watch).
 #: Holds the loop at most this long per wait.
 SPIN_MICROSECONDS = 20
-
-
-_cuda_seen = None
-
-
-def _cuda_driver_sees_a_device():
-    global _cuda_seen
-    if _cuda_seen is None:
-        try:
-            cuda = ctypes.CDLL("libcuda.so.1")
-            count = ctypes.c_int(0)
-            _cuda_seen = cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 \
-                and count.value > 0
-        except OSError:
-            _cuda_seen = False
-    return _cuda_seen
 
 
 def _deliver(loop, future, status):
@@ -335,9 +318,9 @@ class Connector:
 
     @property
     def is_cuda_available(self):
-        """Whether CUDA memory can move: the CUDA driver loads and sees a device (as the
-        connector finds it at its first CUDA operation)."""
-        return _cuda_driver_sees_a_device()
+        """Whether CUDA memory can move: the CUDA driver loads and sees a device (C++'s
+        ``memwire::cuda_device_count()``, the driver the connector moves CUDA memory with)."""
+        return _memwire.cuda_device_count() > 0
 
     @property
     def transports(self):

@@ -23,7 +23,7 @@ from . import _memwire
 from ._support import EndsWithBlock, reason_text, timeout_seconds
 from .errors import InvalidArgumentError
 from .grant import BlockGrant
-from .pool import Pool, PoolMetadata, _encode, as_pairs, as_slice
+from .pool import Pool, PoolMetadata, TagKinds, _encode, as_kinds, as_pairs, as_slice
 
 
 def layer_tag(stream, layer):
@@ -91,22 +91,24 @@ class LayerSender(_Closable):
 class LayerReceiver(_Closable):
     """Decode's side: ``LayerReceiver(pool, stream, from_peer="")`` or, with a request grant,
     ``LayerReceiver(pool, grant, stream)`` (the grant moves into it: hand ``grant_metadata``
-    to the sender; only the grant's peer's tags count; ``cancel()`` closes it). ``from_peer``
-    is C++'s ``from`` (a keyword in Python)."""
+    to the sender; only transfers under the grant's token count; ``cancel()`` closes it).
+    ``from_peer`` is C++'s ``from`` (a keyword in Python). A layer arrives with a tagged write;
+    ``kinds`` (a TagKinds) takes reads too, or instead, when asked for."""
 
-    def __init__(self, pool, stream_or_grant, stream=None, from_peer=""):
+    def __init__(self, pool, stream_or_grant, stream=None, from_peer="", kinds=TagKinds.WRITES):
         pool = _pool(pool)
+        which = as_kinds(kinds)
         if isinstance(stream_or_grant, BlockGrant):
             if stream is None:
                 raise InvalidArgumentError("LayerReceiver(pool, grant, stream) needs the stream")
-            self._native = _memwire.LayerReceiver(pool._native, pool, stream_or_grant._native, stream)
+            self._native = _memwire.LayerReceiver(pool._native, pool, stream_or_grant._native, stream, which)
             self._metadata = stream_or_grant.metadata
             self.stream = stream
         else:
             if stream is not None:
                 raise InvalidArgumentError("LayerReceiver(pool, stream, from_peer=...)")
             self._native = _memwire.LayerReceiver(pool._native, pool, stream_or_grant,
-                                                  _encode(from_peer, "from_peer"))
+                                                  _encode(from_peer, "from_peer"), which)
             self._metadata = None
             self.stream = stream_or_grant
 

@@ -9,18 +9,20 @@
     await pool.tag("layer-0")
 
 Notifications (the tags peers send) are queued by the pool itself, in C++ (memwire::Pool), without
-the GIL; blocking waits release the GIL, and asyncio waits watch the pool's notification fd from
-their loop, taking a notification only on the loop's thread (a cancelled wait takes none).
+the GIL, and nowhere else; blocking waits release the GIL, and asyncio waits watch the pool's
+notification fd from their loop: woken, a wait's own task takes what it waits for, so a cancelled
+wait takes none.
 """
 
 import asyncio
 import collections
+import enum
 
 from . import _memwire
 from .descriptor import Descriptor
 from .metadata import JsonMetadata, metadata_field
 from .errors import CancelledError, InvalidArgumentError, TimeoutError
-from .types import Device
+from .types import Device, OperationKind
 from ._support import EndsWithAsyncBlock, native_answer, reason_text, timeout_seconds
 
 #: A tag a peer sent once its transfer's bytes were in the pool (or, for a read, once it had
@@ -28,8 +30,22 @@ from ._support import EndsWithAsyncBlock, native_answer, reason_text, timeout_se
 #: whose token the transfer used: the owner's own word. Without it, the transfer used the
 #: pool's shared metadata and ``peer`` is the name the sender gave itself: a label.
 #: ``request``: the request whose grant (``Pool.grant``) admitted the transfer, else "".
-Notification = collections.namedtuple("Notification", ["peer", "tag", "authenticated", "request"],
-                                      defaults=[False, ""])
+#: ``kind``: what the transfer did here (an OperationKind): only a WRITE proves that bytes landed
+#: in the pool. ``token``: the token it was admitted with, as the metadata its peer used carries
+#: it (the pool's shared one, a ``metadata_for`` grant's or a BlockGrant's): the owner's own word.
+Notification = collections.namedtuple(
+    "Notification", ["peer", "tag", "authenticated", "request", "kind", "token"],
+    defaults=[False, "", OperationKind.WRITE, ""],
+)
+
+
+class TagKinds(enum.IntFlag):
+    """The transfers whose tags a wait takes (C++'s ``memwire::TagKinds``): writes unless asked
+    otherwise, since a read's tag says the peer had the bytes, never that any landed here."""
+
+    WRITES = 1
+    READS = 2
+    BOTH = 3
 
 _NO_DEADLINE = None
 
@@ -43,8 +59,15 @@ def _text(raw):
 
 
 def _notification(raw):
-    peer, tag, authenticated, request = raw
-    return Notification(_text(peer), _text(tag), authenticated, _text(request))
+    peer, tag, authenticated, request, kind, token = raw
+    return Notification(_text(peer), _text(tag), authenticated, _text(request), OperationKind(kind), token)
+
+
+def as_kinds(kinds):
+    """A TagKinds (or its int value; C++ checks the range) -> int."""
+    if isinstance(kinds, bool) or not isinstance(kinds, int):
+        raise InvalidArgumentError(f"kinds is a TagKinds, not {kinds!r}")
+    return int(kinds)
 
 
 def _encode(value, what):
@@ -228,10 +251,8 @@ class Pool(EndsWithAsyncBlock):
         self._regions = regions  # keeps the memory's owners alive (the native side does too)
         self._readonly = readonly
         self._metadata = None
-        self._waiters = collections.deque()  # [take, future] of asyncio waits, oldest first
+        self._waiters = collections.deque()  # futures of asyncio waits, oldest first
         self._reader_loop = None
-        # Notifications an asyncio wait took and its task never received (cancelled as they came).
-        self._returned = collections.deque()
 
     @property
     def metadata(self):
@@ -297,12 +318,11 @@ class Pool(EndsWithAsyncBlock):
     @property
     def queued_notifications(self):
         """Notifications received and not yet taken."""
-        return self._native.queued() + len(self._returned)
+        return self._native.queued()
 
     def close(self, reason=""):
         """Ends the pool (C++'s ``Pool::close(reason)``); idempotent."""
         self._native.close(reason_text(reason))
-        self._returned.clear()
 
     def __repr__(self):
         state = "closed" if self.closed else f"{self.block_count} blocks"
@@ -310,29 +330,16 @@ class Pool(EndsWithAsyncBlock):
 
     # --- taking notifications ---
 
-    def _take_returned(self, tag=None, from_peer=""):
-        for i, n in enumerate(self._returned):
-            if (tag is None or n.tag == tag) and (not from_peer or n.peer == from_peer):
-                del self._returned[i]
-                return n
-        return None
-
-    def _taker(self, tag, from_peer):
+    def _taker(self, tag, from_peer, kinds):
         if tag is None:
             def take():
-                if self._returned:
-                    return self._returned.popleft()
                 raw = self._native.try_next()
                 return None if raw is None else _notification(raw)
         else:
-            raw_tag, raw_from = as_tag(tag), _encode(from_peer, "from_peer")
-            text_tag = _text(raw_tag)
+            raw_tag, raw_from, which = as_tag(tag), _encode(from_peer, "from_peer"), as_kinds(kinds)
 
             def take():
-                found = self._take_returned(text_tag, _text(raw_from)) if self._returned else None
-                if found is not None:
-                    return found
-                raw = self._native.try_tag(raw_tag, raw_from)
+                raw = self._native.try_tag(raw_tag, raw_from, which)
                 return None if raw is None else _notification(raw)
         return take
 
@@ -342,36 +349,32 @@ class Pool(EndsWithAsyncBlock):
         peer was lost in the middle of it: once per transfer, naming its tag), CancelledError
         once closed."""
         seconds = _seconds(timeout)
-        if self._returned:
-            return self._returned.popleft()
         return _notification(self._native.next(max(1, int(seconds * 1000))))
 
-    def wait_for_tag(self, tag, timeout=None, from_peer=""):
+    def wait_for_tag(self, tag, timeout=None, from_peer="", kinds=TagKinds.WRITES):
         """Waits for the notification with this tag (others stay queued), from ``from_peer``
-        when given (C++'s ``from``, a keyword in Python). Raises like next_notification when
-        that tag's transfer failed; another transfer's failure leaves this wait alone."""
+        when given (C++'s ``from``, a keyword in Python), of a transfer of ``kinds`` (writes
+        alone by default: a read's tag proves no byte landed here). Raises like
+        next_notification when such a transfer with that tag failed; another transfer's failure
+        leaves this wait alone."""
         seconds = _seconds(timeout)
-        raw_tag, raw_from = as_tag(tag), _encode(from_peer, "from_peer")
-        if self._returned:
-            found = self._take_returned(_text(raw_tag), _text(raw_from))
-            if found is not None:
-                return found
-        return _notification(self._native.wait_for_tag(raw_tag, max(1, int(seconds * 1000)), raw_from))
+        raw_tag, raw_from, which = as_tag(tag), _encode(from_peer, "from_peer"), as_kinds(kinds)
+        return _notification(self._native.wait_for_tag(raw_tag, max(1, int(seconds * 1000)), raw_from, which))
 
     async def notification(self, timeout=None):
         """``await pool.notification()``: next_notification for asyncio (the loop is not held)."""
-        return await self._wait(self._taker(None, ""), _seconds(timeout))
+        return await self._wait(self._taker(None, "", None), _seconds(timeout))
 
-    async def tag(self, tag, timeout=None, from_peer=""):
+    async def tag(self, tag, timeout=None, from_peer="", kinds=TagKinds.WRITES):
         """``await pool.tag("layer-3")``: wait_for_tag for asyncio."""
-        return await self._wait(self._taker(tag, from_peer), _seconds(timeout))
+        return await self._wait(self._taker(tag, from_peer, kinds), _seconds(timeout))
 
     async def notifications(self, timeout=None):
         """``async for n in pool.notifications():`` every notification in arrival order, until
         the pool is closed. ``timeout``: seconds to wait for each (TimeoutError); None waits as
         long as it takes."""
         seconds = _NO_DEADLINE if timeout is None else _seconds(timeout)
-        take = self._taker(None, "")
+        take = self._taker(None, "", None)
         while True:
             try:
                 yield await self._wait(take, seconds)
@@ -381,54 +384,45 @@ class Pool(EndsWithAsyncBlock):
                 raise
 
     async def _wait(self, take, seconds):
-        found = take()  # raises PeerLost, Cancelled
-        if found is not None:
-            return found
+        # The task takes (in C++) only after it woke: a wait cancelled meanwhile takes nothing,
+        # and what it would have taken stays queued for the next.
         loop = asyncio.get_running_loop()
+        deadline = None if seconds is _NO_DEADLINE else loop.time() + seconds
+        while True:
+            found = take()  # raises PeerLost, Cancelled
+            if found is not None:
+                return found
+            await self._woken(loop, deadline, seconds)
+
+    async def _woken(self, loop, deadline, seconds):
+        # Until the fd says something arrived (or the pool closed), or TimeoutError at the deadline.
         if self._reader_loop is not loop:
             if self._waiters:
                 raise InvalidArgumentError("a pool's asyncio waits belong to one event loop at a time")
             self._reader_loop = loop
         future = loop.create_future()
-        entry = [take, future]
-        self._waiters.append(entry)
+        self._waiters.append(future)
         if len(self._waiters) == 1:
             loop.add_reader(self._native.fd, self._ready)
         timer = None
-        if seconds is not _NO_DEADLINE:
-            timer = loop.call_later(seconds, _time_out, future, seconds)
+        if deadline is not None:
+            timer = loop.call_at(deadline, _time_out, future, seconds)
         try:
-            return await future
-        except asyncio.CancelledError:
-            # Taken for this task as it was cancelled: the next wait gets it.
-            if future.done() and not future.cancelled() and future.exception() is None:
-                self._returned.appendleft(future.result())
-            raise
+            await future
         finally:
             if timer is not None:
                 timer.cancel()
-            try:
-                self._waiters.remove(entry)
-            except ValueError:
-                pass
+            self._waiters.remove(future)
             if not self._waiters:
                 loop.remove_reader(self._native.fd)
 
     def _ready(self):
-        # On the loop: memwire queued something (or the pool closed). Each wait, oldest first,
-        # takes what it waits for.
+        # On the loop: memwire queued something (or the pool closed). Every wait wakes, oldest
+        # first, and its task tries to take what it waits for.
         self._native.drain()
-        for entry in list(self._waiters):
-            take, future = entry
-            if future.done():
-                continue
-            try:
-                found = take()
-            except Exception as error:  # noqa: BLE001 (PeerLost, Cancelled: the wait's outcome)
-                future.set_exception(error)
-                continue
-            if found is not None:
-                future.set_result(found)
+        for future in self._waiters:
+            if not future.done():
+                future.set_result(None)
 
 
 def _time_out(future, seconds):
@@ -436,4 +430,4 @@ def _time_out(future, seconds):
         future.set_exception(TimeoutError(f"no notification within {seconds:g} s"))
 
 
-__all__ = ["BlockRegion", "Notification", "Pool", "PoolMetadata"]
+__all__ = ["BlockRegion", "Notification", "Pool", "PoolMetadata", "TagKinds"]

@@ -77,14 +77,16 @@ class PySender {
 // threads (a cancel ends the waits), as in C++.
 class PyReceiver {
  public:
-  PyReceiver(PyPool& pool, py::object owner, std::string stream, std::string from)
+  PyReceiver(PyPool& pool, py::object owner, std::string stream, std::string from, int kinds)
       : pool_(pool.shared()), owner_(std::move(owner)) {
-    receiver_ =
-        std::make_unique<memwire::LayerReceiver>(*pool_, std::move(stream), std::move(from));
+    receiver_ = std::make_unique<memwire::LayerReceiver>(*pool_, std::move(stream), std::move(from),
+                                                         tag_kinds(kinds));
   }
-  PyReceiver(PyPool& pool, py::object owner, PyGrant& grant, std::string stream)
+  PyReceiver(PyPool& pool, py::object owner, PyGrant& grant, std::string stream, int kinds)
       : pool_(pool.shared()), owner_(std::move(owner)) {
-    receiver_ = std::make_unique<memwire::LayerReceiver>(*pool_, grant.take(), std::move(stream));
+    const auto which = tag_kinds(kinds);  // before the grant moves in
+    receiver_ =
+        std::make_unique<memwire::LayerReceiver>(*pool_, grant.take(), std::move(stream), which);
   }
   ~PyReceiver() {
     end_native(receiver_, birth_);  // closes its grant
@@ -137,8 +139,8 @@ void bind_layers(py::module_& m) {
       .def("layers_sent", &PySender::layers_sent);
 
   py::class_<PyReceiver>(m, "LayerReceiver")
-      .def(py::init<PyPool&, py::object, std::string, std::string>())
-      .def(py::init<PyPool&, py::object, PyGrant&, std::string>())
+      .def(py::init<PyPool&, py::object, std::string, std::string, int>())
+      .def(py::init<PyPool&, py::object, PyGrant&, std::string, int>())
       .def("wait", &PyReceiver::wait)
       .def("cancel", &PyReceiver::cancel, py::arg("reason") = "")
       .def("grant_metadata", &PyReceiver::grant_metadata);

@@ -76,6 +76,8 @@ PYBIND11_MODULE(_memwire, m) {
         return std::make_pair(static_cast<int>(device.kind()), device.id());
       },
       "(kind, id) of a device string: cpu/host, cuda[:N]/gpu[:N]");
+  m.def("cuda_device_count", &memwire::cuda_device_count,
+        "CUDA devices the driver sees (memwire::cuda_device_count: 0 without one)");
   m.def(
       "host_memory_access",
       [](std::uintptr_t address, std::size_t size) {

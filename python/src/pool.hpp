@@ -21,10 +21,19 @@ struct PoolMeta {
   memwire::PoolMetadata value;
 };
 
-// (peer, tag, authenticated, request); peer, tag and request as bytes: they come from a peer and
-// need not be UTF-8 (Python decodes them).
+// (peer, tag, authenticated, request, kind, token); peer, tag and request as bytes: they come
+// from a peer and need not be UTF-8 (Python decodes them). kind: OperationKind's value.
 inline py::tuple notification_tuple(const memwire::Notification& n) {
-  return py::make_tuple(py::bytes(n.peer), py::bytes(n.tag), n.authenticated, py::bytes(n.request));
+  return py::make_tuple(py::bytes(n.peer), py::bytes(n.tag), n.authenticated, py::bytes(n.request),
+                        static_cast<int>(n.kind), n.token);
+}
+
+// TagKinds from Python's value (memwire.TagKinds: 1 writes, 2 reads, 3 both).
+inline memwire::TagKinds tag_kinds(int kinds) {
+  if (kinds < 1 || kinds > 3)
+    throw memwire::Error(memwire::ErrorCode::InvalidArgument,
+                         "kinds is TagKinds.WRITES, READS or BOTH, not " + std::to_string(kinds));
+  return static_cast<memwire::TagKinds>(kinds);
 }
 
 inline py::object optional_notification(const std::optional<memwire::Notification>& n) {
@@ -109,17 +118,16 @@ class PyPool {
     return notification_tuple(
         without_gil([&] { return pool->next_notification(milliseconds(timeout_ms)); }));
   }
-  // Both kinds, as before C++ took writes alone by default: the Python wrapper
-  // (python/memwire/pool.py) passes no kinds yet; until it does, Python keeps its behaviour.
-  py::tuple wait_for_tag(const std::string& tag, std::int64_t timeout_ms, const std::string& from) {
+  py::tuple wait_for_tag(const std::string& tag, std::int64_t timeout_ms, const std::string& from,
+                         int kinds) {
+    const auto which = tag_kinds(kinds);
     auto pool = waitable();
-    return notification_tuple(without_gil([&] {
-      return pool->wait_for_tag(tag, milliseconds(timeout_ms), from, memwire::TagKinds::Both);
-    }));
+    return notification_tuple(without_gil(
+        [&] { return pool->wait_for_tag(tag, milliseconds(timeout_ms), from, which); }));
   }
   py::object try_next() { return optional_notification(waitable()->try_next_notification()); }
-  py::object try_tag(const std::string& tag, const std::string& from) {
-    return optional_notification(waitable()->try_wait_for_tag(tag, from, memwire::TagKinds::Both));
+  py::object try_tag(const std::string& tag, const std::string& from, int kinds) {
+    return optional_notification(waitable()->try_wait_for_tag(tag, from, tag_kinds(kinds)));
   }
 
  private:

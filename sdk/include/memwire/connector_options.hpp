@@ -54,6 +54,36 @@ struct MEMWIRE_API TcpOptions {
   unsigned connections_per_peer = 2;
 };
 
+// What the stream transports (tcp and shm) share: their event loops and the accepted connections
+// they serve. `io_threads`: each stream transport's event-loop threads, which all its connections
+// share: 0 = half the CPUs, 1 to 8 (at most 64); more copy many peers' bytes on more CPUs. An
+// accepted connection that sends no first frame within `handshake_timeout` is closed. What
+// answers (error texts, frame bookkeeping; never the registered bytes themselves) may wait queued
+// on one accepted connection for a peer that reads them slowly: `max_queued_answer_bytes`; over
+// it, that connection reads no more requests until the peer has taken enough of them. An
+// accepted connection silent for `idle_timeout` after its first frame, with nothing in progress
+// on it, is closed (0 = never); a connector closes its own pooled connections to a peer after
+// half of it idle, so that it never sends on one the peer is closing.
+// Tagged pool transfers other connectors may hold open on this one: each keeps a record here (up
+// to about 700 bytes: its tag, the peer's name and token) until its last step or its
+// connection's end. At most `max_open_transfers_per_connection` per accepted connection,
+// `..._per_peer` per peer (a process over shm, an IP address over tcp, whatever its
+// connections), `..._per_user` per user over shm (the uid the kernel vouches for, shared by all
+// of that user's processes) and `max_open_transfers` in total (about 45 MiB at the default). A
+// request that would open one more is refused with Error{Transport} naming the limit, its
+// transfer fails, and the connection stays open; the counts go back as transfers end and
+// connections close. 0 refuses every tagged transfer.
+struct MEMWIRE_API StreamOptions {
+  unsigned io_threads = 0;
+  std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
+  std::size_t max_queued_answer_bytes = 1u << 20;
+  std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
+  unsigned max_open_transfers_per_connection = 4096;
+  unsigned max_open_transfers_per_peer = 8192;
+  unsigned max_open_transfers_per_user = 16384;
+  unsigned max_open_transfers = 65536;
+};
+
 // How a Connector is set up. Apart from connector.hpp so that the transports, which read these
 // options, need not include the facade.
 struct MEMWIRE_API ConnectorOptions {
@@ -71,44 +101,20 @@ struct MEMWIRE_API ConnectorOptions {
   // Per transport.
   RdmaOptions rdma;
   TcpOptions tcp;
+  StreamOptions stream;  // tcp's and shm's
   // How long handed-out metadata stays valid; zero = forever.
   std::chrono::milliseconds metadata_ttl = std::chrono::minutes(10);
   // Connect timeout; also bounds how long a stalled peer may hold a revoked registration.
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(5);
-  // Limits on connections other connectors open to this one (each costs two threads and a file
-  // descriptor): in total, and per peer (per IP address over tcp, per process over shm). Over a
-  // limit, or out of file descriptors, a new connection is closed at once. A connection that
-  // sends no first frame within `handshake_timeout` is closed.
-  // Event-loop threads of each stream transport (tcp, shm), which every connection of it
-  // shares: 0 = half the CPUs, 1 to 8 (at most 64). More copy many peers' bytes on more CPUs.
-  unsigned io_threads = 0;
+  // Limits on connections other connectors open to this one, on every transport: in total, and
+  // per peer (per IP address over tcp and verbs, per process over shm). Over a limit, or out of
+  // file descriptors, a new connection is closed at once.
   unsigned max_connections = 512;
   unsigned max_connections_per_peer = 64;
-  std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
   // CUDA memory moves through pinned host stand-ins, one per descriptor, held while its
   // operation lives: at most this many bytes of them at once per connector. An operation that
   // would pass it is refused (Error{Transport}).
   std::uint64_t cuda_staging_limit = std::uint64_t{4} << 30;
-  // What answers (error texts, frame bookkeeping; never the registered bytes themselves) may
-  // wait queued on one accepted tcp or shm connection for a peer that reads them slowly: over
-  // it, that connection reads no more requests until the peer has taken enough of them.
-  std::size_t max_queued_answer_bytes = 1u << 20;
-  // Tagged pool transfers other connectors may hold open on this one over tcp and shm: each
-  // keeps a record here (up to about 700 bytes: its tag, the peer's name and token) until its
-  // last step or its connection's end. At most this many per accepted connection, per peer (a
-  // process over shm, an IP address over tcp, whatever its connections), per user over shm (the
-  // uid the kernel vouches for, shared by all of that user's processes) and in total (about
-  // 45 MiB at the default). A request that would open one more is refused with
-  // Error{Transport} naming the limit, its transfer fails, and the connection stays open; the
-  // counts go back as transfers end and connections close. 0 refuses every tagged transfer.
-  unsigned max_open_transfers_per_connection = 4096;
-  unsigned max_open_transfers_per_peer = 8192;
-  unsigned max_open_transfers_per_user = 16384;
-  unsigned max_open_transfers = 65536;
-  // An accepted tcp or shm connection silent for this long after its first frame, with nothing
-  // in progress on it, is closed (0 = never); a connector closes its own pooled connections to
-  // a peer after half of it idle, so that it never sends on one the peer is closing.
-  std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
   // Where memwire says what it decided and what failed: one JSON object per call (no newline),
   // {"ts","level","event","msg","connector"[,"peer","transport","key","code",...]}, for each
   // event at or above `log_level`. Empty = silent. Called on memwire's threads: keep it short.

@@ -31,4 +31,8 @@ class MEMWIRE_API Device {
   int id_ = 0;
 };
 
+// CUDA devices memwire can move memory of: those the CUDA driver sees (libcuda.so.1, loaded and
+// initialized once per process, at the first ask); 0 without a driver or when it fails to start.
+MEMWIRE_API int cuda_device_count() noexcept;
+
 }  // namespace memwire

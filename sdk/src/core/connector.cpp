@@ -90,7 +90,7 @@ Connector::Impl::Impl(ConnectorOptions options) {
   context_.registrations = std::make_shared<detail::RegistrationTable>();
   if (context_.options.telemetry)
     context_.telemetry = std::make_shared<detail::TelemetryRecorder>(detail::known_transports());
-  const auto& limits = context_.options;
+  const auto& limits = context_.options.stream;
   context_.transfer_budget = std::make_shared<detail::TransferBudget>(
       detail::TransferBudget::Limits{
           limits.max_open_transfers_per_connection, limits.max_open_transfers_per_peer,

@@ -34,7 +34,8 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
   for (const auto read : detail::kEnvironmentReaders)
     if (read != nullptr) read(options);
   if (const char* text = std::getenv("MEMWIRE_IO_THREADS"))
-    options.io_threads = detail::number_from_environment<unsigned>("MEMWIRE_IO_THREADS", text);
+    options.stream.io_threads =
+        detail::number_from_environment<unsigned>("MEMWIRE_IO_THREADS", text);
   if (const char* text = std::getenv("MEMWIRE_MAX_CONNECTIONS"))
     options.max_connections =
         detail::number_from_environment<unsigned>("MEMWIRE_MAX_CONNECTIONS", text);
@@ -45,19 +46,19 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
     options.cuda_staging_limit =
         detail::number_from_environment<std::uint64_t>("MEMWIRE_CUDA_STAGING_LIMIT", text);
   if (const char* text = std::getenv("MEMWIRE_MAX_QUEUED_ANSWER_BYTES"))
-    options.max_queued_answer_bytes =
+    options.stream.max_queued_answer_bytes =
         detail::number_from_environment<std::size_t>("MEMWIRE_MAX_QUEUED_ANSWER_BYTES", text);
-  const std::pair<const char*, unsigned ConnectorOptions::*> open_transfers[] = {
-      {"MEMWIRE_MAX_OPEN_TRANSFERS", &ConnectorOptions::max_open_transfers},
+  const std::pair<const char*, unsigned StreamOptions::*> open_transfers[] = {
+      {"MEMWIRE_MAX_OPEN_TRANSFERS", &StreamOptions::max_open_transfers},
       {"MEMWIRE_MAX_OPEN_TRANSFERS_PER_CONNECTION",
-       &ConnectorOptions::max_open_transfers_per_connection},
-      {"MEMWIRE_MAX_OPEN_TRANSFERS_PER_PEER", &ConnectorOptions::max_open_transfers_per_peer},
-      {"MEMWIRE_MAX_OPEN_TRANSFERS_PER_USER", &ConnectorOptions::max_open_transfers_per_user}};
+       &StreamOptions::max_open_transfers_per_connection},
+      {"MEMWIRE_MAX_OPEN_TRANSFERS_PER_PEER", &StreamOptions::max_open_transfers_per_peer},
+      {"MEMWIRE_MAX_OPEN_TRANSFERS_PER_USER", &StreamOptions::max_open_transfers_per_user}};
   for (const auto& [name, field] : open_transfers)
     if (const char* text = std::getenv(name))
-      options.*field = detail::number_from_environment<unsigned>(name, text);
+      options.stream.*field = detail::number_from_environment<unsigned>(name, text);
   if (const char* text = std::getenv("MEMWIRE_IDLE_TIMEOUT_MS"))
-    options.idle_timeout = std::chrono::milliseconds(
+    options.stream.idle_timeout = std::chrono::milliseconds(
         detail::number_from_environment<std::int64_t>("MEMWIRE_IDLE_TIMEOUT_MS", text));
   if (const char* text = std::getenv("MEMWIRE_LOG"); text && std::string_view(text) == "1")
     options.log = log_to_stderr;

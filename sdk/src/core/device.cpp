@@ -2,6 +2,7 @@
 
 #include <charconv>
 
+#include "cuda/cuda_driver.hpp"
 #include "memwire/error.hpp"
 #include "util/enum_names.hpp"
 
@@ -44,6 +45,11 @@ Device Device::parse(std::string_view text) {
 std::string Device::to_string() const {
   if (kind_ == DeviceKind::Cuda) return "cuda:" + std::to_string(id_);
   return "cpu";
+}
+
+int cuda_device_count() noexcept {
+  const auto* driver = detail::CudaDriver::get();
+  return driver ? driver->device_count() : 0;
 }
 
 }  // namespace memwire

@@ -324,7 +324,7 @@ class StreamTransport final : public Transport {
       auto& connections = pool_[address];
       // Idle for half the idle limit (the peer's, if it has ours): closed here before the peer
       // closes it, so that a request never goes out on a connection the peer is closing.
-      const auto stale = context_.options.idle_timeout / 2;
+      const auto stale = context_.options.stream.idle_timeout / 2;
       std::erase_if(connections, [&](const auto& connection) {
         if (connection->alive()) {
           if (stale.count() == 0 || connection->idle_for() < stale || !connection->active().idle())
@@ -473,15 +473,15 @@ class StreamTransport final : public Transport {
     passive->bind(connection);
     connection->watch(std::make_unique<ConnectionWatch>(context_.telemetry, context_.events,
                                                         settings_.name, Direction::Inbound, peer));
-    connection->limit_idle(context_.options.idle_timeout);
+    connection->limit_idle(context_.options.stream.idle_timeout);
     connection->limit_queued_bytes(
-        std::max<std::size_t>(context_.options.max_queued_answer_bytes, 1));
+        std::max<std::size_t>(context_.options.stream.max_queued_answer_bytes, 1));
     {
       std::lock_guard lock(mutex_);
       accepted_.push_back({connection, std::move(peer)});
     }
     // Once closed, it gives its descriptor back at once, and a paused listener resumes.
-    connection->run(context_.options.handshake_timeout, [this] {
+    connection->run(context_.options.stream.handshake_timeout, [this] {
       listener_loop().post([this] {
         reclaim_accepted();
         resume_listener();
@@ -557,7 +557,7 @@ class StreamTransport final : public Transport {
     return *loops_[next_loop_.fetch_add(1, std::memory_order_relaxed) % loops_.size()];
   }
   static unsigned io_threads(const ConnectorOptions& options) {
-    if (options.io_threads > 0) return std::min(options.io_threads, 64u);
+    if (options.stream.io_threads > 0) return std::min(options.stream.io_threads, 64u);
     return std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
   }
   FileDescriptor reserve_ = open_reserve();  // the loop's

@@ -48,7 +48,7 @@ inline ConnectorOptions conformance_options(const std::string& transport,
   options.connect_timeout = std::chrono::seconds(5);
   // CI runs the suite once more with several event loops per stream transport.
   if (const char* loops = std::getenv("MEMWIRE_IO_THREADS"))
-    options.io_threads = static_cast<unsigned>(std::strtoul(loops, nullptr, 10));
+    options.stream.io_threads = static_cast<unsigned>(std::strtoul(loops, nullptr, 10));
   // The guests run the verbs cases once per access mode (windows, a PD per connection).
   if (const char* access = std::getenv("MEMWIRE_TEST_ACCESS")) options.rdma.access = access;
   return options;

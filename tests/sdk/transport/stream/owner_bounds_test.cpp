@@ -116,9 +116,9 @@ TEST_P(OwnerBounds, APeerOverItsLimitIsRefusedNamingIt) {
 
 TEST_P(OwnerBounds, EachLimitIsRefusedByItsName) {
   auto options = this->options();
-  options.max_open_transfers_per_connection = 8;
-  options.max_open_transfers_per_peer = 100;
-  options.max_open_transfers = 12;
+  options.stream.max_open_transfers_per_connection = 8;
+  options.stream.max_open_transfers_per_peer = 100;
+  options.stream.max_open_transfers = 12;
   Connector owner(options);
   OnePool there(owner);
   TransferOpener first(there.pool.metadata(), GetParam(), "first");

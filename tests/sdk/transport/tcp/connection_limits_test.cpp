@@ -187,7 +187,7 @@ TEST(ConnectionFlood, IdleSocketsCostBoundedThreads) {
 
 TEST(ConnectionFlood, ConnectionsThatNeverSpeakAreClosed) {
   ConnectorOptions options;
-  options.handshake_timeout = 300ms;
+  options.stream.handshake_timeout = 300ms;
   TcpOwner owner(options);
   auto silent = silent_connection(owner.address());
   ASSERT_TRUE(silent);
@@ -284,7 +284,7 @@ FileDescriptor said_hello(const std::string& address) {
 
 TEST(ConnectionFlood, ConnectionsIdleAfterTheirFirstFrameAreClosed) {
   ConnectorOptions options;
-  options.idle_timeout = 300ms;
+  options.stream.idle_timeout = 300ms;
   TcpOwner owner(options);
   auto idle = said_hello(owner.address());
   ASSERT_TRUE(idle);
@@ -374,7 +374,7 @@ TEST(ConnectionFlood, ARefusalFollowedByAResetIsStillTheReason) {
 TEST(ConnectionFlood, ReadsAfterAnIdlePauseStillWork) {
   ConnectorOptions options;
   options.transports = {"tcp"};
-  options.idle_timeout = 400ms;
+  options.stream.idle_timeout = 400ms;
   Connector owner(options);
   Connector reader(options);
   std::vector<std::byte> source(4096, std::byte{7});
