@@ -400,15 +400,17 @@ class Connector:
     # --- pools ---
 
     def register_pool(self, regions, name="", remote_read=True, remote_write=True,
-                      max_queued_notifications=65536, max_request_grants=4096):
+                      max_queued_notifications=65536, max_request_grants=4096, **budgets):
         """Registers memory once as a pool of equal blocks; returns a Pool (a context manager).
 
         ``regions``: a ``(data, block_size[, stride[, count]])`` tuple, a BlockRegion, or a list
         of them; blocks are numbered across regions in order. ``remote_read``/``remote_write``
         say what peers may do; ``max_queued_notifications`` bounds tags received and not yet
         taken (one more fails its sender's transfer); ``max_request_grants`` bounds the request
-        grants (``Pool.grant``) live at once. Read-only memory (bytes) needs
-        ``remote_write=False`` and can only be a source."""
+        grants (``Pool.grant``) live at once. The queue's shares, C++'s PoolOptions by name:
+        ``max_queued_per_peer``, ``max_queued_shared``, ``max_queued_per_connection``,
+        ``max_queued_shared_reads`` (keywords; any other raises InvalidArgumentError). Read-only
+        memory (bytes) needs ``remote_write=False`` and can only be a source."""
         items = as_regions(regions)
         readonly = any(r.descriptor.readonly for r in items)
         if readonly and remote_write:
@@ -420,7 +422,7 @@ class Connector:
             raise InvalidArgumentError("max_queued_notifications must be positive")
         native = self._native.register_pool(
             [r._spec() for r in items], name, bool(remote_read), bool(remote_write), queued, items,
-            int(max_request_grants),
+            int(max_request_grants), {key: int(value) for key, value in budgets.items()},
         )
         return Pool(self, native, items, readonly)
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,7 +76,7 @@ py::class_<PyPool> bind_pools(py::module_& m, py::class_<PyConnector>& connector
           "register_pool",
           [](PyConnector& c, const std::vector<RegionSpec>& specs, const std::string& name,
              bool remote_read, bool remote_write, std::size_t max_queued, py::object owners,
-             std::size_t max_grants) {
+             std::size_t max_grants, const std::map<std::string, std::size_t>& budgets) {
             std::vector<memwire::BlockRegion> regions;
             regions.reserve(specs.size());
             for (const auto& [address, block_size, stride, count, device] : specs)
@@ -87,13 +88,27 @@ py::class_<PyPool> bind_pools(py::module_& m, py::class_<PyConnector>& connector
             options.remote_write = remote_write;
             options.max_queued_notifications = max_queued;
             options.max_request_grants = max_grants;
+            // The queue's shares (PoolOptions), by their C++ names.
+            const std::map<std::string_view, std::size_t memwire::PoolOptions::*> shares = {
+                {"max_queued_per_peer", &memwire::PoolOptions::max_queued_per_peer},
+                {"max_queued_shared", &memwire::PoolOptions::max_queued_shared},
+                {"max_queued_per_connection", &memwire::PoolOptions::max_queued_per_connection},
+                {"max_queued_shared_reads", &memwire::PoolOptions::max_queued_shared_reads}};
+            for (const auto& [name, value] : budgets) {
+              const auto share = shares.find(name);
+              if (share == shares.end())
+                throw memwire::Error(memwire::ErrorCode::InvalidArgument,
+                                     "no pool budget named '" + name + "'");
+              options.*(share->second) = value;
+            }
             auto pool = without_gil(
                 [&] { return c.get().register_pool(std::move(regions), std::move(options)); });
             return new PyPool(std::move(pool), c.shared(), std::move(owners));
           },
           py::arg("regions"), py::arg("name") = "", py::arg("remote_read") = true,
           py::arg("remote_write") = true, py::arg("max_queued") = 65536,
-          py::arg("owners") = py::none(), py::arg("max_request_grants") = 4096)
+          py::arg("owners") = py::none(), py::arg("max_request_grants") = 4096,
+          py::arg("budgets") = std::map<std::string, std::size_t>{})
       .def(
           "read_blocks",
           [](PyConnector& c, const PoolMeta& remote, const std::vector<PairSpec>& pairs,

@@ -464,6 +464,18 @@ def test_a_full_notification_queue_fails_the_sender(transport):
         assert writer.write_blocks(local, [(0, 0)], remote.metadata, "4").wait(10) == memwire.OperationStatus.COMPLETE
 
 
+def test_the_queue_shares_are_cxx_pool_options_by_name(transport):
+    owner, writer = connector(transport), connector(transport)
+    with owner.register_pool(Memory().regions(), max_queued_shared=2) as remote, \
+            writer.register_pool(Memory().regions()) as local:
+        for n in range(2):
+            assert writer.write_blocks(local, [(0, 0)], remote.metadata, str(n)).wait(10) == memwire.OperationStatus.COMPLETE
+        with pytest.raises(memwire.TransportError, match="max_queued_shared"):
+            writer.write_blocks(local, [(0, 0)], remote.metadata, "2").wait(10)
+    with pytest.raises(memwire.InvalidArgumentError, match="max_queued_nonsense"):
+        owner.register_pool(Memory().regions(), max_queued_nonsense=1)
+
+
 def test_a_block_transfer_is_an_operation(transport):
     owner, peer = connector(transport), connector(transport)
 
