@@ -9,16 +9,8 @@
 #include "util/decimal.hpp"
 #include "util/json_writer.hpp"
 
-namespace memwire {
+namespace memwire::detail {
 namespace {
-
-namespace ondemand = simdjson::ondemand;
-using detail::Fields;
-using detail::invalid;
-using detail::Path;
-using detail::read_array;
-using detail::read_object;
-using detail::unsigned_value;
 
 // One descriptor as it is read, and the device text of the one before: a KV cache's thousands
 // of descriptors name one device, whose text is then parsed once.
@@ -34,7 +26,7 @@ constexpr Fields<DescriptorRead, 3> kDescriptorFields{{
        // The same bytes as a text already parsed give the same device.
        const std::string_view token = value.raw_json_token();
        if (read.device_token.empty() || token != read.device_token) {
-         read.device = detail::device_value(value, path);
+         read.device = device_value(value, path);
          read.device_token = token;
        }
        read.descriptor.device = read.device;
@@ -52,7 +44,7 @@ constexpr Fields<DescriptorRead, 3> kDescriptorFields{{
          invalid(path, "must be at most " + std::to_string(RdmaMetadata::kMaxTotalSize) + " bytes");
      }},
 }};
-static_assert(detail::well_formed(kDescriptorFields));
+static_assert(well_formed(kDescriptorFields));
 
 const RemoteDescriptor& parse_descriptor(ondemand::value& item, const Path& where,
                                          DescriptorRead& read) {
@@ -72,7 +64,7 @@ struct MetadataRead {
 constexpr Fields<MetadataRead, 7> kMetadataFields{{
     {"version", true,
      [](MetadataRead&, ondemand::value& value, const Path& path) {
-       detail::version_value(value, path, RdmaMetadata::kVersion);
+       version_value(value, path, RdmaMetadata::kVersion);
      }},
     {"operation_kind", true,
      [](MetadataRead& read, ondemand::value& value, const Path& path) {
@@ -99,29 +91,20 @@ constexpr Fields<MetadataRead, 7> kMetadataFields{{
                   });
        if (descriptors.empty()) invalid(path, "must be a non-empty array");
      }},
-    {"notification_key", true,
-     [](MetadataRead& read, ondemand::value& value, const Path& path) {
-       read.fields.notification_key = detail::id_value(value, path);
-     }},
-    {"endpoint", true,
-     [](MetadataRead& read, ondemand::value& value, const Path& path) {
-       read.fields.endpoint = detail::endpoint_value(value, path);
-     }},
-    {"token", true,
-     [](MetadataRead& read, ondemand::value& value, const Path& path) {
-       read.fields.token = detail::id_value(value, path);
-     }},
+    {"notification_key", true, read_id<&RdmaMetadata::Fields::notification_key>},
+    {"endpoint", true, read_endpoint<&RdmaMetadata::Fields::endpoint>},
+    {"token", true, read_id<&RdmaMetadata::Fields::token>},
     {"expires_at", true,
      [](MetadataRead& read, ondemand::value& value, const Path& path) {
        constexpr const char* kExpected =
            "must be a non-negative integer (unix milliseconds, 0 = never)";
-       read.fields.expires_at_ms = detail::take(value.get_int64(), path, kExpected);
+       read.fields.expires_at_ms = take(value.get_int64(), path, kExpected);
        if (read.fields.expires_at_ms < 0) invalid(path, kExpected);
      }},
 }};
-static_assert(detail::well_formed(kMetadataFields));
+static_assert(well_formed(kMetadataFields));
 
-constexpr std::size_t kDescriptorsRow = detail::row_of(kMetadataFields, "descriptors");
+constexpr std::size_t kDescriptorsRow = row_of(kMetadataFields, "descriptors");
 static_assert(kDescriptorsRow < kMetadataFields.size());
 
 RdmaMetadata parse_metadata(std::string_view text, const Path& root) {
@@ -138,7 +121,7 @@ RdmaMetadata parse_metadata(std::string_view text, const Path& root) {
     head = "{";
     body = canonical->rest.substr(canonical->rest.starts_with(',') ? 1 : 0);
   }
-  detail::JsonText json(head, body, root, RdmaMetadata::kMaxDepth);
+  JsonText json(head, body, root, RdmaMetadata::kMaxDepth);
   auto top = json.root_object();
   read_object(top, root, kMetadataFields, read, seen);
   json.expect_end();  // the root object must be all there is
@@ -153,6 +136,9 @@ RdmaMetadata parse_metadata(std::string_view text, const Path& root) {
 }
 
 }  // namespace
+}  // namespace memwire::detail
+
+namespace memwire {
 
 std::uint64_t RdmaMetadata::total_size() const noexcept {
   std::uint64_t total = 0;
@@ -161,9 +147,9 @@ std::uint64_t RdmaMetadata::total_size() const noexcept {
 }
 
 RdmaMetadata RdmaMetadata::from_json(std::string_view text) {
-  const auto root = Path::root(detail::kOneShotDocument);
+  const auto root = detail::Path::root(detail::kOneShotDocument);
   return detail::read_document(text, root, kMaxDepth, "version", kVersion,
-                               [&] { return parse_metadata(text, root); });
+                               [&] { return detail::parse_metadata(text, root); });
 }
 
 // The keys in name order, as the document always had them. The descriptors, which a KV cache

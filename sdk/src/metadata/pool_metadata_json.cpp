@@ -5,16 +5,8 @@
 #include "metadata/json_reader.hpp"
 #include "util/json_writer.hpp"
 
-namespace memwire {
+namespace memwire::detail {
 namespace {
-
-namespace ondemand = simdjson::ondemand;
-using detail::Fields;
-using detail::invalid;
-using detail::Path;
-using detail::read_array;
-using detail::read_object;
-using detail::unsigned_value;
 
 // A valid document is 4 levels deep (request.runs[i]).
 constexpr std::size_t kMaxDepth = 8;
@@ -28,27 +20,20 @@ struct GroupRead {
   std::optional<std::uint64_t> step, repeat;
 };
 
+template <auto member>
+constexpr auto region_number = [](GroupRead& read, ondemand::value& value, const Path& path) {
+  read.region.*member = unsigned_value(value, path);
+};
+
 constexpr Fields<GroupRead, 7> kGroupFields{{
     {"device", true,
      [](GroupRead& read, ondemand::value& value, const Path& path) {
-       read.region.device = detail::device_value(value, path);
+       read.region.device = device_value(value, path);
      }},
-    {"base", true,
-     [](GroupRead& read, ondemand::value& value, const Path& path) {
-       read.region.base = unsigned_value(value, path);
-     }},
-    {"block_size", true,
-     [](GroupRead& read, ondemand::value& value, const Path& path) {
-       read.region.block_size = unsigned_value(value, path);
-     }},
-    {"stride", true,
-     [](GroupRead& read, ondemand::value& value, const Path& path) {
-       read.region.stride = unsigned_value(value, path);
-     }},
-    {"count", true,
-     [](GroupRead& read, ondemand::value& value, const Path& path) {
-       read.region.count = unsigned_value(value, path);
-     }},
+    {"base", true, region_number<&RemoteRegion::base>},
+    {"block_size", true, region_number<&RemoteRegion::block_size>},
+    {"stride", true, region_number<&RemoteRegion::stride>},
+    {"count", true, region_number<&RemoteRegion::count>},
     {"step", false,
      [](GroupRead& read, ondemand::value& value, const Path& path) {
        read.step = unsigned_value(value, path);
@@ -60,7 +45,7 @@ constexpr Fields<GroupRead, 7> kGroupFields{{
        if (*read.repeat < 2) invalid(path, "must be at least 2");
      }},
 }};
-static_assert(detail::well_formed(kGroupFields));
+static_assert(well_formed(kGroupFields));
 
 // Appends the regions of the group `at` in the list `where`, at most kMaxRegions in all.
 void read_group(ondemand::value& value, const Path& where, const Path& at,
@@ -83,11 +68,11 @@ void read_group(ondemand::value& value, const Path& where, const Path& at,
 constexpr Fields<RequestScope, 3> kRequestFields{{
     {"id", true,
      [](RequestScope& scope, ondemand::value& value, const Path& path) {
-       scope.request = detail::string_value(value, path, true);
+       scope.request = string_value(value, path, true);
      }},
     {"access", true,
      [](RequestScope& scope, ondemand::value& value, const Path& path) {
-       const auto name = detail::take(value.get_string(), path, "read, write or read_write");
+       const auto name = take(value.get_string(), path, "read, write or read_write");
        for (const auto& [access, text] : kAccessNames)
          if (name == text) return void(scope.access = access);
        invalid(path, "read, write or read_write");
@@ -108,7 +93,7 @@ constexpr Fields<RequestScope, 3> kRequestFields{{
        });
      }},
 }};
-static_assert(detail::well_formed(kRequestFields));
+static_assert(well_formed(kRequestFields));
 
 struct DocumentRead {
   PoolMetadata::Fields fields;
@@ -118,11 +103,11 @@ struct DocumentRead {
 constexpr Fields<DocumentRead, 8> kDocumentFields{{
     {"memwire_pool", true,
      [](DocumentRead&, ondemand::value& value, const Path& path) {
-       detail::version_value(value, path, PoolMetadata::kVersion);
+       version_value(value, path, PoolMetadata::kVersion);
      }},
     {"name", true,
      [](DocumentRead& read, ondemand::value& value, const Path& path) {
-       read.fields.name = detail::string_value(value, path, true);
+       read.fields.name = string_value(value, path, true);
      }},
     {"generation", true,
      [](DocumentRead& read, ondemand::value& value, const Path& path) {
@@ -136,30 +121,21 @@ constexpr Fields<DocumentRead, 8> kDocumentFields{{
                       }) == 0)
          invalid(path, "must be a non-empty array");
      }},
-    {"key", true,
-     [](DocumentRead& read, ondemand::value& value, const Path& path) {
-       read.fields.key = detail::id_value(value, path);
-     }},
-    {"token", true,
-     [](DocumentRead& read, ondemand::value& value, const Path& path) {
-       read.fields.token = detail::id_value(value, path);
-     }},
-    {"endpoint", true,
-     [](DocumentRead& read, ondemand::value& value, const Path& path) {
-       read.fields.endpoint = detail::endpoint_value(value, path);
-     }},
+    {"key", true, read_id<&PoolMetadata::Fields::key>},
+    {"token", true, read_id<&PoolMetadata::Fields::token>},
+    {"endpoint", true, read_endpoint<&PoolMetadata::Fields::endpoint>},
     // Only in a request grant's metadata (Pool::grant).
     {"request", false,
      [](DocumentRead& read, ondemand::value& value, const Path& path) {
        read_object(value, path, kRequestFields, read.scope.emplace());
      }},
 }};
-static_assert(detail::well_formed(kDocumentFields));
+static_assert(well_formed(kDocumentFields));
 
 PoolMetadata parse_pool_metadata(std::string_view text, const Path& root) {
   DocumentRead read;
   {
-    detail::JsonText json({}, text, root, kMaxDepth);
+    JsonText json({}, text, root, kMaxDepth);
     auto top = json.root_object();
     read_object(top, root, kDocumentFields, read);
     json.expect_end();
@@ -171,15 +147,18 @@ PoolMetadata parse_pool_metadata(std::string_view text, const Path& root) {
 }
 
 }  // namespace
+}  // namespace memwire::detail
+
+namespace memwire {
 
 PoolMetadata PoolMetadata::from_json(std::string_view text) {
-  const auto root = Path::root(detail::kPoolDocument);
+  const auto root = detail::Path::root(detail::kPoolDocument);
   if (text.size() > kMaxJsonBytes)
     throw MetadataError(
         detail::kPoolDocument, "",
         std::to_string(text.size()) + " bytes (at most " + std::to_string(kMaxJsonBytes) + ")");
-  return detail::read_document(text, root, kMaxDepth, "memwire_pool", kVersion,
-                               [&] { return parse_pool_metadata(text, root); });
+  return detail::read_document(text, root, detail::kMaxDepth, "memwire_pool", kVersion,
+                               [&] { return detail::parse_pool_metadata(text, root); });
 }
 
 // Fields in name order, as the document always had them. Regions that differ only in their
@@ -219,7 +198,7 @@ std::string PoolMetadata::to_json() const {
   if (scope_) {
     // A reader without request grants refuses the field by name ("unknown field").
     std::string_view access = "read_write";
-    for (const auto& [value, name] : kAccessNames)
+    for (const auto& [value, name] : detail::kAccessNames)
       if (value == scope_->access) access = name;
     json.key("request").begin_object().key("access").value(access);
     json.key("id").value(scope_->request).key("runs").begin_array();
