@@ -145,10 +145,4 @@ JsonWriter& JsonWriter::value(std::int64_t number) {
   return *this;
 }
 
-JsonWriter& JsonWriter::raw(std::string_view json) {
-  separate();
-  out_ += json;
-  return *this;
-}
-
 }  // namespace memwire

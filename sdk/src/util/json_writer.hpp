@@ -27,8 +27,6 @@ class JsonWriter {
   JsonWriter& value(std::uint64_t number);
   JsonWriter& value(std::int64_t number);
   JsonWriter& value(int number) { return value(static_cast<std::int64_t>(number)); }
-  // Text that is JSON already (written by a JsonWriter), as the next value.
-  JsonWriter& raw(std::string_view json);
 
  private:
   JsonWriter& open(char bracket);
