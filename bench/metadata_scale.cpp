@@ -120,12 +120,15 @@ int main(int argc, char** argv) {
       for (std::uint64_t r = 0; r < 160; ++r)
         regions.push_back({Device{}, 0x7f0000000000ull + r * 2000 * 16384, 16384, 16384, 2000});
       const std::string id(32, 'a');
-      return PoolMetadata("kv", 1, std::move(regions), id,
-                          Endpoint{"bench",
-                                   "bench",
-                                   {TransportOffer{"tcp", "127.0.0.1:4711", {}, {}},
-                                    TransportOffer{"shm", "@memwire-bench", {}, {}}}},
-                          id);
+      return PoolMetadata({.name = "kv",
+                           .generation = 1,
+                           .regions = std::move(regions),
+                           .key = id,
+                           .endpoint = {"bench",
+                                        "bench",
+                                        {TransportOffer{"tcp", "127.0.0.1:4711", {}, {}},
+                                         TransportOffer{"shm", "@memwire-bench", {}, {}}}},
+                           .token = id});
     };
     const auto pool = pool_metadata();
     const auto pool_document = pool.to_json();

@@ -229,13 +229,23 @@ json metadata_figures(unsigned rounds) {
   std::size_t pool_bytes = 0, one_bytes = 0;
   for (unsigned n = 0; n < rounds * 50; ++n) {
     auto start = now_seconds();
-    const auto text = PoolMetadata("kv", 1, regions, id, endpoint, id).to_json();
+    const auto text = PoolMetadata({.name = "kv",
+                                    .generation = 1,
+                                    .regions = regions,
+                                    .key = id,
+                                    .endpoint = endpoint,
+                                    .token = id})
+                          .to_json();
     (void)PoolMetadata::from_json(text);
     pool_times.push_back(now_seconds() - start);
     pool_bytes = text.size();
     start = now_seconds();
-    const auto one = RdmaMetadata(OperationKind::Read, {{Device{}, 0x7f0000000000ull, kBlock}}, id,
-                                  endpoint, id, 0)
+    const auto one = RdmaMetadata({.kind = OperationKind::Read,
+                                   .descriptors = {{Device{}, 0x7f0000000000ull, kBlock}},
+                                   .notification_key = id,
+                                   .endpoint = endpoint,
+                                   .token = id,
+                                   .expires_at_ms = 0})
                          .to_json();
     (void)RdmaMetadata::from_json(one);
     one_times.push_back(now_seconds() - start);

@@ -47,10 +47,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     descriptors.emplace_back(local.data() + at, block);
   }
   const memwire::RdmaMetadata remote(
-      writing ? memwire::OperationKind::Write : memwire::OperationKind::Read,
-      std::move(remote_blocks), std::string(32, 'a'),
-      {"fuzz-passive", "localhost", {{"tcp", "127.0.0.1:" + std::to_string(port), {}, {}}}},
-      std::string(32, 'b'), 0);
+      {.kind = writing ? memwire::OperationKind::Write : memwire::OperationKind::Read,
+       .descriptors = std::move(remote_blocks),
+       .notification_key = std::string(32, 'a'),
+       .endpoint = {"fuzz-passive",
+                    "localhost",
+                    {{"tcp", "127.0.0.1:" + std::to_string(port), {}, {}}}},
+       .token = std::string(32, 'b'),
+       .expires_at_ms = 0});
   auto run = [&](auto operation) {
     const int peer = memwire::fuzz::accept_one(listener);
     if (peer < 0) std::abort();

@@ -23,10 +23,7 @@ namespace {
 constexpr std::size_t kInFlight = 4;
 
 // The grant's token and pool without its scope: what a peer that checks nothing would send.
-PoolMetadata unscoped(const PoolMetadata& granted) {
-  return PoolMetadata(granted.name(), granted.generation(), granted.regions(), granted.key(),
-                      granted.endpoint(), granted.token());
-}
+PoolMetadata unscoped(const PoolMetadata& granted) { return PoolMetadata(granted.fields()); }
 
 // True when `transfer` ended because the grant is over (the round's end).
 bool ended_by_release(BlockTransfer& transfer, std::uint64_t& landed) {

@@ -21,8 +21,12 @@ RdmaMetadata sample_metadata(std::uint64_t seed, const MetadataShape& shape) {
         Device{}, 0x7f0000000000ULL + seed * 0x100000 + i * stride, shape.descriptor_size});
   }
   Endpoint endpoint{hex32(seed + 7), shape.host, shape.offers};
-  return RdmaMetadata(shape.kind, std::move(descriptors), hex32(seed), std::move(endpoint),
-                      hex32(seed + 1), 0);
+  return RdmaMetadata({.kind = shape.kind,
+                       .descriptors = std::move(descriptors),
+                       .notification_key = hex32(seed),
+                       .endpoint = std::move(endpoint),
+                       .token = hex32(seed + 1),
+                       .expires_at_ms = 0});
 }
 
 }  // namespace memwire::test_support

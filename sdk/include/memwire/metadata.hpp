@@ -2,11 +2,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "memwire/device.hpp"
+#include "memwire/error.hpp"
 #include "memwire/export.hpp"
 #include "memwire/status.hpp"
 
@@ -37,10 +39,40 @@ struct MEMWIRE_API Endpoint {
   friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };
 
+// Error{InvalidMetadata} about one value of a metadata document (docs/PROTOCOL.md), with its
+// place as data: field() is its path ("descriptors[2].size", "endpoint.transports[0].keys",
+// "regions[1].base"), empty when the text as a whole is wrong (not JSON, nested too deeply, too
+// large); reason() says what is wrong. what() is "invalid metadata: [<document> ]field '<path>':
+// <reason>", or "invalid metadata: [<document>: ]<reason>" without a field.
+class MEMWIRE_API MetadataError : public Error {
+ public:
+  // `document`: "" for one-shot metadata, "pool metadata" for a pool's.
+  MetadataError(std::string_view document, std::string field, std::string reason);
+  const std::string& field() const noexcept { return detail_->field; }
+  const std::string& reason() const noexcept { return detail_->reason; }
+
+ private:
+  struct Detail {
+    std::string field, reason;
+  };
+  std::shared_ptr<const Detail> detail_;  // shared: copying an exception must not throw
+};
+
 // What a passive operation hands out over a sideband so that a remote can read or write it.
 // JSON keeps nixl_connect's field names and adds version, endpoint, token and expires_at.
 class MEMWIRE_API RdmaMetadata {
  public:
+  // What the metadata says, by name: RdmaMetadata({.kind = ..., .descriptors = ..., ...}).
+  struct Fields {
+    OperationKind kind = OperationKind::Read;
+    std::vector<RemoteDescriptor> descriptors;
+    std::string notification_key;
+    Endpoint endpoint;
+    std::string token;
+    std::int64_t expires_at_ms = 0;  // unix ms, 0 = never
+    friend bool operator==(const Fields&, const Fields&) = default;
+  };
+
   static constexpr int kVersion = 1;
   // Bounds from_json enforces: more bytes than this in all descriptors together (larger than
   // any one device's memory today; a reader allocates what the metadata declares), more
@@ -49,32 +81,28 @@ class MEMWIRE_API RdmaMetadata {
   static constexpr std::size_t kMaxDescriptors = 65536;
   static constexpr std::size_t kMaxDepth = 16;
 
-  RdmaMetadata(OperationKind kind, std::vector<RemoteDescriptor> descriptors,
-               std::string notification_key, Endpoint endpoint, std::string token,
-               std::int64_t expires_at_ms);
+  explicit RdmaMetadata(Fields fields) : fields_(std::move(fields)) {}
 
   // Strict: unknown fields, wrong types, missing fields, empty descriptor list, null pointer,
-  // unknown kind, empty key or malformed endpoint throw Error{InvalidMetadata} naming the field.
+  // unknown kind, empty key, malformed endpoint or a newer version throw MetadataError naming
+  // the field; text that is not JSON throws MetadataError without one.
   static RdmaMetadata from_json(std::string_view json);
   std::string to_json() const;
 
-  OperationKind operation_kind() const noexcept { return kind_; }
-  const std::vector<RemoteDescriptor>& descriptors() const noexcept { return descriptors_; }
-  const std::string& notification_key() const noexcept { return notification_key_; }
-  const Endpoint& endpoint() const noexcept { return endpoint_; }
-  const std::string& token() const noexcept { return token_; }
-  std::int64_t expires_at_ms() const noexcept { return expires_at_ms_; }  // unix ms, 0 = never
+  // All of it, to build another that differs in a field.
+  const Fields& fields() const noexcept { return fields_; }
+  OperationKind operation_kind() const noexcept { return fields_.kind; }
+  const std::vector<RemoteDescriptor>& descriptors() const noexcept { return fields_.descriptors; }
+  const std::string& notification_key() const noexcept { return fields_.notification_key; }
+  const Endpoint& endpoint() const noexcept { return fields_.endpoint; }
+  const std::string& token() const noexcept { return fields_.token; }
+  std::int64_t expires_at_ms() const noexcept { return fields_.expires_at_ms; }
   std::uint64_t total_size() const noexcept;
 
   friend bool operator==(const RdmaMetadata&, const RdmaMetadata&) = default;
 
  private:
-  OperationKind kind_;
-  std::vector<RemoteDescriptor> descriptors_;
-  std::string notification_key_;
-  Endpoint endpoint_;
-  std::string token_;
-  std::int64_t expires_at_ms_;
+  Fields fields_;
 };
 
 }  // namespace memwire

@@ -91,20 +91,32 @@ class MEMWIRE_API PoolMetadata {
   static constexpr std::uint64_t kMaxTotalSize = RdmaMetadata::kMaxTotalSize;
   static constexpr std::size_t kMaxJsonBytes = 1 << 20;
 
-  PoolMetadata(std::string name, std::uint64_t generation, std::vector<RemoteRegion> regions,
-               std::string key, Endpoint endpoint, std::string token);
+  // What the metadata says, by name: PoolMetadata({.name = ..., .generation = ..., ...}).
+  struct Fields {
+    std::string name;
+    std::uint64_t generation = 0;
+    std::vector<RemoteRegion> regions;
+    std::string key;
+    Endpoint endpoint;
+    std::string token;
+  };
+  // Applies the limits above (register_pool and from_json alike): throws MetadataError naming
+  // the field ("regions[2].stride"). A region's stride of 0 becomes its block size.
+  explicit PoolMetadata(Fields fields);
 
-  // Strict: unknown or missing fields, wrong types, limits or empty regions throw
-  // Error{InvalidMetadata} naming the field.
+  // Strict: unknown or missing fields, wrong types, limits, empty regions or a newer version
+  // throw MetadataError naming the field (docs/PROTOCOL.md).
   static PoolMetadata from_json(std::string_view json);
   std::string to_json() const;
 
-  const std::string& name() const noexcept { return name_; }
-  std::uint64_t generation() const noexcept { return generation_; }
-  const std::vector<RemoteRegion>& regions() const noexcept { return regions_; }
-  const std::string& key() const noexcept { return key_; }
-  const Endpoint& endpoint() const noexcept { return endpoint_; }
-  const std::string& token() const noexcept { return token_; }
+  // All of it but the scope, to build another that differs in a field.
+  const Fields& fields() const noexcept { return fields_; }
+  const std::string& name() const noexcept { return fields_.name; }
+  std::uint64_t generation() const noexcept { return fields_.generation; }
+  const std::vector<RemoteRegion>& regions() const noexcept { return fields_.regions; }
+  const std::string& key() const noexcept { return fields_.key; }
+  const Endpoint& endpoint() const noexcept { return fields_.endpoint; }
+  const std::string& token() const noexcept { return fields_.token; }
   std::uint64_t block_count() const noexcept { return block_count_; }
   // Set in a request grant's metadata (Pool::grant): the request and the blocks it may reach.
   const RequestScope* scope() const noexcept { return scope_ ? &*scope_ : nullptr; }
@@ -125,14 +137,9 @@ class MEMWIRE_API PoolMetadata {
   }
 
  private:
-  std::string name_;
-  std::uint64_t generation_;
-  std::vector<RemoteRegion> regions_;
+  Fields fields_;
   std::vector<std::uint64_t> first_block_;  // of each region
   std::uint64_t block_count_ = 0;
-  std::string key_;
-  Endpoint endpoint_;
-  std::string token_;
   std::optional<RequestScope> scope_;
 };
 

@@ -92,9 +92,9 @@ Connector::Impl::Impl(ConnectorOptions options) {
     context_.telemetry = std::make_shared<detail::TelemetryRecorder>(detail::known_transports());
   const auto& limits = context_.options.stream;
   context_.transfer_budget = std::make_shared<detail::TransferBudget>(
-      detail::TransferBudget::Limits{
-          limits.max_open_transfers_per_connection, limits.max_open_transfers_per_peer,
-          limits.max_open_transfers_per_user, limits.max_open_transfers},
+      detail::TransferBudget::Limits{limits.max_open_transfers_per_connection,
+                                     limits.max_open_transfers_per_peer,
+                                     limits.max_open_transfers_per_user, limits.max_open_transfers},
       context_.telemetry);
   events_ = std::make_shared<const detail::EventLog>(
       context_.connector_name, context_.options.log_level, std::move(context_.options.log));
@@ -184,8 +184,12 @@ std::shared_ptr<detail::Registration> Connector::Impl::create_passive(
     described.push_back({staging ? staging->device()[i].device() : served.device(),
                          reinterpret_cast<std::uintptr_t>(served.ptr()), served.size()});
   }
-  registration->set_metadata(RdmaMetadata(kind, std::move(described), key, std::move(endpoint),
-                                          to_hex(registration->token()), expires));
+  registration->set_metadata(RdmaMetadata({.kind = kind,
+                                           .descriptors = std::move(described),
+                                           .notification_key = key,
+                                           .endpoint = std::move(endpoint),
+                                           .token = to_hex(registration->token()),
+                                           .expires_at_ms = expires}));
   registration->count_registered();
   context_.registrations->insert(registration);
   return registration;

@@ -94,10 +94,9 @@ RdmaMetadata Registration::renew(std::chrono::milliseconds lifetime) {
   // Saturating: a lifetime of centuries must not wrap into the past.
   const auto renewed = lifetime.count() > INT64_MAX - now ? INT64_MAX : now + lifetime.count();
   expires_at_ms_.store(renewed);
-  RdmaMetadata renewed_metadata(metadata_->operation_kind(), metadata_->descriptors(),
-                                metadata_->notification_key(), metadata_->endpoint(),
-                                metadata_->token(), renewed);
-  metadata_ = std::move(renewed_metadata);
+  auto fields = metadata_->fields();
+  fields.expires_at_ms = renewed;
+  metadata_.emplace(std::move(fields));
   return *metadata_;
 }
 

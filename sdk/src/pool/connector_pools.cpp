@@ -45,12 +45,13 @@ std::shared_ptr<detail::Registration> register_pool_on(Connector::Impl& connecto
   }
   // The limits a reader applies, applied here: the pool's own metadata must be readable.
   std::optional<PoolMetadata> metadata;
+  PoolMetadata::Fields fields;
+  fields.name = options.name;
+  fields.regions = std::move(described);
   try {
-    metadata.emplace(options.name, 0, described, "", Endpoint{}, "");
-  } catch (const Error& error) {
-    std::string what = error.what();
-    if (what.starts_with("pool metadata field ")) what = what.substr(20);
-    throw Error(ErrorCode::InvalidArgument, "pool " + what);
+    metadata.emplace(std::move(fields));
+  } catch (const MetadataError& error) {
+    throw Error(ErrorCode::InvalidArgument, "pool " + error.field() + ": " + error.reason());
   }
   for (const auto& region : metadata->regions())
     memory.emplace_back(reinterpret_cast<void*>(region.base),
@@ -98,8 +99,12 @@ std::shared_ptr<detail::Registration> register_pool_on(Connector::Impl& connecto
     throw Error(ErrorCode::Transport,
                 "no transport of this connector moves this pool's blocks (runs [" +
                     Connector::Impl::join(connector.transport_names()) + "]" + declined + ")");
-  PoolMetadata handed_out(options.name, generation, described, key, std::move(endpoint),
-                          to_hex(registration->token()));
+  fields = metadata->fields();
+  fields.generation = generation;
+  fields.key = key;
+  fields.endpoint = std::move(endpoint);
+  fields.token = to_hex(registration->token());
+  PoolMetadata handed_out(std::move(fields));
   if (const auto size = handed_out.to_json().size(); size > PoolMetadata::kMaxJsonBytes)
     throw Error(ErrorCode::InvalidArgument, "the pool's metadata would take " +
                                                 std::to_string(size) +

@@ -33,9 +33,9 @@ PoolMetadata Pool::metadata() const { return registration().pool()->metadata(); 
 PoolMetadata Pool::metadata_for(std::string_view peer) {
   detail::check_peer_name(peer);
   auto& pool = *registration().pool();
-  const auto shared = pool.metadata();
-  return PoolMetadata(shared.name(), shared.generation(), shared.regions(), shared.key(),
-                      shared.endpoint(), to_hex(pool.grant(std::string(peer))));
+  auto fields = pool.metadata().fields();
+  fields.token = to_hex(pool.grant(std::string(peer)));
+  return PoolMetadata(std::move(fields));
 }
 
 bool Pool::revoke(std::string_view peer) { return registration().pool()->revoke(peer); }

@@ -3,9 +3,9 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <nlohmann/json.hpp>
 
 #include "util/enum_names.hpp"
+#include "util/json_writer.hpp"
 
 namespace memwire {
 
@@ -48,13 +48,12 @@ EventLog::EventLog(std::string connector, LogLevel level,
 void EventLog::write(LogLevel level, std::string_view event, std::string_view message,
                      const LogFields& fields) const {
   if (!enabled(level)) return;
-  nlohmann::ordered_json line{{"ts", timestamp()},
-                              {"level", to_string(level)},
-                              {"event", event},
-                              {"msg", message},
-                              {"connector", connector_}};
+  std::string text;
+  JsonWriter line(text);
+  line.begin_object().key("ts").value(timestamp()).key("level").value(to_string(level));
+  line.key("event").value(event).key("msg").value(message).key("connector").value(connector_);
   auto add = [&](const char* name, std::string_view value) {
-    if (!value.empty()) line[name] = value;
+    if (!value.empty()) line.key(name).value(value);
   };
   add("peer", fields.peer_);
   add("transport", fields.transport_);
@@ -63,9 +62,9 @@ void EventLog::write(LogLevel level, std::string_view event, std::string_view me
   add("kind", fields.kind_);
   add("side", fields.side_);
   add("reason", fields.reason_);
-  if (fields.bytes_) line["bytes"] = *fields.bytes_;
-  // Invalid UTF-8 (a peer's name, an OS message) is replaced, never thrown on.
-  const auto text = line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  if (fields.bytes_) line.key("bytes").value(*fields.bytes_);
+  // Invalid UTF-8 (a peer's name, an OS message) is replaced, never thrown on (JsonWriter).
+  line.end_object();
   try {
     sink_(text);
   } catch (...) {

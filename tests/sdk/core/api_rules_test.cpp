@@ -121,8 +121,10 @@ TEST_F(ApiRulesTest, ACancelledTransfersWaitThrowsCancelledWithTheReason) {
   test_support::SilentListener silent;
   const auto address = silent.url().substr(std::string("http://").size());
   const auto real = owner.create_readable(view).metadata();
-  RdmaMetadata hung(OperationKind::Read, real.descriptors(), real.notification_key(),
-                    Endpoint{"silent", "host", {{"tcp", address, {}, {}}}}, real.token(), 0);
+  auto fields = real.fields();
+  fields.endpoint = Endpoint{"silent", "host", {{"tcp", address, {}, {}}}};
+  fields.expires_at_ms = 0;
+  RdmaMetadata hung(std::move(fields));
   std::vector<std::byte> landing(memory.size());
   auto read = peer.begin_read(hung, {Descriptor(std::span(landing))});
   read.cancel("the caller left");
@@ -184,8 +186,9 @@ TEST_F(ApiRulesTest, ASendersCancelEndsItsFinishOnAnotherThread) {
   const auto address = silent.url().substr(std::string("http://").size());
   auto pool = owner.register_pool({BlockRegion{memory.data(), 1024, 0, 4, {}}});
   const auto real = pool.metadata();
-  const PoolMetadata hung(real.name(), real.generation(), real.regions(), real.key(),
-                          Endpoint{"silent", "host", {{"tcp", address, {}, {}}}}, real.token());
+  auto fields = real.fields();
+  fields.endpoint = Endpoint{"silent", "host", {{"tcp", address, {}, {}}}};
+  const PoolMetadata hung(std::move(fields));
   std::vector<std::byte> here(memory.size());
   auto local = peer.register_pool({BlockRegion{here.data(), 1024, 0, 4, {}}});
   LayerSender sender(peer, local, hung, "req-4");

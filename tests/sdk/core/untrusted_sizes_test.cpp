@@ -27,11 +27,10 @@ TEST(UntrustedSizes, HugeOrOverflowingDeclaredSizesAreRefusedBeforeAnyTransfer) 
       owner.create_readable({Descriptor(std::span(source)), Descriptor(std::span(first))});
   const auto base = readable.metadata();
   auto declared = [&](std::uint64_t a, std::uint64_t b) {
-    auto descriptors = base.descriptors();
-    descriptors[0].size = a;
-    descriptors[1].size = b;
-    return RdmaMetadata(base.operation_kind(), descriptors, base.notification_key(),
-                        base.endpoint(), base.token(), base.expires_at_ms());
+    auto fields = base.fields();
+    fields.descriptors[0].size = a;
+    fields.descriptors[1].size = b;
+    return RdmaMetadata(std::move(fields));
   };
   const std::uint64_t tebibyte = std::uint64_t{1} << 40, half = std::uint64_t{1} << 63;
   for (const auto& forged : {declared(tebibyte, 4096), declared(half, half), declared(~0ull, 2)}) {

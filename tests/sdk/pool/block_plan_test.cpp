@@ -31,14 +31,22 @@ std::unique_ptr<PoolState> local_pool(std::vector<BlockRegion> regions) {
                          region.count});
   }
   auto pool = std::make_unique<PoolState>(PoolOptions{}, 1, std::move(regions));
-  pool->set_metadata(PoolMetadata("local", 1, std::move(described), std::string(32, 'a'),
-                                  Endpoint{"here", "host", {}}, std::string(32, 'b')));
+  pool->set_metadata(PoolMetadata({.name = "local",
+                                   .generation = 1,
+                                   .regions = std::move(described),
+                                   .key = std::string(32, 'a'),
+                                   .endpoint = {"here", "host", {}},
+                                   .token = std::string(32, 'b')}));
   return pool;
 }
 
 PoolMetadata remote_pool(std::uint64_t block_size, std::uint64_t count) {
-  return PoolMetadata("remote", 1, {{{}, kRemoteBase, block_size, block_size, count}},
-                      std::string(32, 'c'), Endpoint{"there", "host", {}}, std::string(32, 'd'));
+  return PoolMetadata({.name = "remote",
+                       .generation = 1,
+                       .regions = {{{}, kRemoteBase, block_size, block_size, count}},
+                       .key = std::string(32, 'c'),
+                       .endpoint = {"there", "host", {}},
+                       .token = std::string(32, 'd')});
 }
 
 void* at(std::uintptr_t address) { return reinterpret_cast<void*>(address); }

@@ -25,7 +25,12 @@ PoolMetadata kv_cache_pool() {
   const std::uint64_t region_bytes = 2000ull * 16384;
   for (std::uint64_t r = 0; r < 160; ++r)
     regions.push_back({Device{}, 0x7f0000000000ull + r * region_bytes, 16384, 16384, 2000});
-  return PoolMetadata("kv", 3, regions, kKey, endpoint(), kToken);
+  return PoolMetadata({.name = "kv",
+                       .generation = 3,
+                       .regions = regions,
+                       .key = kKey,
+                       .endpoint = endpoint(),
+                       .token = kToken});
 }
 
 TEST(PoolMetadata, AKvCachePoolFitsInAFewHundredBytes) {
@@ -55,7 +60,12 @@ TEST(PoolMetadata, RegionsOfEveryShapeSurviveTheRoundTrip) {
       {Device{}, 0x41000, 512, 1024, 3},  // ... then one that differs in stride
       {Device{}, 0x100, 8, 8, 2},         // lower than the one before
   };
-  PoolMetadata metadata("mixed", 1, regions, kKey, endpoint(), kToken);
+  PoolMetadata metadata({.name = "mixed",
+                         .generation = 1,
+                         .regions = regions,
+                         .key = kKey,
+                         .endpoint = endpoint(),
+                         .token = kToken});
   const auto back = PoolMetadata::from_json(metadata.to_json());
   EXPECT_EQ(back.regions(), metadata.regions());
   EXPECT_EQ(back.block_count(), 10u + 1 + 9 + 3 + 2);
@@ -111,6 +121,28 @@ TEST(PoolMetadata, MalformedDocumentsAreRefusedNamingTheField) {
             std::string::npos);
 }
 
+// The field's path is data (MetadataError::field), the same path a reader of the document sees.
+TEST(PoolMetadata, ARefusalCarriesTheFieldsPath) {
+  auto document = nlohmann::json::parse(kv_cache_pool().to_json());
+  document["regions"][0]["stride"] = 1;
+  try {
+    (void)PoolMetadata::from_json(document.dump());
+    ADD_FAILURE() << "accepted overlapping blocks";
+  } catch (const MetadataError& error) {
+    EXPECT_EQ(error.field(), "regions[0].stride");
+    EXPECT_EQ(error.reason(), "smaller than the block size: blocks would overlap");
+  }
+  document = nlohmann::json::parse(kv_cache_pool().to_json());
+  document["key"] = "short";
+  try {
+    (void)PoolMetadata::from_json(document.dump());
+    ADD_FAILURE() << "accepted a short key";
+  } catch (const MetadataError& error) {
+    EXPECT_EQ(std::string(error.what()),
+              "invalid metadata: pool metadata field 'key': must be 32 hex digits");
+  }
+}
+
 TEST(PoolMetadata, RegisterPoolAppliesTheReadersLimits) {
   ConnectorOptions options;
   options.transports = {"tcp"};
@@ -121,6 +153,14 @@ TEST(PoolMetadata, RegisterPoolAppliesTheReadersLimits) {
   };
   EXPECT_EQ(code({}), ErrorCode::InvalidArgument);
   EXPECT_EQ(code({{nullptr, 64, 0, 1, {}}}), ErrorCode::InvalidArgument);
+  // The reader's rule, in the caller's words: which region, which field.
+  try {
+    (void)connector.register_pool({{memory.data(), 64, 0, 1, {}}, {nullptr, 64, 0, 1, {}}});
+    ADD_FAILURE() << "accepted a null region";
+  } catch (const Error& error) {
+    EXPECT_EQ(std::string(error.what()),
+              "invalid argument: pool regions[1].base: must not be null");
+  }
   EXPECT_EQ(code({{memory.data(), 0, 0, 1, {}}}), ErrorCode::InvalidArgument);
   EXPECT_EQ(code({{memory.data(), 64, 32, 4, {}}}), ErrorCode::InvalidArgument);
   EXPECT_EQ(code({{memory.data(), 64, 0, 0, {}}}), ErrorCode::InvalidArgument);

@@ -148,10 +148,9 @@ TEST_P(TelemetryScrape, FindsExactlyTheCountsAndBytesOfRealTransfers) {
   std::vector<std::byte> guarded(kReadSize), landing(kReadSize);
   auto readable = owner.create_readable({Descriptor(std::span(guarded))});
   const auto real = readable.metadata();
-  auto token = real.token();
-  token.back() = token.back() == '0' ? '1' : '0';
-  RdmaMetadata forged(real.operation_kind(), real.descriptors(), real.notification_key(),
-                      real.endpoint(), token, real.expires_at_ms());
+  auto fields = real.fields();
+  fields.token.back() = fields.token.back() == '0' ? '1' : '0';
+  RdmaMetadata forged(std::move(fields));
   {
     auto refused = reader.begin_read(forged, {Descriptor(std::span(landing))});
     ASSERT_EQ(error_code_of([&] { refused.wait_for_completion(30s); }), ErrorCode::AccessDenied)
@@ -164,10 +163,13 @@ TEST_P(TelemetryScrape, FindsExactlyTheCountsAndBytesOfRealTransfers) {
   const bool with_silent_peer = transport == "tcp";
   if (with_silent_peer) {
     auto address = silent.url().substr(std::string("http://").size());
-    RdmaMetadata hung(OperationKind::Read,
-                      {{Device{}, reinterpret_cast<std::uintptr_t>(guarded.data()), kReadSize}},
-                      real.notification_key(),
-                      Endpoint{"silent", "host", {{"tcp", address, {}, {}}}}, real.token(), 0);
+    RdmaMetadata hung(
+        {.kind = OperationKind::Read,
+         .descriptors = {{Device{}, reinterpret_cast<std::uintptr_t>(guarded.data()), kReadSize}},
+         .notification_key = real.notification_key(),
+         .endpoint = {"silent", "host", {{"tcp", address, {}, {}}}},
+         .token = real.token(),
+         .expires_at_ms = 0});
     auto stalled = reader.begin_read(hung, {Descriptor(std::span(landing))});
     stalled.cancel();
     EXPECT_THROW(stalled.wait_for_completion(30s), Error);

@@ -42,7 +42,10 @@ TEST(NatsPoolParts, LargePoolMetadataTravelsInPieces) {
   std::vector<RemoteRegion> regions;
   for (std::uint64_t i = 0; i < 200; ++i)
     regions.push_back({real.regions()[0].device, 0x100000 * (i + 1), 4096, 0, i + 1});
-  PoolMetadata large("big", real.generation(), regions, real.key(), real.endpoint(), real.token());
+  auto fields = real.fields();
+  fields.name = "big";
+  fields.regions = regions;
+  PoolMetadata large(std::move(fields));
   ASSERT_GT(large.to_json().size(), 3 * 4096u);
   channel.publish_pool("big", large, 0ms);
   EXPECT_EQ(channel.fetch_pool("big", 5s), large);

@@ -223,8 +223,9 @@ TEST_F(WorkerTest, BadMetadataUnderANameWritesNothing) {
   // The right shape with a forged token: the owner refuses access.
   auto readable = producer_connector_.create_readable({Descriptor(std::span(source))});
   auto real = readable.metadata();
-  RdmaMetadata forged(real.operation_kind(), real.descriptors(), real.notification_key(),
-                      real.endpoint(), std::string(32, 'f'), real.expires_at_ms());
+  auto fields = real.fields();
+  fields.token = std::string(32, 'f');
+  RdmaMetadata forged(std::move(fields));
   producer_channel_.publish("bad.token", forged, 0ms);
   EXPECT_EQ(error_code_of(
                 [&] { (void)consumer_.read("bad.token", {Descriptor(std::span(target))}, 2s); }),

@@ -20,15 +20,15 @@ bool all_equal(std::span<const std::byte> bytes, std::byte value) {
 }
 
 RdmaMetadata with_token(const RdmaMetadata& real, const std::string& token) {
-  return RdmaMetadata(real.operation_kind(), real.descriptors(), real.notification_key(),
-                      real.endpoint(), token, real.expires_at_ms());
+  auto fields = real.fields();
+  fields.token = token;
+  return RdmaMetadata(std::move(fields));
 }
 
 RdmaMetadata with_sizes(const RdmaMetadata& real, std::uint64_t size) {
-  auto descriptors = real.descriptors();
-  for (auto& descriptor : descriptors) descriptor.size = size;
-  return RdmaMetadata(real.operation_kind(), descriptors, real.notification_key(), real.endpoint(),
-                      real.token(), real.expires_at_ms());
+  auto fields = real.fields();
+  for (auto& descriptor : fields.descriptors) descriptor.size = size;
+  return RdmaMetadata(std::move(fields));
 }
 
 TEST_P(AccessConformance, ReadWithAForgedTokenIsRefusedBeforeAByteMoves) {
@@ -55,8 +55,9 @@ TEST_P(AccessConformance, AKeyThatNamesNothingIsNotFound) {
   std::vector<std::byte> source(4096), target(4096, std::byte{0x5a});
   auto readable = owner.create_readable({Descriptor(std::span(source))});
   const auto real = readable.metadata();
-  RdmaMetadata unknown(real.operation_kind(), real.descriptors(), to_hex(random_id()),
-                       real.endpoint(), real.token(), real.expires_at_ms());
+  auto fields = real.fields();
+  fields.notification_key = to_hex(random_id());
+  RdmaMetadata unknown(std::move(fields));
   auto read = reader.begin_read(unknown, {Descriptor(std::span(target))});
   EXPECT_EQ(failure_code(read, 30s), ErrorCode::NotFound) << read.error_message();
   EXPECT_TRUE(all_equal(target, std::byte{0x5a}));
@@ -121,8 +122,9 @@ TEST_P(AccessConformance, ExpiredMetadataIsRefused) {
 // constructor): the transfer of that part is refused completion and fails, and the failure
 // reaches the owner. Never a silent completion of a part.
 RdmaMetadata first_descriptor_only(const RdmaMetadata& real) {
-  return RdmaMetadata(real.operation_kind(), {real.descriptors().front()}, real.notification_key(),
-                      real.endpoint(), real.token(), real.expires_at_ms());
+  auto fields = real.fields();
+  fields.descriptors.resize(1);
+  return RdmaMetadata(std::move(fields));
 }
 
 TEST_P(AccessConformance, ReadingPartOfAReadableDoesNotCompleteIt) {

@@ -43,8 +43,9 @@ inline void expect_forged_writes_refused(const ConnectorOptions& owner_options,
   const auto real = writable.metadata();
   for (const auto& token : forged_tokens(real.token())) {
     SCOPED_TRACE("forged token " + token + " (real " + real.token() + ")");
-    RdmaMetadata forged(real.operation_kind(), real.descriptors(), real.notification_key(),
-                        real.endpoint(), token, real.expires_at_ms());
+    auto fields = real.fields();
+    fields.token = token;
+    RdmaMetadata forged(std::move(fields));
     try {
       auto write = writer.begin_write({Descriptor(std::span(source))}, forged);
       write.wait_for_completion(std::chrono::seconds(30));

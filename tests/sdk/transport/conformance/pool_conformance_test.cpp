@@ -306,9 +306,9 @@ TEST_P(PoolConformance, MetadataOfAnEarlierGenerationIsRefused) {
   EXPECT_EQ(failure_code(write, 10s), ErrorCode::Expired);
   EXPECT_TRUE(block_is_zero(there, 0)) << "stale metadata moved bytes";
   // The same key with a forged generation: the owner checks it too.
-  auto forged = PoolMetadata(remote->metadata().name(), old.generation(),
-                             remote->metadata().regions(), remote->metadata().key(),
-                             remote->metadata().endpoint(), remote->metadata().token());
+  auto fields = remote->metadata().fields();
+  fields.generation = old.generation();
+  auto forged = PoolMetadata(std::move(fields));
   auto forged_write = reader.write_blocks(local, {{0, 0}}, forged);
   EXPECT_EQ(failure_code(forged_write, 10s), ErrorCode::Expired);
   EXPECT_TRUE(block_is_zero(there, 0));
@@ -321,8 +321,9 @@ TEST_P(PoolConformance, AForgedTokenMovesNothing) {
   auto local = writer.register_pool(here.regions());
   fill_pattern(here.block(0), 1);
   const auto real = remote.metadata();
-  PoolMetadata forged(real.name(), real.generation(), real.regions(), real.key(), real.endpoint(),
-                      std::string(32, 'a'));
+  auto fields = real.fields();
+  fields.token = std::string(32, 'a');
+  PoolMetadata forged(std::move(fields));
   auto write = writer.write_blocks(local, {{0, 0}}, forged, "forged");
   EXPECT_EQ(failure_code(write, 10s), ErrorCode::AccessDenied);
   EXPECT_TRUE(block_is_zero(there, 0));

@@ -58,10 +58,9 @@ TEST(LoopbackTransport, AnOfferOfAnotherProcessIsNotReachable) {
   Connector owner(loopback_only()), writer(loopback_only());
   std::vector<std::byte> target(4096), source(4096);
   const auto real = owner.create_writable({Descriptor(std::span(target))}).metadata();
-  auto endpoint = real.endpoint();
-  endpoint.transports.at(0).attributes.at("process") += "-elsewhere";
-  const RdmaMetadata elsewhere(real.operation_kind(), real.descriptors(), real.notification_key(),
-                               endpoint, real.token(), real.expires_at_ms());
+  auto fields = real.fields();
+  fields.endpoint.transports.at(0).attributes.at("process") += "-elsewhere";
+  const RdmaMetadata elsewhere(std::move(fields));
   try {
     auto write = writer.begin_write({Descriptor(std::span(source))}, elsewhere);
     ADD_FAILURE() << "a write to another process's loopback offer began";

@@ -395,8 +395,9 @@ TEST_P(VerbsAccess, ABeginOfAnotherOperationsKeyWithoutItsTokenIsRefused) {
   // B's key (say, guessed or seen) with A's token: refused, and no key granted.
   auto forged = RdmaMetadata::from_json(readable_b.metadata().to_json());
   const auto a_metadata = readable_a.metadata();
-  RdmaMetadata mixed(forged.operation_kind(), forged.descriptors(), forged.notification_key(),
-                     forged.endpoint(), a_metadata.token(), forged.expires_at_ms());
+  auto fields = forged.fields();
+  fields.token = a_metadata.token();
+  RdmaMetadata mixed(std::move(fields));
   RawVerbsPeer attacker(rail_addresses(a_metadata).front(), "attacker");
   const auto grant = attacker.begin(mixed);
   EXPECT_FALSE(grant.accepted);

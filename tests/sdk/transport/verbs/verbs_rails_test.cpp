@@ -134,8 +134,12 @@ TEST(RailOffer, FirstRailIsTheClassicOfferAndTheRestAreAttributes) {
   ASSERT_EQ(rails.size(), 2u);
   EXPECT_EQ(rails[1].address, "10.0.1.1:4001");
   // Through the metadata's JSON and back: nixl_connect's field names, rails in attributes.
-  RdmaMetadata metadata(OperationKind::Read, {{Device(), 4096, 2}, {Device(), 8192, 3}},
-                        std::string(32, 'a'), Endpoint{"c", "h", {offer}}, std::string(32, 'b'), 0);
+  RdmaMetadata metadata({.kind = OperationKind::Read,
+                         .descriptors = {{Device(), 4096, 2}, {Device(), 8192, 3}},
+                         .notification_key = std::string(32, 'a'),
+                         .endpoint = {"c", "h", {offer}},
+                         .token = std::string(32, 'b'),
+                         .expires_at_ms = 0});
   const auto again = RdmaMetadata::from_json(metadata.to_json());
   EXPECT_EQ(memwire::detail::verbs::rails_of(again.endpoint().transports.at(0)).size(), 2u);
 }
