@@ -12,6 +12,18 @@ namespace memwire::detail {
 TransferBudget::Account::~Account() {
   release(Record::Open, held_[0]);
   release(Record::Remembered, held_[1]);
+  {
+    // The entries of a peer and a user go with the last connection that emptied them, not with
+    // every record: a transfer at a time would otherwise insert and erase a node (its key a
+    // copied string) at each step.
+    std::lock_guard lock(budget_->mutex_);
+    const auto forget_if_empty = [](auto& counts, const auto& key) {
+      auto found = counts.find(key);
+      if (found != counts.end() && found->second == Counts{}) counts.erase(found);
+    };
+    forget_if_empty(budget_->per_peer_, peer_);
+    if (user_) forget_if_empty(budget_->per_user_, *user_);
+  }
   budget_->closed(most_held_[0] + most_held_[1]);
 }
 
@@ -81,7 +93,6 @@ void TransferBudget::Account::release(Record kind, std::size_t count) {
       auto found = counts.find(key);
       if (found == counts.end()) return;
       found->second[n] -= std::min(found->second[n], count);
-      if (found->second == Counts{}) counts.erase(found);
     };
     drop(budget.per_peer_, peer_);
     if (user_) drop(budget.per_user_, *user_);

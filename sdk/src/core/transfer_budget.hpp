@@ -82,7 +82,8 @@ class TransferBudget {
   const Limits limits_;
   const std::shared_ptr<TelemetryRecorder> telemetry_;
   mutable std::mutex mutex_;
-  // Only peers and users holding something: an entry goes with its last record.
+  // Peers and users with a live connection or a record: an entry goes when a connection that
+  // leaves finds it empty (its number bounded by the connections).
   std::unordered_map<std::string, Counts> per_peer_;
   std::unordered_map<uid_t, Counts> per_user_;
   Counts total_{};
