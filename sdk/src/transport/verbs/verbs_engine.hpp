@@ -117,17 +117,25 @@ class Engine final : public std::enable_shared_from_this<Engine>,
   void on_established(Connection& connection, const std::optional<std::string>& peer);
 
   // completions
-  // `beginning`: see drain(). True when completions were left for later.
+  // `beginning`: see drain(). Handles a bounded number of the rail's completion events (the
+  // channel stays readable for the rest); what drain() left is polled again later
+  // (come_back_later). True when completions were left for later.
   bool on_completions(Rail& rail, std::optional<std::uint64_t> beginning = std::nullopt);
   void on_async_events(std::size_t rail);
   // Handles the connection's completions: first those left for later, then its queue's. With
   // `beginning` (a caller that began that transfer): only that transfer's batches and the
   // send completions, which run no callback; what comes from then on is left for later (a
   // notice, another transfer's batch: no other transfer's callback runs inside begin_read, whose
-  // caller may hold a lock it takes). True when completions were left.
+  // caller may hold a lock it takes). At most kMostCompletionsPerDrain from the queue: a peer
+  // that keeps it full holds the loop no longer than that. True when completions were left.
   bool drain(Connection& connection, std::optional<std::uint64_t> beginning = std::nullopt);
   // Drains every connection's queue, without waiting for its completion events (a waiter's).
-  void poll_every_queue();
+  // True when completions were left.
+  bool poll_every_queue();
+  // Completions were left (drain's bound, or a beginning caller's): the loop polls every
+  // queue again after what is ready now (rdma_cm events, timers, commands) had its turn, and
+  // again while some are left. One command queued at a time.
+  void come_back_later();
   // The loop's work, taken by another thread than the progress thread (a caller beginning a
   // transfer, a waiter): the completion channels are its own meanwhile, so that completions of
   // its own posts (rxe handles a post within the call) do not wake the progress thread only to
@@ -202,6 +210,7 @@ class Engine final : public std::enable_shared_from_this<Engine>,
   std::size_t prune_expiries_at_ = 4096;
   std::promise<void>* flushed_ = nullptr;  // set while shutdown() waits for notices to leave
   std::vector<std::shared_ptr<Connection>> polled_;  // poll_every_queue()'s, kept for its capacity
+  bool coming_back_ = false;                         // come_back_later()'s command is queued
   // How long waits for small transfers last here (a moving average): how long a waiter polls.
   std::chrono::nanoseconds typical_small_wait_{100'000};
   VerbsActiveSide active_;

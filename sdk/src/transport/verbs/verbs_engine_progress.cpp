@@ -18,14 +18,22 @@ namespace {
 // was in flight (it hears of the end with its next request, a round trip), not a fault.
 constexpr std::chrono::seconds kEndedGrantExcuses{2};
 
+// The loop's turn on completions is bounded: peers that keep their queues full (a flood of
+// refused transfers, refilled as fast as they are answered) cannot hold off rdma_cm events (a
+// new peer's connection), timers or commands. Events per turn (the channel's fd stays readable
+// for the rest) and completions per drain of one queue (come_back_later polls the rest).
+constexpr int kMostCompletionEventsPerTurn = 4;
+constexpr int kCompletionsPerPoll = 32;
+constexpr int kMostCompletionsPerDrain = 2 * kCompletionsPerPoll;
+
 }  // namespace
 
 bool Engine::on_completions(Rail& rail, std::optional<std::uint64_t> beginning) {
   bool left = false;
-  for (;;) {
+  for (int handled = 0; handled < kMostCompletionEventsPerTurn; ++handled) {
     ibv_cq* cq = nullptr;
     void* context = nullptr;
-    if (ibv_get_cq_event(rail.completions.get(), &cq, &context) != 0) return left;  // drained
+    if (ibv_get_cq_event(rail.completions.get(), &cq, &context) != 0) break;  // drained
     // Acknowledged at once: destroying a CQ waits for its events to be acknowledged. A CQ's
     // events cannot be read once it is destroyed, so `context` is a live connection.
     ibv_ack_cq_events(cq, 1);
@@ -38,6 +46,8 @@ bool Engine::on_completions(Rail& rail, std::optional<std::uint64_t> beginning) 
     }
     left = drain(connection, beginning) || left;
   }
+  if (left) come_back_later();
+  return left;
 }
 
 void Engine::on_async_events(std::size_t rail) {
@@ -79,14 +89,16 @@ bool Engine::drain(Connection& connection, std::optional<std::uint64_t> beginnin
            (tag == Connection::Tag::Data &&
             active_.leg_of_transfer(Connection::value_of(completion.wr_id), *beginning));
   };
-  ibv_wc completions[32];
-  while (connection.state != Connection::State::Closed) {
-    const int count = ibv_poll_cq(connection.cq(), 32, completions);
+  ibv_wc completions[kCompletionsPerPoll];
+  for (int polled = 0; connection.state != Connection::State::Closed;) {
+    if (polled == kMostCompletionsPerDrain) return true;  // maybe more: polled again later
+    const int count = ibv_poll_cq(connection.cq(), kCompletionsPerPoll, completions);
     if (count < 0) {
       fail_connection(connection, Error(ErrorCode::Transport, "verbs: ibv_poll_cq failed"));
       break;
     }
     if (count == 0) break;
+    polled += count;
     for (int i = 0; i < count && connection.state != Connection::State::Closed; ++i) {
       if (beginning && !allowed(completions[i]))
         connection.unhandled.push_back(completions[i]);

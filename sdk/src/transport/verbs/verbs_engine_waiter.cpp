@@ -34,23 +34,32 @@ Engine::BorrowedWork::BorrowedWork(Engine& engine, std::optional<std::uint64_t> 
 Engine::BorrowedWork::~BorrowedWork() {
   if (!work_) return;
   try {
-    bool left = false;
-    for (const auto& rail : engine_.rails_)
-      left = engine_.on_completions(*rail, beginning_) || left;
+    // The progress thread handles what was left (come_back_later), as it would have: after
+    // this returns.
+    for (const auto& rail : engine_.rails_) engine_.on_completions(*rail, beginning_);
     engine_.after_handler();
-    // The progress thread handles what was left, as it would have: after this returns.
-    if (left) engine_.run_on_loop([engine = &engine_] { engine->poll_every_queue(); });
   } catch (const std::exception&) {
   }
   engine_.watch_completions(true);
 }
 
-void Engine::poll_every_queue() {
+bool Engine::poll_every_queue() {
   for (const auto& [id, connection] : connections_)
     if (connection->state != Connection::State::Closed && connection->cq() != nullptr)
       polled_.push_back(connection);
-  for (const auto& connection : polled_) drain(*connection);
+  bool left = false;
+  for (const auto& connection : polled_) left = drain(*connection) || left;
   polled_.clear();
+  if (left) come_back_later();
+  return left;
+}
+
+void Engine::come_back_later() {
+  if (std::exchange(coming_back_, true)) return;
+  run_on_loop([this] {
+    coming_back_ = false;
+    poll_every_queue();
+  });
 }
 
 bool Engine::drive(std::uint64_t bytes, const std::atomic<bool>& settled,
