@@ -24,6 +24,17 @@ std::vector<RemoteDescriptor> spans_of(const PoolMetadata& pool) {
   return spans;
 }
 
+// A one-shot operation's request: descriptor i to remote descriptor i, whole.
+TransferRequest one_shot_request(const std::vector<Descriptor>& local) {
+  TransferRequest request;
+  request.segments.reserve(local.size());
+  for (std::uint32_t i = 0; i < local.size(); ++i) {
+    request.segments.push_back({static_cast<std::byte*>(local[i].ptr()), i, 0, local[i].size(), 0});
+    request.bytes += local[i].size();
+  }
+  return request;
+}
+
 }  // namespace
 
 std::uint64_t RemoteTarget::total_size() const noexcept {
@@ -39,7 +50,8 @@ ActiveTransfer::ActiveTransfer(OperationKind kind, std::vector<Descriptor> local
       remote_{remote.descriptors(), remote.endpoint().connector, remote.expires_at_ms()},
       key_(id_from(remote.notification_key(), "notification_key")),
       token_(id_from(remote.token(), "token")),
-      grace_(grace) {}
+      grace_(grace),
+      request_(one_shot_request(local_)) {}
 
 ActiveTransfer::ActiveTransfer(OperationKind kind, std::vector<Descriptor> local,
                                const PoolMetadata& remote, std::chrono::milliseconds grace)
@@ -63,6 +75,9 @@ const std::vector<Descriptor>& ActiveTransfer::results() const noexcept {
 
 void ActiveTransfer::stage_through(std::shared_ptr<const CudaStaging> staging) {
   local_ = staging->host();
+  // The segments move the stand-ins (one to one with local()).
+  for (std::size_t i = 0; i < request_.segments.size() && i < local_.size(); ++i)
+    request_.segments[i].local = static_cast<std::byte*>(local_[i].ptr());
   staging_ = std::move(staging);
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/access_gate.hpp"
 #include "core/operation_core.hpp"
+#include "core/transfer_request.hpp"
 #include "memwire/descriptor.hpp"
 #include "memwire/metadata.hpp"
 #include "memwire/pool.hpp"
@@ -22,32 +23,6 @@ namespace memwire::detail {
 class CudaStaging;
 class GpuPoolMemory;
 class Registration;
-
-// A transfer between two pools: runs of bytes between local memory and a remote region,
-// coalesced from the block pairs, and the tag that follows them.
-struct BlockSegment {
-  std::byte* local;
-  std::uint32_t remote_region;
-  std::uint64_t remote_offset;
-  std::uint64_t length;
-  std::uint32_t local_region;  // of the local pool: what verbs registers for it, once
-};
-struct BlockPlan {
-  std::vector<BlockSegment> segments;
-  std::uint64_t bytes = 0;
-  std::string tag;                           // empty: no notification
-  std::uint64_t generation = 0;              // of the remote pool's metadata
-  std::shared_ptr<Registration> local_pool;  // kept alive while the transfer is
-  // The local pool's GPU memory when the owner (a same-host pool in GPU memory) copies it
-  // through CUDA IPC: the segments are device addresses, and requests carry their allocations'
-  // handles. Null otherwise (GPU memory is then staged through pinned host memory).
-  std::shared_ptr<const GpuPoolMemory> cuda_ipc;
-  // Under a request grant's metadata (verbs): the owner's windows, and per segment the one that
-  // holds it (kNoWindow: none, the transfer is refused before it begins). Empty otherwise.
-  static constexpr std::uint32_t kNoWindow = UINT32_MAX;
-  std::size_t grant_windows = 0;
-  std::vector<std::uint32_t> segment_windows;
-};
 
 // Of the remote side, what transports need once a transfer started: the spans it may touch
 // (a one-shot operation's descriptors, or a pool's regions, each from its first block to the
@@ -64,8 +39,8 @@ class ActiveTransfer final : public OperationCore {
   // A one-shot operation: `local` pairs by index with the remote descriptors.
   ActiveTransfer(OperationKind kind, std::vector<Descriptor> local, const RdmaMetadata& remote,
                  std::chrono::milliseconds grace);
-  // A transfer between pools: `local` are the runs of its plan (see move_blocks), moved to and
-  // from the remote pool's regions.
+  // A transfer between pools: `local` are the runs its request (set_request) moves to and from
+  // the remote pool's regions.
   ActiveTransfer(OperationKind kind, std::vector<Descriptor> local, const PoolMetadata& remote,
                  std::chrono::milliseconds grace);
   ~ActiveTransfer() override;
@@ -85,18 +60,17 @@ class ActiveTransfer final : public OperationCore {
   // token(); the offers were chosen from at the start). Kept alone: the rest, copied per
   // operation, cost a small READ several allocations.
   const RemoteTarget& remote() const noexcept { return remote_; }
-  // A transfer between pools (set before it starts), or null for a one-shot operation.
-  void move_blocks(BlockPlan plan) { blocks_ = std::make_unique<const BlockPlan>(std::move(plan)); }
-  const BlockPlan* blocks() const noexcept { return blocks_.get(); }
-  // The GPU memory that the owner copies through CUDA IPC: a pool transfer's (see BlockPlan)
-  // or a one-shot operation's on one host (its local() are then device memory). Null when
-  // nothing goes through CUDA IPC. A one-shot's is set before the transfer starts.
+  // What the transports move and what its requests carry: a one-shot operation's pairs its
+  // descriptors one to one with the remote ones; a transfer between pools sets its own
+  // (pool/), before it starts and before stage_through.
+  const TransferRequest& request() const noexcept { return request_; }
+  void set_request(TransferRequest request) { request_ = std::move(request); }
+  // The GPU memory that the owner copies through CUDA IPC (TransferRequest::cuda_ipc): a one-shot
+  // operation's on one host (its local() are then device memory) is set before it starts.
   void copy_through_cuda_ipc(std::shared_ptr<const GpuPoolMemory> gpu) {
-    cuda_ipc_ = std::move(gpu);
+    request_.cuda_ipc = std::move(gpu);
   }
-  const GpuPoolMemory* cuda_ipc() const noexcept {
-    return blocks_ ? blocks_->cuda_ipc.get() : cuda_ipc_.get();
-  }
+  const GpuPoolMemory* cuda_ipc() const noexcept { return request_.cuda_ipc.get(); }
   const Id128& key() const noexcept { return key_; }
   const Id128& token() const noexcept { return token_; }
   // Guards the local buffers: a transport pins it while it moves bytes in or out of them.
@@ -127,8 +101,7 @@ class ActiveTransfer final : public OperationCore {
   std::mutex notifier_mutex_;
   std::function<void(const Error&)> notify_failure_;
   std::shared_ptr<const CudaStaging> staging_;
-  std::unique_ptr<const BlockPlan> blocks_;
-  std::shared_ptr<const GpuPoolMemory> cuda_ipc_;  // a one-shot operation's (see cuda_ipc())
+  TransferRequest request_;
 };
 
 }  // namespace memwire::detail

@@ -228,7 +228,7 @@ void Connector::Impl::start_on_best_transport(
   const auto& peer = remote.connector;
   std::string refusals;
   for (auto [transport, offer] : candidates(remote)) {
-    if (transfer->blocks() && !transport->serves_pools()) continue;
+    if (transfer->request().header && !transport->serves_pools()) continue;
     const std::string transport_name(transport->name());
     detail::StartResult started;
     try {

@@ -35,11 +35,11 @@ std::uint64_t slice_start(std::size_t index, const char* side, std::uint64_t blo
 
 }  // namespace
 
-BlockPlan plan_blocks(const std::vector<BlockPair>& pairs, const PoolMetadata& remote,
-                      const PoolState& local, const std::optional<BlockSlice>& slice) {
+TransferRequest plan_blocks(const std::vector<BlockPair>& pairs, const PoolMetadata& remote,
+                            const PoolState& local, const std::optional<BlockSlice>& slice) {
   if (slice && slice->length == 0)
     throw Error(ErrorCode::InvalidArgument, "a slice of 0 bytes moves nothing");
-  BlockPlan plan;
+  TransferRequest plan;
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     const auto& pair = pairs[i];
     const auto there = remote.locate(pair.remote);

@@ -3,7 +3,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/active_transfer.hpp"
+#include "core/transfer_request.hpp"
 #include "memwire/pool.hpp"
 
 namespace memwire::detail {
@@ -16,7 +16,7 @@ class PoolState;
 // overflowing slice, offsets without a slice), SizeMismatch (blocks of different sizes without
 // a slice, or a slice that does not fit a block). The plan's tag, generation and local pool are
 // the caller's to set.
-BlockPlan plan_blocks(const std::vector<BlockPair>& pairs, const PoolMetadata& remote,
-                      const PoolState& local, const std::optional<BlockSlice>& slice);
+TransferRequest plan_blocks(const std::vector<BlockPair>& pairs, const PoolMetadata& remote,
+                            const PoolState& local, const std::optional<BlockSlice>& slice);
 
 }  // namespace memwire::detail

@@ -132,14 +132,13 @@ std::shared_ptr<detail::ActiveTransfer> begin_block_transfer(
                                                 " bytes (at most " +
                                                 std::to_string(Connector::kMaxTagBytes) + ")");
   auto plan = detail::plan_blocks(pairs, remote, *pool, slice);
-  plan.tag = std::move(tag);
-  plan.generation = remote.generation();
+  plan.header = detail::TransferHeader{remote.generation(), std::move(tag)};
   detail::plan_grant_windows(plan, remote);  // verbs keys under a request grant
   // Checked here first, as RequestScope says: the owner (or the NIC) refuses it anyway.
   auto refused = detail::outside_scope(plan, remote, kind);
   const auto bytes = plan.bytes;
-  // Each run is a local descriptor, paired with its place in a remote region: what verbs
-  // moves (the stream transports take the plan itself).
+  // Each run is a local descriptor (ActiveTransfer::local()), paired with its place in a remote
+  // region by the run's segment.
   std::vector<Descriptor> runs;
   runs.reserve(plan.segments.size());
   const auto local_device = pool->regions().front().device;
@@ -152,17 +151,15 @@ std::shared_ptr<detail::ActiveTransfer> begin_block_transfer(
     if (through_cuda_ipc(connector, *pool->gpu(), remote)) {
       plan.cuda_ipc = pool->gpu();
     } else {
-      staging = connector.stage(runs);
-      for (std::size_t i = 0; i < plan.segments.size(); ++i)
-        plan.segments[i].local = static_cast<std::byte*>(staging->host()[i].ptr());
+      staging = connector.stage(runs);  // stage_through moves the segments onto its stand-ins
       if (kind == OperationKind::Write) staging->copy_to_host();
     }
   }
   auto transfer = std::make_shared<detail::ActiveTransfer>(
       kind, std::move(runs), remote, connector.context().options.connect_timeout);
+  plan.local_registration = std::move(local_pool);
+  transfer->set_request(std::move(plan));
   if (staging) transfer->stage_through(staging);
-  plan.local_pool = std::move(local_pool);
-  transfer->move_blocks(std::move(plan));
   pool->track(transfer);
   transfer->observe(connector.observation(detail::Side::Active, bytes, remote.key(),
                                           remote.endpoint().connector));

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/active_transfer.hpp"
+#include "core/transfer_request.hpp"
 #include "memwire/error.hpp"
 #include "memwire/pool.hpp"
 
@@ -50,7 +50,7 @@ inline std::int64_t window_holding(const std::vector<GrantWindow>& windows, std:
 // Why a transfer of `kind` planned as `plan` may not move under `remote`'s request grant (its
 // access, its runs: RequestScope), for the peer to refuse it before sending; nothing when it
 // may, or when `remote` holds no grant. Needs plan_grant_windows() first.
-inline std::optional<Error> outside_scope(const BlockPlan& plan, const PoolMetadata& remote,
+inline std::optional<Error> outside_scope(const TransferRequest& plan, const PoolMetadata& remote,
                                           OperationKind kind) {
   const auto* scope = remote.scope();
   if (scope == nullptr) return std::nullopt;
@@ -60,7 +60,7 @@ inline std::optional<Error> outside_scope(const BlockPlan& plan, const PoolMetad
                                               " allows no remote " + std::string(to_string(kind)) +
                                               " (refused before any byte moved)");
   for (const auto window : plan.segment_windows)
-    if (window == BlockPlan::kNoWindow)
+    if (window == TransferRequest::kNoWindow)
       return Error(ErrorCode::AccessDenied, "blocks outside those granted for request " +
                                                 scope->request +
                                                 " (refused before any byte moved)");
@@ -68,7 +68,7 @@ inline std::optional<Error> outside_scope(const BlockPlan& plan, const PoolMetad
 }
 
 // Fills plan's grant windows when `remote` is a request grant's metadata.
-inline void plan_grant_windows(BlockPlan& plan, const PoolMetadata& remote) {
+inline void plan_grant_windows(TransferRequest& plan, const PoolMetadata& remote) {
   if (!remote.scope()) return;
   const auto windows = grant_windows(remote, *remote.scope());
   plan.grant_windows = windows.size();
@@ -76,7 +76,7 @@ inline void plan_grant_windows(BlockPlan& plan, const PoolMetadata& remote) {
   for (const auto& segment : plan.segments) {
     const auto found =
         window_holding(windows, segment.remote_region, segment.remote_offset, segment.length);
-    plan.segment_windows.push_back(found < 0 ? BlockPlan::kNoWindow
+    plan.segment_windows.push_back(found < 0 ? TransferRequest::kNoWindow
                                              : static_cast<std::uint32_t>(found));
   }
 }

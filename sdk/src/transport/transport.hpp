@@ -47,8 +47,8 @@ class Transport {
   virtual TransportOffer offer(Registration& registration) = 0;
   // Whether this end can use the peer's offer (e.g. same host for shm).
   virtual bool can_reach(const TransportOffer& /*offer*/) const { return true; }
-  // Whether it moves blocks between pools (ActiveTransfer::blocks()): offered for pools only
-  // when it does.
+  // Whether it moves transfers under a header between pools (TransferRequest::header): offered
+  // for pools only when it does.
   virtual bool serves_pools() const { return false; }
   // Why it must not serve this pool (e.g. it can grant peers only whole spans, and the pool's
   // spans hold bytes between blocks), or nullopt: then it is offered for the pool.

@@ -7,17 +7,7 @@
 
 namespace memwire::detail {
 
-std::vector<BlockSegment> one_shot_segments(const ActiveTransfer& transfer) {
-  std::vector<BlockSegment> segments;
-  segments.reserve(transfer.local().size());
-  for (std::uint32_t i = 0; i < transfer.local().size(); ++i) {
-    const auto& descriptor = transfer.local()[i];
-    segments.push_back({static_cast<std::byte*>(descriptor.ptr()), i, 0, descriptor.size(), 0});
-  }
-  return segments;
-}
-
-std::vector<Request> plan_requests(const std::vector<BlockSegment>& segments,
+std::vector<Request> plan_requests(const std::vector<TransferSegment>& segments,
                                    std::uint64_t chunk_size) {
   std::vector<Request> requests;
   Request gathering;

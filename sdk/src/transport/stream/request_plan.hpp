@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/active_transfer.hpp"
+#include "core/transfer_request.hpp"
 
 namespace memwire::detail {
 
@@ -22,13 +22,10 @@ struct Request {
   std::uint64_t length = 0;
 };
 
-// A one-shot operation's local descriptors pair by index with the remote ones.
-std::vector<BlockSegment> one_shot_segments(const ActiveTransfer& transfer);
-
 // Runs of at least `chunk_size` go in chunks of that size, one request each, spread over the
 // pooled connections; smaller ones are gathered into piece requests of up to `chunk_size`
 // bytes and kMaxFramePieces pieces, so many small blocks cost a few requests.
-std::vector<Request> plan_requests(const std::vector<BlockSegment>& segments,
+std::vector<Request> plan_requests(const std::vector<TransferSegment>& segments,
                                    std::uint64_t chunk_size);
 
 // Where a request's bytes travel, and who moves them.

@@ -26,14 +26,14 @@ std::optional<StreamActiveSide::Pending> StreamActiveSide::take(std::uint64_t re
 }
 
 void mark_pool_frame(FrameHeader& header, FrameType type, std::uint64_t pool_transfer_id,
-                     const BlockPlan& blocks) {
+                     const TransferHeader& transfer) {
   auto pool = as_pool(header);
   pool.type = type;
   pool.transfer = pool_transfer_id;
-  pool.generation = static_cast<std::uint32_t>(blocks.generation);
+  pool.generation = static_cast<std::uint32_t>(transfer.generation);
   // Every request names its transfer's tag: the owner admits the transfer with it, and
   // delivers it at the end. The end itself carries none.
-  pool.tag_bytes = type == FrameType::PoolEnd ? 0 : static_cast<std::uint32_t>(blocks.tag.size());
+  pool.tag_bytes = type == FrameType::PoolEnd ? 0 : static_cast<std::uint32_t>(transfer.tag.size());
   header = as_frame(pool);
 }
 
@@ -42,8 +42,8 @@ OutFrame notice_frame(const ActiveTransfer& transfer, std::uint64_t pool_transfe
   frame.header.type = FrameType::Notice;
   frame.header.key = transfer.key();
   frame.header.token = transfer.token();
-  if (const auto* blocks = transfer.blocks())
-    mark_pool_frame(frame.header, FrameType::PoolEnd, pool_transfer_id, *blocks);
+  if (const auto& header = transfer.request().header)
+    mark_pool_frame(frame.header, FrameType::PoolEnd, pool_transfer_id, *header);
   return frame;
 }
 
@@ -64,7 +64,7 @@ void StreamActiveSide::chunk_done(StreamConnection&,
   if (transfer->chunks_left.fetch_sub(1) != 1 ||
       transfer->transfer->status() != OperationStatus::InProgress)
     return;
-  if (transfer->transfer->blocks()) {
+  if (transfer->transfer->request().header) {
     switch (transfer->pool_notice) {
       case PoolNotice::None:
       case PoolNotice::InRequest:

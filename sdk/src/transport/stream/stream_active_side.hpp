@@ -40,9 +40,10 @@ struct StreamTransfer {
   bool bytes_by_loop = false;
 };
 
-// Makes `header` a pool frame of `type` (PoolFrameHeader) of transfer `pool_transfer_id`.
+// Makes `header` a pool frame of `type` (PoolFrameHeader) of transfer `pool_transfer_id`: what a
+// request under a TransferHeader carries on the wire.
 void mark_pool_frame(FrameHeader& header, FrameType type, std::uint64_t pool_transfer_id,
-                     const BlockPlan& blocks);
+                     const TransferHeader& transfer);
 // The completion notice of a transfer (a pool's is its PoolEnd), without code or request id.
 OutFrame notice_frame(const ActiveTransfer& transfer, std::uint64_t pool_transfer_id);
 

@@ -86,7 +86,8 @@ class StreamTransport final : public Transport {
 
   StartResult start(const std::shared_ptr<ActiveTransfer>& transfer,
                     const TransportOffer& offer) override {
-    const auto* blocks = transfer->blocks();
+    const auto& request = transfer->request();
+    const auto* header = request.header ? &*request.header : nullptr;
     // Planned for CUDA IPC (the same host over shm): no other path reaches its device memory.
     const bool cuda_ipc = transfer->cuda_ipc() != nullptr;
     if (cuda_ipc && !same_host())
@@ -96,18 +97,18 @@ class StreamTransport final : public Transport {
     auto connections = connections_to(offer.address, unusable);
     if (connections.empty()) return StartResult::cannot(unusable);
     // Each transfer starts on the next connection: many one-chunk transfers in flight spread
-    // over all of them instead of queueing on the first. A pool's transfers all take the
-    // first: its tags then reach the owner in the order they were sent, after their bytes, and
-    // the owner knows which connection a tagged transfer was in the middle of when it breaks.
+    // over all of them instead of queueing on the first. Transfers under a header all take the
+    // first: their tags then reach the owner in the order they were sent, after their bytes,
+    // and the owner knows which connection a tagged transfer was in the middle of when it breaks.
     const std::size_t first =
-        blocks ? 0 : next_first_connection_.fetch_add(1, std::memory_order_relaxed);
-    if (blocks) connections.resize(1);
+        header ? 0 : next_first_connection_.fetch_add(1, std::memory_order_relaxed);
+    if (header) connections.resize(1);
     auto state = std::make_shared<StreamTransfer>();
     state->transfer = transfer;
     state->notice_connection = connections[first % connections.size()];
-    if (blocks) {
+    if (header) {
       state->pool_transfer_id = next_pool_transfer_.fetch_add(1, std::memory_order_relaxed);
-      if (!blocks->tag.empty())
+      if (!header->tag.empty())
         state->pool_notice = transfer->kind() == OperationKind::Read ? PoolNotice::AfterAnswers
                                                                      : PoolNotice::Pipelined;
     }
@@ -117,15 +118,13 @@ class StreamTransport final : public Transport {
     // Through CUDA IPC the owner copies a request device to device at once: chunks would only
     // add round trips, so requests are cut only by their piece count.
     constexpr auto kWhole = std::uint64_t{1} << 62;
-    const auto requests =
-        blocks ? plan_requests(blocks->segments, cuda_ipc ? kWhole : chunk_size)
-               : plan_requests(one_shot_segments(*transfer), cuda_ipc ? kWhole : chunk_size);
+    const auto requests = plan_requests(request.segments, cuda_ipc ? kWhole : chunk_size);
     add_breaker(*transfer, *state, connections, first, requests.size());
     state->chunks_left = requests.size();
-    state->single_request = requests.size() == 1 && !blocks;
+    state->single_request = requests.size() == 1 && !header;
     if (state->pool_notice == PoolNotice::Pipelined && requests.size() == 1)
       state->pool_notice = PoolNotice::InRequest;
-    state->bytes_by_loop = blocks && !cuda_ipc && transfer->kind() == OperationKind::Write &&
+    state->bytes_by_loop = header && !cuda_ipc && transfer->kind() == OperationKind::Write &&
                            socket_bytes(requests, same_host()) >= kLoopSendsFrom;
 
     const bool reading = transfer->kind() == OperationKind::Read;
@@ -138,7 +137,7 @@ class StreamTransport final : public Transport {
     };
     for (std::size_t n = 0; n < requests.size(); ++n) {
       auto& connection = *connections[(first + n) % connections.size()];
-      const bool sent = requests[n].pieces.size() == 1 && !blocks && !cuda_ipc
+      const bool sent = requests[n].pieces.size() == 1 && !header && !cuda_ipc
                             ? send_chunk(connection, state, requests[n], reading)
                             : send_pieces(connection, state, requests[n], reading, n == 0);
       if (!sent) {
@@ -158,12 +157,12 @@ class StreamTransport final : public Transport {
     frame.header.key = transfer.key();
     frame.header.token = transfer.token();
     if (state.single_request) frame.header.flags = frame_flags::kCompletes;
-    if (const auto* blocks = transfer.blocks()) {
+    if (const auto& header = transfer.request().header) {
       // The tag rides after the piece list (send_pieces appends it).
       mark_pool_frame(frame.header,
                       transfer.kind() == OperationKind::Read ? FrameType::PoolReadRequest
                                                              : FrameType::PoolWriteRequest,
-                      state.pool_transfer_id, *blocks);
+                      state.pool_transfer_id, *header);
       if (state.pool_notice == PoolNotice::InRequest)
         frame.header.flags |= frame_flags::kLastOfTransfer;
     }
@@ -228,13 +227,14 @@ class StreamTransport final : public Transport {
     const auto ipc_table =
         gpu != nullptr ? ipc_allocations_for(*gpu, pieces) : std::vector<FrameIpcAllocation>{};
     auto frame = request_frame(*transfer, *state);
-    if (!transfer->blocks())
+    const auto& header = transfer->request().header;
+    if (!header)
       frame.header.type = reading ? FrameType::ReadPiecesRequest : FrameType::WritePiecesRequest;
     frame.header.index = static_cast<std::uint32_t>(pieces.size());
     frame.header.length = request.length;
     frame.text.assign(reinterpret_cast<const char*>(pieces.data()),
                       pieces.size() * sizeof(FramePiece));
-    if (const auto* blocks = transfer->blocks()) frame.text += blocks->tag;
+    if (header) frame.text += header->tag;
     if (gpu != nullptr) mark_cuda_ipc(frame, ipc_table);
     std::uint64_t id = 0;
     auto& active = connection.active();

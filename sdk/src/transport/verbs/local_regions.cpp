@@ -13,13 +13,15 @@ void acquire_local_regions(Rail& rail, OutboundTransfer& leg) {
   const int access = transfer.kind() == OperationKind::Read ? IBV_ACCESS_LOCAL_WRITE : 0;
   auto& cache = rail.local_regions;
   leg.regions.clear();
-  if (const auto* blocks = transfer.blocks()) {
-    // A sliced transfer has a run per slice, mostly of one region: looked up once per change
-    // of region, not per run.
-    const auto& regions = blocks->local_pool->descriptors();
+  const auto& request = transfer.request();
+  if (request.local_registration) {
+    // Registered memory: its regions, each registered once for every transfer. A sliced
+    // transfer has a run per slice, mostly of one region: looked up once per change of region,
+    // not per run.
+    const auto& regions = request.local_registration->descriptors();
     std::shared_ptr<const ibv_mr> current;
     std::uint32_t current_region = 0;
-    for (const auto& segment : blocks->segments) {
+    for (const auto& segment : request.segments) {
       if (!current || segment.local_region != current_region) {
         const auto& region = regions[segment.local_region];
         current = cache.acquire(region.ptr(), region.size(), access);

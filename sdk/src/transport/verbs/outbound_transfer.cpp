@@ -27,6 +27,7 @@ unsigned OutboundTransfer::next_batch(std::span<ibv_send_wr> wrs, std::span<ibv_
   const auto& transfer = *stripe->transfer;
   const bool reading = transfer.kind() == OperationKind::Read;
   const auto& local = transfer.local();
+  const auto& request = transfer.request();
   const auto& remote = transfer.remote().spans;
   std::vector<Slice> batch;
   unsigned count = 0;
@@ -45,19 +46,14 @@ unsigned OutboundTransfer::next_batch(std::span<ibv_send_wr> wrs, std::span<ibv_
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.opcode = reading ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
-    if (const auto* blocks = transfer.blocks()) {
-      // A run of blocks: its place in a remote region, under that region's key.
-      const auto& segment = blocks->segments[slice->index];
-      wr.wr.rdma.remote_addr =
-          remote[segment.remote_region].ptr + segment.remote_offset + slice->offset;
-      // Under a request grant: the key of the owner's window over this run.
-      wr.wr.rdma.rkey = blocks->segment_windows.empty()
-                            ? rkeys[segment.remote_region]
-                            : rkeys[blocks->segment_windows[slice->index]];
-    } else {
-      wr.wr.rdma.remote_addr = remote[slice->index].ptr + slice->offset;
-      wr.wr.rdma.rkey = rkeys[slice->index];
-    }
+    // Its segment's place in a remote region (descriptor), under that region's key, or under
+    // a request grant the key of the owner's window over it.
+    const auto& segment = request.segments[slice->index];
+    wr.wr.rdma.remote_addr =
+        remote[segment.remote_region].ptr + segment.remote_offset + slice->offset;
+    wr.wr.rdma.rkey = request.segment_windows.empty()
+                          ? rkeys[segment.remote_region]
+                          : rkeys[request.segment_windows[slice->index]];
     if (count > 0) wrs[count - 1].next = &wr;
     batch.push_back(*slice);
     bytes += slice->length;

@@ -13,10 +13,10 @@ Notice begin_notice(const OutboundTransfer& leg) {
   notice.key = leg.stripe->transfer->key();
   notice.token = leg.stripe->transfer->token();
   notice.kind = leg.stripe->transfer->kind();
-  if (const auto* blocks = leg.stripe->transfer->blocks()) {
+  if (const auto& header = leg.stripe->transfer->request().header) {
     notice.type = NoticeType::PoolBegin;
-    notice.generation = blocks->generation;
-    notice.tag = blocks->tag;
+    notice.generation = header->generation;
+    notice.tag = header->tag;
   } else {
     notice.bytes = leg.stripe->transfer->remote().total_size();
     // The transfer, the same on every rail: the owner grants a one-shot operation to one.
@@ -36,14 +36,14 @@ Notice transfer_notice(NoticeType type, std::uint64_t leg_seq, const Stripe& str
 }
 
 Notice abort_notice(std::uint64_t leg_seq, const Stripe& stripe, const Error& error) {
-  const auto* blocks = stripe.transfer->blocks();
+  const auto& header = stripe.transfer->request().header;
   auto notice =
-      transfer_notice(blocks ? NoticeType::PoolAbort : NoticeType::Abort, leg_seq, stripe);
+      transfer_notice(header ? NoticeType::PoolAbort : NoticeType::Abort, leg_seq, stripe);
   notice.error = error.code();
-  if (blocks) {
+  if (header) {
     // The owner may not know this transfer (no Begin: keys cached): the tag tells it which.
-    notice.generation = blocks->generation;
-    notice.tag = blocks->tag;
+    notice.generation = header->generation;
+    notice.tag = header->tag;
   } else {
     notice.text = error.what();
   }

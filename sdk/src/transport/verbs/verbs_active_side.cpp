@@ -42,18 +42,18 @@ int common_prefix(const std::string& a, const std::string& b) {
   return std::countl_zero(ipv4_bits(a) ^ ipv4_bits(b));
 }
 
-// The keys a leg needs: one per remote descriptor (a pool's: per region).
+// The keys a leg needs: one per remote descriptor (region), or per window of a request grant.
 std::size_t keys_wanted(const ActiveTransfer& transfer) {
-  if (const auto* blocks = transfer.blocks())
-    return blocks->segment_windows.empty() ? transfer.remote().spans.size() : blocks->grant_windows;
-  return transfer.local().size();
+  const auto& request = transfer.request();
+  return request.segment_windows.empty() ? transfer.remote().spans.size() : request.grant_windows;
 }
 
-// Whether a connection keeps the owner's keys for later transfers of the pool: not a request
-// grant's, which the owner may end at any time: each of its transfers asks (PoolBegin), so
-// that a released grant is refused with its reason rather than by the NIC.
+// Whether a connection keeps the owner's keys for later transfers under a header (a pool's):
+// not a request grant's, which the owner may end at any time: each of its transfers asks
+// (PoolBegin), so that a released grant is refused with its reason rather than by the NIC.
 bool keeps_keys(const ActiveTransfer& transfer) {
-  return transfer.blocks() && transfer.blocks()->segment_windows.empty();
+  const auto& request = transfer.request();
+  return request.header && request.segment_windows.empty();
 }
 
 }  // namespace
@@ -110,27 +110,35 @@ OutboundTransfer* VerbsActiveSide::leg_of(std::uint64_t leg_seq) {
 
 void VerbsActiveSide::begin(const std::shared_ptr<ActiveTransfer>& transfer,
                             const TransportOffer& offer, std::uint64_t seq) {
-  // A tagged pool transfer that ended before it began still reaches the owner, whose waiters
-  // for its tag hear that it failed.
-  const auto* blocks = transfer->blocks();
-  const bool tell_owner = blocks != nullptr && !blocks->tag.empty();
+  // A tagged transfer that ended before it began still reaches the owner, whose waiters for
+  // its tag hear that it failed.
+  const auto& request = transfer->request();
+  const bool tell_owner = request.header && !request.header->tag.empty();
   if (is_terminal(transfer->status()) && !tell_owner) return;
-  const auto& local = transfer->local();
   const auto& remote = transfer->remote().spans;
-  if (!transfer->blocks() && local.size() != remote.size()) {
+  // Every segment within its remote region (the connector checked: the NIC would break the
+  // connection over one that is not). Without a header, one segment per remote descriptor.
+  if (!request.header && request.segments.size() != remote.size()) {
     transfer->fail(Error(ErrorCode::InvalidMetadata,
                          "verbs: " + std::to_string(remote.size()) + " remote and " +
-                             std::to_string(local.size()) + " local descriptors"));
+                             std::to_string(request.segments.size()) + " local descriptors"));
     return;
   }
   std::uint64_t total = 0;
-  for (std::size_t i = 0; i < local.size(); ++i) {
-    if (!transfer->blocks() && local[i].size() != remote[i].size) {
+  for (std::size_t i = 0; i < request.segments.size(); ++i) {
+    const auto& segment = request.segments[i];
+    const bool outside =
+        segment.remote_region >= remote.size() ||
+        remote[segment.remote_region].size < segment.remote_offset ||
+        remote[segment.remote_region].size - segment.remote_offset < segment.length;
+    if (outside || (!request.header && segment.length != remote[segment.remote_region].size)) {
       transfer->fail(
-          Error(ErrorCode::SizeMismatch, "descriptor " + std::to_string(i) + " differs in size"));
+          Error(ErrorCode::SizeMismatch,
+                outside ? "verbs: run " + std::to_string(i) + " lies outside its remote region"
+                        : "descriptor " + std::to_string(i) + " differs in size"));
       return;
     }
-    total += local[i].size();
+    total += segment.length;
   }
   std::vector<PeerRail> peer;
   try {
@@ -173,9 +181,9 @@ void VerbsActiveSide::begin(const std::shared_ptr<ActiveTransfer>& transfer,
   std::stable_partition(stripe->pairs.begin(), stripe->pairs.end(), [&](const Stripe::Pair& pair) {
     return !port_.rail(pair.local_rail).failed_within(kRailPenalty, now);
   });
-  // A pool's transfer keeps to one rail: its tag goes on the connection that moved its bytes,
-  // and a lost rail fails it (the owner's waiters hear of that tag) rather than moving on.
-  if (transfer->blocks() && stripe->pairs.size() > 1) stripe->pairs.resize(1);
+  // A transfer under a header keeps to one rail: its tag goes on the connection that moved its
+  // bytes, and a lost rail fails it (the owner's waiters hear of that tag) rather than moving on.
+  if (request.header && stripe->pairs.size() > 1) stripe->pairs.resize(1);
   stripe->slice_bytes = slice_bytes_;
   for (const auto& pair : stripe->pairs)
     stripe->slice_bytes = std::min(stripe->slice_bytes, port_.rail(pair.local_rail).chunk_bytes);
@@ -427,9 +435,9 @@ void VerbsActiveSide::on_batch_done(Connection& connection, std::uint64_t seq) {
 void VerbsActiveSide::finish_stripe(Connection& connection, std::uint64_t leg_seq, Stripe& stripe) {
   stripe.done_sent = true;
   stripe.done_leg = leg_seq;
-  const auto* blocks = stripe.transfer->blocks();
-  auto done = transfer_notice(blocks ? NoticeType::PoolDone : NoticeType::Done, leg_seq, stripe);
-  if (!blocks && stripe.transfer->kind() == OperationKind::Read) {
+  const auto& header = stripe.transfer->request().header;
+  auto done = transfer_notice(header ? NoticeType::PoolDone : NoticeType::Done, leg_seq, stripe);
+  if (!header && stripe.transfer->kind() == OperationKind::Read) {
     // The READs completed: the bytes are here, and the owner granted this transfer alone
     // (OfferedAccess::grant), so no other reader can have won. It succeeds now; Done lets the
     // owner complete, and needs no Result. The pin goes first (a callback dropping the
@@ -449,13 +457,13 @@ void VerbsActiveSide::finish_stripe(Connection& connection, std::uint64_t leg_se
   for (auto other : stripe.legs)
     if (auto* other_leg = leg_of(other)) other_leg->release_buffers();
   stripe.pin.reset();
-  if (blocks) {
-    done.generation = blocks->generation;
-    done.tag = blocks->tag;
+  if (header) {
+    done.generation = header->generation;
+    done.tag = header->tag;
     const auto* leg = leg_of(leg_seq);
     // No Begin told the owner of it: without a tag it need not hear of it at all (the
     // completions say the bytes were placed); with one, PoolDone names the tag.
-    if (leg != nullptr && leg->cached_keys && blocks->tag.empty())
+    if (leg != nullptr && leg->cached_keys && header->tag.empty())
       return end_transfer(leg_seq, std::nullopt);
   } else {
     // A WRITE waits for its Result: it succeeds once the owner has its bytes.
@@ -555,7 +563,8 @@ void VerbsActiveSide::abort(std::uint64_t seq, const Error& error) {
     if (leg->second.begun) {
       if (!connection.send(abort_notice(leg_seq, *stripe, error)))
         broken.push_back(connection.id());
-    } else if (const auto* blocks = stripe->transfer->blocks(); blocks && !blocks->tag.empty()) {
+    } else if (const auto& header = stripe->transfer->request().header;
+               header && !header->tag.empty()) {
       // Not announced yet: the owner would wait for its tag in vain. Announced and aborted
       // together once the connection is up (announce_legs).
       leg->second.abandoned = error;

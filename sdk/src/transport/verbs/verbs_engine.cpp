@@ -245,14 +245,13 @@ bool Engine::run_on_loop(std::function<void()> work) {
 void Engine::start(const std::shared_ptr<ActiveTransfer>& transfer, const TransportOffer& offer) {
   // Under a request grant, a run outside its blocks would meet the NIC's refusal and break the
   // connection: refused here first, with the reason.
-  if (const auto* blocks = transfer->blocks())
-    for (const auto window : blocks->segment_windows)
-      if (window == BlockPlan::kNoWindow) {
-        transfer->fail(Error(ErrorCode::AccessDenied,
-                             "blocks outside those granted for the request (refused before "
-                             "any byte moved)"));
-        return;
-      }
+  for (const auto window : transfer->request().segment_windows)
+    if (window == TransferRequest::kNoWindow) {
+      transfer->fail(Error(ErrorCode::AccessDenied,
+                           "blocks outside those granted for the request (refused before "
+                           "any byte moved)"));
+      return;
+    }
   const auto seq = active_.next_seq();
   // The failure notifier may run on any thread (a cancel, a drop); the abort runs on ours.
   transfer->set_failure_notifier([weak = weak_from_this(), seq](const Error& error) {
