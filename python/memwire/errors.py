@@ -41,7 +41,13 @@ class InvalidArgumentError(MemwireError, ValueError):
 
 
 class InvalidMetadataError(MemwireError, ValueError):
+    """Metadata that cannot be used. From the native parser, ``field`` is the value's path in
+    the document ("descriptors[0].size", "endpoint.connector"; None when the text is wrong as a
+    whole) and ``reason`` what is wrong with it (memwire::MetadataError)."""
+
     code = ErrorCode.INVALID_METADATA
+    field = None
+    reason = None
 
 
 class PairingError(MemwireError, ValueError):

@@ -52,6 +52,17 @@ void raise_error(const memwire::Error& error) {
   PyErr_SetString(error_class(error.code()), error.what());
 }
 
+// InvalidMetadataError with MetadataError's place as data: .field (None for text that is wrong
+// as a whole) and .reason, as in C++.
+void raise_metadata_error(const memwire::MetadataError& error) {
+  auto type = py::reinterpret_borrow<py::object>(error_class(error.code()));
+  auto instance = type(error.what());
+  instance.attr("field") =
+      error.field().empty() ? py::object(py::none()) : py::object(py::str(error.field()));
+  instance.attr("reason") = py::str(error.reason());
+  PyErr_SetObject(type.ptr(), instance.ptr());
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_memwire, m) {
@@ -60,6 +71,8 @@ PYBIND11_MODULE(_memwire, m) {
   py::register_exception_translator([](std::exception_ptr error) {
     try {
       if (error) std::rethrow_exception(error);
+    } catch (const memwire::MetadataError& e) {
+      raise_metadata_error(e);
     } catch (const memwire::Error& e) {
       raise_error(e);
     }

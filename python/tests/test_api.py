@@ -150,6 +150,14 @@ async def test_metadata_round_trip_and_strict_parsing():
     ):
         with pytest.raises(memwire.InvalidMetadataError):
             memwire.RdmaMetadata.from_json(broken)
+    # The native parser's place of the fault is data, as in C++ (MetadataError).
+    bad_size = dict(fields, descriptors=[dict(fields["descriptors"][0], size=-1)])
+    with pytest.raises(memwire.InvalidMetadataError) as caught:
+        memwire.RdmaMetadata.from_json(json.dumps(bad_size))
+    assert caught.value.field == "descriptors[0].size" and caught.value.reason
+    with pytest.raises(memwire.InvalidMetadataError) as caught:
+        memwire.RdmaMetadata.from_json("not json")
+    assert caught.value.field is None and caught.value.reason
     with pytest.raises(memwire.InvalidMetadataError):
         await c.begin_read("[1,2]", memwire.Descriptor(bytearray(100)))
     op.cancel()
