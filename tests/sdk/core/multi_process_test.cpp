@@ -9,6 +9,7 @@
 #include "support/child_process.hpp"
 #include "support/operation_waits.hpp"
 #include "support/pattern.hpp"
+#include "support/sanitizers.hpp"
 #include "support/shared_mappings.hpp"
 #include "support/test_peer_process.hpp"
 
@@ -79,7 +80,9 @@ TEST(MultiProcess, AnotherProcessReadsAndWritesUs) {
 }
 
 TEST(MultiProcess, PassivePeerKilledMidTransferFailsTheReader) {
-  constexpr std::size_t kSize = 512u << 20;
+  // The stopped peer answers nothing, so any read of more than one request is in flight; 512
+  // MiB took 23-47 s under TSan (the peer's pattern and both sides' shadow memory).
+  constexpr std::size_t kSize = 16u << 20;
   PublishingPeer peer("readable", kSize, 1);
   Connector connector(tcp_options(4096));
   std::vector<std::byte> target(kSize);
@@ -95,7 +98,9 @@ TEST(MultiProcess, PassivePeerKilledMidTransferFailsTheReader) {
 }
 
 TEST(MultiProcess, ActivePeerKilledMidTransferFailsTheOwner) {
-  constexpr std::size_t kSize = 512u << 20;
+  // Under a sanitizer each request is slower, and a quarter of the size still outlasts the kill
+  // (512 MiB took 8-46 s under TSan, mostly the two sides' memory).
+  constexpr std::size_t kSize = (MEMWIRE_TEST_UNDER_SANITIZER ? 128u : 512u) << 20;
   Connector connector(tcp_options());
   std::vector<std::byte> memory(kSize);
   auto readable = connector.create_readable({Descriptor(std::span(memory))});

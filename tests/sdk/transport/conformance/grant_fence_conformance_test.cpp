@@ -25,7 +25,10 @@ namespace {
 constexpr std::size_t kBlock = 64;
 constexpr std::size_t kStride = 2 * kBlock;
 constexpr std::size_t kBlocks = 2048;
-constexpr int kRounds = 1000;  // closed by the owner
+// Closed by the owner: issue 44's 1,000 (the old code failed 1-4 rounds in 1,000). A round
+// under ASan or TSan takes 30-120 ms, not 2: there the rounds run the same paths for the
+// sanitizer's reports, and the release build is the one that counts the rare late byte.
+constexpr int kRounds = MEMWIRE_TEST_UNDER_SANITIZER ? 100 : 1000;
 
 // The grant: the first half of the blocks (one run: short metadata), each block a piece.
 constexpr std::size_t kGranted = kBlocks / 2;
@@ -140,7 +143,8 @@ TEST_P(GrantFence, NoByteLandsAfterCloseReturnsOrOutsideTheGrant) {
 // The lease's end is a fence too (issue 44 item 1): once expired() says so, the requests
 // admitted before the end are in, and nothing lands after them.
 TEST_P(GrantFence, NoByteLandsAfterExpiredSaysTheLeaseEnded) {
-  constexpr int kLeaseRounds = 200;
+  // 200 (the old code let bytes land in 2-20 of them); fewer of the sanitizers' longer leases.
+  constexpr int kLeaseRounds = MEMWIRE_TEST_UNDER_SANITIZER ? 50 : 200;
   Connector owner(options_named("decode"));
   std::vector<std::byte> memory(kBlocks * kStride);
   auto pool = owner.register_pool({{memory.data(), kBlock, kStride, kBlocks, {}}});
