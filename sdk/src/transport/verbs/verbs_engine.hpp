@@ -118,8 +118,7 @@ class Engine final : public std::enable_shared_from_this<Engine>,
 
   // completions
   // `beginning`: see drain(). Handles a bounded number of the rail's completion events (the
-  // channel stays readable for the rest); what drain() left is polled again later
-  // (come_back_later). True when completions were left for later.
+  // channel stays readable for the rest). True when completions were left for later.
   bool on_completions(Rail& rail, std::optional<std::uint64_t> beginning = std::nullopt);
   void on_async_events(std::size_t rail);
   // Handles the connection's completions: first those left for later, then its queue's. With
@@ -127,15 +126,17 @@ class Engine final : public std::enable_shared_from_this<Engine>,
   // send completions, which run no callback; what comes from then on is left for later (a
   // notice, another transfer's batch: no other transfer's callback runs inside begin_read, whose
   // caller may hold a lock it takes). At most kMostCompletionsPerDrain from the queue: a peer
-  // that keeps it full holds the loop no longer than that. True when completions were left.
+  // that keeps it full holds the loop no longer than that. True when completions were left:
+  // the connection is then drained again later (come_back_later).
   bool drain(Connection& connection, std::optional<std::uint64_t> beginning = std::nullopt);
+  bool drain_some(Connection& connection, std::optional<std::uint64_t> beginning);
   // Drains every connection's queue, without waiting for its completion events (a waiter's).
-  // True when completions were left.
-  bool poll_every_queue();
-  // Completions were left (drain's bound, or a beginning caller's): the loop polls every
-  // queue again after what is ready now (rdma_cm events, timers, commands) had its turn, and
-  // again while some are left. One command queued at a time.
-  void come_back_later();
+  void poll_every_queue();
+  // `connection` has completions left (drain's bound, or a beginning caller's): the loop
+  // drains it again after what is ready now (rdma_cm events, timers, commands) had its turn,
+  // and again while some are left. One command queued at a time, for every such connection.
+  void come_back_later(Connection& connection);
+  void drain_left_over();
   // The loop's work, taken by another thread than the progress thread (a caller beginning a
   // transfer, a waiter): the completion channels are its own meanwhile, so that completions of
   // its own posts (rxe handles a post within the call) do not wake the progress thread only to
@@ -210,7 +211,9 @@ class Engine final : public std::enable_shared_from_this<Engine>,
   std::size_t prune_expiries_at_ = 4096;
   std::promise<void>* flushed_ = nullptr;  // set while shutdown() waits for notices to leave
   std::vector<std::shared_ptr<Connection>> polled_;  // poll_every_queue()'s, kept for its capacity
-  bool coming_back_ = false;                         // come_back_later()'s command is queued
+  // Connections come_back_later() drains again (a command is queued while this is not empty),
+  // and the ones it is draining now. Ids: a connection gone meanwhile is not found.
+  std::vector<rdma_cm_id*> left_over_, draining_;
   // How long waits for small transfers last here (a moving average): how long a waiter polls.
   std::chrono::nanoseconds typical_small_wait_{100'000};
   VerbsActiveSide active_;

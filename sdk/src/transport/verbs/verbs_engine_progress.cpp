@@ -46,7 +46,6 @@ bool Engine::on_completions(Rail& rail, std::optional<std::uint64_t> beginning) 
     }
     left = drain(connection, beginning) || left;
   }
-  if (left) come_back_later();
   return left;
 }
 
@@ -74,6 +73,12 @@ void Engine::on_async_events(std::size_t rail) {
 
 bool Engine::drain(Connection& connection, std::optional<std::uint64_t> beginning) {
   if (connection.cq() == nullptr) return false;
+  const bool left = drain_some(connection, beginning);
+  if (left) come_back_later(connection);
+  return left;
+}
+
+bool Engine::drain_some(Connection& connection, std::optional<std::uint64_t> beginning) {
   while (!beginning && !connection.unhandled.empty() &&
          connection.state != Connection::State::Closed) {
     const auto completion = connection.unhandled.front();
@@ -91,7 +96,7 @@ bool Engine::drain(Connection& connection, std::optional<std::uint64_t> beginnin
   };
   ibv_wc completions[kCompletionsPerPoll];
   for (int polled = 0; connection.state != Connection::State::Closed;) {
-    if (polled == kMostCompletionsPerDrain) return true;  // maybe more: polled again later
+    if (polled >= kMostCompletionsPerDrain) return true;  // maybe more: polled again later
     const int count = ibv_poll_cq(connection.cq(), kCompletionsPerPoll, completions);
     if (count < 0) {
       fail_connection(connection, Error(ErrorCode::Transport, "verbs: ibv_poll_cq failed"));

@@ -43,23 +43,32 @@ Engine::BorrowedWork::~BorrowedWork() {
   engine_.watch_completions(true);
 }
 
-bool Engine::poll_every_queue() {
+void Engine::poll_every_queue() {
   for (const auto& [id, connection] : connections_)
     if (connection->state != Connection::State::Closed && connection->cq() != nullptr)
       polled_.push_back(connection);
-  bool left = false;
-  for (const auto& connection : polled_) left = drain(*connection) || left;
+  for (const auto& connection : polled_) drain(*connection);
   polled_.clear();
-  if (left) come_back_later();
-  return left;
 }
 
-void Engine::come_back_later() {
-  if (std::exchange(coming_back_, true)) return;
-  run_on_loop([this] {
-    coming_back_ = false;
-    poll_every_queue();
-  });
+void Engine::come_back_later(Connection& connection) {
+  const bool queued = !left_over_.empty();
+  if (std::find(left_over_.begin(), left_over_.end(), connection.id()) == left_over_.end())
+    left_over_.push_back(connection.id());
+  if (queued) return;
+  run_on_loop([this] { drain_left_over(); });
+}
+
+void Engine::drain_left_over() {
+  // Only the queues that had more, not every connection's: a flooding peer's next turn costs
+  // its own queue, however many idle connections there are. Those found again queue the next.
+  std::swap(left_over_, draining_);
+  for (auto* id : draining_)
+    if (auto found = connections_.find(id); found != connections_.end()) {
+      const auto keep = found->second;
+      if (keep->state != Connection::State::Closed) drain(*keep);
+    }
+  draining_.clear();
 }
 
 bool Engine::drive(std::uint64_t bytes, const std::atomic<bool>& settled,
