@@ -261,8 +261,10 @@ class Connector:
 
     ``Connector()`` takes a random name (32 hex digits); equality is by name. Options:
     ``transports`` (best first: "verbs", "shm", "tcp"), ``bind_address``, ``port``,
-    ``metadata_ttl`` and ``connect_timeout`` (seconds); MEMWIRE_* environment variables apply
-    unless ``environment=False``.
+    ``metadata_ttl`` and ``connect_timeout`` (seconds), ``shm_direct_reads`` (peers of the same
+    user read this connector's pools themselves over shm: ``ShmOptions::direct_reads`` in the
+    C++ API, which says what it exposes and what memwire then no longer checks); MEMWIRE_*
+    environment variables apply unless ``environment=False``.
     """
 
     def __init__(
@@ -274,6 +276,7 @@ class Connector:
         port=0,
         metadata_ttl=None,
         connect_timeout=None,
+        shm_direct_reads=None,
         environment=True,
         worker_id=None,
         runtime=None,
@@ -295,6 +298,10 @@ class Connector:
             config.metadata_ttl_ms = 0 if metadata_ttl == 0 else max(1, int(timeout_seconds(metadata_ttl) * 1000))
         if connect_timeout is not None:
             config.connect_timeout_ms = max(1, int(timeout_seconds(connect_timeout) * 1000))
+        if shm_direct_reads is not None:
+            if not isinstance(shm_direct_reads, bool):
+                raise InvalidArgumentError("shm_direct_reads is True, False or None")
+            config.shm_direct_reads = int(shm_direct_reads)
         config.from_environment = bool(environment)
         self._native = _memwire.Connector(config)
         # Accepted for nixl_connect's older signature (Dynamo's runtime); memwire needs neither.

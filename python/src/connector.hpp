@@ -18,6 +18,7 @@ struct ConnectorConfig {
   std::vector<std::string> transports;
   std::int64_t metadata_ttl_ms = -1;
   std::int64_t connect_timeout_ms = -1;
+  int shm_direct_reads = -1;  // -1: the default (or MEMWIRE_SHM_DIRECT_READS)
   bool from_environment = true;
 };
 
@@ -35,6 +36,7 @@ class PyConnector {
     if (config.metadata_ttl_ms >= 0) options.metadata_ttl = milliseconds(config.metadata_ttl_ms);
     if (config.connect_timeout_ms > 0)
       options.connect_timeout = milliseconds(config.connect_timeout_ms);
+    if (config.shm_direct_reads >= 0) options.shm.direct_reads = config.shm_direct_reads != 0;
     connector_ = without_gil([&] { return std::make_shared<memwire::Connector>(options); });
   }
   ~PyConnector() {

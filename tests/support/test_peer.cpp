@@ -1,5 +1,7 @@
 // The other OS process in multi-process tests. Metadata travels over its stdin/stdout.
 //   memwire_test_peer publish readable|writable SIZE SEED   prints metadata, waits, verifies
+//   memwire_test_peer publish pool SIZE SEED   a pool of 4 KiB blocks: prints its metadata,
+//                                              stays until stdin closes or says "quit"
 //   memwire_test_peer active read|write SIZE SEED [CHUNK]   reads metadata from stdin
 // Prints "complete" or "error <reason>" as its last line; exit code 0 only on success.
 // MEMWIRE_PEER_SHARED=1: the buffer is a SharedBuffer (which a same-host peer maps).
@@ -118,6 +120,15 @@ int main(int argc, char** argv) {
   }
   try {
     if (role == "publish") {
+      if (kind == "pool") {
+        test_support::fill_pattern(buffer, seed);
+        auto pool = connector.register_pool({{buffer.data(), 4096, 0, buffer.size() / 4096, {}}});
+        std::cout << pool.metadata().to_json() << std::endl;
+        for (std::string line; std::getline(std::cin, line) && line != "quit";) {
+        }
+        std::cout << "complete" << std::endl;
+        return 0;
+      }
       if (kind == "readable") {
         test_support::fill_pattern(buffer, seed);
         to_device();

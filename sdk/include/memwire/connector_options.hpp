@@ -84,6 +84,19 @@ struct MEMWIRE_API StreamOptions {
   unsigned max_open_transfers = 65536;
 };
 
+// The same-host transport's settings. `direct_reads`: this connector's peers of the same user
+// (the uid the kernel vouches for on their Unix socket) may read its pools' blocks themselves,
+// with process_vm_readv, instead of asking it: no round trip, no thread of ours woken. It exposes
+// no more than the kernel already lets a process of the same user read (this whole process's
+// memory, unless it made itself undumpable), but memwire then checks nothing on such a READ:
+// not the pool's generation (a READ through metadata of a pool closed or registered again
+// reads what that memory holds then, or fails where it is unmapped), not the queue budgets,
+// and the owner hears nothing of it. Tagged READs, READs under a request grant and every WRITE
+// still ask the owner, who admits and fences them as always. Off by default.
+struct MEMWIRE_API ShmOptions {
+  bool direct_reads = false;
+};
+
 // How a Connector is set up. Apart from connector.hpp so that the transports, which read these
 // options, need not include the facade.
 struct MEMWIRE_API ConnectorOptions {
@@ -102,6 +115,7 @@ struct MEMWIRE_API ConnectorOptions {
   RdmaOptions rdma;
   TcpOptions tcp;
   StreamOptions stream;  // tcp's and shm's
+  ShmOptions shm;
   // How long handed-out metadata stays valid; zero = forever.
   std::chrono::milliseconds metadata_ttl = std::chrono::minutes(10);
   // Connect timeout; also bounds how long a stalled peer may hold a revoked registration.
@@ -130,8 +144,8 @@ struct MEMWIRE_API ConnectorOptions {
   // MEMWIRE_RDMA_ACCESS_FAULT_WINDOW_MS, MEMWIRE_GID_INDEX, MEMWIRE_TCP_CHUNK_SIZE,
   // MEMWIRE_TCP_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS_PER_PEER,
   // MEMWIRE_MAX_QUEUED_ANSWER_BYTES, MEMWIRE_MAX_OPEN_TRANSFERS (and _PER_CONNECTION, _PER_PEER,
-  // _PER_USER), MEMWIRE_IDLE_TIMEOUT_MS, MEMWIRE_LOG=1 logs JSON lines to
-  // stderr, MEMWIRE_LOG_LEVEL=debug|info|warn|error sets the level and also logs to stderr). The
+  // _PER_USER), MEMWIRE_IDLE_TIMEOUT_MS, MEMWIRE_SHM_DIRECT_READS=1, MEMWIRE_LOG=1 logs JSON lines
+  // to stderr, MEMWIRE_LOG_LEVEL=debug|info|warn|error sets the level and also logs to stderr). The
   // only place memwire reads the environment; call it at your program's edge if you want them.
   static ConnectorOptions from_environment(ConnectorOptions defaults);
   static ConnectorOptions from_environment();

@@ -60,6 +60,9 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
   if (const char* text = std::getenv("MEMWIRE_IDLE_TIMEOUT_MS"))
     options.stream.idle_timeout = std::chrono::milliseconds(
         detail::number_from_environment<std::int64_t>("MEMWIRE_IDLE_TIMEOUT_MS", text));
+  if (const char* text = std::getenv("MEMWIRE_SHM_DIRECT_READS"))
+    options.shm.direct_reads =
+        detail::number_from_environment<unsigned>("MEMWIRE_SHM_DIRECT_READS", text) != 0;
   if (const char* text = std::getenv("MEMWIRE_LOG"); text && std::string_view(text) == "1")
     options.log = log_to_stderr;
   if (const char* text = std::getenv("MEMWIRE_LOG_LEVEL"); text && *text) {

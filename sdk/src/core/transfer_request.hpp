@@ -32,6 +32,8 @@ struct TransferSegment {
 struct TransferHeader {
   std::uint64_t generation = 0;
   std::string tag;
+  // Planned against a request grant's metadata: the owner must admit (and fence) every request.
+  bool under_grant = false;
 };
 
 // What a transport moves and what its requests carry, the same whoever made the transfer

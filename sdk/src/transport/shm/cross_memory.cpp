@@ -39,8 +39,12 @@ std::optional<std::string> copy_all(Copy copy, const char* what, std::span<const
     const auto remote_count = std::min<std::size_t>(remote.size() - remote_first, IOV_MAX);
     ssize_t moved = copy(&local[local_first], local_count, &remote[remote_first], remote_count);
     if (moved < 0 && errno == EINTR) continue;
-    if (moved <= 0)
-      return std::string(what) + ": " + (moved < 0 ? std::strerror(errno) : "no progress");
+    if (moved <= 0) {
+      const int error = moved < 0 ? errno : EIO;
+      std::string failure = std::string(what) + ": " + std::strerror(error);
+      errno = error;  // for a caller that tells refusals apart (SameHost::read_directly)
+      return failure;
+    }
     advance(local, local_first, static_cast<std::size_t>(moved));
     advance(remote, remote_first, static_cast<std::size_t>(moved));
   }

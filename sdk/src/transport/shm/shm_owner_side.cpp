@@ -57,7 +57,8 @@ void check(const std::optional<std::string>& failure) {
 
 class ShmOwnerSide final : public SameHostOwner {
  public:
-  explicit ShmOwnerSide(int peer_process) : peer_process_(peer_process) {}
+  ShmOwnerSide(int peer_process, bool direct_reads)
+      : peer_process_(peer_process), direct_reads_(direct_reads) {}
 
   void check_probe(const FrameHeader& hello) override {
     std::uint64_t probe = 0;
@@ -67,6 +68,7 @@ class ShmOwnerSide final : public SameHostOwner {
     if (probe != hello.offset)
       throw Error(ErrorCode::AccessDenied, "cross-memory probe read the wrong value");
   }
+  bool offers_direct_reads() const override { return direct_reads_; }
 
   void copy_to_peer(std::uint64_t theirs, const std::byte* ours, std::size_t length) override {
     check(copy_to_process(peer_process_, theirs, ours, length));
@@ -94,6 +96,7 @@ class ShmOwnerSide final : public SameHostOwner {
   bool give_buffer(OutFrame& response, std::uint64_t buffer);
 
   const int peer_process_;
+  const bool direct_reads_;
   // The SharedBuffers (number, writable) whose memfd this connection's peer was given.
   std::set<std::pair<std::uint64_t, bool>> buffers_given_;
 };
@@ -176,8 +179,8 @@ bool ShmOwnerSide::answer_mapped_pieces(StreamConnection& connection, const Fram
 
 }  // namespace
 
-std::unique_ptr<SameHostOwner> make_shm_owner_side(int peer_process) {
-  return std::make_unique<ShmOwnerSide>(peer_process);
+std::unique_ptr<SameHostOwner> make_shm_owner_side(int peer_process, bool direct_reads) {
+  return std::make_unique<ShmOwnerSide>(peer_process, direct_reads);
 }
 
 }  // namespace memwire::detail

@@ -75,6 +75,10 @@ inline constexpr std::uint8_t kMapByDescriptor = 16;
 // (SCM_RIGHTS, with the frame's first byte), sent once per buffer and access on a connection;
 // later answers name the buffer only.
 inline constexpr std::uint8_t kDescriptor = 16;
+// On a HelloResponse that accepted a cross-memory Hello: the owner lets this peer read its
+// pools' blocks itself (process_vm_readv; ShmOptions::direct_reads, a peer of its own user).
+// A peer that predates it ignores it and asks as before.
+inline constexpr std::uint8_t kDirectReads = 32;
 }  // namespace frame_flags
 
 // The frame version of piece requests that carry kCudaIpc: a build that predates it refuses the

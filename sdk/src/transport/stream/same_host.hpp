@@ -1,5 +1,6 @@
 #pragma once
 
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include <cstddef>
@@ -28,6 +29,8 @@ class SameHostOwner {
   // A Hello that asks for cross-memory copies: the dialler proves we may copy from it (the word
   // at `peer_address` reads as `offset`). Throws the refusal to answer with.
   virtual void check_probe(const FrameHeader& hello) = 0;
+  // Whether the HelloResponse lets the peer read our pools' blocks itself (kDirectReads).
+  virtual bool offers_direct_reads() const = 0;
   // A checked request's bytes, copied into the peer's memory at `theirs` (a read) or out of it
   // (a write); throws Error{Transport} when the kernel refuses.
   virtual void copy_to_peer(std::uint64_t theirs, const std::byte* ours, std::size_t length) = 0;
@@ -68,9 +71,14 @@ class SameHostPeer {
 class SameHost {
  public:
   virtual ~SameHost() = default;
-  // For a connection accepted from process `peer_process` (never 0).
-  virtual std::unique_ptr<SameHostOwner> owner(int peer_process) = 0;
+  // For a connection accepted from process `peer_process` (never 0) of user `peer_user`, both
+  // as the kernel vouches for them.
+  virtual std::unique_ptr<SameHostOwner> owner(int peer_process, uid_t peer_user) = 0;
   virtual std::unique_ptr<SameHostPeer> peer() = 0;
+  // Reads `theirs` of process `process` into `ours` (the same total length) on the calling
+  // thread, for an owner that lets us (kDirectReads): 0, or the errno of the kernel's refusal.
+  virtual int read_directly(int process, std::span<const iovec> theirs,
+                            std::span<const iovec> ours) = 0;
 };
 
 }  // namespace memwire::detail

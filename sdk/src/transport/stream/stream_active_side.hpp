@@ -153,21 +153,31 @@ class StreamActiveSide final : public FrameHandler {
 // which the pool reaches through active() (typed: the constructor made it).
 class OutboundConnection final : public StreamConnection {
  public:
-  // `same_host`: see StreamActiveSide.
+  // `same_host`: see StreamActiveSide. `direct_reads_from`: the owner's process when it lets us
+  // read its pools' blocks ourselves (Dialled), else 0.
   OutboundConnection(FileDescriptor socket, std::unique_ptr<SameHostPeer> same_host,
-                     std::string peer, EventLoop& loop)
+                     std::string peer, EventLoop& loop, int direct_reads_from = 0)
       : OutboundConnection(std::move(socket), new StreamActiveSide(std::move(same_host)),
-                           std::move(peer), loop) {}
+                           std::move(peer), loop, direct_reads_from) {}
   StreamActiveSide& active() noexcept { return active_; }
+  // The process to read pool blocks from directly (process_vm_readv), or 0: ask the owner.
+  int direct_reads_from() const noexcept {
+    return direct_refused_.load(std::memory_order_relaxed) ? 0 : direct_reads_from_;
+  }
+  // The kernel refused a direct read (the owner made itself undumpable, say): ask from now on.
+  void stop_direct_reads() noexcept { direct_refused_.store(true, std::memory_order_relaxed); }
 
  private:
   OutboundConnection(FileDescriptor socket, StreamActiveSide* active, std::string peer,
-                     EventLoop& loop)
+                     EventLoop& loop, int direct_reads_from)
       : StreamConnection(std::move(socket), std::unique_ptr<FrameHandler>(active), std::move(peer),
                          loop),
-        active_(*active) {}
+        active_(*active),
+        direct_reads_from_(direct_reads_from) {}
 
   StreamActiveSide& active_;  // owned by the connection, as its handler
+  const int direct_reads_from_;
+  std::atomic<bool> direct_refused_{false};
 };
 
 // Sends the completion notice of `transfer` (all chunks moved) and expects its answer; fails

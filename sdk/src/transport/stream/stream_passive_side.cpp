@@ -123,7 +123,12 @@ void StreamPassiveSide::serve_hello(StreamConnection& connection, const FrameHea
   } catch (const Error& error) {
     refused = error;
   }
-  answer(connection, FrameType::HelloResponse, header, refused ? &*refused : nullptr);
+  if (refused) return answer(connection, FrameType::HelloResponse, header, &*refused);
+  OutFrame accepted;
+  accepted.header.type = FrameType::HelloResponse;
+  accepted.header.request_id = header.request_id;
+  if (same_host().offers_direct_reads()) accepted.header.flags = frame_flags::kDirectReads;
+  connection.send(std::move(accepted));
 }
 
 void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHeader& header) {

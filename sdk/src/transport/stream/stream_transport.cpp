@@ -22,6 +22,7 @@
 #include "cuda/gpu_pool_memory.hpp"
 #include "transport/stream/accepted_socket.hpp"
 #include "transport/stream/cuda_ipc_request.hpp"
+#include "transport/stream/direct_read.hpp"
 #include "transport/stream/event_loop.hpp"
 #include "transport/stream/request_plan.hpp"
 #include "transport/stream/stream_active_side.hpp"
@@ -103,6 +104,10 @@ class StreamTransport final : public Transport {
     const std::size_t first =
         header ? 0 : next_first_connection_.fetch_add(1, std::memory_order_relaxed);
     if (header) connections.resize(1);
+    // An untagged pool READ that the owner lets us do ourselves: no request at all.
+    if (header && same_host() &&
+        read_directly(*transfer, *connections.front(), *settings_.same_host))
+      return StartResult::taken();
     auto state = std::make_shared<StreamTransfer>();
     state->transfer = transfer;
     state->notice_connection = connections[first % connections.size()];
@@ -363,14 +368,14 @@ class StreamTransport final : public Transport {
 
   // Null, with `unusable` set, when the transport cannot reach that peer.
   std::shared_ptr<OutboundConnection> dial(const std::string& address, std::string& unusable) {
-    auto [socket, why] = settings_.dial(address, context_.options.connect_timeout);
-    if (!why.empty()) {
-      unusable = std::move(why);
+    auto dialled = settings_.dial(address, context_.options.connect_timeout);
+    if (!dialled.unusable.empty()) {
+      unusable = std::move(dialled.unusable);
       return nullptr;
     }
     auto connection = std::make_shared<OutboundConnection>(
-        std::move(socket), same_host() ? settings_.same_host->peer() : nullptr, address,
-        next_loop());
+        std::move(dialled.socket), same_host() ? settings_.same_host->peer() : nullptr, address,
+        next_loop(), dialled.direct_reads_from);
     connection->watch(std::make_unique<ConnectionWatch>(
         context_.telemetry, context_.events, settings_.name, Direction::Outbound, address));
     connection->run();
@@ -466,7 +471,8 @@ class StreamTransport final : public Transport {
     // A peer the kernel does not vouch for (no process) gets no cross-memory copies.
     auto handler = std::make_unique<StreamPassiveSide>(
         context_.registrations, process, settings_.name, std::move(transfers),
-        same_host() && process != 0 ? settings_.same_host->owner(process) : nullptr);
+        same_host() && process != 0 ? settings_.same_host->owner(process, credentials->uid)
+                                    : nullptr);
     auto* passive = handler.get();
     auto connection = std::make_shared<StreamConnection>(std::move(socket), std::move(handler),
                                                          settings_.name + " peer", next_loop());

@@ -19,6 +19,9 @@ namespace memwire::detail {
 struct Dialled {
   FileDescriptor socket;
   std::string unusable;
+  // The owner's process, when its answer let us read its pools' blocks ourselves (shm's
+  // kDirectReads); 0 otherwise.
+  int direct_reads_from = 0;
 };
 
 struct StreamSettings {
