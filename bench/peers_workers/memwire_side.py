@@ -4,6 +4,7 @@ tag) and one-shot readables (a fresh registration per READ: published before the
 made by the owner when the reader asks, inside both clocks)."""
 
 import json
+import os
 import time
 
 import memwire
@@ -22,7 +23,11 @@ def finish(operation):
 
 class Side:
     def __init__(self, transport):
-        self.connector = memwire.Connector(transports=[transport], environment=False)
+        # MEMWIRE_BENCH_SHM_DIRECT=1: peers of our user read our pools themselves (an owner's
+        # opt-in, ShmOptions::direct_reads).
+        direct = os.environ.get("MEMWIRE_BENCH_SHM_DIRECT") == "1"
+        self.connector = memwire.Connector(transports=[transport], environment=False,
+                                           shm_direct_reads=direct)
         self.readables = []
 
     def _register(self, buffer):

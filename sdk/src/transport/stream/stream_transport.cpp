@@ -256,6 +256,11 @@ class StreamTransport final : public Transport {
                          may_map ? std::move(memory) : std::vector<iovec>{});
     } else if (reading) {
       id = active.expect(state, nullptr, request.length, std::nullopt, nullptr, std::move(memory));
+      // An untagged pool READ of one small request ends with its answer, as a one-shot READ
+      // does: a thread waiting for it may read that answer itself.
+      if (id != 0 && header && state->pool_notice == PoolNotice::None && state->chunks_left == 1 &&
+          request.length <= kMostBytesForWaiterToRead)
+        transfer->drive_waits_with(connection.weak_from_this(), id);
     } else {
       if (state->bytes_by_loop && first) {
         // Queued for the loop, the first request leaves whole, pinned from now: the owner
