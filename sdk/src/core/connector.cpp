@@ -233,9 +233,14 @@ void Connector::Impl::start_on_best_transport(
     detail::StartResult started;
     try {
       transfer->set_transport(transport_name);
-      events_->write(
-          LogLevel::Debug, "transport_chosen", "transport " + transport_name + " chosen",
-          detail::LogFields().peer(peer).transport(transport_name).key(key).kind(to_string(kind)));
+      if (events_->enabled(LogLevel::Debug))  // its text is built for a log that wants it only
+        events_->write(LogLevel::Debug, "transport_chosen",
+                       "transport " + transport_name + " chosen",
+                       detail::LogFields()
+                           .peer(peer)
+                           .transport(transport_name)
+                           .key(key)
+                           .kind(to_string(kind)));
       started = transport->start(transfer, *offer);
     } catch (const Error& error) {
       // Counted and logged like any failed operation, on the transport it tried.

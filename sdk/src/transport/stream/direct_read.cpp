@@ -26,6 +26,8 @@ bool read_directly(ActiveTransfer& transfer, OutboundConnection& connection, Sam
   for (const auto& segment : segments) {
     if (segment.remote_region >= spans.size()) return false;
     const auto& span = spans[segment.remote_region];
+    // Device memory is the owner's to copy (CUDA IPC, staging): no process_vm_readv reaches it.
+    if (span.device.kind() == DeviceKind::Cuda) return false;
     if (segment.remote_offset > span.size || segment.length > span.size - segment.remote_offset)
       return false;
     theirs.push_back({reinterpret_cast<void*>(span.ptr + segment.remote_offset),
