@@ -199,6 +199,20 @@ def as_pairs(pairs):
     BlockPair). Each pair is ``(remote, local)`` or ``(remote, local, remote_offset,
     local_offset)`` (the offsets count only in a sliced transfer); also an (N, 2) or (N, 4)
     array."""
+    if pairs.__class__ is list:
+        # The usual call, taken as it is: (remote, local) tuples of ints >= 0. Anything else
+        # (an offset, a bool, a numpy int, a bad pair) goes the general way below.
+        out = []
+        for item in pairs:
+            if item.__class__ is tuple and len(item) == 2:
+                remote, local = item
+                if remote.__class__ is int and local.__class__ is int and remote >= 0 and local >= 0:
+                    out.append((remote, local, 0, 0))
+                    continue
+            break
+        else:
+            if out:
+                return out
     if hasattr(pairs, "tolist") and not isinstance(pairs, (list, tuple)):
         pairs = pairs.tolist()
     try:
