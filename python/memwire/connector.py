@@ -52,13 +52,12 @@ class _Operation(EndsWithAsyncBlock):
     _end_of_block = "_cancel_quietly"
 
     _waiters = 0  # tasks awaiting the completion future directly (0 or 1)
+    _loop = _done = None  # the loop armed for (and its future), when armed
 
     def __init__(self, connector, native, descriptors, loop):
         self._connector = connector  # the C++ connector must outlive the operation
         self._native = native
         self._descriptors = descriptors  # keeps the memory's owners alive
-        self._loop = None
-        self._done = None
         if loop is not None:
             native.notify_via(*self._arm(loop))
 
@@ -351,9 +350,8 @@ class Connector:
     def __repr__(self):
         return f"Connector(name='{self.name}', transports={self.transports})"
 
-    @staticmethod
-    def _loop():
-        return asyncio._get_running_loop()
+    # The running loop or None, called directly (no Python frame of its own).
+    _loop = staticmethod(asyncio._get_running_loop)
 
     def create_readable(self, local_descriptors):
         """Makes local memory readable by a remote; await it or use it directly."""
@@ -400,8 +398,6 @@ class Connector:
         else:
             native = self._native.begin_write(specs, remote._native, notifier, token, descriptors)
         op._connector, op._native, op._descriptors = self, native, descriptors
-        if loop is None:
-            op._loop = op._done = None
         return op
 
     # --- pools ---
@@ -443,9 +439,19 @@ class Connector:
     def _block_transfer(self, remote_metadata, pairs, local_pool, tag, slice, receiving):
         """read_blocks (``receiving``) and write_blocks: their arguments checked in one order,
         then the native call, armed for the running loop's completions when there is one."""
-        remote = PoolMetadata.coerce(remote_metadata)
-        pool = self._local_pool(local_pool, receiving=receiving)
-        blocks, raw_tag, part = as_pairs(pairs), as_tag(tag), as_slice(slice)
+        # The usual call's exact types pass as they are; anything else goes through the checks
+        # (and their errors), in the same order.
+        if remote_metadata.__class__ is PoolMetadata:
+            remote = remote_metadata
+        else:
+            remote = PoolMetadata.coerce(remote_metadata)
+        if local_pool.__class__ is Pool and not (receiving and local_pool._readonly):
+            pool = local_pool
+        else:
+            pool = self._local_pool(local_pool, receiving=receiving)
+        blocks = as_pairs(pairs)
+        raw_tag = b"" if tag.__class__ is str and not tag else as_tag(tag)
+        part = None if slice is None else as_slice(slice)
         loop = self._loop()
         op = BlockTransfer.__new__(BlockTransfer)
         notifier, token = op._arm(loop) if loop is not None else (None, 0)
@@ -463,8 +469,6 @@ class Connector:
                 op._completions_forget()
             raise
         op._connector, op._native, op._descriptors = self, native, [pool]
-        if loop is None:
-            op._loop = op._done = None
         return op
 
     def read_blocks(self, remote_metadata, pairs, local_pool, tag="", slice=None):
