@@ -15,12 +15,14 @@ from .metadata import RdmaMetadata
 from .pool import Pool, PoolMetadata, as_pairs, as_regions, as_slice, as_tag
 from .types import OperationKind, OperationStatus
 from ._support import DEFAULT_TIMEOUT, TIMED_OUT, EndsWithAsyncBlock, completions_for, reason_text
-from ._support import native_answer, read_only, timeout_seconds
+from ._support import native_answer, read_only, timeout_ms, timeout_seconds
 
 #: How long wait_for_completion watches an unfinished operation before it lets the event loop
 #: wake it: a small transfer usually ends sooner than a loop wake-up takes (0: never watch).
 #: Holds the loop at most this long per wait.
 SPIN_MICROSECONDS = 20
+
+_COMPLETE = OperationStatus.COMPLETE
 
 
 def _deliver(loop, future, status):
@@ -177,8 +179,10 @@ class _Operation(EndsWithAsyncBlock):
     def wait(self, timeout=None):
         """Blocking wait, for code outside asyncio (GIL released while it waits); returns and
         raises as wait_for_completion does."""
-        seconds = timeout_seconds(timeout)
-        return OperationStatus(self._native.wait(max(1, int(seconds * 1000))))
+        status = self._native.wait(timeout_ms(timeout))
+        if status == 3:
+            return _COMPLETE  # the usual answer, without an Enum lookup
+        return OperationStatus(status)
 
     def _cancel_quietly(self):
         try:
