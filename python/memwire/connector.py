@@ -219,7 +219,7 @@ class _PassiveOperation(_Operation):
 
     def renew(self, lifetime):
         """Keeps remote access open for ``lifetime`` more seconds; returns the new metadata."""
-        return RdmaMetadata(self._native.renew(max(1, int(timeout_seconds(lifetime) * 1000))))
+        return RdmaMetadata(self._native.renew(timeout_ms(lifetime)))
 
 
 class ReadableOperation(_PassiveOperation):
@@ -298,9 +298,9 @@ class Connector:
             config.bind_address = bind_address
         config.port = int(port)
         if metadata_ttl is not None:
-            config.metadata_ttl_ms = 0 if metadata_ttl == 0 else max(1, int(timeout_seconds(metadata_ttl) * 1000))
+            config.metadata_ttl_ms = 0 if metadata_ttl == 0 else timeout_ms(metadata_ttl)
         if connect_timeout is not None:
-            config.connect_timeout_ms = max(1, int(timeout_seconds(connect_timeout) * 1000))
+            config.connect_timeout_ms = timeout_ms(connect_timeout)
         if shm_direct_reads is not None:
             if not isinstance(shm_direct_reads, bool):
                 raise InvalidArgumentError("shm_direct_reads is True, False or None")
