@@ -17,6 +17,8 @@ def timeout_seconds(timeout):
         return DEFAULT_TIMEOUT
     if type(timeout) is float and 0 < timeout < math.inf:
         return timeout
+    if type(timeout) is int and timeout > 0:
+        return float(timeout)  # raises OverflowError past a float's range, as below
     try:
         seconds = float(timeout)
     except (TypeError, ValueError):
@@ -24,6 +26,18 @@ def timeout_seconds(timeout):
     if not math.isfinite(seconds) or seconds <= 0:
         raise InvalidArgumentError(f"timeout must be positive and finite, not {timeout!r}")
     return seconds
+
+
+# Whole seconds up to this are exact in the float milliseconds timeout_ms otherwise computes.
+_EXACT_MS_SECONDS = 2**53 // 1000
+
+
+def timeout_ms(timeout):
+    """timeout_seconds in whole milliseconds, at least 1: what the native waits take."""
+    if type(timeout) is int and 0 < timeout <= _EXACT_MS_SECONDS:
+        return timeout * 1000
+    # On positive seconds floor is int() and `or 1` is max(1, ...), at a fraction of their cost.
+    return math.floor(timeout_seconds(timeout) * 1000) or 1
 
 
 def reason_text(reason):

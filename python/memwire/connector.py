@@ -15,12 +15,14 @@ from .metadata import RdmaMetadata
 from .pool import Pool, PoolMetadata, as_pairs, as_regions, as_slice, as_tag
 from .types import OperationKind, OperationStatus
 from ._support import DEFAULT_TIMEOUT, TIMED_OUT, EndsWithAsyncBlock, completions_for, reason_text
-from ._support import native_answer, read_only, timeout_seconds
+from ._support import native_answer, read_only, timeout_ms, timeout_seconds
 
 #: How long wait_for_completion watches an unfinished operation before it lets the event loop
 #: wake it: a small transfer usually ends sooner than a loop wake-up takes (0: never watch).
 #: Holds the loop at most this long per wait.
 SPIN_MICROSECONDS = 20
+
+_COMPLETE = OperationStatus.COMPLETE
 
 
 def _deliver(loop, future, status):
@@ -52,13 +54,12 @@ class _Operation(EndsWithAsyncBlock):
     _end_of_block = "_cancel_quietly"
 
     _waiters = 0  # tasks awaiting the completion future directly (0 or 1)
+    _loop = _done = None  # the loop armed for (and its future), when armed
 
     def __init__(self, connector, native, descriptors, loop):
         self._connector = connector  # the C++ connector must outlive the operation
         self._native = native
         self._descriptors = descriptors  # keeps the memory's owners alive
-        self._loop = None
-        self._done = None
         if loop is not None:
             native.notify_via(*self._arm(loop))
 
@@ -178,8 +179,10 @@ class _Operation(EndsWithAsyncBlock):
     def wait(self, timeout=None):
         """Blocking wait, for code outside asyncio (GIL released while it waits); returns and
         raises as wait_for_completion does."""
-        seconds = timeout_seconds(timeout)
-        return OperationStatus(self._native.wait(max(1, int(seconds * 1000))))
+        status = self._native.wait(timeout_ms(timeout))
+        if status == 3:
+            return _COMPLETE  # the usual answer, without an Enum lookup
+        return OperationStatus(status)
 
     def _cancel_quietly(self):
         try:
@@ -216,7 +219,7 @@ class _PassiveOperation(_Operation):
 
     def renew(self, lifetime):
         """Keeps remote access open for ``lifetime`` more seconds; returns the new metadata."""
-        return RdmaMetadata(self._native.renew(max(1, int(timeout_seconds(lifetime) * 1000))))
+        return RdmaMetadata(self._native.renew(timeout_ms(lifetime)))
 
 
 class ReadableOperation(_PassiveOperation):
@@ -295,9 +298,9 @@ class Connector:
             config.bind_address = bind_address
         config.port = int(port)
         if metadata_ttl is not None:
-            config.metadata_ttl_ms = 0 if metadata_ttl == 0 else max(1, int(timeout_seconds(metadata_ttl) * 1000))
+            config.metadata_ttl_ms = 0 if metadata_ttl == 0 else timeout_ms(metadata_ttl)
         if connect_timeout is not None:
-            config.connect_timeout_ms = max(1, int(timeout_seconds(connect_timeout) * 1000))
+            config.connect_timeout_ms = timeout_ms(connect_timeout)
         if shm_direct_reads is not None:
             if not isinstance(shm_direct_reads, bool):
                 raise InvalidArgumentError("shm_direct_reads is True, False or None")
@@ -351,9 +354,8 @@ class Connector:
     def __repr__(self):
         return f"Connector(name='{self.name}', transports={self.transports})"
 
-    @staticmethod
-    def _loop():
-        return asyncio._get_running_loop()
+    # The running loop or None, called directly (no Python frame of its own).
+    _loop = staticmethod(asyncio._get_running_loop)
 
     def create_readable(self, local_descriptors):
         """Makes local memory readable by a remote; await it or use it directly."""
@@ -400,8 +402,6 @@ class Connector:
         else:
             native = self._native.begin_write(specs, remote._native, notifier, token, descriptors)
         op._connector, op._native, op._descriptors = self, native, descriptors
-        if loop is None:
-            op._loop = op._done = None
         return op
 
     # --- pools ---
@@ -443,9 +443,19 @@ class Connector:
     def _block_transfer(self, remote_metadata, pairs, local_pool, tag, slice, receiving):
         """read_blocks (``receiving``) and write_blocks: their arguments checked in one order,
         then the native call, armed for the running loop's completions when there is one."""
-        remote = PoolMetadata.coerce(remote_metadata)
-        pool = self._local_pool(local_pool, receiving=receiving)
-        blocks, raw_tag, part = as_pairs(pairs), as_tag(tag), as_slice(slice)
+        # The usual call's exact types pass as they are; anything else goes through the checks
+        # (and their errors), in the same order.
+        if remote_metadata.__class__ is PoolMetadata:
+            remote = remote_metadata
+        else:
+            remote = PoolMetadata.coerce(remote_metadata)
+        if local_pool.__class__ is Pool and not (receiving and local_pool._readonly):
+            pool = local_pool
+        else:
+            pool = self._local_pool(local_pool, receiving=receiving)
+        blocks = as_pairs(pairs)
+        raw_tag = b"" if tag.__class__ is str and not tag else as_tag(tag)
+        part = None if slice is None else as_slice(slice)
         loop = self._loop()
         op = BlockTransfer.__new__(BlockTransfer)
         notifier, token = op._arm(loop) if loop is not None else (None, 0)
@@ -463,8 +473,6 @@ class Connector:
                 op._completions_forget()
             raise
         op._connector, op._native, op._descriptors = self, native, [pool]
-        if loop is None:
-            op._loop = op._done = None
         return op
 
     def read_blocks(self, remote_metadata, pairs, local_pool, tag="", slice=None):

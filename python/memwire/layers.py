@@ -20,7 +20,7 @@ fd to hook an event loop to, so asyncio code runs them in a thread
 """
 
 from . import _memwire
-from ._support import EndsWithBlock, reason_text, timeout_seconds
+from ._support import EndsWithBlock, reason_text, timeout_ms
 from .errors import InvalidArgumentError
 from .grant import BlockGrant
 from .pool import Pool, PoolMetadata, TagKinds, _encode, as_kinds, as_pairs, as_slice
@@ -29,10 +29,6 @@ from .pool import Pool, PoolMetadata, TagKinds, _encode, as_kinds, as_pairs, as_
 def layer_tag(stream, layer):
     """The tag of ``layer`` of ``stream``: ``"<stream>/<layer>"``."""
     return _memwire.layer_tag(stream, layer).decode("utf-8", "surrogateescape")
-
-
-def _ms(timeout):
-    return max(1, int(timeout_seconds(timeout) * 1000))
 
 
 def _pool(pool):
@@ -77,7 +73,7 @@ class LayerSender(_Closable):
     def finish(self, timeout=None):
         """Waits until every layer sent so far is in decode's pool; raises the first failure,
         TimeoutError, or CancelledError after cancel()."""
-        self._live.finish(_ms(timeout))
+        self._live.finish(timeout_ms(timeout))
 
     def cancel(self, reason=""):
         """Ends the stream (idempotent); later send()s and finish()es raise CancelledError."""
@@ -115,7 +111,7 @@ class LayerReceiver(_Closable):
     def wait(self, layer, timeout=None):
         """Returns once ``layer`` is in the pool (GIL released). Raises TimeoutError,
         PeerLostError, CancelledError (the sender cancelled, cancel(), or the pool closed)."""
-        self._live.wait(int(layer), _ms(timeout))
+        self._live.wait(int(layer), timeout_ms(timeout))
 
     def cancel(self, reason=""):
         """Ends the request here: its grant is closed and every wait of the stream, on any

@@ -23,7 +23,7 @@ from .descriptor import Descriptor
 from .metadata import JsonMetadata, metadata_field
 from .errors import CancelledError, InvalidArgumentError, TimeoutError
 from .types import Device, OperationKind
-from ._support import EndsWithAsyncBlock, native_answer, reason_text, timeout_seconds
+from ._support import EndsWithAsyncBlock, native_answer, reason_text, timeout_ms, timeout_seconds
 
 #: A tag a peer sent once its transfer's bytes were in the pool (or, for a read, once it had
 #: them all). With ``authenticated``, ``peer`` is the name of the grant (``Pool.metadata_for``)
@@ -199,6 +199,20 @@ def as_pairs(pairs):
     BlockPair). Each pair is ``(remote, local)`` or ``(remote, local, remote_offset,
     local_offset)`` (the offsets count only in a sliced transfer); also an (N, 2) or (N, 4)
     array."""
+    if pairs.__class__ is list:
+        # The usual call, taken as it is: (remote, local) tuples of ints >= 0. Anything else
+        # (an offset, a bool, a numpy int, a bad pair) goes the general way below.
+        out = []
+        for item in pairs:
+            if item.__class__ is tuple and len(item) == 2:
+                remote, local = item
+                if remote.__class__ is int and local.__class__ is int and remote >= 0 and local >= 0:
+                    out.append((remote, local, 0, 0))
+                    continue
+            break
+        else:
+            if out:
+                return out
     if hasattr(pairs, "tolist") and not isinstance(pairs, (list, tuple)):
         pairs = pairs.tolist()
     try:
@@ -348,8 +362,7 @@ class Pool(EndsWithAsyncBlock):
         released). Raises TimeoutError, PeerLostError (an admitted tagged transfer failed, or its
         peer was lost in the middle of it: once per transfer, naming its tag), CancelledError
         once closed."""
-        seconds = _seconds(timeout)
-        return _notification(self._native.next(max(1, int(seconds * 1000))))
+        return _notification(self._native.next(timeout_ms(timeout)))
 
     def wait_for_tag(self, tag, timeout=None, from_peer="", kinds=TagKinds.WRITES):
         """Waits for the notification with this tag (others stay queued), from ``from_peer``
@@ -359,7 +372,7 @@ class Pool(EndsWithAsyncBlock):
         leaves this wait alone."""
         seconds = _seconds(timeout)
         raw_tag, raw_from, which = as_tag(tag), _encode(from_peer, "from_peer"), as_kinds(kinds)
-        return _notification(self._native.wait_for_tag(raw_tag, max(1, int(seconds * 1000)), raw_from, which))
+        return _notification(self._native.wait_for_tag(raw_tag, timeout_ms(seconds), raw_from, which))
 
     async def notification(self, timeout=None):
         """``await pool.notification()``: next_notification for asyncio (the loop is not held)."""

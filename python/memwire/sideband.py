@@ -17,15 +17,11 @@ from .errors import NotFoundError
 from .metadata import RdmaMetadata
 from .types import OperationStatus
 from ._support import EndsWithAsyncBlock, EndsWithBlock, completions_for, read_only, reason_text
-from ._support import timeout_seconds
-
-
-def _ms(seconds):
-    return max(1, int(timeout_seconds(seconds) * 1000))
+from ._support import timeout_ms, timeout_seconds
 
 
 def _ttl_ms(ttl):
-    return 0 if not ttl else _ms(ttl)
+    return 0 if not ttl else timeout_ms(ttl)
 
 
 #: Sideband calls of one channel that run at once (each on a native thread of the channel's).
@@ -79,11 +75,11 @@ class _Channel:
 
     async def fetch(self, name, timeout=None):
         """The metadata under ``name``; NotFoundError when nobody published it."""
-        return RdmaMetadata((await _native_call(self._native.start_fetch, name, _ms(timeout))).result())
+        return RdmaMetadata((await _native_call(self._native.start_fetch, name, timeout_ms(timeout))).result())
 
     async def wait_for(self, name, timeout=None):
         """Like fetch, but waits (without polling) until ``name`` is published."""
-        return RdmaMetadata((await _native_call(self._native.start_wait_for, name, _ms(timeout))).result())
+        return RdmaMetadata((await _native_call(self._native.start_wait_for, name, timeout_ms(timeout))).result())
 
     async def withdraw(self, name):
         (await _native_call(self._native.start_withdraw, name)).result()
@@ -99,7 +95,7 @@ def _options(given, timeouts):
         if value is None:
             continue
         if key in timeouts:
-            options[key + "_ms"] = _ms(value)
+            options[key + "_ms"] = timeout_ms(value)
         else:
             options[key] = value
     return options
@@ -305,7 +301,7 @@ class Worker:
         the memory any more."""
         descriptors = as_descriptors(local_descriptors, writable_target=True)
         call = await _worker_call(self._native.start_read, name, [d._spec() for d in descriptors],
-                                  _ms(timeout), bool(wait), descriptors)
+                                  timeout_ms(timeout), bool(wait), descriptors)
         native = self._native.operation_of(call, descriptors)
         return ReadOperation(self.connector, native, descriptors, asyncio.get_running_loop())
 
@@ -334,7 +330,7 @@ class Worker:
     async def _request(self, name, local_descriptors, timeout):
         descriptors = as_descriptors(local_descriptors, writable_target=True)
         call = await _worker_call(self._native.start_request, name, [d._spec() for d in descriptors],
-                                  _ms(timeout), descriptors)
+                                  timeout_ms(timeout), descriptors)
         native = self._native.operation_of(call, descriptors)
         return WritableOperation(self.connector, native, descriptors, asyncio.get_running_loop())
 
@@ -355,7 +351,7 @@ class Worker:
             descriptors = as_descriptors(data, writable_target=False)
             return ([d._spec() for d in descriptors], descriptors)
 
-        call = await _native_call(self._native.start_serve, prefix, serve_one, _ms(write_timeout))
+        call = await _native_call(self._native.start_serve, prefix, serve_one, timeout_ms(write_timeout))
         return Subscription(self._native.subscription_of(call), serve_one)
 
 
