@@ -120,16 +120,70 @@ SecondPart second_cpu_part(std::uint64_t theirs, std::size_t length) {
   return off_even(best) <= length / 8 ? best : halves;
 }
 
+namespace {
+
+std::size_t total_length(std::span<const iovec> parts) {
+  std::size_t total = 0;
+  for (const auto& part : parts) total += part.iov_len;
+  return total;
+}
+
+// `parts` cut at byte `at` (a block that holds it split in two): what comes before, and after.
+std::pair<std::vector<iovec>, std::vector<iovec>> cut(std::span<const iovec> parts,
+                                                      std::size_t at) {
+  std::vector<iovec> before, after;
+  for (const auto& part : parts) {
+    if (at >= part.iov_len) {
+      before.push_back(part);
+      at -= part.iov_len;
+    } else if (at > 0) {
+      before.push_back({part.iov_base, at});
+      after.push_back({static_cast<char*>(part.iov_base) + at, part.iov_len - at});
+      at = 0;
+    } else {
+      after.push_back(part);
+    }
+  }
+  return {std::move(before), std::move(after)};
+}
+
+// Many blocks (a pool's scattered READ): from kSplitMinimum bytes on, the first half of the
+// bytes on the caller's thread and the second on the helper, at once, as for one range (128
+// blocks of 16 KiB, 2 MiB, took one CPU's copy: about 3 GB/s here).
+template <typename Copy>
+std::optional<std::string> copy_blocks(Copy copy, const char* what, std::span<const iovec> theirs,
+                                       std::span<const iovec> ours) {
+  const auto total = total_length(ours);
+  if (total < kSplitMinimum || total != total_length(theirs))
+    return copy_all(copy, what, theirs, ours);
+  const auto half = (total / 2) & ~std::size_t{4095};
+  const auto [their_head, their_tail] = cut(theirs, half);
+  const auto [our_head, our_tail] = cut(ours, half);
+  std::optional<std::string> first, second;
+  auto head = [&] { first = copy_all(copy, what, their_head, our_head); };
+  auto tail = [&] {
+    try {
+      second = copy_all(copy, what, their_tail, our_tail);
+    } catch (const std::exception& error) {  // nothing may escape the helper's thread
+      second = error.what();
+    }
+  };
+  if (!run_on_two_cpus(WorkRef(head), WorkRef(tail))) return copy_all(copy, what, theirs, ours);
+  return first ? first : second;
+}
+
+}  // namespace
+
 std::optional<std::string> copy_to_process(int pid, std::span<const iovec> theirs,
                                            std::span<const iovec> ours) {
-  return copy_all([pid](auto... parts) { return write_into(pid, parts...); }, "process_vm_writev",
-                  theirs, ours);
+  return copy_blocks([pid](auto... parts) { return write_into(pid, parts...); },
+                     "process_vm_writev", theirs, ours);
 }
 
 std::optional<std::string> copy_from_process(int pid, std::span<const iovec> theirs,
                                              std::span<const iovec> ours) {
-  return copy_all([pid](auto... parts) { return read_from(pid, parts...); }, "process_vm_readv",
-                  theirs, ours);
+  return copy_blocks([pid](auto... parts) { return read_from(pid, parts...); }, "process_vm_readv",
+                     theirs, ours);
 }
 
 std::optional<std::string> copy_to_process(int pid, std::uint64_t their_address,
@@ -137,7 +191,9 @@ std::optional<std::string> copy_to_process(int pid, std::uint64_t their_address,
   auto copy = [pid](std::uint64_t theirs, std::byte* from, std::size_t count) {
     const iovec local{from, count};
     const iovec remote{reinterpret_cast<void*>(theirs), count};
-    return copy_to_process(pid, std::span(&remote, 1), std::span(&local, 1));
+    // Each part whole on its thread: copy_range split the range already.
+    return copy_all([pid](auto... parts) { return write_into(pid, parts...); }, "process_vm_writev",
+                    std::span(&remote, 1), std::span(&local, 1));
   };
   return copy_range(copy, their_address, const_cast<std::byte*>(ours), length);
 }
@@ -147,7 +203,8 @@ std::optional<std::string> copy_from_process(int pid, std::uint64_t their_addres
   auto copy = [pid](std::uint64_t theirs, std::byte* into, std::size_t count) {
     const iovec local{into, count};
     const iovec remote{reinterpret_cast<void*>(theirs), count};
-    return copy_from_process(pid, std::span(&remote, 1), std::span(&local, 1));
+    return copy_all([pid](auto... parts) { return read_from(pid, parts...); }, "process_vm_readv",
+                    std::span(&remote, 1), std::span(&local, 1));
   };
   return copy_range(copy, their_address, ours, length);
 }

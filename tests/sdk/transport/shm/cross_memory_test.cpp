@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <span>
@@ -157,6 +158,70 @@ TEST(CrossMemory, AFaultInEitherHalfOfASplitCopyIsReported) {
         << "hole at " << hole;
     ::munmap(theirs, hole);
     ::munmap(theirs + hole + page, kLength - hole - page);
+  }
+}
+
+TEST(CrossMemory, ManyBlocksOfBothSidesLandEveryByteAndFaultsInEitherHalfAreReported) {
+  // A scattered pool READ's shape, large enough to be split over two CPUs: their blocks of
+  // 16 KiB every 32 KiB, ours of 8 KiB every 12 KiB (the halves' cut falls inside blocks of one
+  // side or the other); nothing between the blocks may be touched, in either direction.
+  constexpr std::size_t kTheirBlock = 16 << 10, kTheirStride = 32 << 10, kTheirBlocks = 160;
+  constexpr std::size_t kOurBlock = 8 << 10, kOurStride = 12 << 10;
+  constexpr std::size_t kTotal = kTheirBlock * kTheirBlocks;  // 2.5 MiB
+  constexpr std::size_t kOurBlocks = kTotal / kOurBlock;
+  for (bool to : {true, false}) {
+    std::vector<std::byte> there(kTheirStride * kTheirBlocks, std::byte{0xa5}),
+        here(kOurStride * kOurBlocks, std::byte{0xa5});
+    std::vector<std::byte> expected(kTotal);
+    fill_pattern(expected, 90 + to);
+    std::vector<iovec> theirs, ours;
+    for (std::size_t i = 0; i < kTheirBlocks; ++i)
+      theirs.push_back({there.data() + i * kTheirStride, kTheirBlock});
+    for (std::size_t i = 0; i < kOurBlocks; ++i)
+      ours.push_back({here.data() + i * kOurStride, kOurBlock});
+    // The source side holds the pattern, block after block.
+    const auto& source = to ? ours : theirs;
+    std::size_t at = 0;
+    for (const auto& block : source) {
+      std::memcpy(block.iov_base, expected.data() + at, block.iov_len);
+      at += block.iov_len;
+    }
+    auto failure = to ? copy_to_process(::getpid(), theirs, ours)
+                      : copy_from_process(::getpid(), theirs, ours);
+    ASSERT_FALSE(failure) << *failure;
+    const auto& landed = to ? theirs : ours;
+    const auto& memory = to ? there : here;
+    const std::size_t block = to ? kTheirBlock : kOurBlock, stride = to ? kTheirStride : kOurStride;
+    std::vector<std::byte> gathered;
+    for (const auto& part : landed) {
+      const auto* bytes = static_cast<const std::byte*>(part.iov_base);
+      gathered.insert(gathered.end(), bytes, bytes + part.iov_len);
+    }
+    EXPECT_TRUE(gathered == expected) << (to ? "to" : "from");
+    for (std::size_t offset = 0; offset < memory.size(); ++offset) {
+      if (offset % stride >= block) {
+        ASSERT_EQ(memory[offset], std::byte{0xa5}) << "touched between blocks at " << offset;
+      }
+    }
+  }
+  // A hole in their first block, or in their last (the other CPU's half): reported.
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  for (std::size_t hole_block : {std::size_t{0}, kTheirBlocks - 1}) {
+    void* mapped = ::mmap(nullptr, kTheirStride * kTheirBlocks, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(mapped, MAP_FAILED);
+    auto* there = static_cast<std::byte*>(mapped);
+    ASSERT_EQ(::munmap(there + hole_block * kTheirStride, page), 0);
+    std::vector<iovec> theirs;
+    for (std::size_t i = 0; i < kTheirBlocks; ++i)
+      theirs.push_back({there + i * kTheirStride, kTheirBlock});
+    std::vector<std::byte> here(kTotal);
+    const iovec ours{here.data(), kTotal};
+    EXPECT_TRUE(copy_from_process(::getpid(), theirs, std::span(&ours, 1)))
+        << "hole in block " << hole_block;
+    EXPECT_TRUE(copy_to_process(::getpid(), theirs, std::span(&ours, 1)))
+        << "hole in block " << hole_block;
+    ::munmap(there, kTheirStride * kTheirBlocks);
   }
 }
 
