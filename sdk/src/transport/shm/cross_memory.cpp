@@ -157,8 +157,14 @@ std::optional<std::string> copy_blocks(Copy copy, const char* what, std::span<co
   if (total < kSplitMinimum || total != total_length(theirs))
     return copy_all(copy, what, theirs, ours);
   const auto half = (total / 2) & ~std::size_t{4095};
-  const auto [their_head, their_tail] = cut(theirs, half);
-  const auto [our_head, our_tail] = cut(ours, half);
+  // Not structured bindings: the lambdas below capture them (clang refuses that before C++20's
+  // later fixes).
+  const auto their_parts = cut(theirs, half);
+  const auto our_parts = cut(ours, half);
+  const auto& their_head = their_parts.first;
+  const auto& their_tail = their_parts.second;
+  const auto& our_head = our_parts.first;
+  const auto& our_tail = our_parts.second;
   std::optional<std::string> first, second;
   auto head = [&] { first = copy_all(copy, what, their_head, our_head); };
   auto tail = [&] {
