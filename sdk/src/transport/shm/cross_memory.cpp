@@ -157,8 +157,7 @@ std::optional<std::string> copy_blocks(Copy copy, const char* what, std::span<co
   if (total < kSplitMinimum || total != total_length(theirs))
     return copy_all(copy, what, theirs, ours);
   const auto half = (total / 2) & ~std::size_t{4095};
-  // Not structured bindings: the lambdas below capture them (clang refuses that before C++20's
-  // later fixes).
+  // Not structured bindings: the lambdas below capture them, which clang before 16 refuses.
   const auto their_parts = cut(theirs, half);
   const auto our_parts = cut(ours, half);
   const auto& their_head = their_parts.first;
