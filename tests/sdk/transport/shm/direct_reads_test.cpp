@@ -78,6 +78,17 @@ struct Reader {
   std::optional<BlockTransfer> stalled;
 };
 
+// An owner that opted in, in this process, with a pool of the pattern of kSeed.
+struct OwnerHere {
+  Connector connector{shm_only(/*direct_reads=*/true)};
+  std::vector<std::byte> memory = [] {
+    std::vector<std::byte> bytes(kBlock * kBlocks);
+    fill_pattern(bytes, kSeed);
+    return bytes;
+  }();
+  Pool pool = connector.register_pool({{memory.data(), kBlock, 0, kBlocks, {}}});
+};
+
 TEST(DirectReads, AnOwnerThatOptsInIsReadWhileItIsStopped) {
   PoolOwner owner(/*direct_reads=*/true);
   Reader reader;
@@ -112,10 +123,8 @@ TEST(DirectReads, ATaggedReadStillAsksTheOwner) {
 
 TEST(DirectReads, AReadUnderAClosedGrantIsRefusedByTheOwner) {
   // In one process: the owner opted in, and its grant's end must still fence the peer.
-  Connector owner(shm_only(/*direct_reads=*/true));
-  std::vector<std::byte> memory(kBlock * kBlocks);
-  fill_pattern(memory, kSeed);
-  auto pool = owner.register_pool({{memory.data(), kBlock, 0, kBlocks, {}}});
+  OwnerHere here;
+  auto& pool = here.pool;
   Reader reader;
   auto grant = pool.grant("reader", "req-1", {2, 3}, Access::Read, 30s);
   const auto granted = grant.metadata();
@@ -132,10 +141,8 @@ TEST(DirectReads, AReadUnderAClosedGrantIsRefusedByTheOwner) {
 TEST(DirectReads, TheSameProcessReadsItsOwnPoolDirectlyWhenOptedIn) {
   // A reader of its own connector's pool (the kernel's checks hold for one's own process too),
   // the bytes checked; and a block past the pool is still refused, by the owner.
-  Connector owner(shm_only(/*direct_reads=*/true));
-  std::vector<std::byte> memory(kBlock * kBlocks);
-  fill_pattern(memory, kSeed);
-  auto pool = owner.register_pool({{memory.data(), kBlock, 0, kBlocks, {}}});
+  OwnerHere here;
+  auto& pool = here.pool;
   Reader reader;
   EXPECT_EQ(reader.read(pool.metadata(), {12, 0, 6}, 10s), OperationStatus::Complete);
   std::vector<BlockPair> past{{kBlocks, 0}};
