@@ -32,8 +32,6 @@ struct TransferSegment {
 struct TransferHeader {
   std::uint64_t generation = 0;
   std::string tag;
-  // Planned against a request grant's metadata: the owner must admit (and fence) every request.
-  bool under_grant = false;
 };
 
 // What a transport moves and what its requests carry, the same whoever made the transfer
@@ -50,11 +48,13 @@ struct TransferRequest {
   // GPU memory the owner (a same-host peer) copies through CUDA IPC: the segments are device
   // addresses, and requests carry their allocations' handles. Null otherwise.
   std::shared_ptr<const GpuPoolMemory> cuda_ipc;
-  // Under a request grant (verbs): the owner's windows, and per segment the one that holds it
-  // (kNoWindow: none, the transfer is refused before it begins). Empty otherwise.
+  // Under a request grant: the owner's windows (verbs keys them), and per segment the one that
+  // holds it (kNoWindow: none, the transfer is refused before it begins). Empty otherwise.
   static constexpr std::uint32_t kNoWindow = UINT32_MAX;
   std::size_t grant_windows = 0;
   std::vector<std::uint32_t> segment_windows;
+  // Planned against a request grant's metadata: the owner must admit (and fence) every request.
+  bool under_grant() const noexcept { return !segment_windows.empty(); }
 };
 
 }  // namespace memwire::detail

@@ -132,9 +132,8 @@ std::shared_ptr<detail::ActiveTransfer> begin_block_transfer(
                                                 " bytes (at most " +
                                                 std::to_string(Connector::kMaxTagBytes) + ")");
   auto plan = detail::plan_blocks(pairs, remote, *pool, slice);
-  plan.header =
-      detail::TransferHeader{remote.generation(), std::move(tag), remote.scope() != nullptr};
-  detail::plan_grant_windows(plan, remote);  // verbs keys under a request grant
+  plan.header = detail::TransferHeader{remote.generation(), std::move(tag)};
+  detail::plan_grant_windows(plan, remote);  // a request grant's: verbs keys, every scope check
   // Checked here first, as RequestScope says: the owner (or the NIC) refuses it anyway.
   auto refused = detail::outside_scope(plan, remote, kind);
   const auto bytes = plan.bytes;

@@ -9,7 +9,7 @@ namespace {
 bool qualifies(const ActiveTransfer& transfer) {
   const auto& request = transfer.request();
   return transfer.kind() == OperationKind::Read && request.header && request.header->tag.empty() &&
-         !request.header->under_grant && !request.cuda_ipc && !transfer.lands_on_device();
+         !request.under_grant() && !request.cuda_ipc && !transfer.lands_on_device();
 }
 
 }  // namespace
