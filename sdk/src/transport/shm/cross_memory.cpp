@@ -25,10 +25,20 @@ void advance(std::vector<iovec>& parts, std::size_t& first, std::size_t skip) {
   while (first < parts.size() && parts[first].iov_len == 0) ++first;
 }
 
+std::size_t total_length(std::span<const iovec> parts) {
+  std::size_t total = 0;
+  for (const auto& part : parts) total += part.iov_len;
+  return total;
+}
+
+CopyFailure failure_of(const char* what, int error) {
+  return {error, std::string(what) + ": " + std::strerror(error)};
+}
+
 // Calls `copy(local, local_count, remote, remote_count)` until every byte moved; a call may
 // stop early (a fault, a signal), the next one carries on from there.
 template <typename Copy>
-std::optional<std::string> copy_all(Copy copy, const char* what, std::span<const iovec> theirs,
+std::optional<CopyFailure> copy_all(Copy copy, const char* what, std::span<const iovec> theirs,
                                     std::span<const iovec> ours) {
   std::vector<iovec> local(ours.begin(), ours.end()), remote(theirs.begin(), theirs.end());
   std::size_t local_first = 0, remote_first = 0;
@@ -39,12 +49,7 @@ std::optional<std::string> copy_all(Copy copy, const char* what, std::span<const
     const auto remote_count = std::min<std::size_t>(remote.size() - remote_first, IOV_MAX);
     ssize_t moved = copy(&local[local_first], local_count, &remote[remote_first], remote_count);
     if (moved < 0 && errno == EINTR) continue;
-    if (moved <= 0) {
-      const int error = moved < 0 ? errno : EIO;
-      std::string failure = std::string(what) + ": " + std::strerror(error);
-      errno = error;  // for a caller that tells refusals apart (SameHost::read_directly)
-      return failure;
-    }
+    if (moved <= 0) return failure_of(what, moved < 0 ? errno : EIO);
     advance(local, local_first, static_cast<std::size_t>(moved));
     advance(remote, remote_first, static_cast<std::size_t>(moved));
   }
@@ -80,11 +85,11 @@ std::size_t nearest_table_edge(std::uint64_t theirs, std::size_t length, std::si
 // `copy(their_address, ours, length)` over the whole range, split as above when it is large
 // and the helper is free.
 template <typename Copy>
-std::optional<std::string> copy_range(Copy copy, std::uint64_t theirs, std::byte* ours,
+std::optional<CopyFailure> copy_range(Copy copy, std::uint64_t theirs, std::byte* ours,
                                       std::size_t length) {
   if (length < kSplitMinimum) return copy(theirs, ours, length);
   const auto part = second_cpu_part(theirs, length);
-  std::optional<std::string> first, second;
+  std::optional<CopyFailure> first, second;
   auto head = [&] {
     if (part.begin > 0) first = copy(theirs, ours, part.begin);
     if (!first && part.end < length)
@@ -94,7 +99,7 @@ std::optional<std::string> copy_range(Copy copy, std::uint64_t theirs, std::byte
     try {
       second = copy(theirs + part.begin, ours + part.begin, part.end - part.begin);
     } catch (const std::exception& error) {  // nothing may escape the helper's thread
-      second = error.what();
+      second = CopyFailure{EIO, error.what()};
     }
   };
   if (!run_on_two_cpus(WorkRef(head), WorkRef(tail))) return copy(theirs, ours, length);
@@ -122,12 +127,6 @@ SecondPart second_cpu_part(std::uint64_t theirs, std::size_t length) {
 
 namespace {
 
-std::size_t total_length(std::span<const iovec> parts) {
-  std::size_t total = 0;
-  for (const auto& part : parts) total += part.iov_len;
-  return total;
-}
-
 // `parts` cut at byte `at` (a block that holds it split in two): what comes before, and after.
 std::pair<std::vector<iovec>, std::vector<iovec>> cut(std::span<const iovec> parts,
                                                       std::size_t at) {
@@ -151,7 +150,7 @@ std::pair<std::vector<iovec>, std::vector<iovec>> cut(std::span<const iovec> par
 // bytes on the caller's thread and the second on the helper, at once, as for one range (128
 // blocks of 16 KiB, 2 MiB, took one CPU's copy: about 3 GB/s here).
 template <typename Copy>
-std::optional<std::string> copy_blocks(Copy copy, const char* what, std::span<const iovec> theirs,
+std::optional<CopyFailure> copy_blocks(Copy copy, const char* what, std::span<const iovec> theirs,
                                        std::span<const iovec> ours) {
   const auto total = total_length(ours);
   if (total < kSplitMinimum || total != total_length(theirs))
@@ -164,13 +163,13 @@ std::optional<std::string> copy_blocks(Copy copy, const char* what, std::span<co
   const auto& their_tail = their_parts.second;
   const auto& our_head = our_parts.first;
   const auto& our_tail = our_parts.second;
-  std::optional<std::string> first, second;
+  std::optional<CopyFailure> first, second;
   auto head = [&] { first = copy_all(copy, what, their_head, our_head); };
   auto tail = [&] {
     try {
       second = copy_all(copy, what, their_tail, our_tail);
     } catch (const std::exception& error) {  // nothing may escape the helper's thread
-      second = error.what();
+      second = CopyFailure{EIO, error.what()};
     }
   };
   if (!run_on_two_cpus(WorkRef(head), WorkRef(tail))) return copy_all(copy, what, theirs, ours);
@@ -179,19 +178,19 @@ std::optional<std::string> copy_blocks(Copy copy, const char* what, std::span<co
 
 }  // namespace
 
-std::optional<std::string> copy_to_process(int pid, std::span<const iovec> theirs,
+std::optional<CopyFailure> copy_to_process(int pid, std::span<const iovec> theirs,
                                            std::span<const iovec> ours) {
   return copy_blocks([pid](auto... parts) { return write_into(pid, parts...); },
                      "process_vm_writev", theirs, ours);
 }
 
-std::optional<std::string> copy_from_process(int pid, std::span<const iovec> theirs,
+std::optional<CopyFailure> copy_from_process(int pid, std::span<const iovec> theirs,
                                              std::span<const iovec> ours) {
   return copy_blocks([pid](auto... parts) { return read_from(pid, parts...); }, "process_vm_readv",
                      theirs, ours);
 }
 
-std::optional<std::string> copy_to_process(int pid, std::uint64_t their_address,
+std::optional<CopyFailure> copy_to_process(int pid, std::uint64_t their_address,
                                            const std::byte* ours, std::size_t length) {
   auto copy = [pid](std::uint64_t theirs, std::byte* from, std::size_t count) {
     const iovec local{from, count};
@@ -203,7 +202,7 @@ std::optional<std::string> copy_to_process(int pid, std::uint64_t their_address,
   return copy_range(copy, their_address, const_cast<std::byte*>(ours), length);
 }
 
-std::optional<std::string> copy_from_process(int pid, std::uint64_t their_address, std::byte* ours,
+std::optional<CopyFailure> copy_from_process(int pid, std::uint64_t their_address, std::byte* ours,
                                              std::size_t length) {
   auto copy = [pid](std::uint64_t theirs, std::byte* into, std::size_t count) {
     const iovec local{into, count};

@@ -51,8 +51,8 @@ std::optional<std::vector<std::uint64_t>> offsets_in(std::span<const iovec> memo
   return offsets;
 }
 
-void check(const std::optional<std::string>& failure) {
-  if (failure) throw Error(ErrorCode::Transport, *failure);
+void check(const std::optional<CopyFailure>& failure) {
+  if (failure) throw Error(ErrorCode::Transport, failure->what);
 }
 
 class ShmOwnerSide final : public SameHostOwner {
@@ -64,7 +64,7 @@ class ShmOwnerSide final : public SameHostOwner {
     std::uint64_t probe = 0;
     if (auto failure = copy_from_process(peer_process_, hello.peer_address,
                                          reinterpret_cast<std::byte*>(&probe), sizeof probe))
-      throw Error(ErrorCode::AccessDenied, "cross-memory attach refused: " + *failure);
+      throw Error(ErrorCode::AccessDenied, "cross-memory attach refused: " + failure->what);
     if (probe != hello.offset)
       throw Error(ErrorCode::AccessDenied, "cross-memory probe read the wrong value");
   }

@@ -4,7 +4,6 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
 #include <fstream>
 
@@ -84,14 +83,13 @@ class ShmSameHost final : public SameHost {
   std::unique_ptr<SameHostPeer> peer() override { return make_shm_peer_side(); }
   int read_directly(int process, std::span<const iovec> theirs,
                     std::span<const iovec> ours) override {
-    errno = 0;
     // One range: on two CPUs when large, as the owner's own copies.
     const auto failure =
         theirs.size() == 1 && ours.size() == 1
             ? copy_from_process(process, reinterpret_cast<std::uintptr_t>(theirs[0].iov_base),
                                 static_cast<std::byte*>(ours[0].iov_base), ours[0].iov_len)
             : copy_from_process(process, theirs, ours);
-    return !failure ? 0 : errno != 0 ? errno : EIO;
+    return failure ? failure->error : 0;
   }
 
  private:
