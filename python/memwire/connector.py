@@ -23,6 +23,7 @@ from ._support import native_answer, read_only, timeout_ms, timeout_seconds
 SPIN_MICROSECONDS = 20
 
 _COMPLETE = OperationStatus.COMPLETE
+_COMPLETE_CODE = _COMPLETE.value  # what the native wait returns for it
 
 
 def _deliver(loop, future, status):
@@ -180,7 +181,7 @@ class _Operation(EndsWithAsyncBlock):
         """Blocking wait, for code outside asyncio (GIL released while it waits); returns and
         raises as wait_for_completion does."""
         status = self._native.wait(timeout_ms(timeout))
-        if status == 3:
+        if status == _COMPLETE_CODE:
             return _COMPLETE  # the usual answer, without an Enum lookup
         return OperationStatus(status)
 
