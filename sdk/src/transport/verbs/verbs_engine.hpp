@@ -129,6 +129,7 @@ class Engine final : public std::enable_shared_from_this<Engine>,
   // that keeps it full holds the loop no longer than that. True when completions were left:
   // the connection is then drained again later (come_back_later).
   bool drain(Connection& connection, std::optional<std::uint64_t> beginning = std::nullopt);
+  // drain() up to its bound, without queueing what is left for later.
   bool drain_some(Connection& connection, std::optional<std::uint64_t> beginning);
   // Drains every connection's queue, without waiting for its completion events (a waiter's).
   void poll_every_queue();
