@@ -60,6 +60,9 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
   if (const char* text = std::getenv("MEMWIRE_IDLE_TIMEOUT_MS"))
     options.stream.idle_timeout = std::chrono::milliseconds(
         detail::number_from_environment<std::int64_t>("MEMWIRE_IDLE_TIMEOUT_MS", text));
+  if (const char* text = std::getenv("MEMWIRE_BUSY_POLL_US"))
+    options.stream.busy_poll = std::chrono::microseconds(
+        detail::number_from_environment<std::uint32_t>("MEMWIRE_BUSY_POLL_US", text));
   if (const char* text = std::getenv("MEMWIRE_SHM_DIRECT_READS"))
     options.shm.direct_reads =
         detail::number_from_environment<unsigned>("MEMWIRE_SHM_DIRECT_READS", text) != 0;

@@ -19,8 +19,10 @@ thread_local EventLoop* running_loop = nullptr;
 
 }  // namespace
 
-EventLoop::EventLoop(std::string thread_name)
-    : epoll_(::epoll_create1(EPOLL_CLOEXEC)), wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+EventLoop::EventLoop(std::string thread_name, std::chrono::microseconds busy_poll)
+    : busy_poll_(busy_poll),
+      epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+      wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (!epoll_ || !wake_) throw Error(ErrorCode::Transport, "cannot create an event loop");
   epoll_event event{};
   event.events = EPOLLIN;
@@ -147,6 +149,9 @@ void EventLoop::run() {
       std::lock_guard lock(mutex_);
       if (stopping_ && posted_.empty()) return;
       timeout = posted_.empty() ? wait_timeout_ms() : 0;
+      // Polling, it is awake: a post() needs no eventfd write, it is seen on the next turn.
+      if (timeout != 0 && busy_poll_.count() > 0 && std::chrono::steady_clock::now() < poll_until_)
+        timeout = 0;
       asleep_.store(timeout != 0, std::memory_order_relaxed);
     }
     const int ready = ::epoll_wait(epoll_.get(), events.data(), events.size(), timeout);

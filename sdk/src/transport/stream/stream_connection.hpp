@@ -149,6 +149,11 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   void limit_idle(std::chrono::milliseconds timeout) { idle_timeout_ = timeout; }
   // Since the last frame sent or received, or the last mark_in_use().
   std::chrono::steady_clock::duration idle_for() const noexcept;
+  // A serving side, after a peer's frame: the loop polls a while before it sleeps
+  // (EventLoop::poll_a_while). Off the loop thread, nothing.
+  void poll_a_while() {
+    if (loop_.in_loop_thread()) loop_.poll_a_while();
+  }
   // Handed to a transfer that is about to send on it: not idle.
   void mark_in_use() noexcept { note_activity(); }
   // Why the connection closed ("" while open).

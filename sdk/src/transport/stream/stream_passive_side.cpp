@@ -69,6 +69,9 @@ void StreamPassiveSide::touch(const std::shared_ptr<Registration>& registration)
 }
 
 void StreamPassiveSide::on_frame(StreamConnection& connection, const FrameHeader& header) {
+  // A peer that sent one request often sends the next soon (a decode step's next block):
+  // polling a while answers it without a wake-up (StreamOptions::busy_poll).
+  connection.poll_a_while();
   switch (header.type) {
     case FrameType::Hello:
       return serve_hello(connection, header);

@@ -39,7 +39,8 @@ class StreamTransport final : public Transport {
   StreamTransport(const TransportContext& context, StreamSettings settings)
       : context_(context), settings_(std::move(settings)) {
     for (unsigned n = 0; n < io_threads(context_.options); ++n)
-      loops_.push_back(std::make_unique<EventLoop>("memwire-" + settings_.name));
+      loops_.push_back(
+          std::make_unique<EventLoop>("memwire-" + settings_.name, busy_poll(context_.options)));
     // Non-blocking: the loop accepts until EAGAIN.
     ::fcntl(settings_.listener.get(), F_SETFL,
             ::fcntl(settings_.listener.get(), F_GETFL) | O_NONBLOCK);
@@ -566,6 +567,11 @@ class StreamTransport final : public Transport {
   // Connections spread over the loops in turn.
   EventLoop& next_loop() {
     return *loops_[next_loop_.fetch_add(1, std::memory_order_relaxed) % loops_.size()];
+  }
+  // At most 10 ms: a loop must not spin for ever on a mistyped setting.
+  static std::chrono::microseconds busy_poll(const ConnectorOptions& options) {
+    return std::clamp(options.stream.busy_poll, std::chrono::microseconds::zero(),
+                      std::chrono::microseconds(std::chrono::milliseconds(10)));
   }
   static unsigned io_threads(const ConnectorOptions& options) {
     if (options.stream.io_threads > 0) return std::min(options.stream.io_threads, 64u);
