@@ -39,9 +39,11 @@ inline bool send_all(int fd, const char* data, std::size_t size) {
   return true;
 }
 
-inline bool recv_all(int fd, char* data, std::size_t size) {
+// `spin`: never sleeps in the kernel; polls with non-blocking reads until the bytes came.
+inline bool recv_all(int fd, char* data, std::size_t size, bool spin = false) {
   while (size > 0) {
-    const ssize_t n = ::recv(fd, data, size, 0);
+    const ssize_t n = ::recv(fd, data, size, spin ? MSG_DONTWAIT : 0);
+    if (n < 0 && spin && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n <= 0) return false;
     data += n;
     size -= static_cast<std::size_t>(n);

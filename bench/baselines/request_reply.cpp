@@ -4,7 +4,10 @@
 // transport uses for its requests).
 //
 //   request_reply [--socket tcp|unix] [--request 64] [--reply 4K] [--samples 10000]
-//                 [--warmup 1000] [--depth 1,64] [--pipelined-ops 100000]
+//                 [--warmup 1000] [--depth 1,64] [--pipelined-ops 100000] [--spin 0|1]
+//
+// --spin 1: both sides poll their socket with non-blocking reads instead of sleeping in recv (the
+// floor under a reader and an owner that busy-poll, as memwire's waiters and loops do).
 //
 // depth 1: one request at a time, each round trip a sample (microseconds).
 // depth N: N requests in flight (the client sends N, then one more per reply it reads), timed
@@ -43,6 +46,7 @@ struct Options {
   std::size_t warmup = 1000;
   std::vector<std::size_t> depths = {1, 64};
   std::size_t pipelined_ops = 100000;
+  bool spin = false;
 };
 
 // The server answers every request it reads until the client closes.
@@ -53,7 +57,7 @@ int serve(int listener, const Options& options, bool tcp) {
     ::setsockopt(connection.fd(), IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
   }
   std::vector<char> request(options.request), reply(options.reply, 'r');
-  while (recv_all(connection.fd(), request.data(), request.size())) {
+  while (recv_all(connection.fd(), request.data(), request.size(), options.spin)) {
     if (!send_all(connection.fd(), reply.data(), reply.size())) return 1;
   }
   return 0;
@@ -81,7 +85,8 @@ int main(int argc, char** argv) {
           for (const auto& item : split(value)) options.depths.push_back(std::stoul(item));
         }},
        {"--pipelined-ops",
-        [&](const std::string& value) { options.pipelined_ops = std::stoul(value); }}});
+        [&](const std::string& value) { options.pipelined_ops = std::stoul(value); }},
+       {"--spin", [&](const std::string& value) { options.spin = value == "1"; }}});
   if (!parsed) return 2;
   const bool tcp = options.socket == "tcp";
   if (!tcp && options.socket != "unix") {
@@ -120,7 +125,8 @@ int main(int argc, char** argv) {
       nlohmann::json entry = {{"socket", options.socket},
                               {"request", options.request},
                               {"reply", options.reply},
-                              {"depth", depth}};
+                              {"depth", depth},
+                              {"spin", options.spin}};
       rusage client_before{}, client_after{};
       {
         Socket client(::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -133,7 +139,7 @@ int main(int argc, char** argv) {
         std::vector<char> request(options.request, 'q'), reply(options.reply);
         auto round_trip = [&] {
           if (!send_all(client.fd(), request.data(), request.size()) ||
-              !recv_all(client.fd(), reply.data(), reply.size()))
+              !recv_all(client.fd(), reply.data(), reply.size(), options.spin))
             throw std::runtime_error("the server went away");
         };
         for (std::size_t i = 0; i < options.warmup; ++i) round_trip();
@@ -162,7 +168,7 @@ int main(int argc, char** argv) {
             if (!send_all(client.fd(), request.data(), request.size()))
               throw std::runtime_error("the server went away");
           for (std::size_t received = 0; received < total; ++received) {
-            if (!recv_all(client.fd(), reply.data(), reply.size()))
+            if (!recv_all(client.fd(), reply.data(), reply.size(), options.spin))
               throw std::runtime_error("the server went away");
             if (sent < total) {
               if (!send_all(client.fd(), request.data(), request.size()))

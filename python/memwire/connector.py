@@ -267,8 +267,10 @@ class Connector:
     ``transports`` (best first: "verbs", "shm", "tcp"), ``bind_address``, ``port``,
     ``metadata_ttl`` and ``connect_timeout`` (seconds), ``shm_direct_reads`` (peers of the same
     user read this connector's pools themselves over shm: ``ShmOptions::direct_reads`` in the
-    C++ API, which says what it exposes and what memwire then no longer checks); MEMWIRE_*
-    environment variables apply unless ``environment=False``.
+    C++ API, which says what it exposes and what memwire then no longer checks), ``busy_poll``
+    (seconds an event loop keeps polling after serving a peer's request before it sleeps:
+    ``StreamOptions::busy_poll``, default 50 us, 0 off, at most 10 ms); MEMWIRE_* environment
+    variables apply unless ``environment=False``.
     """
 
     def __init__(
@@ -281,6 +283,7 @@ class Connector:
         metadata_ttl=None,
         connect_timeout=None,
         shm_direct_reads=None,
+        busy_poll=None,
         environment=True,
         worker_id=None,
         runtime=None,
@@ -306,6 +309,14 @@ class Connector:
             if not isinstance(shm_direct_reads, bool):
                 raise InvalidArgumentError("shm_direct_reads is True, False or None")
             config.shm_direct_reads = int(shm_direct_reads)
+        if busy_poll is not None:
+            if (
+                isinstance(busy_poll, bool)
+                or not isinstance(busy_poll, (int, float))
+                or not 0 <= busy_poll <= 0.01
+            ):
+                raise InvalidArgumentError("busy_poll is None or 0 to 0.01 seconds")
+            config.busy_poll_us = round(busy_poll * 1e6)
         config.from_environment = bool(environment)
         self._native = _memwire.Connector(config)
         # Accepted for nixl_connect's older signature (Dynamo's runtime); memwire needs neither.

@@ -18,7 +18,8 @@ struct ConnectorConfig {
   std::vector<std::string> transports;
   std::int64_t metadata_ttl_ms = -1;
   std::int64_t connect_timeout_ms = -1;
-  int shm_direct_reads = -1;  // -1: the default (or MEMWIRE_SHM_DIRECT_READS)
+  int shm_direct_reads = -1;       // -1: the default (or MEMWIRE_SHM_DIRECT_READS)
+  std::int64_t busy_poll_us = -1;  // -1: the default (or MEMWIRE_BUSY_POLL_US)
   bool from_environment = true;
 };
 
@@ -37,6 +38,8 @@ class PyConnector {
     if (config.connect_timeout_ms > 0)
       options.connect_timeout = milliseconds(config.connect_timeout_ms);
     if (config.shm_direct_reads >= 0) options.shm.direct_reads = config.shm_direct_reads != 0;
+    if (config.busy_poll_us >= 0)
+      options.stream.busy_poll = std::chrono::microseconds(config.busy_poll_us);
     connector_ = without_gil([&] { return std::make_shared<memwire::Connector>(options); });
   }
   ~PyConnector() {

@@ -93,6 +93,7 @@ py::class_<PyConnector> bind_operations(py::module_& m) {
       .def_readwrite("metadata_ttl_ms", &ConnectorConfig::metadata_ttl_ms)
       .def_readwrite("connect_timeout_ms", &ConnectorConfig::connect_timeout_ms)
       .def_readwrite("shm_direct_reads", &ConnectorConfig::shm_direct_reads)
+      .def_readwrite("busy_poll_us", &ConnectorConfig::busy_poll_us)
       .def_readwrite("from_environment", &ConnectorConfig::from_environment);
 
   py::class_<PyOperation>(m, "Operation")
