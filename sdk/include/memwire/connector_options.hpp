@@ -73,7 +73,7 @@ struct MEMWIRE_API TcpOptions {
 // request that would open one more is refused with Error{Transport} naming the limit, its
 // transfer fails, and the connection stays open; the counts go back as transfers end and
 // connections close. 0 refuses every tagged transfer.
-// `busy_poll`: after an accepted connection's frame (a peer's request), the event-loop thread
+// `busy_poll`: after a peer's small request (up to 64 KiB) on an accepted connection, the loop
 // that served it keeps polling for this long before it sleeps, so that the peer's next request
 // is answered without that thread being woken: a 4 KiB READ's round trip about 20-30% shorter
 // here. The cost is CPU: a loop serving a steady stream of requests keeps one CPU busy, and
