@@ -73,12 +73,14 @@ struct MEMWIRE_API TcpOptions {
 // request that would open one more is refused with Error{Transport} naming the limit, its
 // transfer fails, and the connection stays open; the counts go back as transfers end and
 // connections close. 0 refuses every tagged transfer.
-// `busy_poll`: after a peer's small request (up to 64 KiB) on an accepted connection, the loop
-// that served it keeps polling for this long before it sleeps, so that the peer's next request
-// is answered without that thread being woken: a 4 KiB READ's round trip about 20-30% shorter
-// here. The cost is CPU: a loop serving a steady stream of requests keeps one CPU busy, and
-// spends up to this much after the last one; an idle connector spends nothing. Zero: sleep at
-// once; at most 10 ms.
+// `busy_poll`: after a peer's small request (up to 64 KiB) that came alone (the peer waits for
+// each answer before it asks again) on an accepted connection, the loop that served it keeps
+// polling for this long before it sleeps, so that the peer's next request is answered without
+// that thread being woken: a 4 KiB READ's round trip about 10-35% shorter on 2 vCPUs. The cost
+// is CPU: up to this much after each such request; an idle connector spends nothing. On 2 CPUs
+// a peer with many small READs in flight loses some (its requests often come one by one
+// there; 64 x 4 KiB over shm 0.84-0.90x), since the polling loop holds a CPU it would use.
+// Zero: sleep at once; at most 10 ms.
 struct MEMWIRE_API StreamOptions {
   unsigned io_threads = 0;
   std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);

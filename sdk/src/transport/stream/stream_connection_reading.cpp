@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <utility>
 
 #include "transport/stream/stream_connection.hpp"
 
@@ -250,6 +251,7 @@ bool StreamConnection::fill_sink() {
 void StreamConnection::read_frames() {
   reading_connection_ = this;
   bool handled = false;  // a frame: the connection is in use (noted once, not per frame)
+  std::size_t frames = 0;
   for (;;) {
     if (broken_.load(std::memory_order_acquire)) break;  // not past a shutdown on buffered frames
     if (sink_) {
@@ -308,12 +310,15 @@ void StreamConnection::read_frames() {
       loop_.cancel(first_frame_timer_);
       if (idle_timeout_.count() > 0) watch_idleness();  // from now on, silence is idleness
     }
+    ++frames;
     handler_->on_frame(*this, header);
     // Inline bytes the handler left (a frame it refused) are skipped with the frame.
     if (!broken_.load(std::memory_order_acquire)) inbox_begin_ += inline_left_;
     inline_left_ = 0;
   }
   if (handled) note_activity();
+  if (std::exchange(poll_wanted_, false) && frames == 1 && loop_.in_loop_thread())
+    loop_.poll_a_while();
   send_held_back();
   reading_connection_ = nullptr;
   // A waiter reading leaves the close to the loop (let_go_of_reading).

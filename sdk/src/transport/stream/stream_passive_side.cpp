@@ -77,7 +77,7 @@ void StreamPassiveSide::on_frame(StreamConnection& connection, const FrameHeader
   if ((is_piece_request(header.type) || header.type == FrameType::ReadRequest ||
        header.type == FrameType::WriteRequest) &&
       header.length <= kMostBytesForWaiterToRead)
-    connection.poll_a_while();
+    connection.poll_after_a_lone_request();
   switch (header.type) {
     case FrameType::Hello:
       return serve_hello(connection, header);
