@@ -33,9 +33,13 @@ def loops_cpu_after_a_read(owner_busy_poll):
     target = np.zeros(4096, dtype=np.uint8)
     owned = owner.register_pool((source, 4096))
     mine = reader.register_pool((target, 4096))
-    read = reader.read_blocks(owned.metadata, [(0, 0)], mine, tag="")
-    assert read.wait(timeout=10) == memwire.OperationStatus.COMPLETE
-    assert (target == 9).all()
+    # Twice: the first READ's request may be read together with the connection's first frame,
+    # and an owner polls only after a request that came alone.
+    for _ in range(2):
+        target[:] = 0
+        read = reader.read_blocks(owned.metadata, [(0, 0)], mine, tag="")
+        assert read.wait(timeout=10) == memwire.OperationStatus.COMPLETE
+        assert (target == 9).all()
     start = loop_threads_cpu_ns()
     time.sleep(0.04)
     return (loop_threads_cpu_ns() - start) / 1e6  # ms

@@ -98,11 +98,15 @@ TEST(BusyPoll, AnOwnersLoopPollsAfterServingARequest) {
     reader_options.stream.io_threads = 1;
     reader_options.stream.busy_poll = 0us;
     Connector owner(owner_options), reader(reader_options);
-    std::vector<std::byte> source(4096, std::byte{7}), target(4096);
-    auto readable = owner.create_readable({Descriptor(std::span(source))});
-    auto read = reader.begin_read(readable.metadata(), {Descriptor(std::span(target))});
-    EXPECT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
-    EXPECT_EQ(target, source);
+    // Twice: the first READ's request may be read together with the connection's first frame,
+    // and an owner polls only after a request that came alone.
+    for (int round = 0; round < 2; ++round) {
+      std::vector<std::byte> source(4096, std::byte(7 + round)), target(4096);
+      auto readable = owner.create_readable({Descriptor(std::span(source))});
+      auto read = reader.begin_read(readable.metadata(), {Descriptor(std::span(target))});
+      EXPECT_EQ(read.wait_for_completion(10s), OperationStatus::Complete);
+      EXPECT_EQ(target, source);
+    }
     const auto start = cpu_time_of_threads("memwire-tcp");
     std::this_thread::sleep_for(40ms);
     return cpu_time_of_threads("memwire-tcp") - start;
