@@ -23,7 +23,7 @@
 #include "transport/stream/accepted_socket.hpp"
 #include "transport/stream/cuda_ipc_request.hpp"
 #include "transport/stream/direct_read.hpp"
-#include "transport/stream/event_loop.hpp"
+#include "transport/stream/event_loops.hpp"
 #include "transport/stream/request_plan.hpp"
 #include "transport/stream/stream_active_side.hpp"
 #include "transport/stream/stream_passive_side.hpp"
@@ -37,10 +37,9 @@ using OutboundConnections = std::vector<std::shared_ptr<OutboundConnection>>;
 class StreamTransport final : public Transport {
  public:
   StreamTransport(const TransportContext& context, StreamSettings settings)
-      : context_(context), settings_(std::move(settings)) {
-    for (unsigned n = 0; n < io_threads(context_.options); ++n)
-      loops_.push_back(
-          std::make_unique<EventLoop>("memwire-" + settings_.name, busy_poll(context_.options)));
+      : context_(context),
+        settings_(std::move(settings)),
+        loops_("memwire-" + settings_.name, context_.options.stream) {
     // Non-blocking: the loop accepts until EAGAIN.
     ::fcntl(settings_.listener.get(), F_SETFL,
             ::fcntl(settings_.listener.get(), F_GETFL) | O_NONBLOCK);
@@ -66,7 +65,7 @@ class StreamTransport final : public Transport {
     // Closed by the loop, their handlers told, before the loop itself goes.
     for (auto& connection : all) connection->join();
     // Now, while what its last tasks touch is still here.
-    for (auto& loop : loops_) loop->stop();
+    loops_.stop();
   }
 
   std::string_view name() const override { return settings_.name; }
@@ -558,25 +557,11 @@ class StreamTransport final : public Transport {
   StreamSettings settings_;
   // One host (shm): requests may ask for cross-memory copies and mapped answers.
   bool same_host() const noexcept { return settings_.same_host != nullptr; }
-  // Every connection's I/O, and the listener's: a fixed few threads, whatever the number of
-  // peers. Declared before the connections, so they outlive them.
-  std::vector<std::unique_ptr<EventLoop>> loops_;
-  std::atomic<std::size_t> next_loop_{0};
-  // The first loop also watches the listener and keeps the accept-side state below.
-  EventLoop& listener_loop() { return *loops_.front(); }
-  // Connections spread over the loops in turn.
-  EventLoop& next_loop() {
-    return *loops_[next_loop_.fetch_add(1, std::memory_order_relaxed) % loops_.size()];
-  }
-  // At most 10 ms: a loop must not spin for ever on a mistyped setting.
-  static std::chrono::microseconds busy_poll(const ConnectorOptions& options) {
-    return std::clamp(options.stream.busy_poll, std::chrono::microseconds::zero(),
-                      std::chrono::microseconds(std::chrono::milliseconds(10)));
-  }
-  static unsigned io_threads(const ConnectorOptions& options) {
-    if (options.stream.io_threads > 0) return std::min(options.stream.io_threads, 64u);
-    return std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
-  }
+  // Every connection's I/O, and the listener's. Declared before the connections, so they
+  // outlive them.
+  EventLoops loops_;
+  EventLoop& listener_loop() { return loops_.listener(); }
+  EventLoop& next_loop() { return loops_.next(); }
   FileDescriptor reserve_ = open_reserve();  // the loop's
   bool listener_paused_ = false;             // the loop's
   // The listener loop's: refused, lingering half-open until their time.
