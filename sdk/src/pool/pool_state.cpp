@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/active_transfer.hpp"
+#include "util/test_hooks.hpp"
 
 namespace memwire::detail {
 
@@ -139,6 +140,7 @@ PoolState::Admission PoolState::admit(
       throw Error(ErrorCode::AccessDenied, "wrong access token");
     }
     admission.grant = request->second;
+    if (auto widen = test_hooks::between_grant_lookup_and_pin.load()) widen();
     admission.pin = admission.grant->pin();
   }
   const auto& grant = *admission.grant;

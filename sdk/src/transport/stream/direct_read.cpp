@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <vector>
 
+#include "util/test_hooks.hpp"
+
 namespace memwire::detail {
 namespace {
 
@@ -39,6 +41,7 @@ bool read_directly(ActiveTransfer& transfer, OutboundConnection& connection, Sam
   const int refused = same_host.read_directly(owner, theirs, ours);
   pin.reset();
   if (refused == 0) {
+    test_hooks::direct_reads.fetch_add(1, std::memory_order_relaxed);
     transfer.succeed();
     return true;
   }

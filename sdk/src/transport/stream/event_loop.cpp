@@ -9,6 +9,7 @@
 
 #include "core/access_gate.hpp"
 #include "memwire/error.hpp"
+#include "util/test_hooks.hpp"
 #include "util/thread_name.hpp"
 
 namespace memwire::detail {
@@ -150,8 +151,11 @@ void EventLoop::run() {
       if (stopping_ && posted_.empty()) return;
       timeout = posted_.empty() ? wait_timeout_ms() : 0;
       // Polling, it is awake: a post() needs no eventfd write, it is seen on the next turn.
-      if (timeout != 0 && busy_poll_.count() > 0 && std::chrono::steady_clock::now() < poll_until_)
+      if (timeout != 0 && busy_poll_.count() > 0 &&
+          std::chrono::steady_clock::now() < poll_until_) {
         timeout = 0;
+        test_hooks::busy_polls.fetch_add(1, std::memory_order_relaxed);
+      }
       asleep_.store(timeout != 0, std::memory_order_relaxed);
     }
     const int ready = ::epoll_wait(epoll_.get(), events.data(), events.size(), timeout);
