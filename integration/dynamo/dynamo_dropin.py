@@ -34,3 +34,39 @@ def pytest_configure(config):
               f"({int(max_items) * hidden * tokens >> 20} MiB pre-registered)", file=sys.stderr)
     print(f"dynamo_dropin: dynamo.nixl_connect is {sys.modules.get('dynamo.nixl_connect', 'Dynamo own')}",
           file=sys.stderr)
+
+
+def _nixl_connect_users():
+    """Dynamo's loaded modules by the nixl_connect they hold: ({memwire users}, {others})."""
+    memwire_users, dynamo_users = set(), set()
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("dynamo.") or name.startswith("dynamo.nixl_connect") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            # A module held (import dynamo.nixl_connect as ...) or a name taken from one (from
+            # dynamo.nixl_connect import Connector): where it was defined says whose it is.
+            home = value.__name__ if isinstance(value, type(sys)) else getattr(value, "__module__", None)
+            if not isinstance(home, str):
+                continue
+            if home == "memwire" or home.startswith("memwire."):
+                memwire_users.add(name)
+            elif home.startswith("dynamo.nixl_connect"):
+                dynamo_users.add(name)
+    return memwire_users, dynamo_users
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """On memwire, says which memwire Dynamo's modules used, and fails the run when any of them
+    holds Dynamo's own nixl_connect: a test that passed there proved nothing about memwire."""
+    if os.environ.get("MEMWIRE_DYNAMO_SYSTEM", "memwire") != "memwire":
+        return
+    import memwire
+
+    memwire_users, dynamo_users = _nixl_connect_users()
+    where = os.path.dirname(memwire.__file__)
+    print(f"dynamo_dropin: memwire imported from {where}; Dynamo's modules on it: "
+          f"{', '.join(sorted(memwire_users)) or 'none'}", file=sys.stderr)
+    if dynamo_users or sys.modules.get("dynamo.nixl_connect") is not memwire:
+        print("dynamo_dropin: FAILED: Dynamo's own nixl_connect is in use: "
+              f"{', '.join(sorted(dynamo_users)) or 'dynamo.nixl_connect'}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
