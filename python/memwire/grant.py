@@ -12,7 +12,7 @@ or after the lease, before any byte lands. Dropping the grant closes it too.
 
 from ._support import EndsWithBlock, reason_text
 from .errors import InvalidArgumentError
-from .pool import PoolMetadata
+from .pool import PoolMetadata, _lease_ms
 
 _ACCESS = {"read": 1, "write": 2, "read_write": 3, "readwrite": 3, "rw": 3}
 
@@ -55,6 +55,18 @@ class BlockGrant(EndsWithBlock):
     def expires_in(self):
         """Seconds until the lease ends (negative once it has); None once held by a receiver."""
         return self._native.expires_in
+
+    @property
+    def renew_limit_in(self):
+        """Seconds until the latest end ``renew`` may give the lease (Pool.grant's max_lease)."""
+        return self._native.renew_limit_in
+
+    def renew(self, extension):
+        """A heartbeat: the lease now ends ``extension`` seconds from now, never past
+        ``renew_limit_in`` and never earlier than it did; returns the seconds left. A lease
+        that ended stays ended (ExpiredError, even before ``expired()`` was called); a closed
+        grant raises CancelledError."""
+        return self._native.renew(_lease_ms(extension))
 
     @property
     def closed(self):

@@ -289,12 +289,14 @@ class Pool(EndsWithAsyncBlock):
         """Ends ``peer``'s grant: its token is refused from now on. False when it had none."""
         return self._native.revoke(_encode(peer, "peer"))
 
-    def grant(self, peer, request_id, blocks, access="write", lease=10.0):
+    def grant(self, peer, request_id, blocks, access="write", lease=10.0, max_lease=None):
         """Request-scoped access (C++'s ``Pool::grant``): ``peer`` may move ``blocks`` of this
         pool with ``access`` ("read", "write" or "read_write") for request ``request_id``, for
         ``lease`` seconds, through the returned BlockGrant's ``metadata`` and nothing else.
         Anything outside those blocks, after ``close()`` or after the lease is refused before
-        any byte lands."""
+        any byte lands. ``max_lease``: how far from now ``BlockGrant.renew`` may carry the
+        lease (None: no further than ``lease``). ``peer`` is the owner's name for whoever holds
+        the metadata (a bearer grant: the token is the credential)."""
         from .grant import BlockGrant, access_code
 
         if hasattr(blocks, "tolist") and not isinstance(blocks, (list, tuple)):
@@ -308,6 +310,7 @@ class Pool(EndsWithAsyncBlock):
         native = self._native.grant(
             _encode(peer, "peer"), _encode(request_id, "request_id"), indexes,
             access_code(access), _lease_ms(lease),
+            0 if max_lease is None else _lease_ms(max_lease),
         )
         return BlockGrant(native)
 

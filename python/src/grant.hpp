@@ -3,6 +3,7 @@
 // A request grant (memwire::BlockGrant) as the binding holds it: grants.cpp binds it,
 // layers.cpp hands it to a LayerReceiver.
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,8 +32,19 @@ class PyGrant {
   // Seconds until the lease ends (negative once it has); None once given to a receiver.
   std::optional<double> expires_in() const {
     if (!grant_) return std::nullopt;
-    return std::chrono::duration<double>(grant_->expires_at() - std::chrono::steady_clock::now())
-        .count();
+    return seconds_from_now(grant_->expires_at());
+  }
+  // Seconds from now to the latest end renew() may give the lease; None once given away.
+  std::optional<double> renew_limit_in() const {
+    if (!grant_) return std::nullopt;
+    return seconds_from_now(grant_->renew_limit());
+  }
+  // BlockGrant::renew: seconds until the new end.
+  double renew(std::int64_t extension_ms) {
+    if (!grant_)
+      throw memwire::Error(memwire::ErrorCode::InvalidArgument,
+                           "the grant for request " + request_ + " is held by a LayerReceiver");
+    return seconds_from_now(grant_->renew(std::chrono::milliseconds(extension_ms)));
   }
   bool closed() const { return !grant_ || grant_->closed(); }
   bool held_by_receiver() const { return taken_; }
@@ -61,6 +73,9 @@ class PyGrant {
   }
 
  private:
+  static double seconds_from_now(std::chrono::steady_clock::time_point when) {
+    return std::chrono::duration<double>(when - std::chrono::steady_clock::now()).count();
+  }
   ForkBirth birth_;
   PoolMeta metadata_;
   std::string peer_;

@@ -141,3 +141,37 @@ def test_bad_grants_are_refused(side):
     ]:
         with pytest.raises(memwire.InvalidArgumentError):
             pool.grant(peer, request, blocks, access=access, lease=lease)
+
+
+def test_a_renewed_lease_admits_writes_past_its_first_end_and_never_past_the_bound(side):
+    there, pool, peer, local, _ = side
+    with pool.grant("decode", "req-h", [5], access="write", lease=0.5, max_lease=1.5) as grant:
+        assert grant.renew_limit_in == pytest.approx(1.5, abs=0.2)
+        peer.write_blocks(local, [(5, 0)], grant.metadata).wait(20)
+        block(there, 5)[:] = 0
+        assert grant.renew(1.0) == pytest.approx(1.0, abs=0.2)  # a heartbeat
+        time.sleep(0.7)  # past the first end
+        assert not grant.expired()
+        peer.write_blocks(local, [(5, 0)], grant.metadata).wait(20)
+        assert is_(there, 5, ord("p"))
+        block(there, 5)[:] = 0
+        assert grant.renew(60) <= 1.5  # never past max_lease from the grant's making
+        time.sleep(max(0.0, grant.renew_limit_in) + 0.2)
+        with pytest.raises(memwire.ExpiredError):
+            grant.renew(1.0)  # a lease that ended is not revived
+        with pytest.raises(memwire.MemwireError):
+            peer.write_blocks(local, [(5, 0)], grant.metadata).wait(20)
+        assert is_(there, 5, 0)
+        assert grant.expired()
+
+
+def test_a_closed_grant_or_a_bad_renewal_is_refused(side):
+    _, pool, _, _, _ = side
+    grant = pool.grant("decode", "req-c", [1], access="read", lease=5, max_lease=10)
+    with pytest.raises(memwire.InvalidArgumentError):
+        grant.renew(0)
+    grant.close("decode is done")
+    with pytest.raises(memwire.CancelledError):
+        grant.renew(1)
+    with pytest.raises(memwire.InvalidArgumentError):
+        pool.grant("decode", "r", [0], access="read", lease=2, max_lease=1)

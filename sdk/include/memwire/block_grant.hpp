@@ -38,6 +38,14 @@ class [[nodiscard("dropping it releases the blocks at once")]] MEMWIRE_API Block
   const std::string& peer() const noexcept;
   const std::string& request() const noexcept;
   std::chrono::steady_clock::time_point expires_at() const noexcept;
+  // The latest the lease may reach by renew(): the grant's making plus Pool::grant's max_lease.
+  std::chrono::steady_clock::time_point renew_limit() const noexcept;
+  // A heartbeat: the lease now ends at now + `extension`, at most at renew_limit() and never
+  // earlier than it did; returns the new end. A lease that ended stays ended, the fence is
+  // final: Error{Expired} once it is over (whether or not expired() was called),
+  // Error{Cancelled} once closed; extension <= 0 is Error{InvalidArgument}. On verbs the
+  // windows stay bound (the NIC's timer follows the new end).
+  std::chrono::steady_clock::time_point renew(std::chrono::milliseconds extension);
 
   // Ends the grant: from now on its token is refused ("blocks released by the owner for request
   // X", with `reason` when given), requests under way finish landing (or their connection is

@@ -228,11 +228,14 @@ class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API
   // request `request`, for `lease` from now, through the returned grant's metadata and nothing
   // else; see BlockGrant. Notifications of its transfers carry `peer` (authenticated) and
   // `request`. Throws Error{InvalidArgument} for a bad peer or request name (1 to
-  // kMaxTagBytes bytes, no NUL), no blocks, a block past the last, lease <= 0, or more than
-  // PoolOptions::max_request_grants grants live; Error{Cancelled} once closed.
+  // kMaxTagBytes bytes, no NUL), no blocks, a block past the last, lease <= 0, a max_lease
+  // below the lease, or more than PoolOptions::max_request_grants grants live;
+  // Error{Cancelled} once closed. `max_lease`: how far from now BlockGrant::renew may carry
+  // the lease (0: no further than `lease`), the bound a peer's heartbeats never pass.
   BlockGrant grant(std::string_view peer, std::string_view request,
                    const std::vector<std::uint64_t>& blocks, Access access,
-                   std::chrono::milliseconds lease);
+                   std::chrono::milliseconds lease,
+                   std::chrono::milliseconds max_lease = std::chrono::milliseconds(0));
   // Frames that peers sent against the protocol (a tag with no admitted transfer, a second tag
   // for one, a PoolEnd presenting another token, a malformed request): each was refused and,
   // on tcp and shm, its connection closed.

@@ -29,6 +29,15 @@ std::chrono::steady_clock::time_point BlockGrant::expires_at() const noexcept {
   return grant_->expires_at();
 }
 
+std::chrono::steady_clock::time_point BlockGrant::renew(std::chrono::milliseconds extension) {
+  if (!grant_) throw Error(ErrorCode::Cancelled, "the grant was moved from");
+  return grant_->renew(extension);
+}
+
+std::chrono::steady_clock::time_point BlockGrant::renew_limit() const noexcept {
+  return grant_->renew_limit();
+}
+
 bool BlockGrant::closed() const noexcept { return !grant_ || grant_->released(); }
 
 void BlockGrant::close(std::string_view reason) { end(reason, false); }
@@ -50,7 +59,7 @@ void BlockGrant::end(std::string_view reason, bool lease_over) {
 
 BlockGrant Pool::grant(std::string_view peer, std::string_view request,
                        const std::vector<std::uint64_t>& blocks, Access access,
-                       std::chrono::milliseconds lease) {
+                       std::chrono::milliseconds lease, std::chrono::milliseconds max_lease) {
   detail::check_peer_name(peer);
   if (auto problem = detail::peer_name_problem(request); !problem.empty())
     throw Error(ErrorCode::InvalidArgument, "a request id with " + std::string(problem));
@@ -59,8 +68,8 @@ BlockGrant Pool::grant(std::string_view peer, std::string_view request,
   RequestScope scope{std::string(request), access,
                      RequestScope::runs_of(blocks, pool.block_count())};
   auto metadata_scope = scope;
-  auto granted =
-      pool.grant_request(std::string(peer), std::move(scope), lease, registration.grace());
+  auto granted = pool.grant_request(std::string(peer), std::move(scope), lease, max_lease,
+                                    registration.grace());
   BlockGrant handle(
       granted, pool.metadata().for_request(to_hex(granted->token()), std::move(metadata_scope)));
   handle.pool_ = registration_;

@@ -153,8 +153,11 @@ PoolState::Admission PoolState::admit(
 
 std::shared_ptr<RequestGrant> PoolState::grant_request(std::string peer, RequestScope scope,
                                                        std::chrono::milliseconds lease,
+                                                       std::chrono::milliseconds max_lease,
                                                        std::chrono::milliseconds grace) {
   if (lease.count() <= 0) throw Error(ErrorCode::InvalidArgument, "a lease of at least 1 ms");
+  if (max_lease.count() != 0 && max_lease < lease)
+    throw Error(ErrorCode::InvalidArgument, "a max_lease below the lease");
   std::lock_guard lock(mutex_);
   check_open();
   if (requests_.size() >= options_.max_request_grants) drop_expired_requests();
@@ -162,8 +165,9 @@ std::shared_ptr<RequestGrant> PoolState::grant_request(std::string peer, Request
     throw Error(ErrorCode::InvalidArgument,
                 "the pool has " + std::to_string(requests_.size()) +
                     " request grants live (max_request_grants): release some first");
+  const auto now = std::chrono::steady_clock::now();
   auto grant = std::make_shared<RequestGrant>(random_id(), std::move(peer), std::move(scope),
-                                              std::chrono::steady_clock::now() + lease, grace);
+                                              now + lease, now + std::max(lease, max_lease), grace);
   requests_.emplace(grant->token(), grant);
   return grant;
 }

@@ -95,9 +95,11 @@ class PoolState final : public PoolAccess {
   Admission admit(const Id128& token, const Id128& shared_token, OperationKind kind,
                   const std::function<void(const RequestGrant&)>& check_pieces) const;
 
-  // Request grants (Pool::grant): a token of their own, checked against their blocks.
+  // Request grants (Pool::grant): a token of their own, checked against their blocks; their
+  // lease may be renewed up to `max_lease` from now (at most lease: no renewal).
   std::shared_ptr<RequestGrant> grant_request(std::string peer, RequestScope scope,
                                               std::chrono::milliseconds lease,
+                                              std::chrono::milliseconds max_lease,
                                               std::chrono::milliseconds grace);
   // The live request grant of `token`, or null for any other token.
   std::shared_ptr<RequestGrant> request_grant(const Id128& token) const;

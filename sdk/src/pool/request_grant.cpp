@@ -17,6 +17,21 @@ void RequestGrant::check(OperationKind kind) const {
                                              " allows no remote " + std::string(to_string(kind)));
 }
 
+std::chrono::steady_clock::time_point RequestGrant::renew(std::chrono::milliseconds extension) {
+  if (extension.count() <= 0) throw Error(ErrorCode::InvalidArgument, "a renewal of at least 1 ms");
+  const auto wanted = std::min(std::chrono::steady_clock::now() + extension, renew_limit_);
+  auto current = expires_at_.load(std::memory_order_acquire);
+  for (;;) {
+    if (released()) throw released_error();
+    // Checked against the value the exchange replaces: a lease seen over is never revived.
+    if (std::chrono::steady_clock::now().time_since_epoch().count() >= current)
+      throw lease_over_error(scope_.request);
+    const auto next = std::max(current, wanted.time_since_epoch().count());
+    if (expires_at_.compare_exchange_weak(current, next, std::memory_order_acq_rel))
+      return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(next));
+  }
+}
+
 void RequestGrant::check_blocks(std::uint64_t first, std::uint64_t count) const {
   if (scope_.run_holding(first, count) < 0)
     throw Error(ErrorCode::AccessDenied, "blocks " + std::to_string(first) + " to " +

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -33,24 +35,35 @@ class RequestGrant {
   // Tagged transfers open at once under one grant; one more is refused.
   static constexpr std::size_t kMostOpenTags = 4096;
 
+  // `renew_limit`: the latest the lease may reach by renew() (expires_at: no renewal).
   RequestGrant(Id128 token, std::string peer, RequestScope scope,
-               std::chrono::steady_clock::time_point expires_at, std::chrono::milliseconds grace)
+               std::chrono::steady_clock::time_point expires_at,
+               std::chrono::steady_clock::time_point renew_limit, std::chrono::milliseconds grace)
       : token_(token),
         peer_(std::move(peer)),
         scope_(std::move(scope)),
-        expires_at_(expires_at),
+        expires_at_(expires_at.time_since_epoch().count()),
+        renew_limit_(std::max(renew_limit, expires_at)),
         grace_(grace) {}
 
   const Id128& token() const noexcept { return token_; }
   const std::string& peer() const noexcept { return peer_; }
   const std::string& request() const noexcept { return scope_.request; }
   const RequestScope& scope() const noexcept { return scope_; }
-  std::chrono::steady_clock::time_point expires_at() const noexcept { return expires_at_; }
+  std::chrono::steady_clock::time_point expires_at() const noexcept {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(expires_at_.load(std::memory_order_acquire)));
+  }
+  std::chrono::steady_clock::time_point renew_limit() const noexcept { return renew_limit_; }
+  // Moves the lease's end to now + `extension`, at most to renew_limit() and never earlier
+  // than it was; returns the new end. A lease that is over stays over (the fence is final):
+  // throws released_error() or Expired then.
+  std::chrono::steady_clock::time_point renew(std::chrono::milliseconds extension);
 
   // Throws why it admits nothing now (released: Cancelled; lease over: Expired), or why it
   // does not allow `kind` (AccessDenied).
   void check(OperationKind kind) const;
-  bool lease_over() const noexcept { return std::chrono::steady_clock::now() >= expires_at_; }
+  bool lease_over() const noexcept { return std::chrono::steady_clock::now() >= expires_at(); }
   // Throws AccessDenied unless blocks [first, first + count) lie in one granted run.
   void check_blocks(std::uint64_t first, std::uint64_t count) const;
   // Held while a request's bytes land in (or leave) its blocks; empty once released.
@@ -86,7 +99,9 @@ class RequestGrant {
   const Id128 token_;
   const std::string peer_;
   const RequestScope scope_;
-  const std::chrono::steady_clock::time_point expires_at_;
+  // steady_clock ticks: renew() moves it while transports read it.
+  std::atomic<std::chrono::steady_clock::rep> expires_at_;
+  const std::chrono::steady_clock::time_point renew_limit_;
   const std::chrono::milliseconds grace_;
   AccessGate gate_;
   mutable std::mutex mutex_;

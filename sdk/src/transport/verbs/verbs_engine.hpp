@@ -87,7 +87,8 @@ class Engine final : public std::enable_shared_from_this<Engine>,
                        std::optional<std::uint64_t> culprit = std::nullopt,
                        std::optional<Error> culprit_error = std::nullopt) override;
   std::function<void()> later(std::function<void()> work) override;
-  void watch_lease(const std::shared_ptr<AccessGrant>& grant, std::int64_t unix_ms) override;
+  void watch_lease(const std::shared_ptr<AccessGrant>& grant,
+                   std::function<std::int64_t()> lease_end_ms) override;
   void watch_expiry(const std::shared_ptr<Registration>& registration,
                     const std::shared_ptr<AccessGrant>& grant) override;
   void close_if_bind_stalls(const std::shared_ptr<Connection>& connection,
@@ -200,7 +201,8 @@ class Engine final : public std::enable_shared_from_this<Engine>,
   struct ExpiryWatch {
     std::weak_ptr<Registration> registration;
     std::weak_ptr<AccessGrant> grant;
-    bool lease = false;  // ends at its time, whatever the registration says
+    // A request grant's lease: ends when this says (unix ms), whatever the registration says.
+    std::function<std::int64_t()> lease_end_ms;
   };
   std::multimap<std::int64_t, ExpiryWatch> expiries_;  // by unix ms
   struct BindWatch {

@@ -292,12 +292,14 @@ void Engine::watch_expiry(const std::shared_ptr<Registration>& registration,
     std::erase_if(expiries_, [](const auto& entry) { return entry.second.grant.expired(); });
     prune_expiries_at_ = std::max<std::size_t>(4096, 2 * expiries_.size());
   }
-  expiries_.emplace(expires, ExpiryWatch{registration, grant});
+  expiries_.emplace(expires, ExpiryWatch{registration, grant, {}});
   arm_timer();
 }
 
-void Engine::watch_lease(const std::shared_ptr<AccessGrant>& grant, std::int64_t unix_ms) {
-  expiries_.emplace(unix_ms, ExpiryWatch{{}, grant, true});
+void Engine::watch_lease(const std::shared_ptr<AccessGrant>& grant,
+                         std::function<std::int64_t()> lease_end_ms) {
+  const auto ends = lease_end_ms();
+  expiries_.emplace(ends, ExpiryWatch{{}, grant, std::move(lease_end_ms)});
   arm_timer();
 }
 
@@ -314,8 +316,13 @@ void Engine::end_expired_grants() {
     auto watch = expiries_.extract(expiries_.begin());
     auto registration = watch.mapped().registration.lock();
     auto grant = watch.mapped().grant.lock();
-    if (watch.mapped().lease) {  // a request grant's lease ended: the NIC refuses from now on
-      if (grant) grant->invalidate();
+    if (watch.mapped().lease_end_ms) {  // a request grant's lease: the NIC refuses once it ends
+      if (!grant) continue;
+      if (const auto ends = watch.mapped().lease_end_ms(); ends >= now) {  // renewed
+        expiries_.emplace(ends, std::move(watch.mapped()));
+        continue;
+      }
+      grant->invalidate();
       continue;
     }
     if (!registration || !grant) continue;

@@ -214,9 +214,13 @@ std::shared_ptr<AccessGrant> VerbsPassiveSide::grant_request(
     request->on_release([held = std::weak_ptr(grant)] {
       if (auto grant = held.lock()) grant->invalidate();
     });
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        request->expires_at() - std::chrono::steady_clock::now());
-    port_.watch_lease(grant, unix_now_ms() + std::max<std::int64_t>(0, left.count()));
+    port_.watch_lease(grant, [held = std::weak_ptr(request)]() -> std::int64_t {
+      const auto request = held.lock();
+      if (!request || request->lease_over()) return 0;  // gone (released) or over
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          request->expires_at() - std::chrono::steady_clock::now());
+      return unix_now_ms() + std::max<std::int64_t>(0, left.count());
+    });
     return grant;
   } catch (const Error& error) {
     reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));

@@ -49,10 +49,12 @@ class VerbsPort {
   // Ends `grant` when `registration` expires (unless renewed by then).
   virtual void watch_expiry(const std::shared_ptr<Registration>& registration,
                             const std::shared_ptr<AccessGrant>& grant) = 0;
-  // Ends `grant` at `unix_ms` (a request grant's lease); a port without a timer ignores it.
-  virtual void watch_lease(const std::shared_ptr<AccessGrant>& grant, std::int64_t unix_ms) {
+  // Ends `grant` when a request grant's lease ends: `lease_end_ms()` says when (unix ms), asked
+  // again at that time, since a renewal may have moved it. A port without a timer ignores it.
+  virtual void watch_lease(const std::shared_ptr<AccessGrant>& grant,
+                           std::function<std::int64_t()> lease_end_ms) {
     (void)grant;
-    (void)unix_ms;
+    (void)lease_end_ms;
   }
   // Closes `connection` at `deadline` (at once if past) if `grant` still has a window bind in
   // flight then: the bind waits behind work the peer stalls, and the window may be bound.
