@@ -6,6 +6,8 @@
 // over verbs and in sanitizer builds, budgets_for).
 #include <atomic>
 #include <deque>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "sdk/transport/conformance/transport_conformance.hpp"
@@ -53,6 +55,17 @@ class Flooder {
     std::lock_guard lock(mutex_);
     return write ? last_write_refusal_ : last_read_refusal_;
   }
+  // The budgets (PoolOptions::...) its writes (or reads) were refused by, with how often.
+  std::map<std::string, std::uint64_t> budgets_refusing(bool write) const {
+    std::lock_guard lock(mutex_);
+    return budgets_refusing_[write ? 1 : 0];
+  }
+  // Errors that named no budget (a timeout, a lost connection): never a refusal.
+  std::uint64_t other_errors() const { return other_errors_; }
+  std::string first_other_error() const {
+    std::lock_guard lock(mutex_);
+    return first_other_error_;
+  }
 
  private:
   void run() {
@@ -85,8 +98,18 @@ class Flooder {
       refuse(error.what(), write);
     }
   }
+  // A refusal names the budget that refused it: "... (PoolOptions::max_queued_shared): ...".
   void refuse(const std::string& why, bool write) {
+    static const std::string kNamed = "(PoolOptions::";
+    const auto named = why.find(kNamed);
+    const auto end = named == std::string::npos ? named : why.find(')', named);
     std::lock_guard lock(mutex_);
+    if (end == std::string::npos) {
+      if (other_errors_++ == 0) first_other_error_ = why;
+      return;
+    }
+    ++budgets_refusing_[write ? 1 : 0]
+                       [why.substr(named + kNamed.size(), end - named - kNamed.size())];
     (write ? last_write_refusal_ : last_read_refusal_) = why;
     ++refused_;
     if (write) ++writes_refused_;
@@ -97,9 +120,10 @@ class Flooder {
   Pool local_;
   const PoolMetadata target_;
   std::atomic<bool> stop_{false}, done_{false};
-  std::atomic<std::uint64_t> delivered_{0}, refused_{0}, writes_refused_{0};
+  std::atomic<std::uint64_t> delivered_{0}, refused_{0}, writes_refused_{0}, other_errors_{0};
   mutable std::mutex mutex_;
-  std::string last_read_refusal_, last_write_refusal_;
+  std::string last_read_refusal_, last_write_refusal_, first_other_error_;
+  std::map<std::string, std::uint64_t> budgets_refusing_[2];  // [0] reads, [1] writes
   std::thread thread_;
 };
 
@@ -119,10 +143,17 @@ PoolOptions budgets_for(std::string_view transport) {
   return options;
 }
 
+// The budgets a shared-token flood may be refused by; the queue's own and a granted peer's
+// (max_queued_notifications, max_queued_per_peer) are the granted peers' room.
+const std::set<std::string> kSharedTokenBudgets = {"max_queued_per_connection", "max_queued_shared",
+                                                   "max_queued_shared_reads"};
+
 // Floods with connectors named `names` until each was refused, then streams kLayers layers
 // from a prefill granted as prefill-A while the flood goes on; every layer must arrive whole.
-void flood_then_stream(const ConnectorOptions& base, const std::vector<std::string>& names,
-                       const PoolOptions& budgets) {
+// Returns the budgets the flood's writes were refused by (each flooder's, together).
+std::set<std::string> flood_then_stream(const ConnectorOptions& base,
+                                        const std::vector<std::string>& names,
+                                        const PoolOptions& budgets) {
   auto named = [&](const std::string& name) {
     auto options = base;
     options.name = name;
@@ -179,15 +210,39 @@ void flood_then_stream(const ConnectorOptions& base, const std::vector<std::stri
   EXPECT_LT(took, 5s) << "the layers were late";
   for (std::uint32_t layer = 0; layer < arrived; ++layer)
     EXPECT_TRUE(there.block_is(layer, 'p')) << "layer " << layer;
+  // Refused by a shared-token budget, each refusal: not failed some other way (counted as
+  // refused, a timeout or a lost connection would hide a broken queue).
+  std::set<std::string> writes_refused_by;
+  for (auto& flooder : flood) {
+    flooder->stop();
+    EXPECT_EQ(flooder->other_errors(), 0u)
+        << "flood transfers failed without naming a budget; first: "
+        << flooder->first_other_error();
+    for (const bool write : {false, true})
+      for (const auto& [budget, count] : flooder->budgets_refusing(write)) {
+        EXPECT_TRUE(kSharedTokenBudgets.contains(budget))
+            << count << (write ? " writes" : " reads") << " refused by " << budget;
+        if (write) writes_refused_by.insert(budget);
+      }
+    EXPECT_FALSE(flooder->budgets_refusing(true).contains("max_queued_shared_reads"))
+        << "a write refused by the reads' share";
+  }
+  return writes_refused_by;
 }
 
 TEST_P(QueueBudgets, AFloodUnderManyHelloNamesLeavesAGrantedPrefillsLayersArriving) {
-  flood_then_stream(options(), {"flood-0", "flood-1", "flood-2", "flood-3", "prefill-A"},
-                    budgets_for(transport()));
+  const auto refused_by =
+      flood_then_stream(options(), {"flood-0", "flood-1", "flood-2", "flood-3", "prefill-A"},
+                        budgets_for(transport()));
+  // Five connections' shares overrun the shared one: once every flooder was refused, some
+  // refusal was the shared budget's.
+  EXPECT_TRUE(refused_by.contains("max_queued_shared"));
 }
 
 TEST_P(QueueBudgets, AFloodUnderAGrantedPeersHelloNameDoesNotLockItOut) {
-  flood_then_stream(options(), {"prefill-A"}, budgets_for(transport()));
+  // One connection: its share, smaller than the shared budget, refuses it.
+  const auto refused_by = flood_then_stream(options(), {"prefill-A"}, budgets_for(transport()));
+  EXPECT_EQ(refused_by, std::set<std::string>{"max_queued_per_connection"});
 }
 
 MEMWIRE_CONFORMANCE_SUITE(QueueBudgets);
