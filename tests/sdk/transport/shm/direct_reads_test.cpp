@@ -12,6 +12,7 @@
 #include "memwire/memwire.hpp"
 #include "support/pattern.hpp"
 #include "support/test_peer_process.hpp"
+#include "util/test_hooks.hpp"
 
 using namespace memwire;
 using namespace memwire::test_support;
@@ -22,6 +23,9 @@ namespace {
 constexpr std::size_t kBlock = 4096;
 constexpr std::size_t kBlocks = 16;
 constexpr std::uint64_t kSeed = 43;
+
+// READs this process made directly from a peer's memory so far (the path taken, counted).
+std::uint64_t direct_reads() { return detail::test_hooks::direct_reads.load(); }
 
 ConnectorOptions shm_only(bool direct_reads = false) {
   ConnectorOptions options;
@@ -94,14 +98,18 @@ TEST(DirectReads, AnOwnerThatOptsInIsReadWhileItIsStopped) {
   Reader reader;
   ASSERT_EQ(reader.read(owner.metadata, {0, 1}, 10s), OperationStatus::Complete);
   owner.child.kill(SIGSTOP);  // no thread of the owner runs from now on
+  const auto before = direct_reads();
   EXPECT_EQ(reader.read(owner.metadata, {9, 3, 15, 4}, 5s), OperationStatus::Complete);
   EXPECT_EQ(reader.read(owner.metadata, {7}, 5s), OperationStatus::Complete);
+  EXPECT_EQ(direct_reads() - before, 2u) << "a READ of a stopped owner went another way";
 }
 
 TEST(DirectReads, WithoutTheOptInTheOwnerServesEachRead) {
   PoolOwner owner(/*direct_reads=*/false);
   Reader reader;
+  const auto before = direct_reads();
   ASSERT_EQ(reader.read(owner.metadata, {0, 1}, 10s), OperationStatus::Complete);
+  EXPECT_EQ(direct_reads(), before) << "read directly without the owner's opt-in";
   owner.child.kill(SIGSTOP);
   EXPECT_EQ(reader.read(owner.metadata, {9, 3}, 300ms), OperationStatus::InProgress);
   owner.child.kill(SIGCONT);
@@ -144,7 +152,9 @@ TEST(DirectReads, TheSameProcessReadsItsOwnPoolDirectlyWhenOptedIn) {
   OwnerHere here;
   auto& pool = here.pool;
   Reader reader;
+  const auto before = direct_reads();
   EXPECT_EQ(reader.read(pool.metadata(), {12, 0, 6}, 10s), OperationStatus::Complete);
+  EXPECT_EQ(direct_reads() - before, 1u) << "the owner served the READ: it was not direct";
   std::vector<BlockPair> past{{kBlocks, 0}};
   EXPECT_THROW(
       {
@@ -152,6 +162,7 @@ TEST(DirectReads, TheSameProcessReadsItsOwnPoolDirectlyWhenOptedIn) {
         transfer.wait_for_completion(10s);
       },
       Error);
+  EXPECT_EQ(direct_reads() - before, 1u) << "a block past the pool was read directly";
 }
 
 }  // namespace
