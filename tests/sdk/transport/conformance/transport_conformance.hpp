@@ -46,10 +46,12 @@ inline ConnectorOptions conformance_options(const std::string& transport,
   options.tcp.chunk_size = chunk;
   options.tcp.connections_per_peer = connections;
   options.connect_timeout = std::chrono::seconds(5);
-  // CI runs the suite once more with several event loops per stream transport.
+  // scripts/test runs the suite once more with two event loops per stream transport
+  // (MEMWIRE_IO_THREADS=2, step io-threads-2).
   if (const char* loops = std::getenv("MEMWIRE_IO_THREADS"))
     options.stream.io_threads = static_cast<unsigned>(std::strtoul(loops, nullptr, 10));
-  // The guests run the verbs cases once per access mode (windows, a PD per connection).
+  // integration/rxe/run-tests runs the verbs cases with the default access (auto: windows on
+  // rxe), then the cases that hand out keys (access, pools, request grants) with connection_pd.
   if (const char* access = std::getenv("MEMWIRE_TEST_ACCESS")) options.rdma.access = access;
   return options;
 }
