@@ -47,7 +47,7 @@ inline ConnectorOptions conformance_options(const std::string& transport,
   options.tcp.connections_per_peer = connections;
   options.connect_timeout = std::chrono::seconds(5);
   // scripts/test runs the suite once more with two event loops per stream transport
-  // (MEMWIRE_IO_THREADS=2, step io-threads-2).
+  // (MEMWIRE_IO_THREADS=2, step io-threads-2: ctest -R '^(Transports|Sizes)/').
   if (const char* loops = std::getenv("MEMWIRE_IO_THREADS"))
     options.stream.io_threads = static_cast<unsigned>(std::strtoul(loops, nullptr, 10));
   // integration/rxe/run-tests runs the verbs cases with the default access (auto: windows on
