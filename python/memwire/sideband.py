@@ -15,6 +15,7 @@ from .descriptor import as_descriptors
 from .connector import ReadOperation, WritableOperation
 from .errors import NotFoundError
 from .metadata import RdmaMetadata
+from .pool import PoolMetadata
 from .types import OperationStatus
 from ._support import EndsWithAsyncBlock, EndsWithBlock, completions_for, read_only, reason_text
 from ._support import timeout_ms, timeout_seconds
@@ -86,6 +87,25 @@ class _Channel:
 
     async def list(self):
         return (await _native_call(self._native.start_list)).result()
+
+    # Pools' metadata (PoolMetadata, a grant's included) by name: a namespace of their own.
+    async def publish_pool(self, name, metadata, ttl=0):
+        """Publishes a pool's (or a grant's) ``metadata`` under ``name`` for ``ttl`` seconds."""
+        native = PoolMetadata.coerce(metadata)._native
+        (await _native_call(self._native.start_publish_pool, name, native, _ttl_ms(ttl))).result()
+
+    async def fetch_pool(self, name, timeout=None):
+        """The PoolMetadata under ``name``; NotFoundError when nobody published it."""
+        return PoolMetadata((await _native_call(self._native.start_fetch_pool, name, timeout_ms(timeout))).result())
+
+    async def wait_for_pool(self, name, timeout=None):
+        """Like fetch_pool, but waits (without polling) until ``name`` is published."""
+        return PoolMetadata(
+            (await _native_call(self._native.start_wait_for_pool, name, timeout_ms(timeout))).result()
+        )
+
+    async def withdraw_pool(self, name):
+        (await _native_call(self._native.start_withdraw_pool, name)).result()
 
 
 def _options(given, timeouts):

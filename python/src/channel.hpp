@@ -17,6 +17,7 @@
 #include "memwire/sideband/channel.hpp"
 #include "memwire/sideband/worker.hpp"
 #include "operation.hpp"
+#include "pool.hpp"
 
 namespace memwire_python {
 
@@ -25,7 +26,7 @@ namespace memwire_python {
 class PyCall {
  public:
   using Outcome =
-      std::variant<std::monostate, Metadata, std::vector<std::string>,
+      std::variant<std::monostate, Metadata, PoolMeta, std::vector<std::string>,
                    std::shared_ptr<memwire::sideband::Lease>,
                    std::shared_ptr<memwire::sideband::Subscription>, std::shared_ptr<AnyOperation>>;
 

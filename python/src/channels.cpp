@@ -110,6 +110,49 @@ void bind_channels(py::module_& m) {
                  },
                  std::move(notifier), token);
            })
+      // Pools' metadata by name (a namespace of their own; Channel::publish_pool, ...).
+      .def("start_publish_pool",
+           [](PyChannel& c, std::string name, const PoolMeta& md, std::int64_t ttl_ms,
+              std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             return start_call(
+                 *c.runner(),
+                 [channel = c.shared(), name, md, ttl_ms](std::stop_token) -> PyCall::Outcome {
+                   channel->publish_pool(name, md.value, milliseconds(ttl_ms));
+                   return {};
+                 },
+                 std::move(notifier), token);
+           })
+      .def("start_fetch_pool",
+           [](PyChannel& c, std::string name, std::int64_t timeout_ms,
+              std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             return start_call(
+                 *c.runner(),
+                 [channel = c.shared(), name, timeout_ms](std::stop_token) -> PyCall::Outcome {
+                   return PoolMeta{channel->fetch_pool(name, milliseconds(timeout_ms))};
+                 },
+                 std::move(notifier), token);
+           })
+      .def("start_wait_for_pool",
+           [](PyChannel& c, std::string name, std::int64_t timeout_ms,
+              std::shared_ptr<Notifier> notifier, std::uint64_t token) {
+             return start_call(
+                 *c.runner(),
+                 [channel = c.shared(), name, timeout_ms](std::stop_token stop) -> PyCall::Outcome {
+                   return PoolMeta{channel->wait_for_pool(name, milliseconds(timeout_ms), stop)};
+                 },
+                 std::move(notifier), token);
+           })
+      .def("start_withdraw_pool",
+           [](PyChannel& c, std::string name, std::shared_ptr<Notifier> notifier,
+              std::uint64_t token) {
+             return start_call(
+                 *c.runner(),
+                 [channel = c.shared(), name](std::stop_token) -> PyCall::Outcome {
+                   channel->withdraw_pool(name);
+                   return {};
+                 },
+                 std::move(notifier), token);
+           })
       .def("start_list", [](PyChannel& c, std::shared_ptr<Notifier> notifier, std::uint64_t token) {
         return start_call(
             *c.runner(),
@@ -123,6 +166,7 @@ void bind_channels(py::module_& m) {
         auto [outcome, error] = call.take();
         if (error) std::rethrow_exception(error);
         if (auto* md = std::get_if<Metadata>(&outcome)) return py::cast(std::move(*md));
+        if (auto* pool = std::get_if<PoolMeta>(&outcome)) return py::cast(std::move(*pool));
         if (auto* names = std::get_if<std::vector<std::string>>(&outcome))
           return py::cast(std::move(*names));
         return py::none();

@@ -1,0 +1,231 @@
+"""The worker half: registers vLLM's KV caches once as a memwire pool; as a prefill, holds a
+finished request's blocks under a grant until its decode read them (or the lease ended); as a
+decode, reads a request's blocks by index under the prefill's grant and reports every failure
+through vLLM's load-error path.
+
+Memwire's calls run on one asyncio loop in a thread of this half's own, so a model step never
+waits on the network; vLLM's calls only hand work over and collect what finished.
+"""
+
+import asyncio
+import logging
+import threading
+
+import numpy as np
+
+from .. import Connector, HttpChannel, HttpEndpoint, NatsChannel, TagKinds
+from ..errors import MemwireError, NotFoundError
+from .kv_pool import KvPool
+from .metadata import TAG_DONE, TAG_HEARTBEAT, TAG_RELEASE
+
+log = logging.getLogger("memwire.vllm")
+
+#: Sideband channels to prefills kept open at once (least recently used closed beyond).
+MAX_CHANNELS = 64
+#: How long a heartbeat or a release waits for the grant's name (it may not be published yet).
+NOTICE_LOOKUP_SECONDS = 2.0
+
+
+class WorkerHalf:
+    def __init__(self, config, producer, consumer, num_blocks):
+        self.config = config
+        self.producer, self.consumer = producer, consumer
+        self.num_blocks = num_blocks
+        self.connector = Connector(f"vllm-{config.engine_id}")
+        self.kv = None
+        self.pool = None
+        self._lock = threading.Lock()
+        self._done_sending, self._done_recving, self._failed = set(), set(), set()
+        self._invalid_blocks = set()
+        self._grants = {}  # prefill: request id -> (grant, name)
+        self._channels = {}  # sideband url -> channel (insertion order = use order)
+        self._endpoint = None
+        self._publisher = None
+        self._scratch = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="memwire-vllm", daemon=True)
+        self._thread.start()
+
+    # --- vLLM's calls ---
+
+    def register_kv_caches(self, kv_caches):
+        self.kv = KvPool(kv_caches, self.num_blocks)
+        self.pool = self.connector.register_pool(
+            self.kv.regions, name=f"kv-{self.config.engine_id}", remote_read=True, remote_write=False)
+        if self.consumer:
+            # Heartbeats and releases read one byte into this: never into vLLM's blocks.
+            self._scratch_memory = np.zeros(64, dtype=np.uint8)
+            self._scratch = self.connector.register_pool((self._scratch_memory, 64), remote_read=False,
+                                                         remote_write=False)
+        if self.producer:
+            if self.config.nats_url:
+                self._publisher = self._channel(self.config.nats_url)
+            else:
+                self._endpoint = HttpEndpoint(self.config.host, self.config.port)
+                self._publisher = HttpChannel(self._endpoint.url)
+            self._submit(self._take_notices())
+        log.info("memwire.vllm: %d layers, %d regions, %d blocks of %d bytes a layer set, grants at %s",
+                 len(self.kv.layers), len(self.kv.regions), self.num_blocks, self.kv.block_bytes,
+                 self.config.sideband_url if self.producer else "-")
+
+    def start_load_kv(self, meta):
+        if meta is None:
+            return
+        for request_id, (block_ids, name) in meta.sends.items():
+            self._submit(self._hold(request_id, block_ids, name))
+        for request_id, spec in meta.loads.items():
+            self._submit(self._load(request_id, spec))
+        for notice in meta.notices:
+            self._submit(self._notify(notice))
+
+    def get_transfer_results(self):
+        with self._lock:
+            sending, self._done_sending = self._done_sending, set()
+            recving, self._done_recving = self._done_recving, set()
+            failed, self._failed = self._failed, set()
+        return sending, recving, failed
+
+    def get_block_ids_with_load_errors(self):
+        with self._lock:
+            invalid, self._invalid_blocks = self._invalid_blocks, set()
+        return invalid
+
+    def shutdown(self):
+        if not self._loop.is_running():
+            return
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout=30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    # --- prefill: blocks held under a grant ---
+
+    async def _hold(self, request_id, block_ids, name):
+        try:
+            grant = self.pool.grant(f"decode/{request_id}"[:160], request_id, self.kv.pool_blocks(block_ids),
+                                    access="read", lease=self.config.lease, max_lease=self.config.lease_max)
+        except MemwireError as error:
+            log.error("memwire.vllm: no grant for request %s (%s): its blocks are freed", request_id, error)
+            self._finish_send(request_id)
+            return
+        self._grants[request_id] = (grant, name)
+        try:
+            await self._publisher.publish_pool(name, grant.metadata, ttl=self.config.lease_max)
+        except MemwireError as error:
+            log.error("memwire.vllm: grant of request %s not published (%s)", request_id, error)
+        self._loop.call_later(max(0.0, grant.expires_in), self._check_lease, request_id)
+
+    def _check_lease(self, request_id):
+        held = self._grants.get(request_id)
+        if held is not None:
+            self._submit(self._end_if_expired(request_id, held[0]))
+
+    async def _end_if_expired(self, request_id, grant):
+        # expired() waits for requests admitted before the end to be through (up to the grace):
+        # off the loop, which serves the other grants meanwhile.
+        if await self._loop.run_in_executor(None, grant.expired):
+            log.warning("memwire.vllm: the lease on request %s's blocks ended before its decode "
+                        "read them: freed, and any later read is refused", request_id)
+            await self._end_grant(request_id, None)
+        elif request_id in self._grants:
+            self._loop.call_later(max(0.0, grant.expires_in), self._check_lease, request_id)
+
+    async def _take_notices(self):
+        """The tags of decodes' reads under this prefill's grants. Only the owner's own word
+        counts: the request whose grant admitted the read (``n.request``), not the tag's text."""
+        while True:
+            try:
+                n = await self.pool.notification()
+            except MemwireError as error:
+                if self.pool.closed:
+                    return
+                log.debug("memwire.vllm: a decode's read failed: %s", error)
+                continue
+            held = self._grants.get(n.request) if n.authenticated and n.request else None
+            if held is None:
+                continue
+            if n.tag == TAG_HEARTBEAT:
+                try:
+                    held[0].renew(self.config.lease)
+                except MemwireError:
+                    pass  # ended: the expiry path frees it
+            elif n.tag in (TAG_DONE, TAG_RELEASE):
+                await self._end_grant(n.request, f"decode {'read the blocks' if n.tag == TAG_DONE else 'released them'}")
+
+    async def _end_grant(self, request_id, reason):
+        held = self._grants.pop(request_id, None)
+        if held is None:
+            return
+        grant, name = held
+        if reason is not None:
+            await self._loop.run_in_executor(None, grant.close, reason)
+        self._finish_send(request_id)
+        try:
+            await self._publisher.withdraw_pool(name)
+        except MemwireError as error:
+            log.debug("memwire.vllm: withdrawing %s: %s", name, error)
+
+    def _finish_send(self, request_id):
+        with self._lock:
+            self._done_sending.add(request_id)
+
+    # --- decode: loading a prefill's blocks ---
+
+    async def _load(self, request_id, spec):
+        try:
+            if len(spec.remote_block_ids) != len(spec.local_block_ids):
+                raise MemwireError(f"{len(spec.remote_block_ids)} remote blocks for "
+                                   f"{len(spec.local_block_ids)} local ones")
+            channel = self._channel(spec.sideband)
+            grant = await channel.wait_for_pool(spec.grant, timeout=self.config.load_timeout)
+            pairs = self.kv.pairs(grant, spec.remote_block_ids, spec.local_block_ids)
+            read = self.connector.read_blocks(grant, pairs, self.pool, tag=TAG_DONE)
+            await read.wait_for_completion(timeout=self.config.load_timeout)
+        except (MemwireError, ValueError) as error:
+            log.error("memwire.vllm: loading request %s failed: %s: %s", request_id, type(error).__name__, error)
+            with self._lock:
+                self._failed.add(request_id)
+                self._invalid_blocks.update(spec.local_block_ids)
+                self._done_recving.add(request_id)
+            return
+        with self._lock:
+            self._done_recving.add(request_id)
+
+    async def _notify(self, notice):
+        """A heartbeat or a release: one byte of the grant's first block read into scratch
+        memory, tagged; the prefill acts on the tag of a read its grant admitted."""
+        try:
+            grant = await self._channel(notice.sideband).wait_for_pool(notice.grant, timeout=NOTICE_LOOKUP_SECONDS)
+            first = grant.to_dict()["request"]["runs"][0][0]  # the grant's first block
+            read = self.connector.read_blocks(grant, [(first, 0)], self._scratch, tag=notice.tag, slice=(0, 0, 1))
+            await read.wait_for_completion(timeout=NOTICE_LOOKUP_SECONDS)
+        except (MemwireError, ValueError, TypeError, KeyError) as error:
+            level = logging.DEBUG if isinstance(error, NotFoundError) else logging.WARNING
+            log.log(level, "memwire.vllm: %s for %s not delivered: %s", notice.tag, notice.grant, error)
+
+    # --- plumbing ---
+
+    def _channel(self, url):
+        channel = self._channels.pop(url, None)
+        if channel is None:
+            if url.startswith("nats://") or url.startswith("tls://"):
+                channel = NatsChannel(url)
+            elif url.startswith("http://") or url.startswith("https://"):
+                channel = HttpChannel(url)
+            else:
+                raise ValueError(f"a sideband is http(s):// or nats://, not {url!r}")
+            while len(self._channels) >= MAX_CHANNELS:
+                self._channels.pop(next(iter(self._channels)))
+        self._channels[url] = channel
+        return channel
+
+    def _submit(self, coroutine):
+        asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
+    async def _close(self):
+        for request_id in list(self._grants):
+            await self._end_grant(request_id, "the prefill is shutting down")
+        for pool in (self.pool, self._scratch):
+            if pool is not None:
+                pool.close("vLLM worker shutdown")
+        if self._endpoint is not None:
+            self._endpoint.stop()
