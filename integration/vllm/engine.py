@@ -44,7 +44,7 @@ def tiny_model_dir():
 
 
 def make_config(role, extra, block_size=32, policy="fail", max_num_seqs=16, max_batched=8192,
-                max_model_len=8192):
+                max_model_len=8192, connector=("MemwireConnector", "memwire.vllm")):
     from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig,
                              SchedulerConfig, VllmConfig)
 
@@ -55,8 +55,8 @@ def make_config(role, extra, block_size=32, policy="fail", max_num_seqs=16, max_
                                 is_encoder_decoder=False)
     cache = CacheConfig(block_size=block_size, gpu_memory_utilization=0.9, cache_dtype="auto",
                         enable_prefix_caching=True)
-    transfer = KVTransferConfig(kv_connector="MemwireConnector", kv_connector_module_path="memwire.vllm",
-                                kv_role=role, kv_connector_extra_config=extra,
+    transfer = KVTransferConfig(kv_connector=connector[0], kv_connector_module_path=connector[1],
+                                kv_role=role, kv_connector_extra_config=extra, kv_buffer_device="cpu",
                                 kv_load_failure_policy=policy)
     return VllmConfig(model_config=model, scheduler_config=scheduler, cache_config=cache,
                       kv_transfer_config=transfer, device_config=DeviceConfig("cpu"))
@@ -77,7 +77,8 @@ def slot_values(prefix_digest, layer, width):
 
 
 class Engine:
-    def __init__(self, role, extra, num_blocks=512, block_size=32, policy="fail", step_seconds=0.0):
+    def __init__(self, role, extra, num_blocks=512, block_size=32, policy="fail", step_seconds=0.0,
+                 connector=("MemwireConnector", "memwire.vllm")):
         from vllm.distributed.kv_transfer import get_kv_transfer_group
         from vllm.distributed.kv_transfer.kv_transfer_state import ensure_kv_transfer_initialized
         from vllm.utils.hashing import sha256
@@ -91,7 +92,8 @@ class Engine:
 
         # A small cache serves shorter requests only: vLLM checks that one fits.
         self.config = make_config(role, extra, block_size=block_size, policy=policy,
-                                  max_model_len=min(8192, (num_blocks - 1) * block_size))
+                                  max_model_len=min(8192, (num_blocks - 1) * block_size),
+                                  connector=tuple(connector))
         self.block_size = block_size
         self.step_seconds = step_seconds  # the stand-in forward's compute time per step
         spec = FullAttentionSpec(block_size=block_size, num_kv_heads=HEADS, head_size=HEAD_DIM,
@@ -123,10 +125,16 @@ class Engine:
                                            self.config.cache_config.get_resolved_kv_cache_layout())
         self.layers = [self.kv_caches[name].view(torch.int32) for name in sorted(self.kv_caches)]
         self.connector.register_kv_caches(self.kv_caches)
+        # As EngineCore does after the workers registered: their handshake metadata (keyed by
+        # (pp_rank, tp_rank)) to the scheduler's connector (NixlConnector's listener serves it).
+        handshake = self.connector.get_handshake_metadata()
+        if handshake is not None:
+            self.scheduler.connector.set_xfer_handshake_metadata_pp_aware({(0, 0): handshake})
         init_none_hash(sha256)
         self._hasher = get_request_block_hasher(block_size, sha256)
         self._digests = {}  # request id -> prefix digests, one per token
         self._checked = {}  # request id -> [slots checked, mismatched] at its first forward
+        self._first_forward = {}  # request id -> when its first forward began (its KV was in)
         self.finished = []  # (request id, dict) of requests that ended
 
     # --- requests ---
@@ -180,7 +188,8 @@ class Engine:
                     self._digests.pop(o.request_id, None)
                     self.finished.append((o.request_id, dict(
                         finish_reason=o.finish_reason.name.lower(), kv_transfer_params=o.kv_transfer_params,
-                        checked=checked, mismatched=mismatched)))
+                        checked=checked, mismatched=mismatched,
+                        first_forward_at=self._first_forward.pop(o.request_id, None))))
         return out.total_num_scheduled_tokens
 
     def _forward(self, out):
@@ -195,6 +204,7 @@ class Engine:
             tokens = request.all_token_ids
             digests = self._digests_of(request_id, tokens, end)
             if request_id not in self._checked:  # its first forward: what it holds must be exact
+                self._first_forward[request_id] = time.monotonic()  # its KV is in
                 self._checked[request_id] = self._check(blocks, digests, start)
             for position in range(start, end):
                 self._write(blocks, position, digests[position])
@@ -234,8 +244,10 @@ class Engine:
 
 
 def serve(conn, role, extra, options):
-    """The engine's process: commands from the pipe, finished requests back to it."""
+    """The engine's process: commands from the pipe, finished requests back to it. ``options``
+    may carry ``env``: variables set before vLLM is imported (a peer connector's settings)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.update(options.pop("env", None) or {})
     engine = Engine(role, extra, **options)
     conn.send(("ready", None))
     stopping = False

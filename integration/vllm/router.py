@@ -126,6 +126,8 @@ class Router:
         added = time.monotonic()
         # Decode's request id is its own; the prefill's travels in the params.
         decoded = self.decode.submit(f"{request_id}-d", prompt, dict(params), max_tokens).result(timeout)
+        kv_in = decoded.get("first_forward_at")
         decoded.update(request_id=request_id, params=params, prefill=prefilled,
-                       add_to_finish=decoded["finished_at"] - added, total=time.monotonic() - started)
+                       add_to_finish=decoded["finished_at"] - added, total=time.monotonic() - started,
+                       add_to_kv_in=None if kv_in is None else kv_in - added)
         return decoded

@@ -1,0 +1,118 @@
+"""MemwireConnector against vLLM's NixlConnector in one harness (integration/vllm: vLLM's own
+Scheduler, KV planning and allocation, connector factory and worker lifecycle; a prefill and a
+decode process and a router), alternating by round, each system alone.
+
+Measured: decode add -> KV in (the request's first forward begins: every block loaded), p50
+and p90, at 1,024 and 4,000 tokens. Every loaded byte is checked by the decode's stand-in
+forward after that instant (outside the clock). Correctness: a read after the prefill's lease
+ended, with the prefill's blocks reused by another request meanwhile: is it refused and
+reported, or computed on?
+
+    integration/vllm/run-python bench/vllm/connectors.py --rounds 3 --requests 10
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "integration", "vllm"))
+
+from router import EngineProcess, Router, free_port  # noqa: E402
+
+SYSTEMS = {
+    "memwire": ("MemwireConnector", "memwire.vllm"),
+    "nixl": ("NixlConnector", None),
+}
+
+
+def prompt_of(length, seed):
+    return [(seed * 7919 + i * 104729) % 1000 + 1 for i in range(length)]
+
+
+def engines(system, lease, prefill_blocks=512):
+    connector = SYSTEMS[system]
+    p_port, d_port = free_port(), free_port()
+    extra = {"kv_lease_duration": lease}
+    if system == "memwire":
+        p_extra, d_extra = dict(extra, side_channel_port=p_port), dict(extra, side_channel_port=d_port)
+        p_env = d_env = {"VLLM_TARGET_DEVICE": "cpu"}
+    else:
+        p_extra = d_extra = dict(extra)
+        p_env = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1", "VLLM_NIXL_SIDE_CHANNEL_PORT": str(p_port)}
+        d_env = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1", "VLLM_NIXL_SIDE_CHANNEL_PORT": str(d_port)}
+    prefill = EngineProcess("kv_producer", p_extra, connector=connector, env=p_env, num_blocks=prefill_blocks)
+    decode = EngineProcess("kv_consumer", d_extra, connector=connector, env=d_env)
+    return Router(prefill, decode)
+
+
+def timing_round(system, sizes, requests, seed):
+    router = engines(system, lease=30)
+    try:
+        router.generate(prompt_of(64, seed))  # warm: handshakes, first connections
+        times = {n: [] for n in sizes}
+        for i in range(requests):
+            for n in sizes:
+                result = router.generate(prompt_of(n, seed * 1000 + i * 10 + n))
+                if result["finish_reason"] != "length" or result["mismatched"] or \
+                        result["checked"] != (n - 1) * 2:
+                    raise SystemExit(f"{system}: {n} tokens not exact: {result}")
+                times[n].append(result["add_to_kv_in"])
+        return times
+    finally:
+        router.prefill.stop()
+        router.decode.stop()
+
+
+def expired_lease(system):
+    """A request's lease ends before decode reads; another request reuses the prefill's blocks."""
+    router = engines(system, lease=2, prefill_blocks=40)
+    try:
+        request_id, first = router.prefill_only(prompt_of(1024, 1))
+        time.sleep(3.0)
+        router.prefill_only(prompt_of(1024, 2))  # takes the freed blocks
+        result = router.decode.submit(f"{request_id}-d", prompt_of(1024, 1),
+                                      dict(first["kv_transfer_params"]), 4).result(120)
+        if result["finish_reason"] == "error":
+            return "refused, reported (load error)"
+        return f"{result['mismatched']} of {result['checked']} slots wrong, finished '{result['finish_reason']}'"
+    finally:
+        router.prefill.stop()
+        router.decode.stop()
+
+
+def percentile(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=10)
+    parser.add_argument("--systems", default="memwire,nixl")
+    args = parser.parse_args()
+    systems = args.systems.split(",")
+    sizes = (1024, 4000)
+    times = {s: {n: [] for n in sizes} for s in systems}
+    for r in range(args.rounds):
+        for system in (systems if r % 2 == 0 else systems[::-1]):
+            started = time.monotonic()
+            for n, values in timing_round(system, sizes, args.requests, seed=r + 1).items():
+                times[system][n].extend(values)
+            print(f"round {r + 1} {system}: {time.monotonic() - started:.0f} s", flush=True)
+    correctness = {s: expired_lease(s) for s in systems}
+    print(f"\ndecode add -> KV in (ms), {args.rounds} rounds x {args.requests} requests, alternating; "
+          "every loaded slot checked outside the clock")
+    print(f"{'system':10} {'tokens':>6} {'p50':>8} {'p90':>8}   vs {systems[-1]} p50   read after the lease ended")
+    for system in systems:
+        for n in sizes:
+            p50 = statistics.median(times[system][n]) * 1e3
+            p90 = percentile(times[system][n], 0.9) * 1e3
+            base = statistics.median(times[systems[-1]][n]) * 1e3
+            print(f"{system:10} {n:>6} {p50:8.2f} {p90:8.2f}   {base / p50:6.2f}x        {correctness[system]}")
+
+
+if __name__ == "__main__":
+    main()
