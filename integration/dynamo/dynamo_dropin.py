@@ -21,6 +21,7 @@ def pytest_configure(config):
 
         sys.modules["dynamo.nixl_connect"] = memwire
         dynamo.nixl_connect = memwire
+        _count_connectors_made_by_dynamo(memwire)
     elif system != "nixl_connect":
         raise pytest.UsageError(f"MEMWIRE_DYNAMO_SYSTEM is memwire or nixl_connect, not {system!r}")
     max_items = os.environ.get("MEMWIRE_DYNAMO_MAX_ITEMS")
@@ -34,6 +35,33 @@ def pytest_configure(config):
               f"({int(max_items) * hidden * tokens >> 20} MiB pre-registered)", file=sys.stderr)
     print(f"dynamo_dropin: dynamo.nixl_connect is {sys.modules.get('dynamo.nixl_connect', 'Dynamo own')}",
           file=sys.stderr)
+
+
+#: Dynamo's modules that made a memwire Connector (Dynamo imports nixl_connect inside its
+#: functions, so its modules' globals rarely hold it: who called Connector() says it).
+_connector_makers = set()
+
+
+def _count_connectors_made_by_dynamo(memwire):
+    init = memwire.Connector.__init__
+
+    def counted_init(self, *args, **kwargs):
+        frame = sys._getframe(1)
+        while frame is not None:
+            name = frame.f_globals.get("__name__", "")
+            if name.startswith("dynamo.") and not name.startswith("dynamo.nixl_connect"):
+                _connector_makers.add(name)
+                break
+            frame = frame.f_back
+        init(self, *args, **kwargs)
+
+    memwire.Connector.__init__ = counted_init
+
+
+def _own_nixl_connect_loaded():
+    """Modules loaded from Dynamo's own nixl_connect package (never, on memwire)."""
+    return sorted(name for name, module in list(sys.modules.items())
+                  if os.sep + os.path.join("dynamo", "nixl_connect") in (getattr(module, "__file__", None) or ""))
 
 
 def _nixl_connect_users():
@@ -63,6 +91,8 @@ def pytest_sessionfinish(session, exitstatus):
     import memwire
 
     memwire_users, dynamo_users = _nixl_connect_users()
+    memwire_users |= _connector_makers
+    dynamo_users |= set(_own_nixl_connect_loaded())
     where = os.path.dirname(memwire.__file__)
     print(f"dynamo_dropin: memwire imported from {where}; Dynamo's modules on it: "
           f"{', '.join(sorted(memwire_users)) or 'none'}", file=sys.stderr)
