@@ -113,6 +113,9 @@ def test_a_read_after_the_lease_is_refused_and_reported_never_computed_on(pair):
     # kv_load_failure_policy "fail": the request ends in error; nothing it held was computed on.
     assert result["finish_reason"] == "error", result
     assert result["checked"] == 0 and result["mismatched"] == 0, result
+    # Reported at once (the grant is still found by name and refuses: Expired), not after the
+    # load's bound (kv_load_timeout, here the lease: 2 s).
+    assert result["add_to_finish"] < LEASE, result
     # The prefill freed (and may reuse) its blocks at the lease's end.
     assert pair.prefill.free_blocks() >= before
     # The pair still works after.

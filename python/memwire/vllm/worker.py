@@ -156,8 +156,12 @@ class WorkerHalf:
         if held is None:
             return
         grant, name = held
-        if reason is not None:
-            await self._loop.run_in_executor(None, grant.close, reason)
+        if reason is None:
+            # The lease ended: the name stays published until its TTL, so a late decode finds
+            # the grant and hears Expired at once instead of waiting out its load bound.
+            self._finish_send(request_id)
+            return
+        await self._loop.run_in_executor(None, grant.close, reason)
         self._finish_send(request_id)
         try:
             await self._publisher.withdraw_pool(name)
