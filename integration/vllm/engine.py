@@ -250,12 +250,12 @@ def serve(conn, role, extra, options):
     os.environ.update(options.pop("env", None) or {})
     engine = Engine(role, extra, **options)
     conn.send(("ready", None))
-    stopping = False
+    stopping, ran = False, True
     while not stopping:
         busy = engine.scheduler.has_requests()
         # Idle: wait for a command. Busy but nothing ran last step (loads in flight): a short
         # wait on the pipe instead of spinning on two CPUs.
-        while conn.poll(0 if busy and getattr(engine, "_ran", True) else (0.002 if busy else None)):
+        while conn.poll(0 if busy and ran else (0.002 if busy else None)):
             command, *args = conn.recv()
             if command == "add":
                 engine.add(*args)
@@ -263,6 +263,9 @@ def serve(conn, role, extra, options):
                 engine.abort(*args)
             elif command == "free_blocks":
                 conn.send(("free_blocks", engine.free_blocks()))
+            elif command == "connectors":  # what vLLM's factory made for each half
+                halves = (engine.scheduler.connector, engine.connector)
+                conn.send(("connectors", [f"{type(c).__module__}.{type(c).__name__}" for c in halves]))
             elif command == "stop":
                 stopping = True
                 break
@@ -270,7 +273,7 @@ def serve(conn, role, extra, options):
         if stopping:
             break
         if engine.scheduler.has_requests():
-            engine._ran = engine.step() > 0
+            ran = engine.step() > 0
         for request_id, result in engine.finished:
             conn.send(("finished", (request_id, result, time.monotonic())))
         engine.finished.clear()

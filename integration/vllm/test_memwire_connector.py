@@ -46,8 +46,10 @@ def assert_exact(result, prompt_length):
     assert result["mismatched"] == 0, result
 
 
-def test_the_connector_is_the_one_vllm_loaded():
-    assert memwire.vllm.MemwireConnector.__module__ == "memwire.vllm.connector"
+def test_vllms_factory_made_memwires_connector_for_both_halves(pair):
+    expected = f"{memwire.vllm.MemwireConnector.__module__}.MemwireConnector"
+    for engine in (pair.prefill, pair.decode):
+        assert engine.ask("connectors") == [expected, expected]
 
 
 @pytest.mark.parametrize("length", [2, 31, 32, 33, 100, 1024, 4000])

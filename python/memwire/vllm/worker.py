@@ -22,6 +22,8 @@ log = logging.getLogger("memwire.vllm")
 
 #: Sideband channels to prefills kept open at once (least recently used closed beyond).
 MAX_CHANNELS = 64
+#: Grants' metadata kept by name for heartbeats and the load (oldest dropped beyond).
+MAX_GRANTS_KNOWN = 4096
 #: How long a heartbeat or a release waits for the grant's name (it may not be published yet).
 NOTICE_LOOKUP_SECONDS = 2.0
 
@@ -39,6 +41,7 @@ class WorkerHalf:
         self._invalid_blocks = set()
         self._grants = {}  # prefill: request id -> (grant, name)
         self._channels = {}  # sideband url -> channel (insertion order = use order)
+        self._known = {}  # decode: grant name -> its PoolMetadata, fetched once
         self._endpoint = None
         self._publisher = None
         self._scratch = None
@@ -179,8 +182,7 @@ class WorkerHalf:
             if len(spec.remote_block_ids) != len(spec.local_block_ids):
                 raise MemwireError(f"{len(spec.remote_block_ids)} remote blocks for "
                                    f"{len(spec.local_block_ids)} local ones")
-            channel = self._channel(spec.sideband)
-            grant = await channel.wait_for_pool(spec.grant, timeout=self.config.load_timeout)
+            grant = await self._grant(spec.sideband, spec.grant, self.config.load_timeout)
             pairs = self.kv.pairs(grant, spec.remote_block_ids, spec.local_block_ids)
             read = self.connector.read_blocks(grant, pairs, self.pool, tag=TAG_DONE)
             await read.wait_for_completion(timeout=self.config.load_timeout)
@@ -191,14 +193,27 @@ class WorkerHalf:
                 self._invalid_blocks.update(spec.local_block_ids)
                 self._done_recving.add(request_id)
             return
+        finally:
+            self._known.pop(spec.grant, None)  # its heartbeats are over
         with self._lock:
             self._done_recving.add(request_id)
+
+    async def _grant(self, sideband, name, timeout):
+        """A prefill's grant by name: fetched once, then from memory (heartbeats every third
+        of a lease, then the load, all need it)."""
+        grant = self._known.get(name)
+        if grant is None:
+            grant = await self._channel(sideband).wait_for_pool(name, timeout=timeout)
+            while len(self._known) >= MAX_GRANTS_KNOWN:
+                self._known.pop(next(iter(self._known)))
+            self._known[name] = grant
+        return grant
 
     async def _notify(self, notice):
         """A heartbeat or a release: one byte of the grant's first block read into scratch
         memory, tagged; the prefill acts on the tag of a read its grant admitted."""
         try:
-            grant = await self._channel(notice.sideband).wait_for_pool(notice.grant, timeout=NOTICE_LOOKUP_SECONDS)
+            grant = await self._grant(notice.sideband, notice.grant, NOTICE_LOOKUP_SECONDS)
             first = grant.to_dict()["request"]["runs"][0][0]  # the grant's first block
             read = self.connector.read_blocks(grant, [(first, 0)], self._scratch, tag=notice.tag, slice=(0, 0, 1))
             await read.wait_for_completion(timeout=NOTICE_LOOKUP_SECONDS)
