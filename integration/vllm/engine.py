@@ -123,7 +123,8 @@ class Engine:
         self.connector = get_kv_transfer_group()
         self.kv_caches = allocate_kv_cache(kv_cache_config, torch.device("cpu"),
                                            self.config.cache_config.get_resolved_kv_cache_layout())
-        self.layers = [self.kv_caches[name].view(torch.int32) for name in sorted(self.kv_caches)]
+        self.layer_names = sorted(self.kv_caches)
+        self.layers = [self.kv_caches[name].view(torch.int32) for name in self.layer_names]
         self.connector.register_kv_caches(self.kv_caches)
         # As EngineCore does after the workers registered: their handshake metadata (keyed by
         # (pp_rank, tp_rank)) to the scheduler's connector (NixlConnector's listener serves it).
@@ -193,9 +194,11 @@ class Engine:
         return out.total_num_scheduled_tokens
 
     def _forward(self, out):
+        """Layer by layer, as a model's forward runs: before a layer, vLLM's wait for its load;
+        after it, vLLM's save of it (what a push-mode connector streams)."""
         if self.step_seconds:
             time.sleep(self.step_seconds)  # compute time, as a real model's forward takes
-        sampled = {}
+        sampled, work = {}, []
         for request_id, count in out.num_scheduled_tokens.items():
             request = self.scheduler.requests[request_id]
             end = request.num_computed_tokens  # the scheduler advanced it already
@@ -206,12 +209,17 @@ class Engine:
             if request_id not in self._checked:  # its first forward: what it holds must be exact
                 self._first_forward[request_id] = time.monotonic()  # its KV is in
                 self._checked[request_id] = self._check(blocks, digests, start)
-            for position in range(start, end):
-                self._write(blocks, position, digests[position])
+            work.append((blocks, digests, start, end))
             if end >= len(tokens):  # a token is sampled once the request's tokens are all in
                 sampled[request_id] = [int.from_bytes(digests[end - 1][:4], "little") % VOCAB]
             else:
                 sampled[request_id] = []
+        for layer, name in enumerate(self.layer_names):
+            self.connector.wait_for_layer_load(name)
+            for blocks, digests, start, end in work:
+                for position in range(start, end):
+                    self._write(layer, blocks, position, digests[position])
+            self.connector.save_kv_layer(name, self.kv_caches[name], None)
         return sampled
 
     def _digests_of(self, request_id, tokens, end):
@@ -227,10 +235,9 @@ class Engine:
         block, offset = divmod(position, self.block_size)
         return self.layers[layer][blocks[block], :, offset, :]
 
-    def _write(self, blocks, position, digest):
-        for layer in range(LAYERS):
-            slot = self._slot(layer, blocks, position)
-            slot.copy_(torch.from_numpy(slot_values(digest, layer, slot.numel()).reshape(slot.shape)))
+    def _write(self, layer, blocks, position, digest):
+        slot = self._slot(layer, blocks, position)
+        slot.copy_(torch.from_numpy(slot_values(digest, layer, slot.numel()).reshape(slot.shape)))
 
     def _check(self, blocks, digests, held):
         mismatched = 0

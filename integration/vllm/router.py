@@ -90,6 +90,12 @@ class EngineProcess:
     def free_blocks(self):
         return self.ask("free_blocks")
 
+    def cpu_seconds(self):
+        """The process's CPU time so far, user and system, all of its threads."""
+        with open(f"/proc/{self.process.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def kill(self):
         os.kill(self.process.pid, signal.SIGKILL)
         self.process.join(10)
@@ -107,8 +113,9 @@ class EngineProcess:
 
 
 class Router:
-    def __init__(self, prefill, decode):
+    def __init__(self, prefill, decode, decode_sideband=None):
         self.prefill, self.decode = prefill, decode
+        self.decode_sideband = decode_sideband  # push mode: where the decode publishes grants
 
     def prefill_only(self, prompt, timeout=120):
         request_id = f"req-{next(_ids)}"
@@ -129,5 +136,26 @@ class Router:
         kv_in = decoded.get("first_forward_at")
         decoded.update(request_id=request_id, params=params, prefill=prefilled,
                        add_to_finish=decoded["finished_at"] - added, total=time.monotonic() - started,
-                       add_to_kv_in=None if kv_in is None else kv_in - added)
+                       add_to_kv_in=None if kv_in is None else kv_in - added,
+                       start_to_kv_in=None if kv_in is None else kv_in - started)
+        return decoded
+
+    def generate_pushed(self, prompt, max_tokens=4, timeout=120, prefill=True):
+        """Push mode: the request to both engines at once; the prefill streams each layer into
+        the decode's granted blocks as it computes it. ``prefill=False``: the prefill never
+        gets it (a prefill lost before it began)."""
+        request_id = f"req-{next(_ids)}"
+        added = time.monotonic()
+        decoding = self.decode.submit(f"{request_id}-d", prompt,
+                                      {"do_remote_prefill": True, "memwire_push": request_id}, max_tokens)
+        prefilled = None
+        if prefill:
+            prefilled = self.prefill.submit(request_id, prompt, {
+                "do_remote_decode": True, "memwire_push": request_id,
+                "memwire_push_to": self.decode_sideband}, 1).result(timeout)
+        decoded = decoding.result(timeout)
+        kv_in = decoded.get("first_forward_at")
+        decoded.update(request_id=request_id, prefill=prefilled, add_to_finish=decoded["finished_at"] - added,
+                       add_to_kv_in=None if kv_in is None else kv_in - added,
+                       start_to_kv_in=None if kv_in is None else kv_in - added)
         return decoded

@@ -13,6 +13,7 @@ LOAD_TIMEOUT_KEY = "kv_load_timeout"  # decode: the bound on one request's load
 HOST_KEY = "side_channel_host"
 PORT_KEY = "side_channel_port"
 NATS_KEY = "nats_url"  # a fleet: grants by name over NATS instead of the embedded endpoint
+MODE_KEY = "transfer_mode"  # "pull" (decode reads a finished prefill's blocks) or "push"
 
 DEFAULT_PORT = 5700
 
@@ -33,6 +34,7 @@ class ConnectorConfig:
     host: str
     port: int
     nats_url: str
+    push: bool = False  # push mode: a decode grants its blocks and serves the sideband too
 
     @property
     def sideband_url(self):
@@ -58,7 +60,11 @@ class ConnectorConfig:
         nats_url = extra.get(NATS_KEY, "") or ""
         if not isinstance(host, str) or not host or not isinstance(nats_url, str):
             raise InvalidArgumentError(f"{HOST_KEY} and {NATS_KEY} are strings")
+        mode = extra.get(MODE_KEY, "pull")
+        if mode not in ("pull", "push"):
+            raise InvalidArgumentError(f"kv_connector_extra_config[{MODE_KEY!r}] is 'pull' or 'push', not {mode!r}")
         return cls(
+            push=mode == "push",
             engine_id=safe_name(transfer.engine_id or "engine"),
             lease=lease,
             lease_max=lease_max,

@@ -64,10 +64,12 @@ class MemwireConnector(KVConnectorBase_V1):
             self._worker.start_load_kv(meta)
 
     def wait_for_layer_load(self, layer_name):
-        pass  # pull mode: a request runs only once all of its blocks are in
+        pass  # loads are asynchronous (pull and push): a request runs once all of its KV is in
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
-        pass  # pull mode: decode reads the finished request's blocks
+        if self.config.push:  # push mode: this layer goes out now; pull: decode reads later
+            meta = self._get_connector_metadata() if self.has_connector_metadata() else None
+            self._worker.save_kv_layer(layer_name, meta if isinstance(meta, MemwireConnectorMetadata) else None)
 
     def wait_for_save(self):
         pass

@@ -19,8 +19,10 @@ class KvPool:
         self.num_blocks = num_blocks
         self.regions = []
         self.layers = list(kv_caches)
+        self.layer_regions = {}  # layer name -> its regions' indexes
         for name, tensor in kv_caches.items():
             for view in _block_views(name, tensor, num_blocks):
+                self.layer_regions.setdefault(name, []).append(len(self.regions))
                 self.regions.append(_region(name, view, num_blocks))
         self.block_bytes = sum(r.block_size for r in self.regions)
 
@@ -29,10 +31,11 @@ class KvPool:
         n = self.num_blocks
         return [r * n + b for r in range(len(self.regions)) for b in block_ids]
 
-    def pairs(self, remote, remote_ids, local_ids):
-        """(remote, local) vLLM block pairs -> pool block pairs, every region's. ``remote``: the
-        remote pool's metadata, whose regions must match these (layer for layer, block size for
-        block size) though its engine may have another number of blocks."""
+    def pairs(self, remote, remote_ids, local_ids, regions=None):
+        """(remote, local) vLLM block pairs -> pool block pairs, every region's (or those of
+        ``regions``, indexes). ``remote``: the remote pool's metadata, whose regions must match
+        these (layer for layer, block size for block size) though its engine may have another
+        number of blocks."""
         theirs = remote.regions
         if [r["block_size"] for r in theirs] != [r.block_size for r in self.regions]:
             raise InvalidArgumentError(
@@ -41,8 +44,8 @@ class KvPool:
                 f"({len(self.regions)}, {sorted({r.block_size for r in self.regions})} bytes): "
                 "another model, dtype or layout")
         n, m = self.num_blocks, theirs[0]["count"]
-        return [(r * m + rb, r * n + lb) for r in range(len(self.regions))
-                for rb, lb in zip(remote_ids, local_ids)]
+        which = range(len(self.regions)) if regions is None else regions
+        return [(r * m + rb, r * n + lb) for r in which for rb, lb in zip(remote_ids, local_ids)]
 
 
 def _block_views(name, tensor, num_blocks):

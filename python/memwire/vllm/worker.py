@@ -10,13 +10,15 @@ waits on the network; vLLM's calls only hand work over and collect what finished
 import asyncio
 import logging
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .. import Connector, HttpChannel, HttpEndpoint, NatsChannel, TagKinds
+from .. import Connector, Descriptor, HttpChannel, HttpEndpoint, LayerReceiver, LayerSender, NatsChannel
 from ..errors import MemwireError, NotFoundError
 from .kv_pool import KvPool
-from .metadata import TAG_DONE, TAG_HEARTBEAT, TAG_RELEASE
+from .metadata import ORDER_SUFFIX, TAG_DONE, TAG_HEARTBEAT, TAG_RELEASE
 
 log = logging.getLogger("memwire.vllm")
 
@@ -26,6 +28,21 @@ MAX_CHANNELS = 64
 MAX_GRANTS_KNOWN = 4096
 #: How long a heartbeat or a release waits for the grant's name (it may not be published yet).
 NOTICE_LOOKUP_SECONDS = 2.0
+#: Threads that wait for pushed layers (a LayerReceiver's wait blocks one): one per request
+#: loading at once, up to this; more wait their turn.
+MAX_PUSH_WAITERS = 64
+
+
+class _Push:
+    """Prefill: one request's layers on their way into its decode's granted blocks."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.target = None  # a task, on the loop: (the decode's grant, its block ids in order)
+        self.sender = None
+        self.layers_sent = 0
+        self.through = False  # every layer in (or the push failed)
+        self.request_finished = False  # vLLM finished the request: free once through
 
 
 class WorkerHalf:
@@ -45,6 +62,9 @@ class WorkerHalf:
         self._endpoint = None
         self._publisher = None
         self._scratch = None
+        self._pushes = {}  # prefill: request id -> _Push
+        self._receivers = {}  # decode: request id -> LayerReceiver of a push
+        self._waiters = None  # decode: threads for LayerReceiver.wait
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="memwire-vllm", daemon=True)
         self._thread.start()
@@ -54,22 +74,25 @@ class WorkerHalf:
     def register_kv_caches(self, kv_caches):
         self.kv = KvPool(kv_caches, self.num_blocks)
         self.pool = self.connector.register_pool(
-            self.kv.regions, name=f"kv-{self.config.engine_id}", remote_read=True, remote_write=False)
+            self.kv.regions, name=f"kv-{self.config.engine_id}", remote_read=True,
+            # Push mode: a decode grants writes into its blocks (only ever under a request's grant).
+            remote_write=self.consumer and self.config.push)
         if self.consumer:
             # Heartbeats and releases read one byte into this: never into vLLM's blocks.
             self._scratch_memory = np.zeros(64, dtype=np.uint8)
             self._scratch = self.connector.register_pool((self._scratch_memory, 64), remote_read=False,
                                                          remote_write=False)
-        if self.producer:
+        if self.producer or self.config.push:
             if self.config.nats_url:
                 self._publisher = self._channel(self.config.nats_url)
             else:
                 self._endpoint = HttpEndpoint(self.config.host, self.config.port)
                 self._publisher = HttpChannel(self._endpoint.url)
-            self._submit(self._take_notices())
+            if self.producer:
+                self._submit(self._take_notices())
         log.info("memwire.vllm: %d layers, %d regions, %d blocks of %d bytes a layer set, grants at %s",
                  len(self.kv.layers), len(self.kv.regions), self.num_blocks, self.kv.block_bytes,
-                 self.config.sideband_url if self.producer else "-")
+                 self.config.sideband_url if self._publisher is not None else "-")
 
     def start_load_kv(self, meta):
         if meta is None:
@@ -80,6 +103,23 @@ class WorkerHalf:
             self._submit(self._load(request_id, spec))
         for notice in meta.notices:
             self._submit(self._notify(notice))
+        for request_id in meta.push_finished:
+            self._submit(self._push_request_finished(request_id))
+        for request_id, spec in meta.push_loads.items():
+            self._submit(self._receive(request_id, spec))
+        for request_id in meta.push_cancels:
+            self._submit(self._cancel_receive(request_id))
+
+    def save_kv_layer(self, layer_name, meta):
+        """Prefill, push mode: this layer is computed for this step's tokens; the requests whose
+        prompt this step completes stream it now. (vLLM binds the step's metadata before the
+        forward but may call start_load_kv only after it: the pushes are read from here.)"""
+        if meta is None:
+            return
+        for request_id, spec in meta.push_sends.items():
+            if request_id not in self._pushes:
+                self._pushes[request_id] = _Push(spec)
+            self._submit(self._push_layer(request_id, layer_name))
 
     def get_transfer_results(self):
         with self._lock:
@@ -175,6 +215,126 @@ class WorkerHalf:
         with self._lock:
             self._done_sending.add(request_id)
 
+    # --- prefill, push mode: layers into a decode's granted blocks ---
+
+    async def _push_target(self, spec):
+        """The decode's grant for the request and its block ids in order (published beside the
+        grant: the grant's runs are sorted)."""
+        channel = self._channel(spec.sideband)
+        grant = await channel.wait_for_pool(spec.name, timeout=self.config.load_timeout)
+        order_metadata = await channel.wait_for(spec.name + ORDER_SUFFIX, timeout=self.config.load_timeout)
+        order = np.zeros(len(spec.block_ids) + 1, dtype=np.int64)
+        read = self.connector.begin_read(order_metadata, [Descriptor(order)])
+        await read.wait_for_completion(timeout=self.config.load_timeout)
+        count = int(order[0])
+        if not 0 < count <= len(spec.block_ids):
+            raise MemwireError(f"the decode grants {count} blocks for a prompt of {len(spec.block_ids)}")
+        return grant, [int(b) for b in order[1:1 + count]]
+
+    async def _push_layer(self, request_id, layer_name):
+        push = self._pushes.get(request_id)
+        if push is None or push.through:
+            return
+        try:
+            if push.target is None:  # the first layer: find the decode's grant
+                push.target = self._loop.create_task(self._push_target(push.spec))
+            grant, theirs = await push.target
+            if push.sender is None:
+                push.sender = LayerSender(self.connector, self.pool, grant, push.spec.name)
+            mine = push.spec.block_ids[len(push.spec.block_ids) - len(theirs):]
+            pairs = self.kv.pairs(grant, theirs, mine, self.kv.layer_regions[layer_name])
+            push.sender.send(self.kv.layers.index(layer_name), pairs)
+            push.layers_sent += 1
+            if push.layers_sent == len(self.kv.layers):
+                await self._loop.run_in_executor(None, push.sender.finish, self.config.load_timeout)
+        except (MemwireError, ValueError, KeyError) as error:
+            if push.through:
+                return  # another layer's failure ended it
+            log.error("memwire.vllm: pushing request %s's layer %s failed: %s: %s", request_id, layer_name,
+                      type(error).__name__, error)
+            if push.sender is not None:
+                push.sender.cancel(f"the prefill's push failed: {error}")  # decode hears it at once
+        else:
+            if push.layers_sent < len(self.kv.layers):
+                return
+        push.through = True
+        self._end_push(request_id)
+
+    async def _push_request_finished(self, request_id):
+        push = self._pushes.get(request_id)
+        if push is not None:
+            push.request_finished = True
+            self._end_push(request_id)
+        else:
+            self._finish_send(request_id)
+
+    def _end_push(self, request_id):
+        push = self._pushes.get(request_id)
+        if push is not None and push.through and push.request_finished:
+            del self._pushes[request_id]
+            if push.sender is not None:
+                push.sender.close()
+            self._finish_send(request_id)
+
+    # --- decode, push mode: a prefill's layers into granted blocks ---
+
+    async def _receive(self, request_id, spec):
+        started = time.monotonic()
+        receiver = order = published = None
+        try:
+            local = spec.local_block_ids
+            grant = self.pool.grant(f"prefill/{request_id}"[:160], request_id, self.kv.pool_blocks(local),
+                                    access="write", lease=self.config.load_timeout)
+            receiver = LayerReceiver(self.pool, grant, spec.name)
+            self._receivers[request_id] = receiver
+            layout = np.zeros(spec.prompt_blocks + 1, dtype=np.int64)
+            layout[0] = len(local)
+            layout[1:1 + len(local)] = local
+            order = self.connector.create_readable([Descriptor(layout)])
+            await self._publisher.publish(spec.name + ORDER_SUFFIX, order.metadata(), ttl=self.config.load_timeout)
+            await self._publisher.publish_pool(spec.name, receiver.grant_metadata, ttl=self.config.load_timeout)
+            published = spec.name
+            if self._waiters is None:
+                self._waiters = ThreadPoolExecutor(MAX_PUSH_WAITERS, thread_name_prefix="memwire-vllm-wait")
+            for layer in range(len(self.kv.layers)):
+                left = self.config.load_timeout - (time.monotonic() - started)
+                await self._loop.run_in_executor(self._waiters, receiver.wait, layer, max(left, 0.001))
+        except (MemwireError, ValueError) as error:
+            with self._lock:
+                if self._receivers.get(request_id) is receiver:  # not aborted: a failed load
+                    log.error("memwire.vllm: request %s's pushed layers failed: %s: %s", request_id,
+                              type(error).__name__, error)
+                    self._failed.add(request_id)
+                    self._invalid_blocks.update(spec.local_block_ids)
+                self._done_recving.add(request_id)  # aborted: its blocks are freed now
+        else:
+            with self._lock:
+                self._done_recving.add(request_id)
+        finally:
+            self._receivers.pop(request_id, None)
+            await self._end_receive(receiver, order, published, "the request's layers are in")
+
+    async def _cancel_receive(self, request_id):
+        """Decode aborted a request whose layers were coming: its grant ends (no later byte of
+        the prefill lands) before the load is reported over, which is when vLLM frees its
+        blocks."""
+        receiver = self._receivers.pop(request_id, None)
+        if receiver is not None:  # its wait ends Cancelled: _receive reports the load over
+            await self._loop.run_in_executor(None, receiver.cancel, "decode aborted the request")
+
+    async def _end_receive(self, receiver, order, name, reason):
+        if receiver is not None:
+            await self._loop.run_in_executor(None, receiver.cancel, reason)  # the grant closes
+        if order is not None:
+            order.close()
+        if name is not None:
+            for withdraw, what in ((self._publisher.withdraw_pool, name),
+                                   (self._publisher.withdraw, name + ORDER_SUFFIX)):
+                try:
+                    await withdraw(what)
+                except MemwireError as error:
+                    log.debug("memwire.vllm: withdrawing %s: %s", what, error)
+
     # --- decode: loading a prefill's blocks ---
 
     async def _load(self, request_id, spec):
@@ -238,9 +398,14 @@ class WorkerHalf:
         return channel
 
     def _submit(self, coroutine):
-        asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        asyncio.run_coroutine_threadsafe(coroutine, self._loop).add_done_callback(_log_unexpected)
 
     async def _close(self):
+        for request_id in list(self._receivers):
+            await self._cancel_receive(request_id)
+        for push in self._pushes.values():
+            if push.sender is not None:
+                push.sender.cancel("the prefill is shutting down")
         for request_id in list(self._grants):
             await self._end_grant(request_id, "the prefill is shutting down")
         for pool in (self.pool, self._scratch):
@@ -248,3 +413,12 @@ class WorkerHalf:
                 pool.close("vLLM worker shutdown")
         if self._endpoint is not None:
             self._endpoint.stop()
+        if self._waiters is not None:
+            self._waiters.shutdown(wait=False)
+
+
+def _log_unexpected(future):
+    """What a coroutine raised that its own handling did not expect: said, never lost."""
+    if not future.cancelled() and future.exception() is not None:
+        error = future.exception()
+        log.error("memwire.vllm: unexpected %s: %s", type(error).__name__, error, exc_info=error)
