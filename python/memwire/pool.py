@@ -317,6 +317,12 @@ class Pool(EndsWithAsyncBlock):
     peer_faults = native_answer(
         "peer_faults", "Frames peers sent against the protocol (each refused, its connection closed)."
     )
+    refusals = native_answer(
+        "refusals",
+        "Well-formed requests refused for what they asked (an access the pool or a grant does not "
+        "allow, blocks outside a grant's, a wrong token), before any byte moved; their connections "
+        "stay. Not peer faults.",
+    )
     block_count = native_answer("block_count")
 
     @property

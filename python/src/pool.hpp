@@ -93,6 +93,7 @@ class PyPool {
   PoolMeta metadata_for(const std::string& peer) { return {get().metadata_for(peer)}; }
   bool revoke(const std::string& peer) { return get().revoke(peer); }
   std::uint64_t peer_faults() { return get().peer_faults(); }
+  std::uint64_t refusals() { return get().refusals(); }
   std::uint64_t block_count() { return get().block_count(); }
   std::size_t queued() { return pool_ ? pool_->queued_notifications() : 0; }
 

@@ -153,6 +153,7 @@ py::class_<PyPool> bind_pools(py::module_& m, py::class_<PyConnector>& connector
       .def("metadata_for", &PyPool::metadata_for)
       .def("revoke", &PyPool::revoke)
       .def("peer_faults", &PyPool::peer_faults)
+      .def("refusals", &PyPool::refusals)
       .def("block_count", &PyPool::block_count)
       .def("queued", &PyPool::queued)
       .def_property_readonly("fd", &PyPool::fd)

@@ -437,6 +437,9 @@ def test_a_pool_refuses_what_its_options_forbid(transport):
         write = peer.write_blocks(local, [(0, 0)], read_only.metadata, "no")
         with pytest.raises(memwire.AccessDeniedError):
             write.wait(10)
+        # Counted as a refusal (the peer asked for what the pool forbids), not as a fault.
+        assert read_only.refusals == 1
+        assert read_only.peer_faults == 0
         # Never admitted: neither its tag nor a failure reaches the owner's waiters.
         with pytest.raises(memwire.TimeoutError):
             read_only.wait_for_tag("no", 0.3)

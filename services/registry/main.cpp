@@ -34,6 +34,11 @@ constexpr const char* kHelp = R"(usage: memwire-registry [options]
   --max-body-bytes N     largest request body, however framed; more gets 413 (default 16 MiB)
   --max-waiting-bytes N  bytes of bodies waiting requests hold at once; one more gets 503
                          (default 64 MiB)
+  --max-sending-bytes N  bytes of bodies answers being sent hold at once (a document read by
+                         many counts once); one more gets 503; at least --max-body-bytes
+                         (default 64 MiB)
+  --send-timeout-ms N    an answer must be sent whole within N ms of its first byte; a slower
+                         reader is cut off (default 30000)
   --request-read-ms N    a request's headers and body must arrive within N ms (default 10000)
   --max-names-per-grant N  names (operations and pools) one token may hold; one more is
                          answered 403 with "limit" and "flag" (default 1024; 0 = no limit).
@@ -62,12 +67,13 @@ int main(int argc, char** argv) {
   using namespace memwire;
   using namespace memwire::services;
   try {
-    Arguments args(argc, argv, 1,
-                   {"--listen", "--token", "--token-file", "--grants", "--ttl-sweep-ms", "--state",
-                    "--tls-cert", "--tls-key", "--threads", "--max-connections", "--max-long-polls",
-                    "--max-body-bytes", "--max-waiting-bytes", "--request-read-ms",
-                    "--max-names-per-grant", "--max-bytes-per-grant"},
-                   {"--help", "--quiet-requests"});
+    Arguments args(
+        argc, argv, 1,
+        {"--listen", "--token", "--token-file", "--grants", "--ttl-sweep-ms", "--state",
+         "--tls-cert", "--tls-key", "--threads", "--max-connections", "--max-long-polls",
+         "--max-body-bytes", "--max-waiting-bytes", "--max-sending-bytes", "--send-timeout-ms",
+         "--request-read-ms", "--max-names-per-grant", "--max-bytes-per-grant"},
+        {"--help", "--quiet-requests"});
     if (args.has("--help")) {
       std::cout << kHelp;
       return kOk;
@@ -103,6 +109,9 @@ int main(int argc, char** argv) {
     options.max_long_polls = args.get_uint("--max-long-polls", options.max_long_polls);
     options.max_body_size = args.get_uint("--max-body-bytes", options.max_body_size);
     options.max_waiting_bytes = args.get_uint("--max-waiting-bytes", options.max_waiting_bytes);
+    options.max_sending_bytes = args.get_uint("--max-sending-bytes", options.max_sending_bytes);
+    options.send_timeout = milliseconds_option(
+        args, "--send-timeout-ms", static_cast<std::uint64_t>(options.send_timeout.count()));
     options.request_read_timeout =
         milliseconds_option(args, "--request-read-ms",
                             static_cast<std::uint64_t>(options.request_read_timeout.count()));
@@ -118,6 +127,9 @@ int main(int argc, char** argv) {
     }
     if (options.max_long_polls >= options.max_connections) {
       throw UsageError("--max-long-polls must be below --max-connections");
+    }
+    if (options.max_sending_bytes < options.max_body_size) {
+      throw UsageError("--max-sending-bytes must be at least --max-body-bytes");
     }
     if (!args.has("--quiet-requests")) {
       options.access_log = [](const sideband::HttpAccessRecord& r) {

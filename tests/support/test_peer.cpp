@@ -1,10 +1,14 @@
 // The other OS process in multi-process tests. Metadata travels over its stdin/stdout.
 //   memwire_test_peer publish readable|writable SIZE SEED   prints metadata, waits, verifies
 //   memwire_test_peer publish pool SIZE SEED   a pool of 4 KiB blocks: prints its metadata,
-//                                              stays until stdin closes or says "quit"
+//                                              stays until stdin closes or says "quit"; on
+//                                              "verify" says "intact" or "changed at N", on
+//                                              "fill SEED2" writes that pattern ("filled"), on
+//                                              "close" closes the pool ("closed")
 //   memwire_test_peer active read|write SIZE SEED [CHUNK]   reads metadata from stdin
 // Prints "complete" or "error <reason>" as its last line; exit code 0 only on success.
 // MEMWIRE_PEER_SHARED=1: the buffer is a SharedBuffer (which a same-host peer maps).
+// MEMWIRE_PEER_POOL_READ_ONLY=1: the pool forbids remote writes (PoolOptions::remote_write).
 // MEMWIRE_PEER_NOFILE=N: at most N open file descriptors (RLIMIT_NOFILE), for fd exhaustion.
 // MEMWIRE_PEER_CUDA=1: the buffer is GPU memory on cuda:0 (filled and checked through host
 // copies); the peer says "error no CUDA ..." when this process has no driver.
@@ -122,9 +126,28 @@ int main(int argc, char** argv) {
     if (role == "publish") {
       if (kind == "pool") {
         test_support::fill_pattern(buffer, seed);
-        auto pool = connector.register_pool({{buffer.data(), 4096, 0, buffer.size() / 4096, {}}});
+        PoolOptions pool_options;
+        const char* read_only = std::getenv("MEMWIRE_PEER_POOL_READ_ONLY");
+        pool_options.remote_write = !(read_only && read_only[0] == '1');
+        auto pool = connector.register_pool({{buffer.data(), 4096, 0, buffer.size() / 4096, {}}},
+                                            pool_options);
         std::cout << pool.metadata().to_json() << std::endl;
+        auto expected = seed;
         for (std::string line; std::getline(std::cin, line) && line != "quit";) {
+          if (line == "verify") {
+            const auto bad = test_support::first_mismatch(buffer, expected);
+            if (bad == buffer.size())
+              std::cout << "intact" << std::endl;
+            else
+              std::cout << "changed at " << bad << std::endl;
+          } else if (line.starts_with("fill ")) {
+            expected = std::strtoull(line.c_str() + 5, nullptr, 10);
+            test_support::fill_pattern(buffer, expected);
+            std::cout << "filled" << std::endl;
+          } else if (line == "close") {
+            pool.close("the test closed it");
+            std::cout << "closed" << std::endl;
+          }
         }
         std::cout << "complete" << std::endl;
         return 0;

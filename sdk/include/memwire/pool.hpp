@@ -236,9 +236,13 @@ class [[nodiscard("dropping it revokes the remote access at once")]] MEMWIRE_API
                    const std::vector<std::uint64_t>& blocks, Access access,
                    std::chrono::milliseconds lease,
                    std::chrono::milliseconds max_lease = std::chrono::milliseconds(0));
-  // Frames that peers sent against the protocol (a tag with no admitted transfer, a second tag
-  // for one, a PoolEnd presenting another token, a malformed request): each was refused and,
-  // on tcp and shm, its connection closed.
+  // Frames naming this pool that peers sent against the protocol (a tag with no admitted
+  // transfer, a second tag for one, a PoolEnd presenting another token or pool, a malformed
+  // request: no or too many pieces, pieces that do not add up, a tag too long or holding a NUL,
+  // an end of transfer on a read or an untagged write, a request after its transfer's end; a
+  // text too long, a frame of another version or an unknown type, an answer sent to the owner;
+  // over verbs a PoolDone without keys or not its PoolBegin's): each was refused and, on tcp
+  // and shm, its connection closed.
   std::uint64_t peer_faults() const;
   // Well-formed requests refused for what they asked (AccessDenied: blocks outside a grant's, an
   // access the pool or the grant does not allow, a wrong token), before any byte moved. Not

@@ -9,7 +9,7 @@ endif()
 set(sideband_tests_sources
   ../name_test.cpp http_endpoint_test.cpp http_channel_test.cpp http_process_test.cpp
   http_authz_test.cpp http_pool_test.cpp http_quota_test.cpp registry_full_disk_test.cpp
-  telemetry_test.cpp)
+  telemetry_test.cpp http_slow_readers_test.cpp)
 list(TRANSFORM sideband_tests_sources PREPEND ${CMAKE_CURRENT_LIST_DIR}/)
 add_executable(memwire_sideband_tests ${sideband_tests_sources})
 target_link_libraries(memwire_sideband_tests

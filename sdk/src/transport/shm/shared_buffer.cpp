@@ -22,10 +22,22 @@ namespace memwire {
 namespace detail {
 namespace {
 
+// What peers were handed of a buffer so far. The first hand-out decides, for good: the seals
+// it adds cannot be taken back (F_SEAL_SEAL).
+enum class Sharing {
+  None,
+  // Sealed F_SEAL_FUTURE_WRITE: no descriptor of it (a peer's reopen of its read-only one
+  // included) maps it writable or writes it; the owner's mapping, made before, still writes.
+  ReadOnly,
+  // Peers may write it: handed writable, or read for a registration peers may write anyway.
+  Writable,
+};
+
 struct IndexEntry {
   std::size_t size;
   int fd;
   std::uint64_t buffer;
+  Sharing sharing = Sharing::None;
 };
 
 struct SharedIndex {
@@ -70,12 +82,24 @@ bool shared_buffer_live(std::uint64_t buffer) {
                      [&](const auto& entry) { return entry.second.buffer == buffer; });
 }
 
-FileDescriptor share_shared_buffer(std::uint64_t buffer, bool writable) {
+FileDescriptor share_shared_buffer(std::uint64_t buffer, bool writable, bool peers_may_write) {
   auto& index = shared_index();
-  // Under the lock: the buffer cannot close (and its descriptor number be reused) meanwhile.
-  std::shared_lock lock(index.mutex);
-  for (const auto& [begin, entry] : index.by_begin) {
+  // Under the lock: the buffer cannot close (and its descriptor number be reused) meanwhile,
+  // and two connections cannot seal it two ways at once.
+  std::unique_lock lock(index.mutex);
+  for (auto& [begin, entry] : index.by_begin) {
     if (entry.buffer != buffer) continue;
+    const auto wanted = writable || peers_may_write ? Sharing::Writable : Sharing::ReadOnly;
+    if (entry.sharing == Sharing::None) {
+      const int seals =
+          wanted == Sharing::ReadOnly ? F_SEAL_FUTURE_WRITE | F_SEAL_SEAL : F_SEAL_SEAL;
+      if (::fcntl(entry.fd, F_ADD_SEALS, seals) != 0) return {};
+      entry.sharing = wanted;
+    }
+    // Sealed read-only: no peer can map it writable. Writable: a read-only descriptor could be
+    // reopened writable through /proc, so only a peer that may write anyway gets one.
+    if (writable && entry.sharing == Sharing::ReadOnly) return {};
+    if (!peers_may_write && entry.sharing == Sharing::Writable) return {};
     if (writable) return FileDescriptor(::fcntl(entry.fd, F_DUPFD_CLOEXEC, 0));
     // A new open file description, read-only: mmap(PROT_WRITE, MAP_SHARED) through it fails.
     // Our own descriptor, by our own /proc entry: nobody else names it.
@@ -92,8 +116,8 @@ SharedBuffer::SharedBuffer(std::size_t size) : size_(size) {
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   mapped_ = (size + page - 1) / page * page;
   // Sealed at its size: a peer that maps it may rely on it never shrinking under its mapping
-  // (which would fault), and checks the seals before it maps (peer_mappings.cpp). 0600: a peer of
-  // another user cannot reopen a read-only descriptor of it writable through /proc.
+  // (which would fault), and checks the seals before it maps (peer_mappings.cpp). F_SEAL_SEAL
+  // comes with the first hand-out (share_shared_buffer), which decides whether peers may write.
   fd_ = ::memfd_create("memwire-shared", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   void* mapping = MAP_FAILED;
   std::string failed;
@@ -103,7 +127,7 @@ SharedBuffer::SharedBuffer(std::size_t size) : size_(size) {
     failed = "ftruncate";
   } else if (::fchmod(fd_, 0600) != 0) {
     failed = "fchmod";
-  } else if (::fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+  } else if (::fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
     failed = "sealing";
   } else if ((mapping = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0)) ==
              MAP_FAILED) {
@@ -143,7 +167,9 @@ void SharedBuffer::close() noexcept {
   if (data_ == nullptr) return;
   // Mode 0 tells peers that hold the memfd it is released (they let go of it on their next new
   // buffer: peer_mappings.cpp), before the index forgets it (then the owner may give them
-  // another in its place). Its pages go now, not when the last peer lets go.
+  // another in its place). Its pages go now, not when the last peer lets go, unless peers were
+  // handed it read-only: F_SEAL_FUTURE_WRITE refuses the punch too, and they go with the last
+  // descriptor.
   [[maybe_unused]] auto released = ::fchmod(fd_, 0);
   detail::unindex_shared_buffer(data_);
   ::munmap(data_, mapped_);

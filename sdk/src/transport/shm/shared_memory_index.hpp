@@ -20,9 +20,12 @@ void unindex_shared_buffer(const std::byte* begin) noexcept;
 std::optional<SharedLocation> find_shared(const std::byte* data, std::size_t length);
 // Whether buffer `buffer` is still open here (a closed one's memfd has mode 0 from then on).
 bool shared_buffer_live(std::uint64_t buffer);
-// A descriptor of live buffer `buffer` to hand a peer: writable, or opened read-only (a peer
-// that only reads gets no descriptor it could write through). Empty when the buffer is gone
-// or the descriptor cannot be made.
-FileDescriptor share_shared_buffer(std::uint64_t buffer, bool writable);
+// A descriptor of live buffer `buffer` to hand a peer: writable, or opened read-only for a read
+// of memory that `peers_may_write` or not. The first hand-out seals the buffer for good: for a
+// read peers may not write, against every writable mapping and write (F_SEAL_FUTURE_WRITE: a
+// peer that reopens its descriptor read-write through /proc still cannot write; the owner's own
+// mapping still can); otherwise it stays writable for peers. Empty when the buffer is gone, the
+// descriptor cannot be made, or the buffer was sealed the other way (the owner copies instead).
+FileDescriptor share_shared_buffer(std::uint64_t buffer, bool writable, bool peers_may_write);
 
 }  // namespace memwire::detail

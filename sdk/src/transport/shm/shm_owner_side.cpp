@@ -26,6 +26,8 @@ FrameType answer_type(const FrameHeader& request) {
              : FrameType::WriteResponse;
 }
 
+bool writes(const FrameHeader& request) { return answer_type(request) == FrameType::WriteResponse; }
+
 OutFrame mapped_answer(const FrameHeader& request) {
   OutFrame response;
   response.header.type = answer_type(request);
@@ -91,9 +93,10 @@ class ShmOwnerSide final : public SameHostOwner {
 
  private:
   // A mapped answer names SharedBuffer `buffer`: its memfd goes with it unless this connection
-  // was given it (for that access) already. False when it cannot be given (over the limit, or
-  // the buffer closed): the request is copied as usual.
-  bool give_buffer(OutFrame& response, std::uint64_t buffer);
+  // was given it (for that access) already. False when it cannot be given (over the limit, the
+  // buffer closed, or sealed for the other access: share_shared_buffer): the request is copied
+  // as usual. `peers_may_write`: whether the registration answered lets peers write it.
+  bool give_buffer(OutFrame& response, std::uint64_t buffer, bool peers_may_write);
 
   const int peer_process_;
   const bool direct_reads_;
@@ -101,9 +104,10 @@ class ShmOwnerSide final : public SameHostOwner {
   std::set<std::pair<std::uint64_t, bool>> buffers_given_;
 };
 
-bool ShmOwnerSide::give_buffer(OutFrame& response, std::uint64_t buffer) {
+bool ShmOwnerSide::give_buffer(OutFrame& response, std::uint64_t buffer, bool peers_may_write) {
   // The peer maps what it reads read-only: it gets no descriptor it could write through.
-  const bool writable = response.header.type == FrameType::WriteResponse;
+  const bool writable =
+      response.header.type == FrameType::WriteResponse;  // implies peers_may_write
   if (buffers_given_.contains({buffer, writable})) return true;
   if (buffers_given_.size() >= kMaxSharedPerConnection) {
     // Room from the buffers closed since: the peer lets go of them before it takes a new one.
@@ -111,7 +115,7 @@ bool ShmOwnerSide::give_buffer(OutFrame& response, std::uint64_t buffer) {
                   [](const auto& given) { return !shared_buffer_live(given.first); });
     if (buffers_given_.size() >= kMaxSharedPerConnection) return false;  // copied instead
   }
-  response.passed = share_shared_buffer(buffer, writable);
+  response.passed = share_shared_buffer(buffer, writable, peers_may_write);
   if (!response.passed) return false;
   response.header.flags |= frame_flags::kDescriptor;
   buffers_given_.insert({buffer, writable});
@@ -124,7 +128,8 @@ bool ShmOwnerSide::answer_mapped(StreamConnection& connection, const FrameHeader
   auto location = find_shared(data, request.length);
   if (!location) return false;
   auto response = mapped_answer(request);
-  if (!give_buffer(response, location->buffer)) return false;
+  // A one-shot operation is read or written, never both: peers may write what they write.
+  if (!give_buffer(response, location->buffer, writes(request))) return false;
   response.text.assign(reinterpret_cast<const char*>(&*location), sizeof *location);
   // Never completes here, even for kCompletes: the bytes move after this answer, and the
   // active side's notice says when they have.
@@ -166,7 +171,9 @@ bool ShmOwnerSide::answer_mapped_pieces(StreamConnection& connection, const Fram
   const auto offsets = offsets_in(memory, span_begin, span.length);
   if (!offsets) return false;  // not all in that span: copied as usual
   auto response = mapped_answer(request);
-  if (!give_buffer(response, span.buffer)) return false;
+  const auto* pool = registration.pool().get();
+  const bool peers_may_write = pool != nullptr ? pool->options().remote_write : writes(request);
+  if (!give_buffer(response, span.buffer, peers_may_write)) return false;
   response.text.reserve(sizeof span + offsets->size() * sizeof(std::uint64_t));
   response.text.append(reinterpret_cast<const char*>(&span), sizeof span);
   response.text.append(reinterpret_cast<const char*>(offsets->data()),

@@ -62,6 +62,9 @@ class FrameHandler {
   // discard(): the next frame is read once it has all landed.
   virtual void on_frame(StreamConnection& connection, const FrameHeader& header) = 0;
   virtual void on_closed(StreamConnection& connection, const Error& reason) = 0;
+  // A memwire frame the connection refused before on_frame (another version, an unknown type):
+  // it closes; the passive side counts it against the pool it names.
+  virtual void on_malformed(const FrameHeader& /*header*/) {}
   // Whether work that this connection will carry more frames of is in progress (a transfer
   // whose completion notice may still come here): an idle limit must not close it then.
   virtual bool busy() const { return false; }

@@ -288,6 +288,7 @@ void StreamConnection::read_frames() {
       break;
     }
     if (auto problem = frame_header_problem(header)) {
+      if (header.magic == FrameHeader::kMagic) handler_->on_malformed(header);
       shutdown("protocol error: " + *problem);
       break;
     }

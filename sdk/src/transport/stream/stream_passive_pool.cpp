@@ -40,6 +40,8 @@ void StreamPassiveSide::admit_pool_request(const StreamConnection& connection,
 }
 
 void StreamPassiveSide::serve_pool_end(StreamConnection& connection, const FrameHeader& header) {
+  // Counted before the refusal closes the connection.
+  if (text_payload_problem(header.length)) count_fault(header);
   auto text = connection.receive_text(header.length);
   if (!text) return;
   const auto end = as_pool(header);

@@ -24,10 +24,14 @@ std::shared_ptr<Registration> StreamPassiveSide::find(const FrameHeader& header)
   throw Error(ErrorCode::NotFound, "no live operation with that notification key");
 }
 
-void StreamPassiveSide::fault(StreamConnection& connection, const FrameHeader& header,
-                              FrameType answer_type, const std::string& what) {
+void StreamPassiveSide::count_fault(const FrameHeader& header) const {
   if (auto registration = registrations_->find(header.key); registration && registration->pool())
     registration->pool()->count_fault();
+}
+
+void StreamPassiveSide::fault(StreamConnection& connection, const FrameHeader& header,
+                              FrameType answer_type, const std::string& what) {
+  count_fault(header);
   refuse_malformed(connection, answer_type, header, what);
 }
 
@@ -95,6 +99,7 @@ void StreamPassiveSide::on_frame(StreamConnection& connection, const FrameHeader
     case FrameType::PoolEnd:
       return serve_pool_end(connection, header);
     default:
+      count_fault(header);
       connection.shutdown("protocol error: unexpected frame for the passive side");
   }
 }
@@ -233,13 +238,13 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
   const auto answer_type = writing ? FrameType::WriteResponse : FrameType::ReadResponse;
   const auto list_bytes = piece_list_bytes(header);
   if (list_bytes == 0)
-    return refuse_malformed(connection, answer_type, header,
-                            std::to_string(header.index) + " pieces in a request (1 to " +
-                                std::to_string(kMaxFramePieces) + ")");
+    return fault(connection, header, answer_type,
+                 std::to_string(header.index) + " pieces in a request (1 to " +
+                     std::to_string(kMaxFramePieces) + ")");
   if (piece_request_inline_bytes(header) == 0)
-    return refuse_malformed(connection, answer_type, header,
-                            "a tag of " + std::to_string(as_pool(header).tag_bytes) +
-                                " bytes (at most " + std::to_string(kMaxFrameTag) + ")");
+    return fault(connection, header, answer_type,
+                 "a tag of " + std::to_string(as_pool(header).tag_bytes) + " bytes (at most " +
+                     std::to_string(kMaxFrameTag) + ")");
   std::vector<FramePiece> pieces(header.index);
   if (!connection.receive(pieces.data(), list_bytes)) return;
   std::string tag;
@@ -248,21 +253,20 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
     if (!connection.receive(tag.data(), tag.size())) return;
   }
   if (!pieces_add_up(header, pieces))
-    return refuse_malformed(connection, answer_type, header,
-                            "the pieces' lengths do not add up to the request's");
+    return fault(connection, header, answer_type,
+                 "the pieces' lengths do not add up to the request's");
   if (pool_frame && (header.flags & frame_flags::kLastOfTransfer) != 0 && (!writing || tag.empty()))
-    return refuse_malformed(connection, answer_type, header,
-                            "only a tagged pool write ends its transfer in its request");
+    return fault(connection, header, answer_type,
+                 "only a tagged pool write ends its transfer in its request");
   if (tag.find('\0') != std::string::npos)
-    return refuse_malformed(connection, answer_type, header, "a tag holding a NUL byte");
+    return fault(connection, header, answer_type, "a tag holding a NUL byte");
   const bool ipc = (header.flags & frame_flags::kCudaIpc) != 0;
   std::vector<FrameIpcAllocation> table(!ipc         ? 0
                                         : pool_frame ? as_pool(header).ipc_allocations
                                                      : header.ipc_allocations);
   if (ipc && !connection.receive(table.data(), table.size() * sizeof(FrameIpcAllocation))) return;
   if (ipc && !cross)
-    return refuse_malformed(connection, answer_type, header,
-                            "a CUDA IPC request that is not cross-memory");
+    return fault(connection, header, answer_type, "a CUDA IPC request that is not cross-memory");
   // A write's bytes on the socket must be consumed whatever happens, or the framing is lost.
   std::uint64_t unread = writing && !cross ? header.length : 0;
   try {
@@ -432,6 +436,8 @@ void StreamPassiveSide::finish_request(StreamConnection& connection, const Frame
 }
 
 void StreamPassiveSide::serve_notice(StreamConnection& connection, const FrameHeader& header) {
+  // Counted before the refusal closes the connection.
+  if (text_payload_problem(header.length)) count_fault(header);
   auto text = connection.receive_text(header.length);
   if (!text) return;
   try {

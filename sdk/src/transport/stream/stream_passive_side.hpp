@@ -46,6 +46,7 @@ class StreamPassiveSide final : public FrameHandler {
   void bind(std::weak_ptr<StreamConnection> connection) { connection_ = std::move(connection); }
 
   void on_frame(StreamConnection& connection, const FrameHeader& header) override;
+  void on_malformed(const FrameHeader& header) override { count_fault(header); }
   void on_closed(StreamConnection& connection, const Error& reason) override;
   // A registration this connection touched is still in progress.
   bool busy() const override;
@@ -68,6 +69,9 @@ class StreamPassiveSide final : public FrameHandler {
   // Ends open transfer `id`: delivers its tag unless `failure` (or a refused request of it),
   // else fails its waits. Returns why the tag was not delivered.
   std::optional<Error> end_transfer(std::uint64_t id, std::optional<Error> failure);
+  // Counts a frame against the protocol against the pool it names (Pool::peer_faults()), if it
+  // names one.
+  void count_fault(const FrameHeader& header) const;
   // A frame the protocol forbids: counted against the pool it names, answered, and the
   // connection closed.
   void fault(StreamConnection& connection, const FrameHeader& header, FrameType answer_type,

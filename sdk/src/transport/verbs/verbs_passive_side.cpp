@@ -296,6 +296,7 @@ void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice
   const bool begun =
       found != connection.inbound.end() && found->second.pool_transfers.contains(notice.seq);
   if (found == connection.inbound.end()) {
+    registration.pool()->count_fault();
     reply(connection, NoticeType::Result, notice.seq, ErrorCode::Protocol,
           "PoolDone for a pool this connection holds no keys for");
     return;
@@ -320,6 +321,7 @@ void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice
     if (!transfer.tag.empty())
       registration.pool()->deliver(peer, std::move(transfer.tag), notice.kind);
   } catch (const Error& error) {
+    if (error.code() == ErrorCode::Protocol) registration.pool()->count_fault();
     reply(connection, NoticeType::Result, notice.seq, error.code(), std::string(error.message()));
     return;
   }
@@ -345,6 +347,7 @@ void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
     return;
   }
   if (static_cast<bool>(registration->pool()) != (notice.type == NoticeType::PoolDone)) {
+    if (registration->pool()) registration->pool()->count_fault();
     reply(connection, NoticeType::Result, notice.seq, ErrorCode::Protocol,
           registration->pool() ? "a pool's transfers end with PoolDone"
                                : "PoolDone for a one-shot operation");

@@ -84,6 +84,13 @@ struct MEMWIRE_API HttpEndpointOptions {
   std::size_t max_waiting_bytes = 64u << 20;
   // Request body size; a larger body (however framed: length or chunks) is answered 413.
   std::size_t max_body_size = 16u << 20;
+  // Bytes of bodies that answers being sent hold at once. A stored document is shared by all
+  // its readers and counts once (one replaced while readers still take it counts apart); an
+  // answer that would pass it is 503 before a byte goes. At least max_body_size.
+  std::size_t max_sending_bytes = 64u << 20;
+  // An answer must be sent whole within this time of its first byte; a reader slower than
+  // that is cut off (its connection closed). Each write must also progress within 5 s.
+  std::chrono::milliseconds send_timeout = std::chrono::seconds(30);
   // A request's headers and body must arrive within this time after its first byte (against
   // slowloris: a byte now and then never times out a single read).
   std::chrono::milliseconds request_read_timeout = std::chrono::seconds(10);

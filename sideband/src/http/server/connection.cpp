@@ -94,6 +94,7 @@ bool ConnectionStream::wait_for_request() {
   bool ready = buffer_begin_ < buffer_end_ || (ssl_ != nullptr && SSL_pending(ssl_) > 0) ||
                wait(POLLIN, Clock::now() + limits_.keep_alive_timeout) == Ready::Yes;
   request_deadline_ = Clock::now() + limits_.request_read_timeout;
+  response_deadline_.reset();
   return ready;
 }
 
@@ -102,9 +103,12 @@ bool ConnectionStream::is_readable() const {
          wait(POLLIN, request_deadline_) == Ready::Yes;
 }
 
-bool ConnectionStream::is_writable() const {
-  return wait(POLLOUT, Clock::now() + limits_.write_timeout) == Ready::Yes;
+Clock::time_point ConnectionStream::write_deadline() const {
+  const auto deadline = Clock::now() + limits_.write_timeout;
+  return response_deadline_ ? std::min(deadline, *response_deadline_) : deadline;
 }
+
+bool ConnectionStream::is_writable() const { return wait(POLLOUT, write_deadline()) == Ready::Yes; }
 
 // Fills the buffer with what the socket has: > 0 bytes, 0 on close, -1 on error, timeout (the
 // request deadline) or stop.
@@ -147,7 +151,9 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
 }
 
 ssize_t ConnectionStream::write(const char* ptr, size_t size) {
-  auto deadline = Clock::now() + limits_.write_timeout;
+  if (!response_deadline_) response_deadline_ = Clock::now() + limits_.send_timeout;
+  if (Clock::now() >= *response_deadline_) return -1;  // a slow reader: cut off
+  const auto deadline = write_deadline();
   for (;;) {
     ssize_t n;
     short events = POLLOUT;

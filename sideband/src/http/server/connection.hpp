@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -36,6 +37,8 @@ struct ConnectionLimits {
   std::chrono::milliseconds keep_alive_timeout{5000};
   std::chrono::milliseconds request_read_timeout{10000};
   std::chrono::milliseconds write_timeout{5000};
+  // A response's bytes must all be written within this time of its first write.
+  std::chrono::milliseconds send_timeout{30000};
 };
 
 // One accepted connection as httplib's request parser sees it, replacing httplib's own: the
@@ -43,7 +46,8 @@ struct ConnectionLimits {
 //  - the request deadline: a request's headers and body must arrive within
 //    request_read_timeout of its first byte (httplib only bounds each read, and a byte every
 //    few seconds, slowloris, held a thread for ever);
-//  - the write timeout for each write;
+//  - the write timeout for each write, and the send timeout for all of a response's (a reader
+//    that takes a byte now and then held a thread and its answer for ever);
 //  - the endpoint's stop signal.
 // With `ssl` set it speaks TLS over the socket (the handshake is done by accept_tls()).
 class ConnectionStream final : public httplib::Stream {
@@ -74,6 +78,10 @@ class ConnectionStream final : public httplib::Stream {
   ConnectionLimits limits_;
   const StopSignal& stop_;
   Clock::time_point request_deadline_;
+  // When the response being written must be out; unset until its first write.
+  std::optional<Clock::time_point> response_deadline_;
+  // The deadline of a write starting now: the write timeout, or the response's end if sooner.
+  Clock::time_point write_deadline() const;
   std::vector<char> buffer_;
   std::size_t buffer_begin_ = 0;
   std::size_t buffer_end_ = 0;

@@ -16,6 +16,7 @@
 #include "http/server/owned_server.hpp"
 #include "http/server/request_broker.hpp"
 #include "http/server/request_rules.hpp"
+#include "http/server/sending_bodies.hpp"
 #include "http/server/token_owner.hpp"
 #include "http/server/waiting_requests.hpp"
 #include "memwire/error.hpp"
@@ -49,8 +50,13 @@ class HttpEndpoint::Impl {
     if (options_.max_connections == 0 || options_.max_long_polls == 0 ||
         options_.max_body_size == 0 || options_.max_waiting_bytes == 0 ||
         options_.request_read_timeout.count() <= 0 || options_.keep_alive_timeout.count() <= 0 ||
-        options_.max_ttl.count() <= 0) {
+        options_.send_timeout.count() <= 0 || options_.max_ttl.count() <= 0) {
       throw Error(ErrorCode::InvalidArgument, "HTTP endpoint limits must be positive");
+    }
+    if (options_.max_sending_bytes < options_.max_body_size) {
+      throw Error(ErrorCode::InvalidArgument,
+                  "max_sending_bytes must be at least max_body_size, or a stored document could "
+                  "never be sent");
     }
     // Beyond these a deadline (now + timeout) could overflow the clock.
     constexpr auto kLongestTimeout = std::chrono::hours(24);
@@ -58,7 +64,8 @@ class HttpEndpoint::Impl {
     if (options_.request_read_timeout > kLongestTimeout ||
         options_.keep_alive_timeout > kLongestTimeout || options_.max_wait > kLongestTimeout ||
         options_.ttl_sweep_interval > kLongestTimeout || options_.max_ttl > kLongestTtl ||
-        options_.max_wait.count() < 0 || options_.ttl_sweep_interval.count() <= 0) {
+        options_.send_timeout > kLongestTimeout || options_.max_wait.count() < 0 ||
+        options_.ttl_sweep_interval.count() <= 0) {
       throw Error(ErrorCode::InvalidArgument,
                   "HTTP endpoint timeouts must be positive and at most a day (max_ttl: 10 years)");
     }
@@ -68,6 +75,7 @@ class HttpEndpoint::Impl {
     }
     limits_.keep_alive_timeout = options_.keep_alive_timeout;
     limits_.request_read_timeout = options_.request_read_timeout;
+    limits_.send_timeout = options_.send_timeout;
     bool tls = !options_.cert_file.empty() || !options_.key_file.empty();
     if (tls) {
       if (options_.cert_file.empty() || options_.key_file.empty()) {
@@ -305,7 +313,8 @@ class HttpEndpoint::Impl {
                   {"memwire_request_servers", double(broker_.servers())},
                   {"memwire_requests_pending", double(broker_.pending())},
                   {"memwire_http_waiting_requests", double(waiting_.requests())},
-                  {"memwire_http_waiting_bytes", double(waiting_.bytes())}};
+                  {"memwire_http_waiting_bytes", double(waiting_.bytes())},
+                  {"memwire_http_sending_bytes", double(sending_.bytes())}};
         // Not while loading: counting names would wait for the load.
         if (store_.loaded()) gauges["memwire_names"] = static_cast<double>(store_.size());
       }
@@ -357,18 +366,19 @@ class HttpEndpoint::Impl {
                }
                res.status = 204;
              });
-    s.Get(R"(/v1/servers/([0-9a-f]+)/requests)",
-          [this](const httplib::Request& req, httplib::Response& res) {
-            require_caller_owns(broker_.server_owner(req.matches[1].str()), "poll");
-            LongPollSlot slot(waiting_, 0);
-            auto requests = broker_.poll(req.matches[1].str(), wait_deadline(req));
-            if (!requests) return reply_error(res, 404, "no such server");
-            json out = json::array();
-            for (auto& r : *requests) {
-              out.push_back({{"id", r.id}, {"name", r.name}, {"metadata", r.document}});
-            }
-            res.set_content(safe_dump(json{{"requests", out}}), "application/json");
-          });
+    s.Get(R"(/v1/servers/([0-9a-f]+)/requests)", [this](const httplib::Request& req,
+                                                        httplib::Response& res) {
+      require_caller_owns(broker_.server_owner(req.matches[1].str()), "poll");
+      LongPollSlot slot(waiting_, 0);
+      auto requests = broker_.poll(req.matches[1].str(), wait_deadline(req));
+      if (!requests) return reply_error(res, 404, "no such server");
+      json out = json::array();
+      for (auto& r : *requests) {
+        out.push_back({{"id", r.id}, {"name", r.name}, {"metadata", r.document}});
+      }
+      sending_.send(res, std::make_shared<const std::string>(safe_dump(json{{"requests", out}})),
+                    "application/json");
+    });
     s.Post(R"(/v1/requests/([0-9a-f]+)/reply)",
            [this](const httplib::Request& req, httplib::Response& res,
                   const httplib::ContentReader& reader) {
@@ -435,19 +445,19 @@ class HttpEndpoint::Impl {
   void get_document(const DocumentKind& kind, const httplib::Request& req, httplib::Response& res) {
     auto name = req.matches[1].str();
     validate_name(name);
-    std::optional<std::string> document;
+    std::shared_ptr<const std::string> document;
     if (req.has_param("wait_ms")) {
+      // Waiting holds no body; the answer's counts once it is found.
       LongPollSlot slot(waiting_, 0);
-      document = store_.wait_for(kind.key(name), wait_deadline(req));
+      document = store_.wait_to_share(kind.key(name), wait_deadline(req));
       if (!document) return reply_error(res, 504, "'" + name + "' was not published in time");
     } else {
-      document = store_.get(kind.key(name));
+      document = store_.share(kind.key(name));
       if (!document)
         return reply_error(res, 404, std::string("no such ") + kind.noun + " '" + name + "'");
     }
-    // Moved, not copied: set_content() would copy the document once more.
-    res.body = std::move(*document);
-    res.set_header("Content-Type", "application/json");
+    // The store's own document, not a copy: every reader shares it (sending_bodies.hpp).
+    sending_.send(res, std::move(document), "application/json");
   }
 
   void put_document(const DocumentKind& kind, const httplib::Request& req, httplib::Response& res,
@@ -566,6 +576,7 @@ class HttpEndpoint::Impl {
   http::ConnectionLimits limits_;
   http::StopSignal stop_signal_;
   http::WaitingRequests waiting_{options_.max_long_polls, options_.max_waiting_bytes};
+  http::SendingBodies sending_{options_.max_sending_bytes};
   SSL_CTX* ssl_context_ = nullptr;  // set when serving HTTPS; owned by the server
   std::unique_ptr<http::ConnectionPool> pool_;
   std::unique_ptr<httplib::Server> server_;

@@ -161,7 +161,7 @@ void MetadataStore::put(const std::string& name, std::string document,
   {
     std::unique_lock lock(mutex_);
     wait_loaded(lock);
-    Entry entry{std::move(document), std::nullopt, owner};
+    Entry entry{std::make_shared<const std::string>(std::move(document)), std::nullopt, owner};
     if (ttl.count() > 0) entry.expires = Clock::now() + ttl;
     check_quota_locked(name, entry, quota);
     entry.logged = log_put_locked(name, entry);  // throws when not saved: the name stays
@@ -179,10 +179,16 @@ void MetadataStore::put(const std::string& name, std::string document,
 }
 
 std::optional<std::string> MetadataStore::get(const std::string& name) {
+  auto document = share(name);
+  if (!document) return std::nullopt;
+  return *document;
+}
+
+std::shared_ptr<const std::string> MetadataStore::share(const std::string& name) {
   std::unique_lock lock(mutex_);
   wait_loaded(lock);
   auto it = entries_.find(name);
-  if (it == entries_.end() || !live(it->second, Clock::now())) return std::nullopt;
+  if (it == entries_.end() || !live(it->second, Clock::now())) return nullptr;
   return it->second.document;
 }
 
@@ -222,13 +228,20 @@ std::pair<std::size_t, std::size_t> MetadataStore::usage(const std::string& owne
 
 std::optional<std::string> MetadataStore::wait_for(const std::string& name,
                                                    Clock::time_point deadline) {
+  auto document = wait_to_share(name, deadline);
+  if (!document) return std::nullopt;
+  return *document;
+}
+
+std::shared_ptr<const std::string> MetadataStore::wait_to_share(const std::string& name,
+                                                                Clock::time_point deadline) {
   std::unique_lock lock(mutex_);
   wait_loaded(lock);
-  std::optional<std::string> found;
+  std::shared_ptr<const std::string> found;
   changed_.wait_until(lock, deadline, [&] {
     auto it = entries_.find(name);
     if (it != entries_.end() && live(it->second, Clock::now())) found = it->second.document;
-    return found.has_value() || stopping_;
+    return found != nullptr || stopping_;
   });
   return found;
 }
@@ -308,7 +321,7 @@ void MetadataStore::reopen_log_locked(std::uint64_t whole_bytes, std::size_t rec
 
 std::uint64_t MetadataStore::log_put_locked(const std::string& name, const Entry& entry) {
   if (state_file_.empty()) return 0;
-  const auto line = put_line(name, entry.document, unix_expiry(entry.expires), entry.owner);
+  const auto line = put_line(name, *entry.document, unix_expiry(entry.expires), entry.owner);
   append_locked(line);
   return line.size();
 }
@@ -345,7 +358,7 @@ bool MetadataStore::compact_locked() {
       continue;
     }
     const auto before = text.size();
-    text += put_line(name, entry.document, unix_expiry(entry.expires), entry.owner);
+    text += put_line(name, *entry.document, unix_expiry(entry.expires), entry.owner);
     logged.push_back(text.size() - before);
     ++records;
   }
@@ -451,7 +464,8 @@ MetadataStore::Loaded MetadataStore::read_state_file() {
                 << "': " << e.what() << "\n";
       continue;
     }
-    Entry entry{std::move(value.document), std::nullopt, std::move(value.owner), value.line_bytes};
+    Entry entry{std::make_shared<const std::string>(std::move(value.document)), std::nullopt,
+                std::move(value.owner), value.line_bytes};
     // A file from elsewhere may say anything: past 10 years, now + left would near overflow.
     constexpr std::int64_t kLongestLeftMs = 3650LL * 24 * 3600 * 1000;
     if (value.expires_unix_ms != 0) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -86,6 +87,9 @@ class MetadataStore {
   void put(const std::string& name, std::string document, std::chrono::milliseconds ttl,
            const std::string& owner = {}, Quota quota = {});
   std::optional<std::string> get(const std::string& name);
+  // The document under `name` itself, never changed (a put replaces it): an answer sends it
+  // without a copy of its own. Null when there is none.
+  std::shared_ptr<const std::string> share(const std::string& name);
   bool erase(const std::string& name);
   std::vector<std::string> names();
   std::size_t size();
@@ -94,6 +98,9 @@ class MetadataStore {
 
   // Waits until `name` is present, the deadline passes or stop() is called.
   std::optional<std::string> wait_for(const std::string& name, Clock::time_point deadline);
+  // The same, sharing the document (as share()); null when the wait ended without it.
+  std::shared_ptr<const std::string> wait_to_share(const std::string& name,
+                                                   Clock::time_point deadline);
 
   // Drops expired names; returns how many.
   std::size_t sweep();
@@ -101,7 +108,7 @@ class MetadataStore {
 
  private:
   struct Entry {
-    std::string document;
+    std::shared_ptr<const std::string> document;  // never null
     std::optional<Clock::time_point> expires;
     std::string owner;
     std::uint64_t logged = 0;  // the length of its put line in the log (0: none there)
@@ -111,7 +118,7 @@ class MetadataStore {
     std::size_t bytes = 0;
   };
   static std::size_t cost(const std::string& name, const Entry& entry) {
-    return name.size() + entry.document.size();
+    return name.size() + entry.document->size();
   }
   bool live(const Entry& entry, Clock::time_point now) const;
   // Blocks until load() is done; throws Error{Transport} when stop() came first.

@@ -33,10 +33,11 @@ SharedLocation location_of(const SharedBuffer& buffer) {
   return *location;
 }
 
-// Hands `buffer` over as its owner would (read-only unless `writable`).
+// Hands `buffer` over as its owner would (read-only unless `writable`), for memory peers may
+// write (a pool with remote_write): the same buffer can then be handed both ways.
 void give(PeerMappings& mappings, const SharedBuffer& buffer, bool writable) {
   const auto location = location_of(buffer);
-  auto descriptor = share_shared_buffer(location.buffer, writable);
+  auto descriptor = share_shared_buffer(location.buffer, writable, /*peers_may_write=*/true);
   ASSERT_TRUE(descriptor);
   mappings.adopt(location.buffer, location.file_size, writable, std::move(descriptor));
 }
@@ -122,17 +123,49 @@ TEST(PeerMappings, MapsNothingItWasNotGiven) {
   EXPECT_THROW((void)mappings.map(span, false), Error);
 }
 
-// The owner's read-only descriptor cannot be mapped writable, here or by anyone it reaches.
+// The owner's read-only descriptor cannot be mapped writable, here or by anyone it reaches,
+// reopened read-write or not (tests/sdk/transport/shm/read_only_sharing_test.cpp tries all ways
+// from another process).
 TEST(PeerMappings, AReadOnlyDescriptorIsNoWritableOne) {
   SharedBuffer buffer(65536);
   const auto location = location_of(buffer);
-  auto descriptor = share_shared_buffer(location.buffer, false);
+  auto descriptor = share_shared_buffer(location.buffer, false, false);
   ASSERT_TRUE(descriptor);
   EXPECT_EQ(::fcntl(descriptor.get(), F_GETFL) & O_ACCMODE, O_RDONLY);
   EXPECT_EQ(::mmap(nullptr, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, descriptor.get(), 0),
             MAP_FAILED);
+  const auto path = "/proc/self/fd/" + std::to_string(descriptor.get());
+  FileDescriptor reopened(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  if (reopened) {  // root, or the owner's user
+    EXPECT_EQ(::mmap(nullptr, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, reopened.get(), 0),
+              MAP_FAILED);
+  }
+  buffer.bytes()[0] = std::byte{1};  // the owner's own mapping still writes
   EXPECT_NE(refusal(std::move(descriptor), location.file_size, true).find("read-only"),
             std::string::npos);
+}
+
+// The first hand-out of a buffer seals it for good: handed read-only for memory peers may not
+// write, it is never handed writable (the owner copies instead); handed for memory peers may
+// write, it is never handed for memory they may not (a read-only descriptor of it could be
+// reopened writable).
+TEST(PeerMappings, TheFirstHandOutDecidesWhetherPeersMayWriteTheBuffer) {
+  SharedBuffer read_only(65536), writable(65536);
+  const auto sealed = location_of(read_only).buffer;
+  ASSERT_TRUE(share_shared_buffer(sealed, false, false));
+  auto read = share_shared_buffer(sealed, false, false);
+  ASSERT_TRUE(read);
+  EXPECT_EQ(::fcntl(read.get(), F_GET_SEALS) & (F_SEAL_FUTURE_WRITE | F_SEAL_SEAL),
+            F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
+  EXPECT_FALSE(share_shared_buffer(sealed, true, true));
+  EXPECT_TRUE(share_shared_buffer(sealed, false, true));  // read-only stays read-only
+
+  const auto open = location_of(writable).buffer;
+  auto written = share_shared_buffer(open, true, true);
+  ASSERT_TRUE(written);
+  EXPECT_EQ(::fcntl(written.get(), F_GET_SEALS) & (F_SEAL_FUTURE_WRITE | F_SEAL_SEAL), F_SEAL_SEAL);
+  EXPECT_FALSE(share_shared_buffer(open, false, false));
+  EXPECT_TRUE(share_shared_buffer(open, false, true));
 }
 
 TEST(PeerMappings, RefusesWhatIsNotASealedMemfdOfTheSizeSaid) {
