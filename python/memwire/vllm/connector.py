@@ -4,7 +4,7 @@ decides, the worker's half moves bytes (scheduler.py, worker.py)."""
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole
 
-try:  # vLLM 0.33 reports failed loads beside the finished ones; 0.32 has get_finished alone
+try:  # vLLM 0.32 and 0.33 report failed loads beside finished ones; older: get_finished alone
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
 except ImportError:  # pragma: no cover - older vLLM
     KVConnectorTransferResults = None
@@ -85,6 +85,11 @@ class MemwireConnector(KVConnectorBase_V1):
 
     def get_block_ids_with_load_errors(self):
         return self._worker.get_block_ids_with_load_errors()
+
+    def counters(self):
+        """The worker half's counts (worker.COUNTERS: loads, bytes, grants and how they ended);
+        empty on the scheduler's half."""
+        return self._worker.counters() if self._worker is not None else {}
 
     def shutdown(self):
         if self._worker is not None:

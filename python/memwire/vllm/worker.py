@@ -26,6 +26,10 @@ log = logging.getLogger("memwire.vllm")
 MAX_CHANNELS = 64
 #: Grants' metadata kept by name for heartbeats and the load (oldest dropped beyond).
 MAX_GRANTS_KNOWN = 4096
+#: What counters() reports. Decode: loads that ended (failed ones among them), the blocks and
+#: bytes they read. Prefill: grants made, and how each ended (read, released, lease over).
+COUNTERS = ("loads", "load_failures", "blocks_loaded", "bytes_loaded",
+            "grants", "grants_read", "grants_released", "grants_expired")
 #: How long a heartbeat or a release waits for the grant's name (it may not be published yet).
 NOTICE_LOOKUP_SECONDS = 2.0
 #: Threads that wait for pushed layers (a LayerReceiver's wait blocks one): one per request
@@ -56,6 +60,8 @@ class WorkerHalf:
         self._lock = threading.Lock()
         self._done_sending, self._done_recving, self._failed = set(), set(), set()
         self._invalid_blocks = set()
+        # What moved, for operators and tests: counts only ever grow (counters()).
+        self._counts = dict.fromkeys(COUNTERS, 0)
         self._grants = {}  # prefill: request id -> (grant, name)
         self._channels = {}  # sideband url -> channel (insertion order = use order)
         self._known = {}  # decode: grant name -> its PoolMetadata, fetched once
@@ -133,6 +139,16 @@ class WorkerHalf:
             invalid, self._invalid_blocks = self._invalid_blocks, set()
         return invalid
 
+    def counters(self):
+        """A copy of this half's counts (COUNTERS): what it loaded and what it handed out."""
+        with self._lock:
+            return dict(self._counts)
+
+    def _count(self, **amounts):
+        with self._lock:
+            for name, amount in amounts.items():
+                self._counts[name] += amount
+
     def shutdown(self):
         if not self._loop.is_running():
             return
@@ -151,6 +167,7 @@ class WorkerHalf:
             self._finish_send(request_id)
             return
         self._grants[request_id] = (grant, name)
+        self._count(grants=1)
         try:
             await self._publisher.publish_pool(name, grant.metadata, ttl=self.config.lease_max)
         except MemwireError as error:
@@ -168,6 +185,7 @@ class WorkerHalf:
         if await self._loop.run_in_executor(None, grant.expired):
             log.warning("memwire.vllm: the lease on request %s's blocks ended before its decode "
                         "read them: freed, and any later read is refused", request_id)
+            self._count(grants_expired=1)
             await self._end_grant(request_id, None)
         elif request_id in self._grants:
             self._loop.call_later(max(0.0, grant.expires_in), self._check_lease, request_id)
@@ -192,6 +210,7 @@ class WorkerHalf:
                 except MemwireError:
                     pass  # ended: the expiry path frees it
             elif n.tag in (TAG_DONE, TAG_RELEASE):
+                self._count(**{"grants_read" if n.tag == TAG_DONE else "grants_released": 1})
                 await self._end_grant(n.request, f"decode {'read the blocks' if n.tag == TAG_DONE else 'released them'}")
 
     async def _end_grant(self, request_id, reason):
@@ -306,10 +325,15 @@ class WorkerHalf:
                               type(error).__name__, error)
                     self._failed.add(request_id)
                     self._invalid_blocks.update(spec.local_block_ids)
+                    self._counts["loads"] += 1
+                    self._counts["load_failures"] += 1
                 self._done_recving.add(request_id)  # aborted: its blocks are freed now
         else:
             with self._lock:
                 self._done_recving.add(request_id)
+                self._counts["loads"] += 1
+                self._counts["blocks_loaded"] += len(spec.local_block_ids)
+                self._counts["bytes_loaded"] += len(spec.local_block_ids) * self.kv.block_bytes
         finally:
             self._receivers.pop(request_id, None)
             await self._end_receive(receiver, order, published, "the request's layers are in")
@@ -352,11 +376,16 @@ class WorkerHalf:
                 self._failed.add(request_id)
                 self._invalid_blocks.update(spec.local_block_ids)
                 self._done_recving.add(request_id)
+                self._counts["loads"] += 1
+                self._counts["load_failures"] += 1
             return
         finally:
             self._known.pop(spec.grant, None)  # its heartbeats are over
         with self._lock:
             self._done_recving.add(request_id)
+            self._counts["loads"] += 1
+            self._counts["blocks_loaded"] += len(spec.local_block_ids)
+            self._counts["bytes_loaded"] += len(spec.local_block_ids) * self.kv.block_bytes
 
     async def _grant(self, sideband, name, timeout):
         """A prefill's grant by name: fetched once, then from memory (heartbeats every third
