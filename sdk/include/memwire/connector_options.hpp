@@ -80,12 +80,13 @@ struct MEMWIRE_API TcpOptions {
 // connections close. 0 refuses every tagged transfer.
 // Accepted connections (tcp and shm) have a standing: Hello-only until a request of theirs is
 // admitted (its token accepted), then shared (one-shot operations' tokens and pools' shared
-// token) or granted (a grant's token, for good). At most `max_hello_only_connections` are
-// Hello-only: one more closes the oldest (the same for a peer's own connections, per IP or
-// process, over max_connections_per_peer), so idle connections, from however many addresses,
-// never lock a new peer out; one still Hello-only after `hello_only_timeout` is closed, and a
-// connector retires its own pooled connections that carried no request after half of it. At
-// most `max_shared_connections` are shared (and max_connections_per_peer of one peer's): a
+// token) or granted (a grant's token, for good). At most `max_hello_only_connections` stay
+// Hello-only past their first second (a burst of peers dialling at once has its round trip):
+// one more closes the oldest; so do one more of a peer's own, per IP or process, over
+// max_connections_per_peer, and one more over max_connections. Idle connections, from however
+// many addresses, never lock a new peer out; one still Hello-only after `hello_only_timeout` is
+// closed, and a connector retires its own pooled connections that carried no request after half of
+// it. At most `max_shared_connections` are shared (and max_connections_per_peer of one peer's): a
 // request that would make one more is refused with Error{Transport} naming the limit, and its
 // connection stays Hello-only. Granted connections are limited by max_connections alone, so
 // the rest of it is theirs. Keep both below max_connections.

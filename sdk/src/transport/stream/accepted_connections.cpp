@@ -36,11 +36,13 @@ AcceptedConnections::Room AcceptedConnections::make_room(const std::string& peer
   Room room;
   std::lock_guard lock(mutex_);
   auto counts = count(peer);
-  // Closes the oldest Hello-only connection (`peer`'s, when given) for the new one; false when
-  // there is none.
-  const auto evict = [&](const std::string* whose, const std::string& why) {
+  const auto now = std::chrono::steady_clock::now();
+  // Closes the oldest Hello-only connection (`whose`, when given), if it has been so for
+  // `at_least`; false when there is none.
+  const auto evict = [&](const std::string* whose, const std::string& why,
+                         std::chrono::steady_clock::duration at_least = {}) {
     auto* entry = oldest_hello_only(whose);
-    if (entry == nullptr) return false;
+    if (entry == nullptr || now - entry->accepted_at < at_least) return false;
     // Counted as gone from now: its close is the caller's, after this.
     entry->closing = true;
     room.evicted.push_back(entry->connection);
@@ -58,11 +60,14 @@ AcceptedConnections::Room AcceptedConnections::make_room(const std::string& peer
           "closed by the owner to make room for a newer connection of this peer: it had "
           "sent no admitted request (max_connections_per_peer " +
               std::to_string(limits_.per_peer) + ", from " + peer + ")");
+  // Only past their grace: a burst of honest peers dialling at once is Hello-only together for
+  // a round trip, and is bounded by max_connections meanwhile.
   if (counts.hello_only >= limits_.hello_only)
     evict(nullptr,
           "closed by the owner to make room for a newer connection: the oldest of "
           "its Hello-only connections (max_hello_only_connections " +
-              std::to_string(limits_.hello_only) + ")");
+              std::to_string(limits_.hello_only) + ")",
+          kGrace);
   if (counts.live >= limits_.total &&
       !evict(nullptr,
              "closed by the owner to make room for a newer connection: the oldest of "

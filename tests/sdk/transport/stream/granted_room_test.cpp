@@ -6,6 +6,7 @@
 // in number (the oldest makes room) and time. The floods are real processes
 // (memwire_transfer_opener) speaking raw frames over real sockets, on tcp and shm.
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <chrono>
 #include <cstdio>
@@ -244,6 +245,43 @@ TEST(GrantedRoomOverTcp, HelloOnlyConnectionsAreClosedAfterTheirTime) {
     ASSERT_EQ(transfer.wait_for_completion(10s), OperationStatus::Complete) << round;
     std::this_thread::sleep_for(500ms);
   }
+}
+
+// A burst of peers dialling at once is Hello-only together for a round trip: the cap on
+// Hello-only connections closes only those that stayed so past their first second.
+TEST(GrantedRoomOverTcp, HelloOnlyConnectionsGetTheirFirstSecond) {
+  ConnectorOptions options;
+  options.transports = {"tcp"};
+  options.stream.max_hello_only_connections = 2;
+  Connector owner(options);
+  std::vector<std::byte> memory(4096);
+  auto pool = owner.register_pool({{memory.data(), 4096, 0, 1, {}}});
+  const auto hello_only = [&] {
+    auto peer = std::make_unique<RawStreamPeer>(pool.metadata());
+    peer->hello("burst");
+    return peer;
+  };
+  std::vector<std::unique_ptr<RawStreamPeer>> burst;
+  for (int n = 0; n < 6; ++n) burst.push_back(hello_only());
+  const auto closed = [](const RawStreamPeer& peer) {
+    pollfd readable{peer.socket(), POLLIN, 0};
+    return ::poll(&readable, 1, 0) == 1;
+  };
+  std::this_thread::sleep_for(300ms);
+  int closed_in_burst = 0;
+  for (const auto& peer : burst) closed_in_burst += closed(*peer);
+  EXPECT_EQ(closed_in_burst, 0) << "Hello-only connections closed within their first second";
+  std::this_thread::sleep_for(900ms);
+  auto late = hello_only();
+  std::this_thread::sleep_for(200ms);
+  int closed_after = 0;
+  for (const auto& peer : burst) closed_after += closed(*peer);
+  std::printf(
+      "6 Hello-only connections at once, 2 allowed: %d closed within 300 ms, %d once a "
+      "seventh came after their first second\n",
+      closed_in_burst, closed_after);
+  EXPECT_EQ(closed_after, 1) << "the oldest makes room once past its first second";
+  EXPECT_TRUE(closed(*burst.front()));
 }
 
 }  // namespace
