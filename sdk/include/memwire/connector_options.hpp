@@ -82,8 +82,9 @@ struct MEMWIRE_API TcpOptions {
 // admitted (its token accepted), then shared (one-shot operations' tokens and pools' shared
 // token) or granted (a grant's token, for good). At most `max_hello_only_connections` stay
 // Hello-only past their first second (a burst of peers dialling at once has its round trip):
-// one more closes the oldest; so do one more of a peer's own, per IP or process, over
-// max_connections_per_peer, and one more over max_connections. Idle connections, from however
+// one more closes the oldest; so does one more of a peer's own, per IP or process, over
+// max_connections_per_peer (its oldest past that second, else the new one is refused), and one
+// more over max_connections (whatever its age). Idle connections, from however
 // many addresses, never lock a new peer out; one still Hello-only after `hello_only_timeout` is
 // closed, and a connector retires its own pooled connections that carried no request after half of
 // it. At most `max_shared_connections` are shared (and max_connections_per_peer of one peer's): a

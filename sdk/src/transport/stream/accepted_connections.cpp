@@ -52,14 +52,21 @@ AcceptedConnections::Room AcceptedConnections::make_room(const std::string& peer
     if (entry->peer == peer) --counts.peer_unproven;
     return true;
   };
-  // The peer's own first: a peer over its share makes room among its own idle connections. A
-  // peer whose connections are all shared still gets this one, which may be granted: should
-  // it not be, its first request is refused (rise) and its next connection closes it.
-  if (counts.peer_unproven + counts.peer_shared >= limits_.per_peer && counts.peer_unproven > 0)
-    evict(&peer,
-          "closed by the owner to make room for a newer connection of this peer: it had "
-          "sent no admitted request (max_connections_per_peer " +
-              std::to_string(limits_.per_peer) + ", from " + peer + ")");
+  // The peer's own first: a peer over its share makes room among its own connections that
+  // stayed Hello-only past their grace; with none, the new one is refused (a peer dialling many
+  // at once is refused its newest, never its older ones about to carry requests). A peer whose
+  // connections are all shared still gets this one, which may be granted: should it not be,
+  // its first request is refused (rise).
+  if (counts.peer_unproven + counts.peer_shared >= limits_.per_peer && counts.peer_unproven > 0 &&
+      !evict(&peer,
+             "closed by the owner to make room for a newer connection of this peer: it had "
+             "sent no admitted request (max_connections_per_peer " +
+                 std::to_string(limits_.per_peer) + ", from " + peer + ")",
+             kGrace)) {
+    room.refusal = "over its connection limit for one peer (max_connections_per_peer " +
+                   std::to_string(limits_.per_peer) + ", from " + peer + ")";
+    return room;
+  }
   // Only past their grace: a burst of honest peers dialling at once is Hello-only together for
   // a round trip, and is bounded by max_connections meanwhile.
   if (counts.hello_only >= limits_.hello_only)

@@ -69,8 +69,8 @@ class AcceptedConnections {
   // mutex_ held. The oldest live Hello-only connection (of `peer` when given), or null.
   Entry* oldest_hello_only(const std::string* peer);
 
-  // How long a new connection may be Hello-only before max_hello_only_connections counts it for
-  // eviction: its peer's first request is a round trip away.
+  // How long a new connection may be Hello-only before it may be closed for another (but at
+  // max_connections): its peer's first request is a round trip away.
   static constexpr std::chrono::milliseconds kGrace{1000};
 
   const Limits limits_;

@@ -122,6 +122,7 @@ TEST_P(GrantedRoom, IdleHelloOnlyConnectionsFromEightPeersLockNoPeerOut) {
   EightPeerFlood flood(there.pool, GetParam(), 64, 0);
   std::printf("Hello-only flood of 8 x 64 connections: %zu refused at their Hello\n",
               flood.held.closed);
+  std::this_thread::sleep_for(1100ms);  // idle: past the first second a new connection gets
 
   // A new peer (from 127.0.0.1 over tcp, as the first flooder) reads 15 times.
   Connector reader(options("reader"));
