@@ -5,6 +5,9 @@
 // a record of each while the connection lives. What a peer can make an owner hold: the other
 // side of the owner-bounds tests and of bench/owner_memory.cpp. No GoogleTest: a peer program
 // uses it too.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -36,7 +39,10 @@ class TransferOpener {
  public:
   // Connects over `transport` ("tcp" or "shm": the pool's endpoint must offer it) and says hello
   // as `name` (a cross-memory hello over shm, whose probe the owner reads in this process).
-  TransferOpener(const PoolMetadata& pool, const std::string& transport, const std::string& name)
+  // `source`: over tcp, the local IPv4 address to connect from (127.0.0.2: another peer to an
+  // owner on loopback); empty: the kernel's choice.
+  TransferOpener(const PoolMetadata& pool, const std::string& transport, const std::string& name,
+                 const std::string& source = {})
       : key_(*parse_id(pool.key())),
         token_(*parse_id(pool.token())),
         generation_(static_cast<std::uint32_t>(pool.generation())) {
@@ -53,7 +59,9 @@ class TransferOpener {
       hello.offset = probe_;
       hello.peer_address = reinterpret_cast<std::uintptr_t>(&probe_);
     } else {
-      socket_ = detail::connect_tcp(detail::parse_host_port(address), std::chrono::seconds(5));
+      socket_ = source.empty()
+                    ? detail::connect_tcp(detail::parse_host_port(address), std::chrono::seconds(5))
+                    : connect_from(source, detail::parse_host_port(address));
     }
     iovec parts[2] = {{&hello, sizeof hello}, {const_cast<char*>(name.data()), name.size()}};
     if (!detail::send_all(socket_.get(), parts, 2))
@@ -98,6 +106,22 @@ class TransferOpener {
   int socket() const noexcept { return socket_.get(); }
 
  private:
+  static detail::FileDescriptor connect_from(const std::string& source,
+                                             const detail::HostPort& target) {
+    detail::FileDescriptor socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in from{}, to{};
+    from.sin_family = to.sin_family = AF_INET;
+    to.sin_port = htons(target.port);
+    if (::inet_pton(AF_INET, source.c_str(), &from.sin_addr) != 1 ||
+        ::inet_pton(AF_INET, target.host.c_str(), &to.sin_addr) != 1)
+      throw Error(ErrorCode::InvalidArgument, "not IPv4 addresses: " + source + ", " + target.host);
+    if (::bind(socket.get(), reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
+        ::connect(socket.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) != 0)
+      throw Error(ErrorCode::PeerLost,
+                  "connect from " + source + ": " + std::string(std::strerror(errno)));
+    return socket;
+  }
+
   // A 1-byte tagged write of block 0, in transfer `transfer`: header, piece, tag, byte.
   std::string request(std::uint64_t transfer) const {
     auto tag = "opener/" + std::to_string(transfer);
@@ -139,11 +163,13 @@ class TransferOpener {
 };
 
 // A peer process's part: reads the pool's metadata from `in`, opens `connections` connections
-// over `transport` and `transfers` transfers on each (the longest Hello name too), prints one
-// line per connection to `out` ("OPENED REFUSED CLOSED FIRST-REFUSAL", "-" for none), then
-// "done", and holds them all until `in` says "leave" (or ends).
+// over `transport` (from `source` over tcp, when given) and `transfers` transfers on each (the
+// longest Hello name too; 0: Hello-only connections), prints one line per connection to `out`
+// ("OPENED REFUSED CLOSED FIRST-REFUSAL", "-" for none), then "done", and holds them all until
+// `in` says "leave" (or ends).
 inline int hold_open_transfers(std::istream& in, std::ostream& out, const std::string& transport,
-                               std::size_t connections, std::size_t transfers) {
+                               std::size_t connections, std::size_t transfers,
+                               const std::string& source = {}) {
   std::string line;
   std::getline(in, line);
   const auto pool = PoolMetadata::from_json(line);
@@ -152,7 +178,7 @@ inline int hold_open_transfers(std::istream& in, std::ostream& out, const std::s
     auto name = "opener-" + std::to_string(::getpid()) + "-" + std::to_string(c) + "-";
     name.resize(kMaxTagBytes, 'n');  // the longest name: the owner keeps it with each transfer
     try {
-      auto& opener = held.emplace_back(pool, transport, name);
+      auto& opener = held.emplace_back(pool, transport, name, source);
       const auto got = opener.open(transfers);
       out << got.opened << ' ' << got.refused << ' ' << got.closed << ' '
           << (got.first_refusal.empty() ? "-" : got.first_refusal) << std::endl;

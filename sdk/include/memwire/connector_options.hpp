@@ -66,13 +66,31 @@ struct MEMWIRE_API TcpOptions {
 // half of it idle, so that it never sends on one the peer is closing.
 // Tagged pool transfers other connectors may hold open on this one: each keeps a record here (up
 // to about 700 bytes: its tag, the peer's name and token) until its last step or its
-// connection's end. At most `max_open_transfers_per_connection` per accepted connection,
-// `..._per_peer` per peer (a process over shm, an IP address over tcp, whatever its
-// connections), `..._per_user` per user over shm (the uid the kernel vouches for, shared by all
-// of that user's processes) and `max_open_transfers` in total (about 45 MiB at the default). A
-// request that would open one more is refused with Error{Transport} naming the limit, its
+// connection's end. At most `max_open_transfers_per_connection` per accepted connection and
+// `max_open_transfers` in total (about 45 MiB at the default). A peer under a pool's shared
+// token (or none) counts `..._per_peer` per peer (a process over shm, an IP address over tcp,
+// whatever its connections), `..._per_user` per user over shm (the uid the kernel vouches for,
+// shared by all of that user's processes), and all such peers together at most
+// `max_open_shared_transfers`: the rest of the total is kept for granted peers (a token of
+// metadata_for or Pool::grant), so that a flood under the shared token from any number of
+// addresses never refuses a granted transfer (none is kept when it is not below the total). A
+// granted peer counts `..._per_peer` by the name its grant gives it, wherever it connects from.
+// A request that would open one more is refused with Error{Transport} naming the limit, its
 // transfer fails, and the connection stays open; the counts go back as transfers end and
 // connections close. 0 refuses every tagged transfer.
+// Accepted connections (tcp and shm) have a standing: Hello-only until a request of theirs is
+// admitted (its token accepted), then shared (one-shot operations' tokens and pools' shared
+// token) or granted (a grant's token, for good). At most `max_hello_only_connections` stay
+// Hello-only past their first second (a burst of peers dialling at once has its round trip):
+// one more closes the oldest; so does one more of a peer's own, per IP or process, over
+// max_connections_per_peer (its oldest past that second, else the new one is refused), and one
+// more over max_connections (whatever its age). Idle connections, from however
+// many addresses, never lock a new peer out; one still Hello-only after `hello_only_timeout` is
+// closed, and a connector retires its own pooled connections that carried no request after half of
+// it. At most `max_shared_connections` are shared (and max_connections_per_peer of one peer's): a
+// request that would make one more is refused with Error{Transport} naming the limit, and its
+// connection stays Hello-only. Granted connections are limited by max_connections alone, so
+// the rest of it is theirs. Keep both below max_connections.
 // `busy_poll`: after a peer's small request (up to 64 KiB) that came alone (the peer waits for
 // each answer before it asks again) on an accepted connection, the loop that served it keeps
 // polling for this long before it sleeps, so that the peer's next request is answered without
@@ -91,6 +109,10 @@ struct MEMWIRE_API StreamOptions {
   unsigned max_open_transfers_per_peer = 8192;
   unsigned max_open_transfers_per_user = 16384;
   unsigned max_open_transfers = 65536;
+  unsigned max_open_shared_transfers = 16384;
+  unsigned max_hello_only_connections = 64;
+  std::chrono::milliseconds hello_only_timeout = std::chrono::seconds(30);
+  unsigned max_shared_connections = 384;
 };
 
 // The same-host transport's settings. `direct_reads`: this connector's peers of the same user
@@ -131,7 +153,9 @@ struct MEMWIRE_API ConnectorOptions {
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(5);
   // Limits on connections other connectors open to this one, on every transport: in total, and
   // per peer (per IP address over tcp and verbs, per process over shm). Over a limit, or out of
-  // file descriptors, a new connection is closed at once.
+  // file descriptors, a new connection is closed at once; over tcp and shm, a Hello-only one is
+  // closed instead when there is one, and granted connections count in the total alone
+  // (StreamOptions: standings).
   unsigned max_connections = 512;
   unsigned max_connections_per_peer = 64;
   // CUDA memory moves through pinned host stand-ins, one per descriptor, held while its
@@ -153,9 +177,11 @@ struct MEMWIRE_API ConnectorOptions {
   // MEMWIRE_RDMA_ACCESS_FAULT_WINDOW_MS, MEMWIRE_GID_INDEX, MEMWIRE_TCP_CHUNK_SIZE,
   // MEMWIRE_TCP_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS, MEMWIRE_MAX_CONNECTIONS_PER_PEER,
   // MEMWIRE_MAX_QUEUED_ANSWER_BYTES, MEMWIRE_MAX_OPEN_TRANSFERS (and _PER_CONNECTION, _PER_PEER,
-  // _PER_USER), MEMWIRE_IDLE_TIMEOUT_MS, MEMWIRE_SHM_DIRECT_READS=1, MEMWIRE_LOG=1 logs JSON lines
-  // to stderr, MEMWIRE_LOG_LEVEL=debug|info|warn|error sets the level and also logs to stderr). The
-  // only place memwire reads the environment; call it at your program's edge if you want them.
+  // _PER_USER), MEMWIRE_MAX_OPEN_SHARED_TRANSFERS, MEMWIRE_MAX_SHARED_CONNECTIONS,
+  // MEMWIRE_MAX_HELLO_ONLY_CONNECTIONS, MEMWIRE_HELLO_ONLY_TIMEOUT_MS, MEMWIRE_IDLE_TIMEOUT_MS,
+  // MEMWIRE_SHM_DIRECT_READS=1, MEMWIRE_LOG=1 logs JSON lines to stderr,
+  // MEMWIRE_LOG_LEVEL=debug|info|warn|error sets the level and also logs to stderr). The only place
+  // memwire reads the environment; call it at your program's edge if you want them.
   static ConnectorOptions from_environment(ConnectorOptions defaults);
   static ConnectorOptions from_environment();
 };

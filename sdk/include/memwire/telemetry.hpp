@@ -56,7 +56,7 @@ struct MEMWIRE_API TelemetrySnapshot {
   std::uint64_t refused_grants = 0;
   // Tagged pool transfers peers hold open on this connector over tcp and shm (a record of up to
   // about 700 bytes each), and those refused because a limit on them was reached
-  // (StreamOptions::max_open_transfers and its per connection, peer and user forms).
+  // (StreamOptions::max_open_transfers and its per connection, peer, user and shared forms).
   std::uint64_t peer_transfers_open = 0;
   std::uint64_t refused_transfers = 0;
 };

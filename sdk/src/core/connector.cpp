@@ -94,7 +94,8 @@ Connector::Impl::Impl(ConnectorOptions options) {
   context_.transfer_budget = std::make_shared<detail::TransferBudget>(
       detail::TransferBudget::Limits{limits.max_open_transfers_per_connection,
                                      limits.max_open_transfers_per_peer,
-                                     limits.max_open_transfers_per_user, limits.max_open_transfers},
+                                     limits.max_open_transfers_per_user, limits.max_open_transfers,
+                                     limits.max_open_shared_transfers},
       context_.telemetry);
   events_ = std::make_shared<const detail::EventLog>(
       context_.connector_name, context_.options.log_level, std::move(context_.options.log));

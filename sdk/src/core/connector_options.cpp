@@ -53,13 +53,19 @@ ConnectorOptions ConnectorOptions::from_environment(ConnectorOptions options) {
       {"MEMWIRE_MAX_OPEN_TRANSFERS_PER_CONNECTION",
        &StreamOptions::max_open_transfers_per_connection},
       {"MEMWIRE_MAX_OPEN_TRANSFERS_PER_PEER", &StreamOptions::max_open_transfers_per_peer},
-      {"MEMWIRE_MAX_OPEN_TRANSFERS_PER_USER", &StreamOptions::max_open_transfers_per_user}};
+      {"MEMWIRE_MAX_OPEN_TRANSFERS_PER_USER", &StreamOptions::max_open_transfers_per_user},
+      {"MEMWIRE_MAX_OPEN_SHARED_TRANSFERS", &StreamOptions::max_open_shared_transfers},
+      {"MEMWIRE_MAX_SHARED_CONNECTIONS", &StreamOptions::max_shared_connections},
+      {"MEMWIRE_MAX_HELLO_ONLY_CONNECTIONS", &StreamOptions::max_hello_only_connections}};
   for (const auto& [name, field] : open_transfers)
     if (const char* text = std::getenv(name))
       options.stream.*field = detail::number_from_environment<unsigned>(name, text);
   if (const char* text = std::getenv("MEMWIRE_IDLE_TIMEOUT_MS"))
     options.stream.idle_timeout = std::chrono::milliseconds(
         detail::number_from_environment<std::int64_t>("MEMWIRE_IDLE_TIMEOUT_MS", text));
+  if (const char* text = std::getenv("MEMWIRE_HELLO_ONLY_TIMEOUT_MS"))
+    options.stream.hello_only_timeout = std::chrono::milliseconds(
+        detail::number_from_environment<std::int64_t>("MEMWIRE_HELLO_ONLY_TIMEOUT_MS", text));
   if (const char* text = std::getenv("MEMWIRE_BUSY_POLL_US"))
     options.stream.busy_poll = std::chrono::microseconds(
         detail::number_from_environment<std::uint32_t>("MEMWIRE_BUSY_POLL_US", text));

@@ -9,6 +9,7 @@ std::uint64_t StreamActiveSide::expect(std::shared_ptr<StreamTransfer> transfer,
   std::lock_guard lock(mutex_);
   if (closed_) return 0;
   auto id = next_id_++;
+  carried_.store(true, std::memory_order_relaxed);
   pending_.emplace(id, Pending{std::move(transfer), destination, length, std::move(pin), local,
                                std::move(pieces), std::move(local_pieces)});
   waiting_.store(pending_.size(), std::memory_order_relaxed);

@@ -93,6 +93,8 @@ class StreamActiveSide final : public FrameHandler {
   void on_closed(StreamConnection& connection, const Error& reason) override;
   // No request waits for an answer.
   bool idle() const;
+  // Some request went out here: the owner no longer counts the connection Hello-only.
+  bool carried_requests() const noexcept { return carried_.load(std::memory_order_relaxed); }
   bool answers_due() const override { return waiting_.load(std::memory_order_relaxed) > 1; }
 
  private:
@@ -144,6 +146,7 @@ class StreamActiveSide final : public FrameHandler {
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, Pending> pending_;
   std::atomic<std::size_t> waiting_{0};  // pending_.size(), read without the lock
+  std::atomic<bool> carried_{false};
   bool closed_ = false;
   // Reader thread only: copies through the owner's SharedBuffers it gave us (shm).
   const std::unique_ptr<SameHostPeer> same_host_;
@@ -160,6 +163,9 @@ class OutboundConnection final : public StreamConnection {
       : OutboundConnection(std::move(socket), new StreamActiveSide(std::move(same_host)),
                            std::move(peer), loop, direct_reads_from) {}
   StreamActiveSide& active() noexcept { return active_; }
+  std::chrono::steady_clock::duration age() const noexcept {
+    return std::chrono::steady_clock::now() - dialled_at_;
+  }
   // The process to read pool blocks from directly (process_vm_readv), or 0: ask the owner.
   int direct_reads_from() const noexcept {
     return direct_refused_.load(std::memory_order_relaxed) ? 0 : direct_reads_from_;
@@ -178,6 +184,7 @@ class OutboundConnection final : public StreamConnection {
   StreamActiveSide& active_;  // owned by the connection, as its handler
   const int direct_reads_from_;
   std::atomic<bool> direct_refused_{false};
+  const std::chrono::steady_clock::time_point dialled_at_ = std::chrono::steady_clock::now();
 };
 
 // Sends the completion notice of `transfer` (all chunks moved) and expects its answer; fails

@@ -33,7 +33,7 @@ void StreamPassiveSide::admit_pool_request(const StreamConnection& connection,
       grant->opened({tag, kind});  // its release ends this transfer's waits
     } catch (const Error&) {
       transfers_.take(header.transfer);
-      transfers_.ended(header.transfer, AdmittedTransfers::Outcome::Failed);
+      transfers_.ended(header.transfer, AdmittedTransfers::Outcome::Failed, true);
       throw;
     }
   }
@@ -53,7 +53,7 @@ void StreamPassiveSide::serve_pool_end(StreamConnection& connection, const Frame
         // A failure of a transfer never admitted (refused, or cancelled before its first
         // request left) ends no wait; a tag for one is forged.
         if (header.code != 0) {
-          transfers_.ended(end.transfer, AdmittedTransfers::Outcome::Failed);
+          transfers_.ended(end.transfer, AdmittedTransfers::Outcome::Failed, false);
           return answer(connection, FrameType::NoticeResponse, header, nullptr);
         }
         return fault(connection, header, FrameType::NoticeResponse,
@@ -106,9 +106,10 @@ std::optional<Error> StreamPassiveSide::end_transfer(std::uint64_t id,
                                                      std::optional<Error> failure) {
   auto transfer = transfers_.take(id);
   if (!transfer) return Error(ErrorCode::Protocol, "no such transfer open");
+  const bool granted = transfer->peer.authenticated;
   auto registration = transfer->pool.lock();
   if (!registration) {
-    transfers_.ended(id, AdmittedTransfers::Outcome::Failed);
+    transfers_.ended(id, AdmittedTransfers::Outcome::Failed, granted);
     return Error(ErrorCode::Cancelled, "the pool was closed by its owner");
   }
   auto& pool = *registration->pool();
@@ -123,16 +124,16 @@ std::optional<Error> StreamPassiveSide::end_transfer(std::uint64_t id,
       } else if (auto released =
                      transfer->grant->finish({transfer->tag, transfer->kind}, deliver)) {
         // Released under it: the release ended its waits already.
-        transfers_.ended(id, AdmittedTransfers::Outcome::Failed);
+        transfers_.ended(id, AdmittedTransfers::Outcome::Failed, granted);
         return released;
       }
-      transfers_.ended(id, AdmittedTransfers::Outcome::Delivered);
+      transfers_.ended(id, AdmittedTransfers::Outcome::Delivered, granted);
       return std::nullopt;
     } catch (const Error& error) {
       failure = error;
     }
   }
-  transfers_.ended(id, AdmittedTransfers::Outcome::Failed);
+  transfers_.ended(id, AdmittedTransfers::Outcome::Failed, granted);
   if (!transfer->grant || transfer->grant->closed({transfer->tag, transfer->kind}))
     pool.fail(transfer->peer, transfer->tag, *failure, transfer->kind);
   return failure;

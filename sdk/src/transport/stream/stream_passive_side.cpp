@@ -151,6 +151,7 @@ void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHead
     if (registration->pool()) throw not_a_pool_frame();
     auto access = registration->check_access(header.token, OperationKind::Read, header.index,
                                              header.offset, header.length, transport_);
+    stand(connection, Standing::Shared);
     fill_stand_ins(*registration, access.data, header.length);
     touch(registration);
     registration->note_moved(header.length);
@@ -186,6 +187,7 @@ void StreamPassiveSide::serve_write(StreamConnection& connection, const FrameHea
     if (registration->pool()) throw not_a_pool_frame();
     auto access = registration->check_access(header.token, OperationKind::Write, header.index,
                                              header.offset, header.length, transport_);
+    stand(connection, Standing::Shared);
     touch(registration);
     registration->note_moved(header.length);
     if (!cross) {
@@ -285,6 +287,9 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
     if (pool_frame != static_cast<bool>(registration->pool()))
       throw pool_frame ? Error(ErrorCode::AccessDenied, "a one-shot operation is no pool")
                        : not_a_pool_frame();
+    // A pool's token other than its shared one is a grant's (admit() accepted it).
+    stand(connection, pool_frame && header.token != registration->token() ? Standing::Granted
+                                                                          : Standing::Shared);
     const auto grant = admission.grant;
     if (pool_frame)
       admit_pool_request(connection, as_pool(header), registration, pieces, tag, grant);
@@ -456,6 +461,14 @@ void StreamPassiveSide::serve_notice(StreamConnection& connection, const FrameHe
     return;
   }
   answer(connection, FrameType::NoticeResponse, header, nullptr);
+}
+
+void StreamPassiveSide::rise(const StreamConnection& connection, Standing standing) {
+  if (accepted_)
+    if (auto refusal = accepted_->rise(connection, standing))
+      throw Error(ErrorCode::Transport,
+                  "refused by the owner: over its limit of connections " + *refusal);
+  standing_ = standing;
 }
 
 std::string StreamPassiveSide::peer_name(const StreamConnection& connection) const {

@@ -13,6 +13,7 @@
 
 #include "core/registration_table.hpp"
 #include "cuda/ipc_mappings.hpp"
+#include "transport/stream/accepted_connections.hpp"
 #include "transport/stream/admitted_transfers.hpp"
 #include "transport/stream/cuda_ipc_pieces.hpp"
 #include "transport/stream/same_host.hpp"
@@ -44,6 +45,8 @@ class StreamPassiveSide final : public FrameHandler {
 
   // The connection this handler serves, for the breakers it installs on registrations.
   void bind(std::weak_ptr<StreamConnection> connection) { connection_ = std::move(connection); }
+  // Where the standing its admitted requests earn the connection is kept (and limited).
+  void stand_in(std::shared_ptr<AcceptedConnections> accepted) { accepted_ = std::move(accepted); }
 
   void on_frame(StreamConnection& connection, const FrameHeader& header) override;
   void on_malformed(const FrameHeader& header) override { count_fault(header); }
@@ -117,6 +120,13 @@ class StreamPassiveSide final : public FrameHandler {
   // The part that serves cross-memory requests; throws unless they are allowed with this peer.
   SameHostOwner& same_host() const;
   void touch(const std::shared_ptr<Registration>& registration);
+  // A request of this connection was admitted under a token that gives it `standing`: throws
+  // Error{Transport} naming the connection limit that refuses it, before anything moves.
+  void stand(const StreamConnection& connection, Standing standing) {
+    if (standing <= standing_) return;  // the usual case: one compare per request
+    rise(connection, standing);
+  }
+  void rise(const StreamConnection& connection, Standing standing);
   static void answer(StreamConnection& connection, FrameType type, const FrameHeader& request,
                      const Error* error);
 
@@ -132,6 +142,8 @@ class StreamPassiveSide final : public FrameHandler {
   // Request grants this connection landed bytes under: their release may break it.
   std::map<Id128, std::weak_ptr<RequestGrant>> grants_touched_;
   std::string peer_name_;  // what its Hello said
+  std::shared_ptr<AcceptedConnections> accepted_;
+  Standing standing_ = Standing::HelloOnly;
   // This connection's number, never reused: what a shared-token peer's share of a pool's queue
   // is kept by (PoolState::Peer::connection), whatever its Hello said.
   const std::uint64_t serial_ = next_serial();

@@ -20,6 +20,7 @@
 #include "core/registration.hpp"
 #include "core/transfer_budget.hpp"
 #include "cuda/gpu_pool_memory.hpp"
+#include "transport/stream/accepted_connections.hpp"
 #include "transport/stream/accepted_socket.hpp"
 #include "transport/stream/cuda_ipc_request.hpp"
 #include "transport/stream/direct_read.hpp"
@@ -39,11 +40,16 @@ class StreamTransport final : public Transport {
   StreamTransport(const TransportContext& context, StreamSettings settings)
       : context_(context),
         settings_(std::move(settings)),
-        loops_("memwire-" + settings_.name, context_.options.stream) {
+        loops_("memwire-" + settings_.name, context_.options.stream),
+        accepted_(std::make_shared<AcceptedConnections>(AcceptedConnections::Limits{
+            context_.options.max_connections, context_.options.max_connections_per_peer,
+            context_.options.stream.max_hello_only_connections,
+            context_.options.stream.max_shared_connections})) {
     // Non-blocking: the loop accepts until EAGAIN.
     ::fcntl(settings_.listener.get(), F_SETFL,
             ::fcntl(settings_.listener.get(), F_GETFL) | O_NONBLOCK);
     watch_listener();
+    listener_loop().post([this] { sweep_hello_only(); });
   }
 
   ~StreamTransport() override {
@@ -54,11 +60,13 @@ class StreamTransport final : public Transport {
       std::lock_guard lock(mutex_);
       for (auto& [peer, connections] : pool_)
         all.insert(all.end(), connections.begin(), connections.end());
-      for (auto& entry : accepted_) all.push_back(entry.connection);
       all.insert(all.end(), retired_.begin(), retired_.end());
       pool_.clear();
-      accepted_.clear();
       retired_.clear();
+    }
+    {
+      auto accepted = accepted_->take_all();
+      all.insert(all.end(), accepted.begin(), accepted.end());
     }
     // Answers already queued (completion acknowledgements) still go out, briefly.
     for (auto& connection : all) connection->close_when_sent(std::chrono::milliseconds(500));
@@ -95,7 +103,11 @@ class StreamTransport final : public Transport {
       return StartResult::cannot(
           "a GPU transfer planned for CUDA IPC needs shm; start it again to stage it");
     std::string unusable;
-    auto connections = connections_to(offer.address, unusable);
+    // Transfers under a header take one connection: no second is dialled for them, to sit
+    // Hello-only at the owner (which closes such connections first).
+    auto connections =
+        connections_to(offer.address, unusable,
+                       header ? 1 : std::max(1u, context_.options.tcp.connections_per_peer));
     if (connections.empty()) return StartResult::cannot(unusable);
     // Each transfer starts on the next connection: many one-chunk transfers in flight spread
     // over all of them instead of queueing on the first. Transfers under a header all take the
@@ -323,10 +335,11 @@ class StreamTransport final : public Transport {
     });
   }
 
-  // Pooled connections to `address`, dialling the missing ones; dead ones are replaced.
-  // Empty, with `unusable` set, when the dial says this transport cannot reach the peer.
-  OutboundConnections connections_to(const std::string& address, std::string& unusable) {
-    const auto wanted = std::max(1u, context_.options.tcp.connections_per_peer);
+  // Pooled connections to `address`, at least `wanted` of them, dialling the missing ones; dead
+  // ones are replaced. Empty, with `unusable` set, when the dial says this transport cannot
+  // reach the peer.
+  OutboundConnections connections_to(const std::string& address, std::string& unusable,
+                                     std::size_t wanted) {
     Connections finished;  // dropped outside the lock
     std::size_t missing = 0;
     {
@@ -335,10 +348,17 @@ class StreamTransport final : public Transport {
       // Idle for half the idle limit (the peer's, if it has ours): closed here before the peer
       // closes it, so that a request never goes out on a connection the peer is closing.
       const auto stale = context_.options.stream.idle_timeout / 2;
+      // One that never carried a request is still Hello-only to the peer, which closes it after
+      // its hello_only_timeout: retired at half of it, as an idle one is.
+      const auto unproven = context_.options.stream.hello_only_timeout / 2;
       std::erase_if(connections, [&](const auto& connection) {
         if (connection->alive()) {
-          if (stale.count() == 0 || connection->idle_for() < stale || !connection->active().idle())
-            return false;
+          const bool idle =
+              stale.count() != 0 && connection->idle_for() >= stale && connection->active().idle();
+          const bool never_used = unproven.count() != 0 &&
+                                  !connection->active().carried_requests() &&
+                                  connection->age() >= unproven;
+          if (!idle && !never_used) return false;
           connection->shutdown("connection closed");
         }
         retired_.push_back(connection);
@@ -446,29 +466,16 @@ class StreamTransport final : public Transport {
     const auto credentials = peer_credentials(socket.get());
     const int process = credentials ? credentials->pid : 0;
     auto peer = peer_identity(socket.get(), process);
-    {
-      std::lock_guard lock(mutex_);
-      // Connections already closing are on their way out: they do not count.
-      std::size_t live = 0, same_peer = 0;
-      for (const auto& entry : accepted_) {
-        if (!entry.connection->alive()) continue;
-        ++live;
-        if (entry.peer == peer) ++same_peer;
-      }
-      const bool too_many = live >= context_.options.max_connections;
-      if (too_many || same_peer >= context_.options.max_connections_per_peer) {
-        log(LogLevel::Warn, "connection_refused",
-            "connection from " + peer + " closed: over the connection limit", peer);
-        refuse_connection(
-            socket.get(),
-            too_many ? "over its connection limit (max_connections " +
-                           std::to_string(context_.options.max_connections) + ")"
-                     : "over its connection limit for one peer (max_connections_per_peer " +
-                           std::to_string(context_.options.max_connections_per_peer) + ", from " +
-                           peer + ")");
-        linger_refused(std::move(socket));
-        return;
-      }
+    // Hello-only connections make room for a new one (the oldest first); only connections that
+    // stand higher refuse it.
+    auto room = accepted_->make_room(peer);
+    for (const auto& evicted : room.evicted) close_evicted(*evicted, room.why_evicted);
+    if (room.refusal) {
+      log(LogLevel::Warn, "connection_refused",
+          "connection from " + peer + " closed: " + *room.refusal, peer);
+      refuse_connection(socket.get(), *room.refusal);
+      linger_refused(std::move(socket));
+      return;
     }
     auto transfers = std::make_unique<TransferBudget::Account>(
         context_.transfer_budget, peer,
@@ -479,6 +486,7 @@ class StreamTransport final : public Transport {
         same_host() && process != 0 ? settings_.same_host->owner(process, credentials->uid)
                                     : nullptr);
     auto* passive = handler.get();
+    passive->stand_in(accepted_);
     auto connection = std::make_shared<StreamConnection>(std::move(socket), std::move(handler),
                                                          settings_.name + " peer", next_loop());
     passive->bind(connection);
@@ -487,10 +495,7 @@ class StreamTransport final : public Transport {
     connection->limit_idle(context_.options.stream.idle_timeout);
     connection->limit_queued_bytes(
         std::max<std::size_t>(context_.options.stream.max_queued_answer_bytes, 1));
-    {
-      std::lock_guard lock(mutex_);
-      accepted_.push_back({connection, std::move(peer)});
-    }
+    accepted_->add(connection, std::move(peer));
     // Once closed, it gives its descriptor back at once, and a paused listener resumes.
     connection->run(context_.options.stream.handshake_timeout, [this] {
       listener_loop().post([this] {
@@ -498,6 +503,33 @@ class StreamTransport final : public Transport {
         resume_listener();
       });
     });
+  }
+
+  // On the listener loop, a quarter of hello_only_timeout apart: closes the connections still
+  // Hello-only after it (no request of theirs admitted, whatever else they sent). One timer for
+  // all, however many connections come.
+  void sweep_hello_only() {
+    const auto bound = context_.options.stream.hello_only_timeout;
+    if (bound.count() <= 0 || stopping_.load()) return;
+    for (const auto& late : accepted_->overdue(bound))
+      close_evicted(*late, "closed by the owner: no request of it was admitted within " +
+                               std::to_string(bound.count()) + " ms (hello_only_timeout)");
+    listener_loop().after(std::max<std::chrono::milliseconds>(bound / 4, kLeastSweepPeriod),
+                          [this] { sweep_hello_only(); });
+  }
+  static constexpr auto kLeastSweepPeriod = std::chrono::milliseconds(10);
+
+  // Closes a Hello-only connection the owner needs the room of (or gave its time), telling the
+  // peer why: its connector fails what it had begun there with that reason.
+  void close_evicted(StreamConnection& connection, const std::string& why) {
+    log(LogLevel::Info, "connection_closed", "connection from " + connection.peer() + " " + why,
+        connection.peer());
+    OutFrame notice;
+    notice.header.type = FrameType::HelloResponse;
+    notice.header.code = wire_code(ErrorCode::Transport);
+    notice.text = why.substr(0, FrameHeader::kMaxText);
+    connection.send(std::move(notice));  // an idle connection's socket takes it at once
+    connection.shutdown(why);
   }
 
   // Refused connections stay half-open a moment: closed at once, the peer's next send could
@@ -520,15 +552,7 @@ class StreamTransport final : public Transport {
   // What they held goes back to the system too, when enough did (TransferBudget::trim_if_due),
   // a moment later: the last references to a connection (a task, a frame) may outlive this.
   void reclaim_accepted() {
-    {
-      std::vector<Accepted> finished;  // dropped outside the lock
-      std::lock_guard lock(mutex_);
-      std::erase_if(accepted_, [&](auto& entry) {
-        if (!entry.connection->finished()) return false;
-        finished.push_back(std::move(entry));
-        return true;
-      });
-    }
+    { auto finished = accepted_->take_finished(); }  // dropped here, outside its lock
     listener_loop().after(kTrimDelay, [this] { context_.transfer_budget->trim_if_due(); });
   }
   static constexpr auto kTrimDelay = std::chrono::milliseconds(100);
@@ -568,11 +592,8 @@ class StreamTransport final : public Transport {
   std::deque<std::pair<FileDescriptor, std::chrono::steady_clock::time_point>> refused_;
   std::mutex mutex_;
   std::map<std::string, OutboundConnections> pool_;
-  struct Accepted {
-    std::shared_ptr<StreamConnection> connection;
-    std::string peer;  // what the per-peer limit counts
-  };
-  std::vector<Accepted> accepted_;
+  // Connections peers opened to us, with their standings.
+  const std::shared_ptr<AcceptedConnections> accepted_;
   std::atomic<bool> stopping_{false};
   Connections retired_;  // closed, out of the pool, threads maybe still running
   std::atomic<std::size_t> next_first_connection_{0};

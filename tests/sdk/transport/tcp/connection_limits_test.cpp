@@ -19,6 +19,7 @@
 #include "memwire/error_codes.hpp"
 #include "memwire/memwire.hpp"
 #include "support/pattern.hpp"
+#include "support/raw_stream_peer.hpp"
 #include "support/sanitizers.hpp"
 #include "support/test_peer_process.hpp"
 #include "transport/stream/frame.hpp"
@@ -293,12 +294,18 @@ TEST(ConnectionFlood, ConnectionsIdleAfterTheirFirstFrameAreClosed) {
   EXPECT_LT(std::chrono::steady_clock::now() - began, 2s);
 }
 
+// Issue 51: idle connections no longer lock a reader out (the oldest Hello-only one makes room
+// for it); a peer's connections whose requests were admitted still do, and it is told why.
 TEST(ConnectionFlood, ALockedOutReaderIsToldWhy) {
   TcpOwner owner(capped_per_peer(2));
-  const auto address = owner.address();
-  std::vector<FileDescriptor> squatters;
-  for (int n = 0; n < 2; ++n) squatters.push_back(said_hello(address));
-  std::this_thread::sleep_for(200ms);  // both admitted
+  std::vector<std::unique_ptr<test_support::RawStreamPeer>> squatters;
+  for (int n = 0; n < 2; ++n) {
+    auto& squatter = *squatters.emplace_back(
+        std::make_unique<test_support::RawStreamPeer>(owner.readable.metadata()));
+    squatter.hello("squatter");
+    squatter.send(squatter.request(detail::FrameType::ReadRequest, 0, 0, 1));
+    ASSERT_EQ(squatter.answer().first, 0) << "a squatter's read was not admitted";
+  }
 
   ConnectorOptions reader_options;
   reader_options.transports = {"tcp"};
