@@ -77,20 +77,25 @@ def test_a_prefix_hit_on_decode_loads_only_the_rest(pair):
     assert_exact(second, 556)
 
 
-def test_eight_requests_in_flight(pair):
+def assert_exact_in_flight(generate, count, length_of):
+    """``count`` requests at once (request i of ``length_of(i)`` tokens), each exact."""
     results = {}
 
     def run(i):
-        results[i] = pair.generate(prompt_of(200 + 97 * i, 1000 + i))
+        results[i] = generate(prompt_of(length_of(i), 1000 + 31 * length_of(i) + i))
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(180)
-    assert len(results) == 8
+    assert len(results) == count
     for i, result in results.items():
-        assert_exact(result, 200 + 97 * i)
+        assert_exact(result, length_of(i))
+
+
+def test_eight_requests_in_flight(pair):
+    assert_exact_in_flight(pair.generate, 8, lambda i: 200 + 97 * i)
 
 
 def test_an_abort_on_decode_releases_the_prefills_blocks_at_once(pair):

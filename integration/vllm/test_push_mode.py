@@ -6,13 +6,12 @@ grant with it. Every loaded position byte-exact before decode's first forward; a
 never sends fails the load at its bound and nothing lands after; an abort ends the grant before
 vLLM frees the blocks."""
 
-import threading
 import time
 
 import pytest
 
 from router import EngineProcess, Router, free_port
-from test_memwire_connector import assert_exact, prompt_of
+from test_memwire_connector import assert_exact, assert_exact_in_flight, prompt_of
 
 LOAD_TIMEOUT = 3.0
 
@@ -45,19 +44,7 @@ def test_the_prefill_frees_its_blocks_once_its_layers_are_in(pushing):
 
 
 def test_eight_pushes_in_flight(pushing):
-    results = {}
-
-    def run(i):
-        results[i] = pushing.generate_pushed(prompt_of(150 + 111 * i, 3000 + i))
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(180)
-    assert len(results) == 8
-    for i, result in results.items():
-        assert_exact(result, 150 + 111 * i)
+    assert_exact_in_flight(pushing.generate_pushed, 8, lambda i: 150 + 111 * i)
 
 
 def test_a_prefill_that_never_pushes_fails_the_load_at_its_bound(pushing):
