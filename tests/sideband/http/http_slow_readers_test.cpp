@@ -29,6 +29,7 @@
 #include "support/built_programs.hpp"
 #include "support/child_process.hpp"
 #include "support/metadata_samples.hpp"
+#include "support/sanitizers.hpp"
 
 namespace {
 
@@ -155,7 +156,11 @@ TEST(HttpSlowReaders, ManySlowReadersOfALargeDocumentAreBoundedAndCutOff) {
   std::cout << "registry RSS " << before / (1 << 20) << " MiB before, peak +" << growth / (1 << 20)
             << " MiB with " << kReaders << " slow readers of " << document.size() / (1 << 20)
             << " MiB" << std::endl;
-  EXPECT_LT(growth, kBudget) << "the readers' answers are not bounded by max_sending_bytes";
+  // Under a sanitizer the registry's RSS also holds its shadow of the document's pages and its
+  // state per connection thread (96 here): TSan added about 50 MiB in its first run. Copies per
+  // reader (+1,458 MiB before the budget) still fail the looser bound by far.
+  const std::size_t allowed = MEMWIRE_TEST_UNDER_SANITIZER ? 3 * kBudget : kBudget;
+  EXPECT_LT(growth, allowed) << "the readers' answers are not bounded by max_sending_bytes";
   EXPECT_TRUE(fast_served);
   // Every slow reader was cut off within the send timeout (and the 5 s a write may stall):
   // its connection is closed, and what it read (what the server had sent until then, drained
