@@ -13,7 +13,8 @@ forward after that instant (outside the clock). Correctness: a read after the pr
 ended, with the prefill's blocks reused by another request meanwhile: is it refused and
 reported, or computed on?
 
-    integration/vllm/run-python bench/vllm/connectors.py --rounds 3 --requests 10
+    PYTHONPATH=BUILD/python HF_HUB_OFFLINE=1 ~/.cache/memwire-vllm/venv/bin/python \
+      bench/vllm/connectors.py --rounds 3 --requests 10     (setup: bench/vllm/README.md)
 """
 
 import argparse
