@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -25,6 +24,7 @@
 #include "transport/stream/cuda_ipc_request.hpp"
 #include "transport/stream/direct_read.hpp"
 #include "transport/stream/event_loops.hpp"
+#include "transport/stream/refused_sockets.hpp"
 #include "transport/stream/request_plan.hpp"
 #include "transport/stream/stream_active_side.hpp"
 #include "transport/stream/stream_passive_side.hpp"
@@ -474,7 +474,7 @@ class StreamTransport final : public Transport {
       log(LogLevel::Warn, "connection_refused",
           "connection from " + peer + " closed: " + *room.refusal, peer);
       refuse_connection(socket.get(), *room.refusal);
-      linger_refused(std::move(socket));
+      refused_.linger(std::move(socket));
       return;
     }
     auto transfers = std::make_unique<TransferBudget::Account>(
@@ -532,22 +532,6 @@ class StreamTransport final : public Transport {
     connection.shutdown(why);
   }
 
-  // Refused connections stay half-open a moment: closed at once, the peer's next send could
-  // meet a reset before its reader saw the refusal. The loop's.
-  static constexpr auto kRefusedLinger = std::chrono::milliseconds(200);
-  static constexpr std::size_t kMostRefusedLingering = 64;
-  void linger_refused(FileDescriptor socket) {
-    if (refused_.size() == kMostRefusedLingering) refused_.pop_front();
-    const auto until = std::chrono::steady_clock::now() + kRefusedLinger;
-    refused_.emplace_back(std::move(socket), until);
-    // Each timer closes what has lingered long enough (the oldest may already have gone to
-    // make room): never one refused later than itself.
-    listener_loop().after(kRefusedLinger, [this] {
-      const auto now = std::chrono::steady_clock::now();
-      while (!refused_.empty() && refused_.front().second <= now) refused_.pop_front();
-    });
-  }
-
   // Connections whose threads ended give their descriptors back now, not at the next accept.
   // What they held goes back to the system too, when enough did (TransferBudget::trim_if_due),
   // a moment later: the last references to a connection (a task, a frame) may outlive this.
@@ -586,10 +570,9 @@ class StreamTransport final : public Transport {
   EventLoops loops_;
   EventLoop& listener_loop() { return loops_.listener(); }
   EventLoop& next_loop() { return loops_.next(); }
-  FileDescriptor reserve_ = open_reserve();  // the loop's
-  bool listener_paused_ = false;             // the loop's
-  // The listener loop's: refused, lingering half-open until their time.
-  std::deque<std::pair<FileDescriptor, std::chrono::steady_clock::time_point>> refused_;
+  FileDescriptor reserve_ = open_reserve();    // the loop's
+  bool listener_paused_ = false;               // the loop's
+  RefusedSockets refused_{loops_.listener()};  // the listener loop's
   std::mutex mutex_;
   std::map<std::string, OutboundConnections> pool_;
   // Connections peers opened to us, with their standings.

@@ -11,6 +11,7 @@
 
 #include "channel_rules.hpp"
 #include "http/server/connection.hpp"
+#include "http/server/document_kinds.hpp"
 #include "http/server/metadata_store.hpp"
 #include "http/server/metrics.hpp"
 #include "http/server/owned_server.hpp"
@@ -424,23 +425,6 @@ class HttpEndpoint::Impl {
       res.set_content(safe_dump(result_json(result)), "application/json");
     });
   }
-
-  // Names of one kind of document: operations' metadata (/v1/metadata/NAME, stored under the
-  // name) and pools' (/v1/pools/NAME, stored under MetadataStore::pool_key). Each kind is
-  // checked by its own parser before it is stored.
-  struct DocumentKind {
-    const char* route;
-    const char* noun;  // in error messages
-    std::string (*key)(std::string_view name);
-    void (*check)(std::string_view body);  // throws Error{InvalidMetadata}
-    std::size_t max_body;
-  };
-  static constexpr DocumentKind kOperations{
-      R"(/v1/metadata/([^/]+))", "name", [](std::string_view name) { return std::string(name); },
-      [](std::string_view body) { RdmaMetadata::from_json(body); }, SIZE_MAX};
-  static constexpr DocumentKind kPools{
-      R"(/v1/pools/([^/]+))", "pool", &http::MetadataStore::pool_key,
-      [](std::string_view body) { PoolMetadata::from_json(body); }, PoolMetadata::kMaxJsonBytes};
 
   void get_document(const DocumentKind& kind, const httplib::Request& req, httplib::Response& res) {
     auto name = req.matches[1].str();
