@@ -24,8 +24,17 @@ bool AccessGate::is_open() const {
 }
 
 void AccessGate::add_breaker(std::uintptr_t holder, std::function<void()> breaker) {
-  std::lock_guard lock(mutex_);
-  if (open_) breakers_.try_emplace(holder, std::move(breaker));
+  std::unique_lock lock(mutex_);
+  // Closed, with pins still held: a holder that pinned before the close and adds its breaker
+  // only now (a pool request admitted, then bound to its connection) is one the closer may be
+  // waiting for. Kept; and past the grace, when the others were broken already, broken at once.
+  if (!open_ && pins_ == 0) return;
+  if (breaking_) {
+    lock.unlock();
+    breaker();
+    return;
+  }
+  breakers_.try_emplace(holder, std::move(breaker));
 }
 
 void AccessGate::remove_breaker(std::uintptr_t holder) {
@@ -71,10 +80,12 @@ void AccessGate::close(std::chrono::milliseconds grace) {
     // A copy: a second closer (an event loop whose own connections hold the rest) runs them
     // again, on its thread, where they can let go at once.
     auto breakers = breakers_;
+    breaking_ = true;  // a breaker added from now on runs at once (add_breaker)
     lock.unlock();
     for (auto& [holder, breaker] : breakers) breaker();
     lock.lock();
     released_.wait(lock, [&] { return pins_ == 0; });
+    breaking_ = false;
   }
   breakers_.clear();
 }

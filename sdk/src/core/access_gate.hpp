@@ -39,7 +39,9 @@ class AccessGate {
   bool is_open() const;
 
   // Something that makes a holder let go at once (e.g. shuts its socket), used when pins are
-  // still held `grace` after close() began: a stalled peer must not hold memory hostage.
+  // still held `grace` after close() began: a stalled peer must not hold memory hostage. A
+  // holder that pinned before close() may add its breaker while close() waits: it is kept, or
+  // run at once when close() broke the others already.
   void add_breaker(std::uintptr_t holder, std::function<void()> breaker);
   // The holder is gone (a connection that closed): its breaker goes too.
   void remove_breaker(std::uintptr_t holder);
@@ -62,6 +64,7 @@ class AccessGate {
   std::condition_variable released_;
   bool open_ = true;
   std::size_t pins_ = 0;
+  bool breaking_ = false;  // close() ran its breakers and waits for the pins they free
   std::map<std::uintptr_t, std::function<void()>> breakers_;
   std::map<std::uintptr_t, std::function<void()>> releasers_;
 };

@@ -141,3 +141,32 @@ TEST(AccessGate, OneBreakerPerHolderAndNoneAfterClose) {
   gate.close(0ms);
   EXPECT_EQ(late.load(), 0);
 }
+
+// A holder that pinned before close() and adds its breaker only while close() waits (a pool
+// request admitted, then bound to its connection: issue 51): kept, and run after the grace.
+TEST(AccessGate, ABreakerAddedWhileCloseWaitsRunsAfterTheGrace) {
+  AccessGate gate;
+  std::optional<AccessGate::Pin> stalled = gate.pin();
+  Closing closing(gate, 200ms);
+  while (gate.is_open()) std::this_thread::sleep_for(1ms);
+  std::atomic<int> broken{0};
+  gate.add_breaker(1, [&] {
+    ++broken;
+    stalled.reset();
+  });
+  EXPECT_TRUE(closing.done_within(10s)) << "the breaker added late never ran";
+  EXPECT_EQ(broken.load(), 1);
+}
+
+// Past the grace, the others broken already: a breaker added then runs at once.
+TEST(AccessGate, ABreakerAddedAfterTheGraceRunsAtOnce) {
+  AccessGate gate;
+  std::optional<AccessGate::Pin> stalled = gate.pin();
+  std::promise<void> others_broken;
+  gate.add_breaker(1, [&] { others_broken.set_value(); });  // frees nothing
+  Closing closing(gate, 10ms);
+  ASSERT_EQ(others_broken.get_future().wait_for(10s), std::future_status::ready);
+  EXPECT_FALSE(closing.done_within(50ms));
+  gate.add_breaker(2, [&] { stalled.reset(); });
+  EXPECT_TRUE(closing.done_within(10s)) << "the breaker added after the grace never ran";
+}
