@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "memwire/error.hpp"
-#include "memwire/pool.hpp"
+#include "memwire/pool_metadata.hpp"
 #include "parse_metadata.hpp"
 
 namespace {

@@ -10,7 +10,7 @@
 
 #include "memwire/clock.hpp"
 #include "memwire/metadata.hpp"
-#include "memwire/pool.hpp"
+#include "memwire/pool_metadata.hpp"
 
 namespace memwire::sideband::channel_rules {
 

@@ -21,7 +21,7 @@
 
 #include "memwire/connector_options.hpp"
 #include "memwire/metadata.hpp"
-#include "memwire/pool.hpp"
+#include "memwire/pool_metadata.hpp"
 #include "transport/verbs/verbs_wire.hpp"
 #include "util/ids.hpp"
 

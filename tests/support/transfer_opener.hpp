@@ -19,7 +19,7 @@
 
 #include "memwire/error.hpp"
 #include "memwire/limits.hpp"
-#include "memwire/pool.hpp"
+#include "memwire/pool_metadata.hpp"
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
 #include "util/ids.hpp"

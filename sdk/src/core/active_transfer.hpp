@@ -13,7 +13,7 @@
 #include "core/transfer_request.hpp"
 #include "memwire/descriptor.hpp"
 #include "memwire/metadata.hpp"
-#include "memwire/pool.hpp"
+#include "memwire/pool_metadata.hpp"
 #include "util/ids.hpp"
 
 namespace memwire::detail {

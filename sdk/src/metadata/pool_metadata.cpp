@@ -1,6 +1,7 @@
+#include "memwire/pool_metadata.hpp"
+
 #include <algorithm>
 
-#include "memwire/pool.hpp"
 #include "metadata/json_reader.hpp"
 
 namespace memwire {

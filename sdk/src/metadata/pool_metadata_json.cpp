@@ -1,6 +1,6 @@
 // A pool's metadata as JSON (docs/PROTOCOL.md, "Pool metadata"), read with the one-shot
 // metadata's readers: the endpoint, key and token follow the same rules in both documents.
-#include "memwire/pool.hpp"
+#include "memwire/pool_metadata.hpp"
 #include "metadata/endpoint_fields.hpp"
 #include "metadata/json_reader.hpp"
 #include "util/json_writer.hpp"

@@ -7,7 +7,7 @@
 
 #include "core/transfer_request.hpp"
 #include "memwire/error.hpp"
-#include "memwire/pool.hpp"
+#include "memwire/pool_metadata.hpp"
 
 namespace memwire::detail {
 

@@ -1,6 +1,6 @@
-// The owner's side of tagged pool transfers over a stream: admitting a pool request (generation,
-// blocks, grant, the transfer its tag opens) and ending the transfer on PoolEnd, which delivers
-// the tag once or fails it.
+// The owner's side of tagged pool transfers over a stream: admitting a pool request (blocks,
+// grant, the transfer its tag opens) and ending the transfer on PoolEnd, which delivers the tag
+// once or fails it.
 #include "core/registration.hpp"
 #include "pool/pool_state.hpp"
 #include "transport/stream/stream_passive_side.hpp"
@@ -14,10 +14,7 @@ void StreamPassiveSide::admit_pool_request(const StreamConnection& connection,
                                            const std::string& tag,
                                            const std::shared_ptr<RequestGrant>& grant) {
   const auto& pool = *registration->pool();
-  if (header.generation != static_cast<std::uint32_t>(pool.generation()))
-    throw Error(ErrorCode::Expired, "stale pool metadata: generation " +
-                                        std::to_string(header.generation) + ", the pool's is " +
-                                        std::to_string(pool.generation()));
+  // Its generation was checked when it was found (claimed_registration).
   for (const auto& piece : pieces) pool.check_blocks(piece.index, piece.offset, piece.length);
   if (tag.empty()) return;  // untagged: nothing follows it that the owner must vouch for
   const auto kind =

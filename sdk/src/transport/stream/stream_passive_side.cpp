@@ -2,26 +2,17 @@
 
 #include "core/registration.hpp"
 #include "cuda/cuda_staging.hpp"
+#include "owner/transfer_claim.hpp"
 #include "pool/pool_state.hpp"
 #include "transport/stream/request_plan.hpp"
 #include "util/peer_name.hpp"
 
 namespace memwire::detail {
-namespace {
-Error not_a_pool_frame() {
-  return Error(ErrorCode::AccessDenied, "a pool's blocks move only in pool frames");
-}
-}  // namespace
-
 std::shared_ptr<Registration> StreamPassiveSide::find(const FrameHeader& header) const {
-  auto registration = registrations_->find(header.key);
-  if (registration) return registration;
-  if (is_pool_request(header.type) || header.type == FrameType::PoolEnd)
-    throw Error(ErrorCode::Expired,
-                "stale pool metadata (generation " + std::to_string(as_pool(header).generation) +
-                    "): the owner has no such pool any more (dropped, re-registered, or its "
-                    "connector restarted); fetch the pool's metadata again");
-  throw Error(ErrorCode::NotFound, "no live operation with that notification key");
+  const bool pool = is_pool_request(header.type) || header.type == FrameType::PoolEnd;
+  // The wire carries the low 32 bits of a pool's generation.
+  return claimed_registration(*registrations_,
+                              {header.key, pool, pool ? as_pool(header).generation : 0u, 32});
 }
 
 void StreamPassiveSide::count_fault(const FrameHeader& header) const {
@@ -148,7 +139,6 @@ void StreamPassiveSide::serve_hello(StreamConnection& connection, const FrameHea
 void StreamPassiveSide::serve_read(StreamConnection& connection, const FrameHeader& header) {
   try {
     auto registration = find(header);
-    if (registration->pool()) throw not_a_pool_frame();
     auto access = registration->check_access(header.token, OperationKind::Read, header.index,
                                              header.offset, header.length, transport_);
     stand(connection, Standing::Shared);
@@ -184,7 +174,6 @@ void StreamPassiveSide::serve_write(StreamConnection& connection, const FrameHea
   std::uint64_t unread = cross ? 0 : header.length;
   try {
     auto registration = find(header);
-    if (registration->pool()) throw not_a_pool_frame();
     auto access = registration->check_access(header.token, OperationKind::Write, header.index,
                                              header.offset, header.length, transport_);
     stand(connection, Standing::Shared);
@@ -276,7 +265,7 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
     const auto kind = writing ? OperationKind::Write : OperationKind::Read;
     // A pool request's token, grant, pieces and the grant's pin: one step (PoolState::admit).
     PoolState::Admission admission;
-    if (pool_frame && registration->pool())
+    if (pool_frame)
       admission = registration->pool()->admit(
           header.token, registration->token(), kind, [&](const RequestGrant& grant) {
             for (const auto& piece : pieces)
@@ -284,9 +273,6 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
           });
     else
       registration->authorize(header.token, kind);
-    if (pool_frame != static_cast<bool>(registration->pool()))
-      throw pool_frame ? Error(ErrorCode::AccessDenied, "a one-shot operation is no pool")
-                       : not_a_pool_frame();
     // A pool's token other than its shared one is a grant's (admit() accepted it).
     stand(connection, pool_frame && header.token != registration->token() ? Standing::Granted
                                                                           : Standing::Shared);

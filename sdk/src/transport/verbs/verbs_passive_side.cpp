@@ -5,6 +5,7 @@
 #include "core/registration.hpp"
 #include "memwire/clock.hpp"
 #include "memwire/error_codes.hpp"
+#include "owner/transfer_claim.hpp"
 #include "pool/grant_windows.hpp"
 #include "pool/pool_state.hpp"
 #include "transport/verbs/offered_access.hpp"
@@ -61,29 +62,12 @@ void VerbsPassiveSide::reply(Connection& connection, NoticeType type, std::uint6
 }
 
 void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
-  auto registration = registrations_->find(notice.key);
-  const bool pool_transfer = notice.type == NoticeType::PoolBegin;
-  if (!registration) {
-    if (pool_transfer)
-      reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Expired,
-            "stale pool metadata (generation " + std::to_string(notice.generation) +
-                "): the owner has no such pool any more (dropped, re-registered, or its "
-                "connector restarted); fetch the pool's metadata again");
-    else
-      reply(connection, NoticeType::Accept, notice.seq, ErrorCode::NotFound,
-            "no live operation with this key (completed, cancelled or never offered)");
-    return;
-  }
-  if (pool_transfer != static_cast<bool>(registration->pool())) {
-    reply(connection, NoticeType::Accept, notice.seq, ErrorCode::AccessDenied,
-          pool_transfer ? "a one-shot operation is no pool"
-                        : "a pool's blocks move only in pool transfers");
-    return;
-  }
-  if (pool_transfer && notice.generation != registration->pool()->generation()) {
-    reply(connection, NoticeType::Accept, notice.seq, ErrorCode::Expired,
-          "stale pool metadata: generation " + std::to_string(notice.generation) +
-              ", the pool's is " + std::to_string(registration->pool()->generation()));
+  std::shared_ptr<Registration> registration;
+  try {
+    registration = claimed_registration(
+        *registrations_, {notice.key, notice.type == NoticeType::PoolBegin, notice.generation});
+  } catch (const Error& error) {
+    reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
     return;
   }
   try {

@@ -12,7 +12,7 @@
 
 #include "memwire/export.hpp"
 #include "memwire/metadata.hpp"
-#include "memwire/pool.hpp"
+#include "memwire/pool_metadata.hpp"
 
 namespace memwire::sideband {
 

@@ -7,7 +7,7 @@
 
 #include "http/server/metadata_store.hpp"
 #include "memwire/metadata.hpp"
-#include "memwire/pool.hpp"
+#include "memwire/pool_metadata.hpp"
 
 namespace memwire::sideband::http {
 

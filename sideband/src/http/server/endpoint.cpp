@@ -22,7 +22,7 @@
 #include "http/server/waiting_requests.hpp"
 #include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
-#include "memwire/pool.hpp"
+#include "memwire/pool_metadata.hpp"
 #include "memwire/sideband/http.hpp"
 
 namespace memwire::sideband {

@@ -16,7 +16,7 @@
 #include "memwire/clock.hpp"
 #include "memwire/error.hpp"
 #include "memwire/metadata.hpp"
-#include "memwire/pool.hpp"
+#include "memwire/pool_metadata.hpp"
 
 namespace memwire::sideband::http {
 namespace {
