@@ -38,7 +38,7 @@ struct OpenedTransfers {
 class TransferOpener {
  public:
   // Connects over `transport` ("tcp" or "shm": the pool's endpoint must offer it) and says hello
-  // as `name` (a cross-memory hello over shm, whose probe the owner reads in this process).
+  // as `name` (a cross-memory hello over shm, sent with this process's credentials).
   // `source`: over tcp, the local IPv4 address to connect from (127.0.0.2: another peer to an
   // owner on loopback); empty: the kernel's choice.
   TransferOpener(const PoolMetadata& pool, const std::string& transport, const std::string& name,
@@ -56,15 +56,14 @@ class TransferOpener {
     if (transport == "shm") {
       socket_ = detail::connect_unix(address.substr(1));
       hello.flags = detail::frame_flags::kCrossMemory;
-      hello.offset = probe_;
-      hello.peer_address = reinterpret_cast<std::uintptr_t>(&probe_);
     } else {
       socket_ = source.empty()
                     ? detail::connect_tcp(detail::parse_host_port(address), std::chrono::seconds(5))
                     : connect_from(source, detail::parse_host_port(address));
     }
     iovec parts[2] = {{&hello, sizeof hello}, {const_cast<char*>(name.data()), name.size()}};
-    if (!detail::send_all(socket_.get(), parts, 2))
+    if (!(transport == "shm" ? detail::send_all_as_this_process(socket_.get(), parts, 2)
+                             : detail::send_all(socket_.get(), parts, 2)))
       throw Error(ErrorCode::PeerLost, "the owner closed the connection at its hello");
     if (transport == "shm") {
       std::string why;
@@ -159,7 +158,6 @@ class TransferOpener {
   detail::FileDescriptor socket_;
   Id128 key_, token_;
   std::uint32_t generation_ = 0;
-  std::uint64_t probe_ = 0x6f70656e65720a01;  // what the owner's cross-memory probe reads
 };
 
 // A peer process's part: reads the pool's metadata from `in`, opens `connections` connections

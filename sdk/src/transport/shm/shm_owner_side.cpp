@@ -1,11 +1,15 @@
-// The owner's side of shm on one connection: the Hello's probe, the cross-memory copies of
+// The owner's side of shm on one connection: the Hello's check, the cross-memory copies of
 // checked requests (process_vm_readv/writev), and the answers that let the peer copy through
 // its own mapping of our SharedBuffer (kMapped): where the requested bytes lie in the file,
 // instead of copying them, with the buffer's memfd the first time (kDescriptor). Asked for
 // (kMapByDescriptor), and given only after the request was checked like any other.
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -15,6 +19,7 @@
 #include "transport/shm/shared_memory_index.hpp"
 #include "transport/shm/shm_sides.hpp"
 #include "transport/stream/stream_connection.hpp"
+#include "util/file_descriptor.hpp"
 
 namespace memwire::detail {
 namespace {
@@ -62,13 +67,24 @@ class ShmOwnerSide final : public SameHostOwner {
   ShmOwnerSide(int peer_process, bool direct_reads)
       : peer_process_(peer_process), direct_reads_(direct_reads) {}
 
-  void check_probe(const FrameHeader& hello) override {
-    std::uint64_t probe = 0;
-    if (auto failure = copy_from_process(peer_process_, hello.peer_address,
-                                         reinterpret_cast<std::byte*>(&probe), sizeof probe))
-      throw Error(ErrorCode::AccessDenied, "cross-memory attach refused: " + failure->what);
-    if (probe != hello.offset)
-      throw Error(ErrorCode::AccessDenied, "cross-memory probe read the wrong value");
+  void check_hello(const FrameHeader& /*hello*/, int sender) override {
+    if (sender != peer_process_)
+      throw Error(ErrorCode::AccessDenied,
+                  sender == 0 ? std::string("a cross-memory Hello without its sender's credentials")
+                  : sender < 0
+                      ? std::string("a cross-memory Hello sent by more than one process")
+                      : "a cross-memory Hello sent by process " + std::to_string(sender) +
+                            ", not by " + std::to_string(peer_process_) + ", which connected");
+    // Whether the kernel lets us copy to and from it (the ptrace rules process_vm_readv/writev
+    // apply), asked without touching its memory: opening its memory file applies them.
+    const std::string path = "/proc/" + std::to_string(peer_process_) + "/mem";
+    const int opened = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int error = errno;
+    const FileDescriptor memory(opened);
+    if (!memory && (error == EACCES || error == EPERM))
+      throw Error(ErrorCode::AccessDenied,
+                  "cross-memory attach refused: " + path + ": " + std::strerror(error));
+    // Another failure (no /proc here) says nothing of the rules: the first copy will.
   }
   bool offers_direct_reads() const override { return direct_reads_; }
 

@@ -26,9 +26,10 @@ std::string boot_id() {
   return id;
 }
 
-// Connects and proves the peer may copy from us: it reads a random word of ours by address.
-// The Hello also names our connector, which the peer's pools report as a tag's sender.
-Dialled dial_and_probe(const std::string& address, std::chrono::milliseconds timeout,
+// Connects and proves to the owner that we are the process that connected: the Hello goes with
+// our credentials, which the kernel checks (nothing of ours need be read to prove it). The
+// Hello also names our connector, which the peer's pools report as a tag's sender.
+Dialled dial_and_hello(const std::string& address, std::chrono::milliseconds timeout,
                        const std::string& connector) {
   if (address.size() < 2 || address.front() != '@')
     throw Error(ErrorCode::InvalidMetadata, "shm address '" + address + "' is not @name");
@@ -38,17 +39,9 @@ Dialled dial_and_probe(const std::string& address, std::chrono::milliseconds tim
   } catch (const Error& error) {
     return {{}, error.what()};  // another namespace, say: the connector falls back
   }
-  const std::uint64_t probe = [] {
-    auto id = random_id();
-    std::uint64_t word;
-    std::memcpy(&word, id.data(), sizeof word);
-    return word;
-  }();
   FrameHeader hello;
   hello.type = FrameType::Hello;
   hello.flags = frame_flags::kCrossMemory;
-  hello.offset = probe;
-  hello.peer_address = reinterpret_cast<std::uintptr_t>(&probe);
   const auto name = connector.substr(0, FrameHeader::kMaxText);
   hello.length = name.size();
   // Bounded: a peer that accepts but never answers must not hang us.
@@ -57,9 +50,10 @@ Dialled dial_and_probe(const std::string& address, std::chrono::milliseconds tim
   ::setsockopt(socket.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   iovec parts[2] = {{&hello, sizeof hello}, {const_cast<char*>(name.data()), name.size()}};
   FrameHeader answer;
-  if (!send_all(socket.get(), parts, 2) || !receive_all(socket.get(), &answer, sizeof answer) ||
+  if (!send_all_as_this_process(socket.get(), parts, 2) ||
+      !receive_all(socket.get(), &answer, sizeof answer) ||
       answer.type != FrameType::HelloResponse || answer.length > FrameHeader::kMaxText)
-    return {{}, "shm peer at " + address + " did not answer the probe"};
+    return {{}, "shm peer at " + address + " did not answer the Hello"};
   if (answer.code != 0) {
     std::string reason(answer.length, '\0');
     receive_all(socket.get(), reason.data(), reason.size());
@@ -107,7 +101,7 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& context) {
   settings.offer = {"shm", "@" + name, {}, {{"boot_id", host}}};
   settings.dial = [connector = context.connector_name](const std::string& address,
                                                        std::chrono::milliseconds timeout) {
-    return dial_and_probe(address, timeout, connector);
+    return dial_and_hello(address, timeout, connector);
   };
   settings.can_reach = [host](const TransportOffer& offer) {
     auto it = offer.attributes.find("boot_id");

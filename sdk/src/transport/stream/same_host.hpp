@@ -26,9 +26,12 @@ class StreamConnection;
 class SameHostOwner {
  public:
   virtual ~SameHostOwner() = default;
-  // A Hello that asks for cross-memory copies: the dialler proves we may copy from it (the word
-  // at `peer_address` reads as `offset`). Throws the refusal to answer with.
-  virtual void check_probe(const FrameHeader& hello) = 0;
+  // A Hello that asks for cross-memory copies, its bytes sent by process `sender` as the kernel
+  // recorded it (0: none said; -1: more than one process): it must be the process that
+  // connected, and the kernel must let us copy to and from it. Nothing of the peer's memory is
+  // touched: a Hello comes before any token, and a peer's memory may stall whoever touches it.
+  // Throws the refusal to answer with.
+  virtual void check_hello(const FrameHeader& hello, int sender) = 0;
   // Whether the HelloResponse lets the peer read our pools' blocks itself (kDirectReads).
   virtual bool offers_direct_reads() const = 0;
   // A checked request's bytes, copied into the peer's memory at `theirs` (a read) or out of it

@@ -204,6 +204,33 @@ bool send_all(int fd, iovec* parts, int count) {
   return true;
 }
 
+bool send_all_as_this_process(int fd, iovec* parts, int count) {
+  msghdr message{};
+  message.msg_iov = parts;
+  message.msg_iovlen = static_cast<std::size_t>(std::min(count, IOV_MAX));
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred))] = {};
+  message.msg_control = control;
+  message.msg_controllen = sizeof control;
+  auto* header = CMSG_FIRSTHDR(&message);
+  header->cmsg_level = SOL_SOCKET;
+  header->cmsg_type = SCM_CREDENTIALS;
+  header->cmsg_len = CMSG_LEN(sizeof(ucred));
+  const ucred ours{::getpid(), ::getuid(), ::getgid()};
+  std::memcpy(CMSG_DATA(header), &ours, sizeof ours);
+  for (;;) {
+    const ssize_t sent = ::sendmsg(fd, &message, MSG_NOSIGNAL);
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0) return false;
+    advance(parts, count, static_cast<std::size_t>(sent));
+    return send_all(fd, parts, count);  // the rest: still ours, as the kernel records it
+  }
+}
+
+void pass_credentials(int fd, bool pass) {
+  const int on = pass ? 1 : 0;
+  ::setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof on);
+}
+
 long send_some(int fd, iovec* parts, int count, int passed) {
   msghdr message{};
   message.msg_iov = parts;

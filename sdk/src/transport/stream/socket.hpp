@@ -50,6 +50,13 @@ void tune_data_socket(int fd);
 
 // Blocking I/O that either moves every byte or reports the connection broken (false).
 bool send_all(int fd, iovec* parts, int count);
+// The same on a Unix socket, the first bytes with this process's credentials (SCM_CREDENTIALS:
+// the kernel refuses a pid, uid or gid that is not the sender's), for a reader that asks for
+// them (pass_credentials) to know which process sent them.
+bool send_all_as_this_process(int fd, iovec* parts, int count);
+// Whether reads of a Unix socket bring the credentials of the process that sent their bytes
+// (SO_PASSCRED); the kernel then never joins the bytes of two senders in one read.
+void pass_credentials(int fd, bool pass);
 bool receive_all(int fd, void* data, std::size_t length);
 // Into many blocks in turn (scatter); advances `parts` as it goes.
 bool receive_all(int fd, iovec* parts, int count);

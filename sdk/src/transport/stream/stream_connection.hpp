@@ -201,6 +201,12 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   // Why a send failed: "send failed", or what the local memory fault was.
   std::string send_failure() const;
   FrameHandler& handler() noexcept { return *handler_; }
+  // Over a Unix socket whose reads pass credentials (pass_credentials): the process that sent
+  // every byte read so far, as the kernel records it (0: none said; -1: more than one did).
+  // The loop's, or the reading's holder's.
+  int sender_process() const noexcept { return other_sender_ ? -1 : first_sender_; }
+  // Reads bring no credentials from now on (what is said was said: sender_process() stays).
+  void stop_reading_credentials();
 
   // The waiter's reading (see WaitDriver): only the frames that answer `request` are handled on
   // its thread, so a completion it runs is its own operation's; it stops at any other frame and
@@ -339,6 +345,10 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection>, 
   // (a read that brought one may have stopped short of what follows).
   std::deque<FileDescriptor> passed_;
   std::size_t passed_count_ = 0;
+  // The credentials reads brought (sender_process()).
+  int first_sender_ = 0;
+  bool sender_said_ = false;
+  bool other_sender_ = false;
   // Takes the descriptors a recvmsg brought: false (the connection shut down) when they are
   // more than may come, or something else came.
   bool take_control(msghdr& message);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <utility>
 
+#include "transport/stream/socket.hpp"
 #include "transport/stream/stream_connection.hpp"
 
 namespace memwire::detail {
@@ -46,7 +47,8 @@ StreamConnection::Refill StreamConnection::refill_inbox(std::size_t most) {
     // recvmsg, not recv: a descriptor comes with its frame's first byte, which lands here (a
     // streamed payload reads no further than its own bytes). CLOEXEC: never inherited.
     iovec part{inbox_.get() + inbox_end_, room};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMostPassedPerMessage)];
+    alignas(cmsghdr) char
+        control[CMSG_SPACE(sizeof(int) * kMostPassedPerMessage) + CMSG_SPACE(sizeof(ucred))];
     msghdr message{};
     message.msg_iov = &part;
     message.msg_iovlen = 1;
@@ -71,12 +73,27 @@ StreamConnection::Refill StreamConnection::refill_inbox(std::size_t most) {
   }
 }
 
+void StreamConnection::stop_reading_credentials() { pass_credentials(socket_.get(), false); }
+
 bool StreamConnection::take_control(msghdr& message) {
   // Every descriptor is owned at once, so that any refusal below closes them all.
   std::size_t count = 0;
   bool other = false;
   for (auto* header = CMSG_FIRSTHDR(&message); header != nullptr;
        header = CMSG_NXTHDR(&message, header)) {
+    if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_CREDENTIALS &&
+        header->cmsg_len == CMSG_LEN(sizeof(ucred))) {
+      ucred sender{};
+      std::memcpy(&sender, CMSG_DATA(header), sizeof sender);
+      // The first read's sender is the first frame's (pid 0: the kernel recorded none).
+      if (!sender_said_) {
+        first_sender_ = sender.pid;
+        sender_said_ = true;
+      } else if (sender.pid != first_sender_) {
+        other_sender_ = true;
+      }
+      continue;
+    }
     if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) {
       other = true;
       continue;

@@ -120,11 +120,13 @@ void StreamPassiveSide::serve_hello(StreamConnection& connection, const FrameHea
   if (!peer_name_.empty())
     return refuse_malformed(connection, FrameType::HelloResponse, header, "a second Hello");
   peer_name_ = std::move(*name);
+  // The dialler proves it is the process that connected: the kernel says who sent the Hello.
+  const int sender = connection.sender_process();
+  if (same_host_) connection.stop_reading_credentials();
   if ((header.flags & frame_flags::kCrossMemory) == 0) return;
-  // The dialler proves we may copy from it: a word at peer_address must read as `offset`.
   std::optional<Error> refused;
   try {
-    same_host().check_probe(header);
+    same_host().check_hello(header, sender);
   } catch (const Error& error) {
     refused = error;
   }

@@ -480,7 +480,9 @@ class StreamTransport final : public Transport {
     auto transfers = std::make_unique<TransferBudget::Account>(
         context_.transfer_budget, peer,
         credentials ? std::optional<uid_t>(credentials->uid) : std::nullopt);
-    // A peer the kernel does not vouch for (no process) gets no cross-memory copies.
+    // A peer the kernel does not vouch for (no process) gets no cross-memory copies; one it
+    // does proves with its Hello that it is that process (SameHostOwner::check_hello).
+    if (same_host() && process != 0) pass_credentials(socket.get(), true);
     auto handler = std::make_unique<StreamPassiveSide>(
         context_.registrations, process, settings_.name, std::move(transfers),
         same_host() && process != 0 ? settings_.same_host->owner(process, credentials->uid)

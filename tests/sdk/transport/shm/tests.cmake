@@ -6,4 +6,4 @@ target_sources(memwire_sdk_tests PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/shared_pool_test.cpp ${CMAKE_CURRENT_LIST_DIR}/peer_mappings_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/bulk_copy_test.cpp ${CMAKE_CURRENT_LIST_DIR}/second_cpu_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cross_memory_test.cpp ${CMAKE_CURRENT_LIST_DIR}/direct_reads_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/read_only_sharing_test.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/read_only_sharing_test.cpp ${CMAKE_CURRENT_LIST_DIR}/hello_credentials_test.cpp)
