@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <span>
 
 #include "memwire/error.hpp"
 
@@ -204,19 +205,31 @@ bool send_all(int fd, iovec* parts, int count) {
   return true;
 }
 
-bool send_all_as_this_process(int fd, iovec* parts, int count) {
+namespace {
+
+// A message of `parts` (at most IOV_MAX of them) with one control message of `type` carrying
+// `data`, in `control` (which outlives the message and holds CMSG_SPACE(sizeof data)).
+template <typename Data>
+msghdr message_with(iovec* parts, int count, int type, const Data& data, std::span<char> control) {
   msghdr message{};
   message.msg_iov = parts;
   message.msg_iovlen = static_cast<std::size_t>(std::min(count, IOV_MAX));
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred))] = {};
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
+  message.msg_control = control.data();
+  message.msg_controllen = control.size();
   auto* header = CMSG_FIRSTHDR(&message);
   header->cmsg_level = SOL_SOCKET;
-  header->cmsg_type = SCM_CREDENTIALS;
-  header->cmsg_len = CMSG_LEN(sizeof(ucred));
+  header->cmsg_type = type;
+  header->cmsg_len = CMSG_LEN(sizeof data);
+  std::memcpy(CMSG_DATA(header), &data, sizeof data);
+  return message;
+}
+
+}  // namespace
+
+bool send_all_as_this_process(int fd, iovec* parts, int count) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred))] = {};
   const ucred ours{::getpid(), ::getuid(), ::getgid()};
-  std::memcpy(CMSG_DATA(header), &ours, sizeof ours);
+  auto message = message_with(parts, count, SCM_CREDENTIALS, ours, control);
   for (;;) {
     const ssize_t sent = ::sendmsg(fd, &message, MSG_NOSIGNAL);
     if (sent < 0 && errno == EINTR) continue;
@@ -232,18 +245,11 @@ void pass_credentials(int fd, bool pass) {
 }
 
 long send_some(int fd, iovec* parts, int count, int passed) {
-  msghdr message{};
-  message.msg_iov = parts;
-  message.msg_iovlen = static_cast<std::size_t>(std::min(count, IOV_MAX));
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (passed >= 0) {
-    message.msg_control = control;
-    message.msg_controllen = sizeof control;
-    auto* header = CMSG_FIRSTHDR(&message);
-    header->cmsg_level = SOL_SOCKET;
-    header->cmsg_type = SCM_RIGHTS;
-    header->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(header), &passed, sizeof passed);
+  auto message = message_with(parts, count, SCM_RIGHTS, passed, control);
+  if (passed < 0) {
+    message.msg_control = nullptr;
+    message.msg_controllen = 0;
   }
   for (;;) {
     ssize_t sent = ::sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
