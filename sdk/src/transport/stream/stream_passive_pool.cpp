@@ -2,6 +2,7 @@
 // grant, the transfer its tag opens) and ending the transfer on PoolEnd, which delivers the tag
 // once or fails it.
 #include "core/registration.hpp"
+#include "owner/transfer_end.hpp"
 #include "pool/pool_state.hpp"
 #include "transport/stream/stream_passive_side.hpp"
 
@@ -109,31 +110,15 @@ std::optional<Error> StreamPassiveSide::end_transfer(std::uint64_t id,
     transfers_.ended(id, AdmittedTransfers::Outcome::Failed, granted);
     return Error(ErrorCode::Cancelled, "the pool was closed by its owner");
   }
-  auto& pool = *registration->pool();
   if (!failure && transfer->failed)
     failure.emplace(ErrorCode::Transport,
                     "a request of this transfer failed: its tag was not delivered");
-  if (!failure) {
-    try {
-      const auto deliver = [&] { pool.deliver(transfer->peer, transfer->tag, transfer->kind); };
-      if (!transfer->grant) {
-        deliver();
-      } else if (auto released =
-                     transfer->grant->finish({transfer->tag, transfer->kind}, deliver)) {
-        // Released under it: the release ended its waits already.
-        transfers_.ended(id, AdmittedTransfers::Outcome::Failed, granted);
-        return released;
-      }
-      transfers_.ended(id, AdmittedTransfers::Outcome::Delivered, granted);
-      return std::nullopt;
-    } catch (const Error& error) {
-      failure = error;
-    }
-  }
-  transfers_.ended(id, AdmittedTransfers::Outcome::Failed, granted);
-  if (!transfer->grant || transfer->grant->closed({transfer->tag, transfer->kind}))
-    pool.fail(transfer->peer, transfer->tag, *failure, transfer->kind);
-  return failure;
+  auto refused = end_admitted_transfer(*registration->pool(), transfer->peer, transfer->tag,
+                                       transfer->kind, transfer->grant, std::move(failure));
+  transfers_.ended(
+      id, refused ? AdmittedTransfers::Outcome::Failed : AdmittedTransfers::Outcome::Delivered,
+      granted);
+  return refused;
 }
 
 }  // namespace memwire::detail

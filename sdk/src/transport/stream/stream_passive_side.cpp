@@ -3,6 +3,7 @@
 #include "core/registration.hpp"
 #include "cuda/cuda_staging.hpp"
 #include "owner/transfer_claim.hpp"
+#include "owner/transfer_end.hpp"
 #include "pool/pool_state.hpp"
 #include "transport/stream/request_plan.hpp"
 #include "util/peer_name.hpp"
@@ -475,12 +476,10 @@ void StreamPassiveSide::on_closed(StreamConnection& connection, const Error& rea
   auto pools = std::move(pools_touched_);
   // Each transfer open on it ends: its tag's waiters hear why, no one else's.
   for (auto& [id, transfer] : transfers_.take_all())
-    if (auto registration = transfer.pool.lock();
-        registration && (!transfer.grant || transfer.grant->closed({transfer.tag, transfer.kind})))
-      registration->pool()->fail(
-          transfer.peer, transfer.tag,
-          Error(ErrorCode::PeerLost, std::string("connection lost: ") + reason.what()),
-          transfer.kind);
+    if (auto registration = transfer.pool.lock())
+      end_admitted_transfer(
+          *registration->pool(), transfer.peer, transfer.tag, transfer.kind, transfer.grant,
+          Error(ErrorCode::PeerLost, std::string("connection lost: ") + reason.what()));
   for (const auto& [key, weak] : pools)
     if (auto registration = weak.lock())
       registration->gate().remove_breaker(reinterpret_cast<std::uintptr_t>(this));

@@ -13,8 +13,8 @@
 
 #include "core/registration_table.hpp"
 #include "cuda/ipc_mappings.hpp"
+#include "owner/admitted_transfers.hpp"
 #include "transport/stream/accepted_connections.hpp"
-#include "transport/stream/admitted_transfers.hpp"
 #include "transport/stream/cuda_ipc_pieces.hpp"
 #include "transport/stream/same_host.hpp"
 #include "transport/stream/stream_connection.hpp"

@@ -6,6 +6,7 @@
 #include "memwire/clock.hpp"
 #include "memwire/error_codes.hpp"
 #include "owner/transfer_claim.hpp"
+#include "owner/transfer_end.hpp"
 #include "pool/grant_windows.hpp"
 #include "pool/pool_state.hpp"
 #include "transport/verbs/offered_access.hpp"
@@ -302,8 +303,9 @@ void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice
     if (begun && (peer.name != transfer.peer || peer.authenticated != transfer.authenticated))
       throw Error(ErrorCode::Protocol, "a Done presenting another peer's token than its Begin");
     // The device placed every byte before this SEND, which came after them on the same QP.
-    if (!transfer.tag.empty())
-      registration.pool()->deliver(peer, std::move(transfer.tag), notice.kind);
+    if (auto refused = end_admitted_transfer(*registration.pool(), peer, transfer.tag, notice.kind,
+                                             nullptr, std::nullopt))
+      throw *refused;
   } catch (const Error& error) {
     if (error.code() == ErrorCode::Protocol) registration.pool()->count_fault();
     reply(connection, NoticeType::Result, notice.seq, error.code(), std::string(error.message()));
@@ -387,13 +389,11 @@ void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
     } catch (const Error&) {
       return;
     }
-    if (!tag.empty())
-      registration->pool()->fail(
-          peer, tag,
-          Error(notice.error.value_or(ErrorCode::Protocol),
-                "the active side failed (" +
-                    std::string(error_code_name(notice.error.value_or(ErrorCode::Protocol))) + ")"),
-          kind);
+    end_admitted_transfer(
+        *registration->pool(), peer, tag, kind, nullptr,
+        Error(notice.error.value_or(ErrorCode::Protocol),
+              "the active side failed (" +
+                  std::string(error_code_name(notice.error.value_or(ErrorCode::Protocol))) + ")"));
     return;
   }
   // The grant ends with the entry (once a bind still queued on the device has run).
@@ -415,12 +415,11 @@ void VerbsPassiveSide::on_connection_lost(const std::map<Id128, Connection::Inbo
     if (auto registration = entry.registration.lock(); registration && registration->pool()) {
       // A pool never fails with a connection; the tags of its transfers under way do.
       for (const auto& [seq, transfer] : entry.pool_transfers)
-        if (!transfer.tag.empty())
-          registration->pool()->fail(
-              {transfer.peer, transfer.authenticated, transfer.request, transfer.token},
-              transfer.tag,
-              Error(ErrorCode::PeerLost, "connection lost: " + std::string(error.what())),
-              transfer.kind);
+        end_admitted_transfer(
+            *registration->pool(),
+            {transfer.peer, transfer.authenticated, transfer.request, transfer.token}, transfer.tag,
+            transfer.kind, nullptr,
+            Error(ErrorCode::PeerLost, "connection lost: " + std::string(error.what())));
       continue;
     }
     const auto& key = registration_key;  // a plain reference: lambdas cannot capture a binding

@@ -1,4 +1,4 @@
-#include "transport/stream/admitted_transfers.hpp"
+#include "owner/admitted_transfers.hpp"
 
 #include <utility>
 
