@@ -1,11 +1,15 @@
 // loopback: a transport between connectors of one process, built only for tests
 // (transport.cmake). The active side finds the owner's registrations through a table of this
 // process's loopback transports and copies on the calling thread: begin_read and begin_write
-// return with the transfer ended. One-shot operations only (no pools), no other process.
+// return with the transfer ended. No other process. Pools in host memory too, with nothing of
+// the owner's side written here: their admission and end are the owner's floor's (owner/),
+// which is what a new transport gets for pools (issue 51).
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +18,9 @@
 #include "core/registration_table.hpp"
 #include "cuda/cuda_staging.hpp"
 #include "memwire/error.hpp"
+#include "owner/pool_request.hpp"
+#include "owner/transfer_claim.hpp"
+#include "owner/transfer_end.hpp"
 #include "transport/enabled_transports.hpp"
 #include "transport/transport.hpp"
 #include "util/fork_generation.hpp"
@@ -60,7 +67,8 @@ std::string this_process() {
 
 class LoopbackTransport final : public Transport {
  public:
-  explicit LoopbackTransport(const TransportContext& context) {
+  explicit LoopbackTransport(const TransportContext& context)
+      : connector_name_(context.connector_name) {
     Directory::instance().add(address_, context.registrations);
   }
   ~LoopbackTransport() override { Directory::instance().remove(address_); }
@@ -74,11 +82,26 @@ class LoopbackTransport final : public Transport {
     return process != offer.attributes.end() && process->second == this_process();
   }
   bool reaches_other_processes() const override { return false; }
+  bool serves_pools() const override { return true; }
+  std::optional<std::string> cannot_serve(const PoolState& pool) const override {
+    if (in_gpu_memory(pool)) return std::string("loopback moves host memory only");
+    return std::nullopt;
+  }
 
   StartResult start(const std::shared_ptr<ActiveTransfer>& transfer,
                     const TransportOffer& offer) override {
     try {
-      copy(*transfer, offer.address);
+      const auto registrations = Directory::instance().find(offer.address);
+      if (!registrations)
+        throw Error(ErrorCode::PeerLost, "the loopback owner at " + offer.address + " is gone");
+      const auto& header = transfer->request().header;
+      const auto registration = claimed_registration(
+          *registrations, {transfer->key(), header.has_value(), header ? header->generation : 0});
+      if (header) {
+        copy_blocks(*transfer, registration, *header);
+      } else {
+        copy(*transfer, registration);
+      }
       transfer->succeed();
     } catch (const Error& error) {
       transfer->fail(error);  // the owner hears it through the failure notifier, as over a wire
@@ -89,14 +112,7 @@ class LoopbackTransport final : public Transport {
  private:
   // Checks every descriptor against the owner's registration before a byte moves, copies them
   // in chunks, each under fresh pins of both sides, then completes the owner's operation.
-  static void copy(ActiveTransfer& transfer, const std::string& address) {
-    const auto registrations = Directory::instance().find(address);
-    if (!registrations)
-      throw Error(ErrorCode::PeerLost, "the loopback owner at " + address + " is gone");
-    auto registration = registrations->find(transfer.key());
-    // A pool is never offered over loopback: its key names nothing here.
-    if (!registration || registration->pool())
-      throw Error(ErrorCode::NotFound, "no live operation has this key");
+  static void copy(ActiveTransfer& transfer, const std::shared_ptr<Registration>& registration) {
     transfer.set_failure_notifier([weak = std::weak_ptr(registration),
                                    token = transfer.token()](const Error& error) {
       const auto owner = weak.lock();
@@ -107,29 +123,70 @@ class LoopbackTransport final : public Transport {
       } catch (const Error&) {  // a forged token: the owner hears nothing of it
       }
     });
-    const bool reading = transfer.kind() == OperationKind::Read;
     const auto& local = transfer.local();
     registration->authorize(transfer.token(), transfer.kind());
     std::vector<std::byte*> remote;
     for (std::uint32_t i = 0; i < local.size(); ++i)
       remote.push_back(registration->locate(i, 0, local[i].size()));
-    for (std::size_t i = 0; i < local.size(); ++i) {
-      auto* here = static_cast<std::byte*>(local[i].ptr());
-      for (std::size_t at = 0; at == 0 || at < local[i].size(); at += kChunk) {
-        // A cancel on either side waits for one chunk, not the whole copy: admit() refuses
-        // once the owner revoked, the local gate once the transfer ended.
-        const auto owner_pin = registration->admit(kName);
-        const auto local_pin = transfer.gate().pin();
-        if (!local_pin) throw Error(ErrorCode::Cancelled, "the transfer ended during its copy");
-        if (const auto* staging = registration->staging(); staging && reading)
-          staging->fill_host_once();  // a GPU readable's stand-ins, filled at its first read
-        const auto length = std::min(kChunk, local[i].size() - at);
-        std::memmove(reading ? here + at : remote[i] + at, reading ? remote[i] + at : here + at,
-                     length);
-        registration->note_moved(length);
-      }
-    }  // no pin held here: completing revokes, which waits for the owner's
+    for (std::size_t i = 0; i < local.size(); ++i)
+      move(transfer, *registration, static_cast<std::byte*>(local[i].ptr()), remote[i],
+           local[i].size());
+    // no pin held here: completing revokes, which waits for the owner's
     registration->complete_from_remote(transfer.token());
+  }
+
+  // A transfer between pools: each request's admission and the transfer's end are the owner's
+  // floor's, as for every transport; this moves the bytes.
+  void copy_blocks(ActiveTransfer& transfer, const std::shared_ptr<Registration>& registration,
+                   const TransferHeader& header) const {
+    const auto& segments = transfer.request().segments;
+    if (transfer.request().cuda_ipc || transfer.lands_on_device())
+      throw Error(ErrorCode::InvalidArgument, "loopback moves host memory only");
+    std::vector<BlockPiece> pieces;
+    pieces.reserve(segments.size());
+    for (const auto& segment : segments)
+      pieces.push_back({segment.remote_region, segment.remote_offset, segment.length});
+    const auto kind = transfer.kind();
+    auto admitted = admit_pool_request(*registration, transfer.token(), kind, pieces);
+    const auto move_all = [&] {
+      for (const auto& segment : segments)
+        move(transfer, *registration, segment.local,
+             registration->locate(segment.remote_region, segment.remote_offset, segment.length),
+             segment.length);
+    };
+    const auto& tag = header.tag;
+    if (tag.empty()) return move_all();  // nothing follows it that the owner must vouch for
+    const auto peer =
+        requesting_peer(*registration, transfer.token(), admitted.grant, connector_name_, serial_);
+    open_under_grant(admitted.grant, tag, kind);
+    std::optional<Error> failure;
+    try {
+      move_all();
+    } catch (const Error& error) {
+      failure = error;
+    }
+    admitted.grant_pin.reset();  // the bytes are in (or out): the grant's release may go on
+    if (auto refused = end_admitted_transfer(*registration->pool(), peer, tag, kind, admitted.grant,
+                                             std::move(failure)))
+      throw *refused;
+  }
+
+  // Copies `length` bytes between `here` (the transfer's) and `there` (the owner's) in chunks,
+  // each under fresh pins of both sides: a cancel on either side waits for one chunk, not the
+  // whole copy (admit() refuses once the owner revoked, the local gate once the transfer ended).
+  static void move(ActiveTransfer& transfer, Registration& registration, std::byte* here,
+                   std::byte* there, std::size_t length) {
+    const bool reading = transfer.kind() == OperationKind::Read;
+    for (std::size_t at = 0; at == 0 || at < length; at += kChunk) {
+      const auto owner_pin = registration.admit(kName);
+      const auto local_pin = transfer.gate().pin();
+      if (!local_pin) throw Error(ErrorCode::Cancelled, "the transfer ended during its copy");
+      if (const auto* staging = registration.staging(); staging && reading)
+        staging->fill_host_once();  // a GPU readable's stand-ins, filled at its first read
+      const auto part = std::min(kChunk, length - at);
+      std::memmove(reading ? here + at : there + at, reading ? there + at : here + at, part);
+      registration.note_moved(part);
+    }
   }
 
   // Large enough that the pins cost nothing beside the copy, small enough that a cancel waits
@@ -137,6 +194,13 @@ class LoopbackTransport final : public Transport {
   static constexpr std::size_t kChunk = std::size_t{1} << 20;
 
   const std::string address_ = to_hex(random_id());
+  const std::string connector_name_;  // what a pool's owner hears its peer call itself
+  // This transport's number as a pool's peer, which shared-token peers' shares are kept by.
+  const std::uint64_t serial_ = next_serial();
+  static std::uint64_t next_serial() {
+    static std::atomic<std::uint64_t> last{0};
+    return ++last;
+  }
 };
 
 }  // namespace

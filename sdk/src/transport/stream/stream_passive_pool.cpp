@@ -1,6 +1,6 @@
-// The owner's side of tagged pool transfers over a stream: admitting a pool request (blocks,
-// grant, the transfer its tag opens) and ending the transfer on PoolEnd, which delivers the tag
-// once or fails it.
+// The owner's side of tagged pool transfers over a stream: the transfer a tagged request opens
+// (its admission is the owner's floor's, owner/pool_request.hpp) and its end on PoolEnd, which
+// delivers the tag once or fails it (owner/transfer_end.hpp).
 #include "core/registration.hpp"
 #include "owner/transfer_end.hpp"
 #include "pool/pool_state.hpp"
@@ -8,27 +8,26 @@
 
 namespace memwire::detail {
 
-void StreamPassiveSide::admit_pool_request(const StreamConnection& connection,
-                                           const PoolFrameHeader& header,
-                                           const std::shared_ptr<Registration>& registration,
-                                           std::span<const FramePiece> pieces,
-                                           const std::string& tag,
-                                           const std::shared_ptr<RequestGrant>& grant) {
-  const auto& pool = *registration->pool();
-  // Its generation was checked when it was found (claimed_registration).
-  for (const auto& piece : pieces) pool.check_blocks(piece.index, piece.offset, piece.length);
-  if (tag.empty()) return;  // untagged: nothing follows it that the owner must vouch for
+std::vector<BlockPiece> StreamPassiveSide::block_pieces(std::span<const FramePiece> pieces) {
+  std::vector<BlockPiece> blocks;
+  blocks.reserve(pieces.size());
+  for (const auto& piece : pieces) blocks.push_back({piece.index, piece.offset, piece.length});
+  return blocks;
+}
+
+void StreamPassiveSide::open_tagged_transfer(const StreamConnection& connection,
+                                             const PoolFrameHeader& header,
+                                             const std::shared_ptr<Registration>& registration,
+                                             const std::string& tag,
+                                             const std::shared_ptr<RequestGrant>& grant) {
   const auto kind =
       header.type == FrameType::PoolReadRequest ? OperationKind::Read : OperationKind::Write;
-  // Under a grant, the peer is the one its admission found: no second lookup of the token.
-  auto peer =
-      grant ? PoolState::Peer{grant->peer(), true, grant->request(), to_hex(grant->token())}
-            : pool.identify(header.token, registration->token(), peer_name(connection), serial_);
+  auto peer = requesting_peer(*registration, header.token, grant, peer_name(connection), serial_);
   if (transfers_.admit(header.transfer,
                        {header.key, kind, tag, std::move(peer), registration, false, grant}) &&
       grant) {
     try {
-      grant->opened({tag, kind});  // its release ends this transfer's waits
+      open_under_grant(grant, tag, kind);  // its release ends this transfer's waits
     } catch (const Error&) {
       transfers_.take(header.transfer);
       transfers_.ended(header.transfer, AdmittedTransfers::Outcome::Failed, true);

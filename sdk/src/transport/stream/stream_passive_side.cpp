@@ -2,6 +2,7 @@
 
 #include "core/registration.hpp"
 #include "cuda/cuda_staging.hpp"
+#include "owner/pool_request.hpp"
 #include "owner/transfer_claim.hpp"
 #include "owner/transfer_end.hpp"
 #include "pool/pool_state.hpp"
@@ -266,22 +267,18 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
   try {
     auto registration = find(header);
     const auto kind = writing ? OperationKind::Write : OperationKind::Read;
-    // A pool request's token, grant, pieces and the grant's pin: one step (PoolState::admit).
-    PoolState::Admission admission;
+    // A pool request's token, grant, blocks and the grant's pin: one step (the owner's floor).
+    AdmittedPoolRequest admission;
     if (pool_frame)
-      admission = registration->pool()->admit(
-          header.token, registration->token(), kind, [&](const RequestGrant& grant) {
-            for (const auto& piece : pieces)
-              registration->pool()->check_granted(grant, piece.index, piece.offset, piece.length);
-          });
+      admission = admit_pool_request(*registration, header.token, kind, block_pieces(pieces));
     else
       registration->authorize(header.token, kind);
-    // A pool's token other than its shared one is a grant's (admit() accepted it).
+    // A pool's token other than its shared one is a grant's (the admission accepted it).
     stand(connection, pool_frame && header.token != registration->token() ? Standing::Granted
                                                                           : Standing::Shared);
     const auto grant = admission.grant;
-    if (pool_frame)
-      admit_pool_request(connection, as_pool(header), registration, pieces, tag, grant);
+    if (pool_frame && !tag.empty())
+      open_tagged_transfer(connection, as_pool(header), registration, tag, grant);
     std::vector<iovec> memory;
     memory.reserve(pieces.size());
     for (const auto& piece : pieces)
@@ -289,7 +286,7 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
                         static_cast<std::size_t>(piece.length)});
     // Under a request grant, its release waits for these bytes (or cuts them off).
     std::optional<AccessGate::Pin> grant_pin;
-    if (grant) grant_pin = pin_grant(grant, std::move(*admission.pin));
+    if (grant) grant_pin = pin_grant(grant, std::move(*admission.grant_pin));
     if (ipc || (pool_frame && registration->pool()->gpu()))
       return serve_gpu_pieces(connection, header, registration, pieces, table, std::move(memory),
                               unread, std::move(grant_pin));
@@ -346,15 +343,9 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
     }
     finish_request(connection, header, registration, std::move(response));
   } catch (const Error& error) {
-    if (pool_frame) {
-      transfers_.refuse(as_pool(header).transfer);
-      // Asking for what the pool forbids: refused and counted, apart from protocol faults; a
-      // well-formed request keeps its connection.
-      if (error.code() == ErrorCode::AccessDenied)
-        if (auto registration = registrations_->find(header.key);
-            registration && registration->pool())
-          registration->pool()->count_refusal();
-    }
+    // A refused request (counted by its admission) keeps its connection; its transfer delivers
+    // no tag.
+    if (pool_frame) transfers_.refuse(as_pool(header).transfer);
     if (error.code() == ErrorCode::Protocol)
       return fault(connection, header, answer_type, std::string(error.message()));
     refuse_after(connection, unread, answer_type, header, error);

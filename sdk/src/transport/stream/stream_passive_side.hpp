@@ -14,6 +14,7 @@
 #include "core/registration_table.hpp"
 #include "cuda/ipc_mappings.hpp"
 #include "owner/admitted_transfers.hpp"
+#include "owner/pool_request.hpp"
 #include "transport/stream/accepted_connections.hpp"
 #include "transport/stream/cuda_ipc_pieces.hpp"
 #include "transport/stream/same_host.hpp"
@@ -56,14 +57,14 @@ class StreamPassiveSide final : public FrameHandler {
 
  private:
   std::shared_ptr<Registration> find(const FrameHeader& header) const;
-  // A pool request admitted by PoolState::admit (under `grant`, null for other tokens), before
-  // any byte moves: the metadata's generation must be the pool's, every piece inside a block,
-  // and a tagged one opens (or continues) its transfer on this connection, with the peer its
-  // token says it is. Throws as the refusal to answer with.
-  void admit_pool_request(const StreamConnection& connection, const PoolFrameHeader& header,
-                          const std::shared_ptr<Registration>& registration,
-                          std::span<const FramePiece> pieces, const std::string& tag,
-                          const std::shared_ptr<RequestGrant>& grant);
+  // A tagged pool request admitted (admit_pool_request; under `grant`, null for other tokens),
+  // before any byte moves: opens (or continues) its transfer on this connection, with the peer
+  // its token says it is. Throws as the refusal to answer with.
+  void open_tagged_transfer(const StreamConnection& connection, const PoolFrameHeader& header,
+                            const std::shared_ptr<Registration>& registration,
+                            const std::string& tag, const std::shared_ptr<RequestGrant>& grant);
+  // The pieces of a request as the owner's floor names them.
+  static std::vector<BlockPiece> block_pieces(std::span<const FramePiece> pieces);
   // A request under `grant`, pinned by its admission, lands now: its release breaks this
   // connection if the pin outlives the grace.
   AccessGate::Pin pin_grant(const std::shared_ptr<RequestGrant>& grant, AccessGate::Pin pin);

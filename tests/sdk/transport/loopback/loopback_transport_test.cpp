@@ -1,5 +1,6 @@
 // The loopback transport, added by its folder alone: the registry knows it, telemetry counts
-// its transfers under its name, and it keeps to one process and to one-shot operations.
+// its transfers under its name, it keeps to one process, and it serves pools through the
+// owner's floor.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,14 +72,37 @@ TEST(LoopbackTransport, AnOfferOfAnotherProcessIsNotReachable) {
   }
 }
 
-// It claims no pool blocks (serves_pools): a pool with only it has no transport, and says why.
-TEST(LoopbackTransport, APoolWithOnlyItIsRefused) {
-  Connector connector(loopback_only());
-  std::vector<std::byte> blocks(4 * 4096);
-  EXPECT_EQ(error_code_of([&] {
-              (void)connector.register_pool({{blocks.data(), 4096, 0, 4, {}}});
-            }),
-            ErrorCode::Transport);
+// It serves pools with nothing of the owner's side written in it (the floor's, sdk/src/owner/):
+// blocks move by index, the tag comes after them, a stale generation and a wrong token are
+// refused as on every transport.
+TEST(LoopbackTransport, APoolWithOnlyItMovesBlocksThroughTheOwnersFloor) {
+  Connector owner(loopback_only()), writer(loopback_only());
+  std::vector<std::byte> there(4 * 4096), here(4 * 4096);
+  fill_pattern(here, 9);
+  auto remote = owner.register_pool({{there.data(), 4096, 0, 4, {}}});
+  auto local = writer.register_pool({{here.data(), 4096, 0, 4, {}}});
+  auto write =
+      writer.write_blocks(local, {{0, 0}, {1, 1}, {2, 2}, {3, 3}}, remote.metadata(), "all-in");
+  ASSERT_EQ(write.wait_for_completion(10s), OperationStatus::Complete);
+  EXPECT_EQ(remote.wait_for_tag("all-in", 10s).peer, writer.name());
+  EXPECT_EQ(there, here);
+
+  // A failed transfer's wait throws its error.
+  auto stale_fields = remote.metadata().fields();
+  stale_fields.generation += 1;
+  EXPECT_EQ(
+      error_code_of([&] {
+        writer.write_blocks(local, {{0, 0}}, PoolMetadata(stale_fields)).wait_for_completion(10s);
+      }),
+      ErrorCode::Expired);
+  auto forged_fields = remote.metadata().fields();
+  forged_fields.token = std::string(32, '0');
+  EXPECT_EQ(
+      error_code_of([&] {
+        writer.write_blocks(local, {{0, 0}}, PoolMetadata(forged_fields)).wait_for_completion(10s);
+      }),
+      ErrorCode::AccessDenied);
+  EXPECT_EQ(remote.refusals(), 1u) << "the forged token's refusal is counted once";
 }
 
 }  // namespace
