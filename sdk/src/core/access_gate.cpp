@@ -1,5 +1,6 @@
 #include "core/access_gate.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace memwire {
@@ -64,7 +65,7 @@ thread_local bool break_at_once = false;
 void AccessGate::break_at_once_on_this_thread(bool at_once) noexcept { break_at_once = at_once; }
 
 void AccessGate::close(std::chrono::milliseconds grace) {
-  if (break_at_once) grace = std::chrono::milliseconds(0);
+  if (break_at_once) grace = std::min(grace, kServingThreadGrace);
   std::unique_lock lock(mutex_);
   open_ = false;
   if (!releasers_.empty()) {

@@ -52,10 +52,14 @@ class AccessGate {
   void remove_releaser(std::uintptr_t holder);
 
   void close(std::chrono::milliseconds grace);
-  // On a thread that serves many peers (an event loop), close() breaks the holders at once
-  // instead of waiting out the grace: the pins it would wait for may be ones only that thread
-  // can let go of (frames queued on its connections).
+  // On a thread that serves many peers (an event loop), close() waits kServingThreadGrace at
+  // most, not the whole grace, before it breaks the holders: the pins it would wait for may be
+  // ones only that thread can let go of (frames queued on its connections). Not at once: a pin
+  // may be another loop's that is letting go of it this moment (an answer whose last byte went
+  // out, its reader's completion notice already in on another connection of this loop), and
+  // breaking would cut that connection and every transfer on it.
   static void break_at_once_on_this_thread(bool at_once) noexcept;
+  static constexpr std::chrono::milliseconds kServingThreadGrace{10};
   // Refuses new pins without waiting for the held ones; close() may follow to wait for them.
   void refuse();
 

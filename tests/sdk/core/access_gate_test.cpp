@@ -170,3 +170,37 @@ TEST(AccessGate, ABreakerAddedAfterTheGraceRunsAtOnce) {
   gate.add_breaker(2, [&] { stalled.reset(); });
   EXPECT_TRUE(closing.done_within(10s)) << "the breaker added after the grace never ran";
 }
+
+// On a thread that serves many peers (an event loop), close() does not break at once: a pin
+// another loop lets go of a moment later (the last byte of an answer out, its reader's completion
+// already in on this loop) must not cost that loop's connection (the flake of
+// ConcurrencyConformance.TwoHundredFiftySixOperations.../shm with two I/O threads, 1 in 40).
+// A holder that does not let go is still broken, within kServingThreadGrace.
+TEST(AccessGate, AServingThreadWaitsAMomentBeforeBreaking) {
+  AccessGate gate;
+  std::optional<AccessGate::Pin> answer = gate.pin();
+  std::atomic<int> broken{0};
+  gate.add_breaker(1, [&] { ++broken; });
+  std::thread other_loop([&] {
+    std::this_thread::sleep_for(2ms);
+    answer.reset();
+  });
+  std::thread serving([&] {
+    AccessGate::break_at_once_on_this_thread(true);
+    gate.close(60s);
+  });
+  serving.join();
+  other_loop.join();
+  EXPECT_EQ(broken.load(), 0) << "a pin let go of 2 ms later cost its holder's connection";
+
+  AccessGate stuck_gate;
+  std::optional<AccessGate::Pin> stuck = stuck_gate.pin();
+  stuck_gate.add_breaker(1, [&] { stuck.reset(); });
+  const auto started = std::chrono::steady_clock::now();
+  std::thread closing([&] {
+    AccessGate::break_at_once_on_this_thread(true);
+    stuck_gate.close(60s);
+  });
+  closing.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 1s) << "the grace was waited out";
+}
