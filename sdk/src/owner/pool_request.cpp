@@ -16,10 +16,15 @@ AdmittedPoolRequest admit_pool_request(const Registration& registration, const I
     for (const auto& piece : pieces) pool.check_blocks(piece.region, piece.offset, piece.length);
     return {std::move(admission.grant), std::move(admission.pin)};
   } catch (const Error& error) {
-    // Asking for what the pool forbids: refused and counted, apart from protocol faults.
-    if (error.code() == ErrorCode::AccessDenied) registration.pool()->count_refusal();
+    count_if_refused(registration, error);
     throw;
   }
+}
+
+void count_if_refused(const Registration& registration, const Error& error) {
+  // Asking for what the pool forbids: refused and counted, apart from protocol faults.
+  if (registration.pool() && error.code() == ErrorCode::AccessDenied)
+    registration.pool()->count_refusal();
 }
 
 PoolState::Peer requesting_peer(const Registration& registration, const Id128& token,
@@ -28,6 +33,10 @@ PoolState::Peer requesting_peer(const Registration& registration, const Id128& t
   // Under a grant, the peer is the one its admission found: no second lookup of the token.
   if (grant) return {grant->peer(), true, grant->request(), to_hex(grant->token())};
   return registration.pool()->identify(token, registration.token(), hello, connection);
+}
+
+void count_fault(const Registration& registration) {
+  if (registration.pool()) registration.pool()->count_fault();
 }
 
 void open_under_grant(const std::shared_ptr<RequestGrant>& grant, const std::string& tag,

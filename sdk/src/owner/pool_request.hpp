@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/access_gate.hpp"
+#include "memwire/error.hpp"
 #include "memwire/operation.hpp"
 #include "pool/pool_state.hpp"
 #include "pool/request_grant.hpp"
@@ -47,6 +48,14 @@ AdmittedPoolRequest admit_pool_request(const Registration& registration, const I
 PoolState::Peer requesting_peer(const Registration& registration, const Id128& token,
                                 const std::shared_ptr<RequestGrant>& grant, std::string_view hello,
                                 std::uint64_t connection);
+
+// A refusal of what the pool forbids (AccessDenied, asked of a pool's registration) counts as the
+// pool's refusal (Pool::refusals()), on every transport; any other error is not one.
+void count_if_refused(const Registration& registration, const Error& error);
+
+// A frame the protocol forbids, naming a pool's registration, counts as the pool's fault
+// (Pool::peer_faults()), on every transport; a one-shot operation's counts nowhere.
+void count_fault(const Registration& registration);
 
 // A tagged transfer admitted under `grant` (null: none) opens under it: the grant's release
 // ends the waits for its tag. Throws when the grant was released meanwhile.

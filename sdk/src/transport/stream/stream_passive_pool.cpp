@@ -3,7 +3,6 @@
 // delivers the tag once or fails it (owner/transfer_end.hpp).
 #include "core/registration.hpp"
 #include "owner/transfer_end.hpp"
-#include "pool/pool_state.hpp"
 #include "transport/stream/stream_passive_side.hpp"
 
 namespace memwire::detail {
@@ -82,8 +81,8 @@ void StreamPassiveSide::serve_pool_end(StreamConnection& connection, const Frame
   }
   std::optional<Error> failure;
   try {
-    if (!same_pool || registration->pool()->identify(end.token, registration->token(),
-                                                     peer_name(connection), serial_) != peer) {
+    if (!same_pool || requesting_peer(*registration, end.token, nullptr, peer_name(connection),
+                                      serial_) != peer) {
       end_transfer(end.transfer, Error(ErrorCode::Protocol, "its PoolEnd was not its own"));
       return fault(connection, header, FrameType::NoticeResponse,
                    "the PoolEnd of transfer " + id +

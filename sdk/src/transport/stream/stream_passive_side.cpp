@@ -18,8 +18,7 @@ std::shared_ptr<Registration> StreamPassiveSide::find(const FrameHeader& header)
 }
 
 void StreamPassiveSide::count_fault(const FrameHeader& header) const {
-  if (auto registration = registrations_->find(header.key); registration && registration->pool())
-    registration->pool()->count_fault();
+  if (auto registration = registrations_->find(header.key)) detail::count_fault(*registration);
 }
 
 void StreamPassiveSide::fault(StreamConnection& connection, const FrameHeader& header,

@@ -5,6 +5,7 @@
 #include "core/registration.hpp"
 #include "memwire/clock.hpp"
 #include "memwire/error_codes.hpp"
+#include "owner/pool_request.hpp"
 #include "owner/transfer_claim.hpp"
 #include "owner/transfer_end.hpp"
 #include "pool/grant_windows.hpp"
@@ -85,9 +86,7 @@ void VerbsPassiveSide::on_begin(Connection& connection, const Notice& notice) {
                                "verbs");
   } catch (const Error& error) {
     // Refused before it was admitted: the sender hears why; no waiter's tag was its to end.
-    // Asking a pool for what it forbids is a refusal, counted as on the stream side.
-    if (registration->pool() && error.code() == ErrorCode::AccessDenied)
-      registration->pool()->count_refusal();
+    count_if_refused(*registration, error);
     reply(connection, NoticeType::Accept, notice.seq, error.code(), std::string(error.message()));
     return;
   }
@@ -217,8 +216,8 @@ void VerbsPassiveSide::on_pool_begin(Connection& connection, const Notice& notic
                                      const std::shared_ptr<Registration>& registration) {
   Connection::Inbound::PoolTransfer transfer{notice.tag, {}, false, {}, {}, OperationKind::Write};
   try {
-    const auto peer = registration->pool()->identify(notice.token, registration->token(),
-                                                     peer_of(connection), connection.serial);
+    const auto peer = requesting_peer(*registration, notice.token, nullptr, peer_of(connection),
+                                      connection.serial);
     transfer.peer = peer.name;
     transfer.authenticated = peer.authenticated;
     transfer.request = peer.request;
@@ -281,7 +280,7 @@ void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice
   const bool begun =
       found != connection.inbound.end() && found->second.pool_transfers.contains(notice.seq);
   if (found == connection.inbound.end()) {
-    registration.pool()->count_fault();
+    count_fault(registration);
     reply(connection, NoticeType::Result, notice.seq, ErrorCode::Protocol,
           "PoolDone for a pool this connection holds no keys for");
     return;
@@ -298,8 +297,8 @@ void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice
       throw Error(ErrorCode::Expired, "a PoolDone of another generation of the pool");
     // A transfer under held keys had no PoolBegin to check its kind: the pool must allow it.
     registration.authorize(notice.token, notice.kind);
-    const auto peer = registration.pool()->identify(notice.token, registration.token(),
-                                                    peer_of(connection), connection.serial);
+    const auto peer = requesting_peer(registration, notice.token, nullptr, peer_of(connection),
+                                      connection.serial);
     if (begun && (peer.name != transfer.peer || peer.authenticated != transfer.authenticated))
       throw Error(ErrorCode::Protocol, "a Done presenting another peer's token than its Begin");
     // The device placed every byte before this SEND, which came after them on the same QP.
@@ -307,7 +306,7 @@ void VerbsPassiveSide::on_pool_done(Connection& connection, const Notice& notice
                                              nullptr, std::nullopt))
       throw *refused;
   } catch (const Error& error) {
-    if (error.code() == ErrorCode::Protocol) registration.pool()->count_fault();
+    if (error.code() == ErrorCode::Protocol) count_fault(registration);
     reply(connection, NoticeType::Result, notice.seq, error.code(), std::string(error.message()));
     return;
   }
@@ -333,7 +332,7 @@ void VerbsPassiveSide::on_done(Connection& connection, const Notice& notice) {
     return;
   }
   if (static_cast<bool>(registration->pool()) != (notice.type == NoticeType::PoolDone)) {
-    if (registration->pool()) registration->pool()->count_fault();
+    count_fault(*registration);
     reply(connection, NoticeType::Result, notice.seq, ErrorCode::Protocol,
           registration->pool() ? "a pool's transfers end with PoolDone"
                                : "PoolDone for a one-shot operation");
@@ -384,8 +383,8 @@ void VerbsPassiveSide::on_abort(Connection& connection, const Notice& notice) {
     }
     PoolState::Peer peer;
     try {
-      peer = registration->pool()->identify(notice.token, registration->token(),
-                                            peer_of(connection), connection.serial);
+      peer = requesting_peer(*registration, notice.token, nullptr, peer_of(connection),
+                             connection.serial);
     } catch (const Error&) {
       return;
     }
