@@ -44,6 +44,4 @@ void open_under_grant(const std::shared_ptr<RequestGrant>& grant, const std::str
   if (grant) grant->opened({tag, kind});
 }
 
-bool in_gpu_memory(const PoolState& pool) { return pool.gpu() != nullptr; }
-
 }  // namespace memwire::detail

@@ -62,8 +62,4 @@ void count_fault(const Registration& registration);
 void open_under_grant(const std::shared_ptr<RequestGrant>& grant, const std::string& tag,
                       OperationKind kind);
 
-// Whether a pool's blocks lie in GPU memory (a transport that moves host memory only refuses
-// to serve it).
-bool in_gpu_memory(const PoolState& pool);
-
 }  // namespace memwire::detail

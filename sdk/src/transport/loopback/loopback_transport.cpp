@@ -21,6 +21,7 @@
 #include "core/registration_table.hpp"
 #include "cuda/cuda_staging.hpp"
 #include "memwire/error.hpp"
+#include "owner/pool_facts.hpp"
 #include "owner/pool_request.hpp"
 #include "owner/transfer_claim.hpp"
 #include "owner/transfer_end.hpp"
@@ -87,7 +88,7 @@ class LoopbackTransport final : public Transport {
   bool reaches_other_processes() const override { return false; }
   bool serves_pools() const override { return true; }
   std::optional<std::string> cannot_serve(const PoolState& pool) const override {
-    if (in_gpu_memory(pool)) return std::string("loopback moves host memory only");
+    if (gpu_memory(pool)) return std::string("loopback moves host memory only");
     return std::nullopt;
   }
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/registration.hpp"
-#include "pool/pool_state.hpp"
+#include "owner/pool_facts.hpp"
 #include "transport/shm/cross_memory.hpp"
 #include "transport/shm/shared_memory_index.hpp"
 #include "transport/shm/shm_sides.hpp"
@@ -161,7 +161,7 @@ bool ShmOwnerSide::answer_mapped_pieces(StreamConnection& connection, const Fram
   std::optional<SharedLocation> location;
   const std::byte* span_begin = nullptr;
   SharedSpan span;
-  if (const auto* pool = registration.pool().get()) {
+  if (registration.pool()) {
     // Not when the owner must know the bytes are in before it goes on: a request grant's
     // release waits for them, and a tagged write's tag is delivered once they landed.
     if (under_request_grant || (is_write_request(request.type) && as_pool(request).tag_bytes != 0))
@@ -169,7 +169,7 @@ bool ShmOwnerSide::answer_mapped_pieces(StreamConnection& connection, const Fram
     // The peer maps the run of blocks the first one lies in, nothing beside: a run that starts
     // or ends inside a page would show it bytes that are no block's.
     static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-    const auto run = pool->block_run_holding(first, memory.front().iov_len);
+    const auto run = block_run_holding(registration, first, memory.front().iov_len);
     if (run.empty() || reinterpret_cast<std::uintptr_t>(run.data()) % page != 0 ||
         run.size() % page != 0)
       return false;
@@ -187,9 +187,8 @@ bool ShmOwnerSide::answer_mapped_pieces(StreamConnection& connection, const Fram
   const auto offsets = offsets_in(memory, span_begin, span.length);
   if (!offsets) return false;  // not all in that span: copied as usual
   auto response = mapped_answer(request);
-  const auto* pool = registration.pool().get();
-  const bool peers_may_write = pool != nullptr ? pool->options().remote_write : writes(request);
-  if (!give_buffer(response, span.buffer, peers_may_write)) return false;
+  const bool writable = registration.pool() ? peers_may_write(registration) : writes(request);
+  if (!give_buffer(response, span.buffer, writable)) return false;
   response.text.reserve(sizeof span + offsets->size() * sizeof(std::uint64_t));
   response.text.append(reinterpret_cast<const char*>(&span), sizeof span);
   response.text.append(reinterpret_cast<const char*>(offsets->data()),

@@ -8,7 +8,7 @@
 #include "cuda/cuda_copies.hpp"
 #include "cuda/cuda_staging.hpp"
 #include "cuda/gpu_pool_memory.hpp"
-#include "pool/pool_state.hpp"
+#include "owner/pool_facts.hpp"
 #include "transport/stream/stream_passive_side.hpp"
 
 namespace memwire::detail {
@@ -38,7 +38,7 @@ void StreamPassiveSide::serve_gpu_pieces(StreamConnection& connection, const Fra
                                          std::optional<AccessGate::Pin> grant_pin) {
   const bool writing = is_write_request(header.type);
   const bool cross = (header.flags & frame_flags::kCrossMemory) != 0;
-  const auto gpu = registration->pool() ? registration->pool()->gpu() : nullptr;
+  const auto gpu = gpu_memory(*registration);
   OutFrame response;
   response.header.type = writing ? FrameType::WriteResponse : FrameType::ReadResponse;
   response.header.request_id = header.request_id;

@@ -2,6 +2,7 @@
 
 #include "core/registration.hpp"
 #include "cuda/cuda_staging.hpp"
+#include "owner/pool_facts.hpp"
 #include "owner/pool_request.hpp"
 #include "owner/transfer_claim.hpp"
 #include "owner/transfer_end.hpp"
@@ -286,7 +287,7 @@ void StreamPassiveSide::serve_pieces(StreamConnection& connection, const FrameHe
     // Under a request grant, its release waits for these bytes (or cuts them off).
     std::optional<AccessGate::Pin> grant_pin;
     if (grant) grant_pin = pin_grant(grant, std::move(*admission.grant_pin));
-    if (ipc || (pool_frame && registration->pool()->gpu()))
+    if (ipc || (pool_frame && gpu_memory(*registration)))
       return serve_gpu_pieces(connection, header, registration, pieces, table, std::move(memory),
                               unread, std::move(grant_pin));
     fill_stand_ins(*registration);

@@ -2,16 +2,15 @@
 
 #include "core/registration.hpp"
 #include "memwire/error.hpp"
-#include "pool/pool_state.hpp"
+#include "owner/pool_facts.hpp"
 
 namespace memwire::detail::verbs {
 
 OperationKind granted_kind(const Registration& registration) {
-  const auto& pool = registration.pool();
-  if (!pool) return registration.kind();
-  if (pool->options().remote_read && pool->options().remote_write)
+  if (!registration.pool()) return registration.kind();
+  if (peers_may_read(registration) && peers_may_write(registration))
     return OperationKind::Unspecified;  // both
-  return pool->options().remote_read ? OperationKind::Read : OperationKind::Write;
+  return peers_may_read(registration) ? OperationKind::Read : OperationKind::Write;
 }
 
 std::shared_ptr<AccessGrant> OfferedAccess::grant(const Registration& registration,

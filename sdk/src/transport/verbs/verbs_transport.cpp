@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "core/registration.hpp"
-#include "pool/pool_state.hpp"
+#include "owner/pool_facts.hpp"
 #include "transport/verbs/ipv4_endpoint.hpp"
 #include "transport/verbs/offered_access.hpp"
 #include "transport/verbs/rail_offer.hpp"
@@ -82,11 +82,11 @@ class VerbsTransport final : public Transport {
   std::optional<std::string> cannot_serve(const PoolState& pool) const override {
     // GPUDirect RDMA (ibv_reg_dmabuf_mr over cuMemGetHandleForAddressRange) is the next step:
     // off until a machine with an RDMA NIC beside the GPU can test it. Tcp and shm serve it.
-    if (pool.gpu())
+    if (gpu_memory(pool))
       return std::string(
           "its blocks are in GPU memory, and GPUDirect RDMA is off in this build "
           "(not tested on a GPU with an RDMA NIC)");
-    if (!pool.has_gaps()) return std::nullopt;
+    if (!has_gaps(pool)) return std::nullopt;
     return "its regions leave bytes between blocks that verbs keys (whole spans) would expose";
   }
 
