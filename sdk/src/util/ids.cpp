@@ -7,19 +7,48 @@
 #include <cstdint>
 #include <system_error>
 
+#include "util/fork_generation.hpp"
+
 namespace memwire {
 
-Id128 random_id() {
-  Id128 id;
+namespace {
+
+// `length` bytes of the kernel's CSPRNG into `into`.
+void fill_from_kernel(std::uint8_t* into, std::size_t length) {
   std::size_t filled = 0;
-  while (filled < id.size()) {
-    ssize_t n = getrandom(id.data() + filled, id.size() - filled, 0);
+  while (filled < length) {
+    ssize_t n = getrandom(into + filled, length - filled, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       throw std::system_error(errno, std::generic_category(), "getrandom");
     }
     filled += static_cast<std::size_t>(n);
   }
+}
+
+// Ids ahead of use, drawn from the kernel 32 at a time per thread: a registration takes two (key
+// and token), and a system call for each was a part of every READ's cost whose owner registers
+// as it goes (issue 52). The same bytes the kernel gives, each handed out once; a forked child
+// draws afresh (fork_generation), never the ones its parent still holds.
+struct IdsAhead {
+  static constexpr std::size_t kIds = 32;
+  std::array<Id128, kIds> ids{};
+  std::size_t next = kIds;
+  std::uint64_t generation = 0;
+};
+
+}  // namespace
+
+Id128 random_id() {
+  thread_local IdsAhead ahead;
+  const auto generation = detail::fork_generation();
+  if (ahead.next == IdsAhead::kIds || ahead.generation != generation) {
+    fill_from_kernel(ahead.ids.front().data(), sizeof ahead.ids);
+    ahead.next = 0;
+    ahead.generation = generation;
+  }
+  Id128 id = ahead.ids[ahead.next];
+  ahead.ids[ahead.next++] = Id128{};  // handed out: not kept beside the ones still to come
   return id;
 }
 
