@@ -370,7 +370,7 @@ class StreamTransport final : public Transport {
       if (connections.size() >= wanted) return connections;
       missing = wanted - connections.size();
     }
-    // Dialled without the lock: a dial that waits for its answer (shm's probe) to this very
+    // Dialled without the lock: a dial that waits for its answer (shm's Hello) to this very
     // transport (a connector reading its own operation) needs the loop, which takes it.
     OutboundConnections dialled;
     for (std::size_t n = 0; n < missing; ++n) {
@@ -404,7 +404,7 @@ class StreamTransport final : public Transport {
     connection->watch(std::make_unique<ConnectionWatch>(
         context_.telemetry, context_.events, settings_.name, Direction::Outbound, address));
     connection->run();
-    if (!same_host()) {  // a cross-memory dial already said hello, with its probe
+    if (!same_host()) {  // a cross-memory dial already said hello, with its credentials
       OutFrame hello;
       hello.header.type = FrameType::Hello;
       hello.text = context_.connector_name.substr(0, FrameHeader::kMaxText);
