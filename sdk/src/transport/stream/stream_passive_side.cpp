@@ -109,6 +109,10 @@ void fill_stand_ins(const Registration& reg, const void* at = nullptr, std::size
 SameHostOwner& StreamPassiveSide::same_host() const {
   if (!same_host_)
     throw Error(ErrorCode::Protocol, "cross-memory request from a peer of unknown process");
+  // Every cross-memory act rests on the Hello's check of who sent it (serve_hello).
+  if (!sender_checked_)
+    throw Error(ErrorCode::Protocol,
+                "cross-memory request on a connection whose Hello did not prove its sender");
   return *same_host_;
 }
 
@@ -128,7 +132,10 @@ void StreamPassiveSide::serve_hello(StreamConnection& connection, const FrameHea
   if ((header.flags & frame_flags::kCrossMemory) == 0) return;
   std::optional<Error> refused;
   try {
-    same_host().check_hello(header, sender);
+    if (!same_host_)
+      throw Error(ErrorCode::Protocol, "cross-memory Hello from a peer of unknown process");
+    same_host_->check_hello(header, sender);
+    sender_checked_ = true;
   } catch (const Error& error) {
     refused = error;
   }

@@ -154,6 +154,9 @@ class StreamPassiveSide final : public FrameHandler {
   }
   IpcMappings ipc_mappings_;  // the peer's GPU allocations opened for this connection
   const std::unique_ptr<SameHostOwner> same_host_;
+  // The Hello asked for cross-memory copies and check_hello accepted its sender: the one thing
+  // that lets same_host() answer (loop thread).
+  bool sender_checked_ = false;
 };
 
 }  // namespace memwire::detail

@@ -28,6 +28,7 @@
 #include "transport/stream/frame.hpp"
 #include "transport/stream/socket.hpp"
 #include "util/file_descriptor.hpp"
+#include "util/ids.hpp"
 
 using namespace memwire;
 using namespace memwire::detail;
@@ -249,4 +250,39 @@ TEST(HelloCredentials, AHelloFromAnotherProcessThanTheOneThatConnectedIsRefused)
   const auto accepted = hello_answer(ours.get());
   ASSERT_TRUE(accepted);
   EXPECT_EQ(accepted->first, 0) << accepted->second;
+}
+
+// Every cross-memory act rests on the Hello's check: a connection whose Hello did not ask for
+// cross-memory copies (so the owner checked no sender) gets none, whoever sends the request
+// (here a child on its parent's socket, whose memory the owner would have written).
+TEST(HelloCredentials, NoCrossMemoryCopyWithoutACheckedHello) {
+  Connector owner(shm_only("owner"));
+  std::vector<std::byte> source(4096, std::byte{1});
+  auto readable = owner.create_readable({Descriptor(std::span(source))});
+  const auto metadata = readable.metadata();
+  const auto address = shm_address(metadata.endpoint());
+  ASSERT_FALSE(address.empty());
+  auto connected = connect_unix(address.substr(1));
+  const std::string name = "plain";
+  FrameHeader hello;
+  hello.type = FrameType::Hello;
+  hello.length = name.size();
+  iovec parts[2] = {{&hello, sizeof hello}, {const_cast<char*>(name.data()), name.size()}};
+  ASSERT_TRUE(send_all(connected.get(), parts, 2));  // no kCrossMemory: nothing checked, no answer
+
+  std::vector<std::byte> landing(16, std::byte{0xee});
+  FrameHeader read;
+  read.type = FrameType::ReadRequest;
+  read.flags = frame_flags::kCrossMemory;
+  read.request_id = 42;
+  read.length = landing.size();
+  read.key = *parse_id(metadata.notification_key());
+  read.token = *parse_id(metadata.token());
+  read.peer_address = reinterpret_cast<std::uintptr_t>(landing.data());
+  iovec request{&read, sizeof read};
+  ASSERT_TRUE(send_all(connected.get(), &request, 1));
+  FrameHeader answer;
+  ASSERT_TRUE(receive_all(connected.get(), &answer, sizeof answer));
+  EXPECT_EQ(answer.code, wire_code(ErrorCode::Protocol));
+  EXPECT_EQ(landing, std::vector<std::byte>(16, std::byte{0xee})) << "the owner wrote into us";
 }
